@@ -1,0 +1,113 @@
+"""The deterministic side: the transcript, limits, loop detection and the data the loop passes
+around. The workflow itself is `workflows.agent.AgentWorkflow` (imported from there, so that the
+activities can import this package's data without importing the workflow)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workflows.errors import (
+        AgentBudgetExceeded,
+        AgentConfigurationError,
+        AgentError,
+        AgentFatalToolError,
+        AgentProviderError,
+        AgentStepLimitExceeded,
+    )
+    from workflows.models import (
+        AgentInput,
+        AgentResult,
+        Limits,
+        ModelSettings,
+        RetrySettings,
+        ScriptedCall,
+        ScriptedTurn,
+        ToolSpec,
+        Usage,
+    )
+    from workflows.transcript import (
+        AssistantMessage,
+        Message,
+        ToolCall,
+        ToolResult,
+        Transcript,
+        TranscriptError,
+        UserMessage,
+    )
+
+_HOMES = {
+    **dict.fromkeys(
+        [
+            "AgentBudgetExceeded",
+            "AgentConfigurationError",
+            "AgentError",
+            "AgentFatalToolError",
+            "AgentProviderError",
+            "AgentStepLimitExceeded",
+        ],
+        "workflows.errors",
+    ),
+    **dict.fromkeys(
+        [
+            "AgentInput",
+            "AgentResult",
+            "Limits",
+            "ModelSettings",
+            "RetrySettings",
+            "ScriptedCall",
+            "ScriptedTurn",
+            "ToolSpec",
+            "Usage",
+        ],
+        "workflows.models",
+    ),
+    **dict.fromkeys(
+        [
+            "AssistantMessage",
+            "Message",
+            "ToolCall",
+            "ToolResult",
+            "Transcript",
+            "TranscriptError",
+            "UserMessage",
+        ],
+        "workflows.transcript",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy on purpose: the workflow sandbox re-imports this package for every run, and the data
+    # modules must come from outside it (passed through), or the sandbox's copies of the models
+    # would not be the classes the activities use.
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module 'workflows' has no attribute {name!r}")
+
+
+__all__ = [
+    "AgentBudgetExceeded",
+    "AgentConfigurationError",
+    "AgentError",
+    "AgentFatalToolError",
+    "AgentInput",
+    "AgentProviderError",
+    "AgentResult",
+    "AgentStepLimitExceeded",
+    "AssistantMessage",
+    "Limits",
+    "Message",
+    "ModelSettings",
+    "RetrySettings",
+    "ScriptedCall",
+    "ScriptedTurn",
+    "ToolCall",
+    "ToolResult",
+    "ToolSpec",
+    "Transcript",
+    "TranscriptError",
+    "Usage",
+    "UserMessage",
+]

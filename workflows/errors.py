@@ -1,0 +1,56 @@
+"""The project's errors.
+
+Errors that end a run cross Temporal boundaries as `ApplicationError`s whose `type` is the class
+name, so callers (and `RetryPolicy.non_retryable_error_types`) can match them without importing
+this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.exceptions import ApplicationError
+
+
+class AgentError(ApplicationError):
+    """Base of every error the agent loop raises on purpose. Never retried by default."""
+
+    def __init__(self, message: str, *details: Any, non_retryable: bool = True) -> None:
+        super().__init__(message, *details, type=type(self).__name__, non_retryable=non_retryable)
+
+
+class AgentStepLimitExceeded(AgentError):
+    """The run made `max_steps` model calls without reaching an answer."""
+
+
+class AgentBudgetExceeded(AgentError):
+    """A token, context or wall-time budget ran out before an answer."""
+
+
+class AgentFatalToolError(AgentError):
+    """Raised by a tool when retrying, or letting the model try again, can never help
+    (a credential that can never work, say). It fails the run instead of becoming a result."""
+
+
+class AgentProviderError(AgentError):
+    """The model provider refused the request for a reason a retry cannot fix (400, 401, ...)."""
+
+
+class AgentConfigurationError(AgentError):
+    """The run asked for something the worker cannot provide (an unknown tool, a missing key)."""
+
+
+class ScriptedModelMismatch(AgentError):
+    """The scripted model was asked for a reply its script does not have."""
+
+
+FATAL_ERROR_TYPES = [
+    cls.__name__
+    for cls in (
+        AgentFatalToolError,
+        AgentProviderError,
+        AgentConfigurationError,
+        ScriptedModelMismatch,
+    )
+]
+"""Error types that end a run at once, whatever an activity's retry policy says."""

@@ -1,0 +1,196 @@
+"""Inputs and outputs of the workflow and its activities: pure data, shared by both sides."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from temporalio.common import RetryPolicy
+
+from workflows.transcript import AssistantMessage, Message
+
+DEFAULT_TASK_QUEUE = "agent-loop"
+DEFAULT_MAX_RESULT_CHARS = 8_000
+
+
+class RetrySettings(BaseModel):
+    """A Temporal retry policy as plain data, so it can travel in a run's input."""
+
+    model_config = ConfigDict(frozen=True)
+
+    maximum_attempts: int = 3
+    initial_interval_seconds: float = 1.0
+    backoff_coefficient: float = 2.0
+    maximum_interval_seconds: float = 30.0
+
+    def to_policy(self, non_retryable_error_types: list[str] | None = None) -> RetryPolicy:
+        return RetryPolicy(
+            maximum_attempts=self.maximum_attempts,
+            initial_interval=timedelta(seconds=self.initial_interval_seconds),
+            backoff_coefficient=self.backoff_coefficient,
+            maximum_interval=timedelta(seconds=self.maximum_interval_seconds),
+            non_retryable_error_types=non_retryable_error_types,
+        )
+
+
+class ToolSpec(BaseModel):
+    """What the model is told about a tool, and how the workflow schedules it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    """JSON schema of the arguments object."""
+    side_effects: bool = False
+    """Side-effecting calls never run concurrently with anything; they keep the model's order."""
+    timeout_seconds: float = 30.0
+    """start-to-close timeout of one attempt."""
+    retry: RetrySettings = RetrySettings()
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class ScriptedCall(BaseModel):
+    name: str
+    arguments: dict[str, Any] | str = {}
+    """An object, or a raw text to play a model that writes invalid JSON."""
+    id: str | None = None
+    """Defaults to a deterministic id from the turn and position."""
+
+
+class ScriptedTurn(BaseModel):
+    """One reply of the scripted model."""
+
+    text: str | None = None
+    """Reply text; `{last_tool_result}` is replaced by the content of the newest tool result."""
+    calls: list[ScriptedCall] = []
+    expect: str | None = None
+    """A text the messages since the model's previous reply must contain; the scripted model
+    fails the run (non-retryably) when they do not, so a test sees where it left the script."""
+    usage: Usage | None = None
+    """Reported usage; by default input is estimated from the request and output from the reply."""
+
+
+class ModelSettings(BaseModel):
+    provider: Literal["scripted", "openai"] = "scripted"
+    model: str = "scripted-demo"
+    script: list[ScriptedTurn] = []
+    """The scripted provider's conversation (ignored by real providers)."""
+    timeout_seconds: float = 120.0
+    retry: RetrySettings = RetrySettings(maximum_attempts=5)
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+
+
+class Limits(BaseModel):
+    """Hard stops. Exhausting any fails the run loudly; there is never a partial answer."""
+
+    max_steps: int = Field(default=20, ge=1)
+    """Model calls."""
+    max_context_tokens: int | None = None
+    """Input tokens the next model call would send: the provider-reported input of the last call
+    plus an estimate of what was appended since."""
+    max_total_tokens: int | None = None
+    """Input plus output tokens, summed over the run."""
+    max_wall_seconds: float | None = None
+
+
+class AgentInput(BaseModel):
+    prompt: str
+    system: str | None = None
+    tools: list[str] | None = None
+    """Names of registered tools to offer; None offers every registered tool."""
+    output_schema: dict[str, Any] | None = None
+    """JSON schema the final answer must satisfy: `finish` takes exactly these arguments."""
+    model: ModelSettings = ModelSettings()
+    limits: Limits = Limits()
+
+
+class ModelRequest(BaseModel):
+    settings: ModelSettings
+    system: str | None
+    messages: list[Message]
+    tools: list[ToolSpec]
+    step: int
+
+
+class ModelResponse(BaseModel):
+    message: AssistantMessage
+    usage: Usage
+    model: str
+    finish_reason: str | None = None
+
+
+class ToolActivityInput(BaseModel):
+    tool_call_id: str
+    arguments: dict[str, Any]
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+
+
+class ToolActivityResult(BaseModel):
+    content: str
+    is_error: bool = False
+    omitted_chars: int = 0
+    """Characters cut from the middle of the result to keep it within its bound."""
+
+
+ToolOutcome = Literal["ok", "error", "loop_detected", "not_run"]
+
+
+class ToolCallRecord(BaseModel):
+    id: str
+    name: str
+    outcome: ToolOutcome
+    latency_ms: int
+
+
+class StepRecord(BaseModel):
+    step: int
+    model: str
+    model_latency_ms: int
+    usage: Usage
+    tool_calls: list[ToolCallRecord] = []
+
+
+class AgentResult(BaseModel):
+    answer: str
+    output: dict[str, Any] | None = None
+    """The validated `finish` arguments when the run declared an output schema."""
+    steps: int
+    usage: Usage
+    step_records: list[StepRecord] = []
+
+
+class FailureDetails(BaseModel):
+    """Carried as the details of a failed run's error, so callers still see what it spent."""
+
+    steps: int
+    usage: Usage
+    step_records: list[StepRecord] = []
+
+
+class RunStatus(BaseModel):
+    """Answer of the `status` query."""
+
+    step: int
+    usage: Usage
+    step_records: list[StepRecord]
+    pending_tool_calls: list[str]
