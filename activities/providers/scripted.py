@@ -1,0 +1,92 @@
+"""A deterministic model that plays a scripted conversation: the offline demo and the tests.
+
+It is stateless: the reply it plays is chosen by counting the assistant messages already in the
+transcript, so a retried or replayed call gets the same reply. It fails the run (non-retryably)
+when the conversation leaves its script, saying where and how.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from temporalio import activity
+
+from workflows.errors import ScriptedModelMismatch
+from workflows.models import ModelRequest, ModelResponse, Usage
+from workflows.transcript import AssistantMessage, ToolCall, ToolResult
+
+_requests: defaultdict[str, list[ModelRequest]] = defaultdict(list)
+
+
+def recorded_requests(workflow_id: str) -> list[ModelRequest]:
+    """The requests this process's scripted model received for a run, attempts included."""
+    return list(_requests.get(workflow_id, []))
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters a token: good enough for budgets when no provider counts."""
+    return (len(text) + 3) // 4
+
+
+async def complete(request: ModelRequest) -> ModelResponse:
+    if activity.in_activity():
+        _requests[activity.info().workflow_id or ""].append(request)
+    script = request.settings.script
+    turn_index = sum(isinstance(m, AssistantMessage) for m in request.messages)
+    if turn_index >= len(script):
+        raise ScriptedModelMismatch(
+            f"the script has {len(script)} replies and the run asked for reply {turn_index + 1}; "
+            f"the last message was: {_describe(request.messages[-1]) if request.messages else '-'}"
+        )
+    turn = script[turn_index]
+    since_last_reply = _messages_since_last_reply(request)
+    if turn.expect is not None and turn.expect not in since_last_reply:
+        raise ScriptedModelMismatch(
+            f"reply {turn_index + 1} expects the conversation to contain {turn.expect!r} since "
+            f"the previous reply; it has: {since_last_reply[:500]!r}"
+        )
+    text = turn.text
+    if text is not None and "{last_tool_result}" in text:
+        last_result = next(
+            (m.content for m in reversed(request.messages) if isinstance(m, ToolResult)), ""
+        )
+        text = text.replace("{last_tool_result}", last_result)
+    calls = tuple(
+        ToolCall(
+            id=call.id or f"call_{turn_index + 1}_{position + 1}",
+            name=call.name,
+            arguments=call.arguments
+            if isinstance(call.arguments, str)
+            else json.dumps(call.arguments, separators=(",", ":")),
+        )
+        for position, call in enumerate(turn.calls)
+    )
+    message = AssistantMessage(content=text, tool_calls=calls)
+    usage = turn.usage or Usage(
+        input_tokens=estimate_tokens(
+            (request.system or "")
+            + json.dumps([m.model_dump(mode="json") for m in request.messages])
+            + json.dumps([t.model_dump(mode="json") for t in request.tools])
+        ),
+        output_tokens=estimate_tokens(message.model_dump_json()),
+    )
+    return ModelResponse(
+        message=message,
+        usage=usage,
+        model=request.settings.model,
+        finish_reason="tool_calls" if calls else "stop",
+    )
+
+
+def _messages_since_last_reply(request: ModelRequest) -> str:
+    texts: list[str] = []
+    for message in reversed(request.messages):
+        if isinstance(message, AssistantMessage):
+            break
+        texts.append(message.content)
+    return "\n".join(reversed(texts))
+
+
+def _describe(message: object) -> str:
+    return str(message)[:300]

@@ -1,0 +1,217 @@
+"""A scripted, local stand-in for OpenAI's Chat Completions endpoint.
+
+    with FakeOpenAI([Reply(tool_calls=[("call_a", "add", '{"a": 1}')]), Reply("done")]) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        ...
+        assert fake.remaining == 0 and fake.requests[0].body["messages"][0]["role"] == "system"
+
+Each accepted request takes the next scripted entry: a `Reply` (an assistant message) or an
+`HttpReply` (any status, JSON body and headers, sent as is; `error()` builds the API's error
+shape). Like the real API, and without using the script, it answers 401 to a wrong key and 400
+to a transcript that breaks the tool-call pairing rule. An exhausted script answers 500.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+PATHS = ("/v1/chat/completions", "/chat/completions")
+
+
+@dataclass
+class Reply:
+    content: str | None = None
+    tool_calls: list[tuple[str, str, str]] = field(default_factory=list)
+    """(id, name, arguments as raw text) per call."""
+    finish_reason: str | None = None
+    """Defaults to "tool_calls" when there are calls, else "stop"."""
+    prompt_tokens: int | None = None
+    """Defaults to an estimate from the request's size."""
+    completion_tokens: int | None = None
+    cached_tokens: int = 0
+    model: str | None = None
+    """Defaults to the requested model."""
+
+
+@dataclass
+class HttpReply:
+    status: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def error(
+    status: int,
+    message: str,
+    *,
+    type: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> HttpReply:
+    body = {"error": {"message": message, "type": type, "param": param, "code": code}}
+    return HttpReply(status, body, dict(headers or {}))
+
+
+@dataclass
+class Recorded:
+    path: str
+    headers: dict[str, str]
+    """Lower-cased names."""
+    raw: bytes
+    body: Any
+
+
+def pairing_error(messages: list[dict[str, Any]]) -> HttpReply | None:
+    """The API's 400 when tool messages do not answer each call of the assistant message
+    before them, exactly once and before any other message; None when the pairing holds."""
+    waiting: list[str] = []  # ids of the last assistant message's calls still unanswered
+    asked_at = 0
+    for index, message in enumerate([*messages, {"role": "end"}]):
+        if message.get("role") == "tool":
+            if message.get("tool_call_id") not in waiting:
+                return error(
+                    400,
+                    "Invalid parameter: messages with role 'tool' must be a response to a "
+                    "preceeding message with 'tool_calls'.",
+                    param=f"messages.[{index}].role",
+                )
+            waiting.remove(message["tool_call_id"])
+            continue
+        if waiting:
+            return error(
+                400,
+                "An assistant message with 'tool_calls' must be followed by tool messages "
+                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                "response messages: " + ", ".join(waiting),
+                param=f"messages.[{asked_at}].role",
+            )
+        waiting = [call["id"] for call in message.get("tool_calls") or ()]
+        asked_at = index
+    return None
+
+
+class FakeOpenAI:
+    def __init__(
+        self, script: list[Reply | HttpReply] | None = None, *, api_key: str = "sk-test-fake"
+    ) -> None:
+        self.script = list(script or [])
+        self.api_key = api_key
+        self.requests: list[Recorded] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
+        self._thread.start()
+        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    @property
+    def remaining(self) -> int:
+        """Scripted entries not yet used."""
+        return len(self.script)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> FakeOpenAI:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def answer(self, path: str, headers: dict[str, str], raw: bytes) -> HttpReply:
+        body = json.loads(raw) if raw else None
+        with self._lock:
+            self.requests.append(Recorded(path, headers, raw, body))
+            number = len(self.requests)
+            if path not in PATHS:
+                return error(404, f"Invalid URL (POST {path})")
+            if headers.get("authorization") != f"Bearer {self.api_key}":
+                given = headers.get("authorization", "").removeprefix("Bearer ")
+                return error(
+                    401,
+                    f"Incorrect API key provided: {given[:3]}***{given[-4:]}.",
+                    code="invalid_api_key",
+                )
+            if broken := pairing_error((body or {}).get("messages", [])):
+                return broken
+            if not self.script:
+                return error(
+                    500, f"fake OpenAI: script exhausted at request #{number}", type="server_error"
+                )
+            entry = self.script.pop(0)
+        if isinstance(entry, HttpReply):
+            return entry
+        return HttpReply(200, _completion(entry, body or {}, number, len(raw)))
+
+
+def _completion(reply: Reply, request: dict[str, Any], number: int, size: int) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": reply.content,
+        "refusal": None,
+        "annotations": [],
+    }
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
+            for id, name, arguments in reply.tool_calls
+        ]
+    prompt = reply.prompt_tokens if reply.prompt_tokens is not None else size // 4
+    completion = reply.completion_tokens
+    if completion is None:
+        completion = len(json.dumps(message)) // 4
+    return {
+        "id": f"chatcmpl-fake{number:04d}",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": reply.model or request.get("model", "gpt-fake"),
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": reply.finish_reason
+                or ("tool_calls" if reply.tool_calls else "stop"),
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": reply.cached_tokens, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
+        },
+        "service_tier": "default",
+        "system_fingerprint": "fp_fake",
+    }
+
+
+def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            reply = fake.answer(self.path, headers, raw)
+            payload = json.dumps(reply.body).encode()
+            self.send_response(reply.status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(payload)))
+            self.send_header("x-request-id", f"req_fake{len(fake.requests):04d}")
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
