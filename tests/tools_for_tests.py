@@ -1,0 +1,100 @@
+"""Tools that make the loop's rules observable: concurrency, order, retries, failures, size."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter, defaultdict
+
+from activities.tools import tool
+from workflows.errors import AgentFatalToolError
+from workflows.models import RetrySettings
+
+FAST_RETRY = RetrySettings(maximum_attempts=3, initial_interval_seconds=0.05, backoff_coefficient=1)
+
+events: list[tuple[str, str]] = []
+"""(start|end, label) in the order the calls really ran."""
+executions: Counter[str] = Counter()
+_arrivals: defaultdict[str, set[str]] = defaultdict(set)
+
+
+@tool(retry=FAST_RETRY)
+async def rendezvous(group: str, party: str) -> str:
+    """Wait up to 3 seconds for another party of the same group; says whether they met."""
+    _arrivals[group].add(party)
+    deadline = time.monotonic() + 3
+    while len(_arrivals[group]) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    return "met" if len(_arrivals[group]) >= 2 else "alone"
+
+
+async def _log(label: str) -> str:
+    events.append(("start", label))
+    await asyncio.sleep(0.05)
+    events.append(("end", label))
+    return f"done {label}"
+
+
+@tool(retry=FAST_RETRY)
+async def read_thing(label: str) -> str:
+    """Read-only: logs when it starts and ends."""
+    return await _log(label)
+
+
+@tool(side_effects=True, retry=FAST_RETRY)
+async def write_thing(label: str) -> str:
+    """Side-effecting: logs when it starts and ends."""
+    return await _log(label)
+
+
+@tool(retry=FAST_RETRY)
+def count_me(key: str) -> str:
+    """Counts its executions per key (a sync tool: runs in a thread)."""
+    executions[key] += 1
+    return f"{key} has run {executions[key]} times"
+
+
+@tool(retry=FAST_RETRY)
+def flaky(key: str, failures: int) -> str:
+    """Fails `failures` times per key, then succeeds."""
+    executions[f"flaky:{key}"] += 1
+    if executions[f"flaky:{key}"] <= failures:
+        raise ConnectionError(f"flaky {key} attempt {executions[f'flaky:{key}']}")
+    return f"ok after {executions[f'flaky:{key}']} attempts"
+
+
+@tool(retry=FAST_RETRY)
+def always_fails(secret: str) -> str:
+    """Always raises, with a message the model must never see."""
+    raise ValueError(f"internal detail {secret}")
+
+
+@tool(retry=FAST_RETRY)
+def bad_credential() -> str:
+    """Raises the project's fatal error."""
+    raise AgentFatalToolError("the API key for the billing system was revoked")
+
+
+@tool(timeout_seconds=0.3, retry=RetrySettings(maximum_attempts=1))
+async def hang(seconds: float) -> str:
+    """Sleeps longer than its timeout."""
+    await asyncio.sleep(seconds)
+    return "woke up"
+
+
+@tool(retry=FAST_RETRY, max_result_chars=200)
+def big_text(size: int) -> str:
+    """Returns HEAD, `size` filler characters and TAIL."""
+    return "HEAD" + "x" * size + "TAIL"
+
+
+@tool(retry=FAST_RETRY)
+def typed(order_id: int, note: str, rush: bool = False) -> dict[str, object]:
+    """Echoes typed arguments."""
+    return {"order_id": order_id, "note": note, "rush": rush}
+
+
+@tool(retry=FAST_RETRY)
+def blob(size: int) -> str:
+    """Returns `size` characters."""
+    return "y" * size

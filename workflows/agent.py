@@ -1,0 +1,474 @@
+"""AgentWorkflow: the ReAct loop of seed 000, one activity per model call and per tool call.
+
+Deterministic code only: no clock but `workflow.now()`, no I/O. The transcript lives here, in
+workflow state, and every append goes through the pairing rule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    import jsonschema
+
+    from activities.model_call import call_model
+    from activities.tools import tool_specs
+    from workflows.budget import Budget
+    from workflows.errors import (
+        FATAL_ERROR_TYPES,
+        AgentBudgetExceeded,
+        AgentConfigurationError,
+        AgentError,
+        AgentFatalToolError,
+        AgentProviderError,
+    )
+    from workflows.loop_detection import LoopDetector
+    from workflows.models import (
+        AgentInput,
+        AgentResult,
+        ModelRequest,
+        ModelResponse,
+        RunStatus,
+        StepRecord,
+        ToolActivityInput,
+        ToolActivityResult,
+        ToolCallRecord,
+        ToolOutcome,
+        ToolSpec,
+    )
+    from workflows.transcript import (
+        AssistantMessage,
+        Message,
+        ToolCall,
+        ToolResult,
+        Transcript,
+        UserMessage,
+    )
+
+FINISH = "finish"
+_FINISH_DESCRIPTION = (
+    "Give your final answer and end the run. Call it once, when you are done; nothing you call "
+    "after it runs. Its arguments are checked, and a mismatch comes back to you as an error."
+)
+_ANSWER_RECORDED = "Answer recorded; the run ends here."
+_EMPTY_REPLY_NUDGE = (
+    "Your reply was empty. Call a tool, or answer in text (or with finish) if you are done."
+)
+_SCHEMA_NUDGE = (
+    "This run needs its final answer as a call to finish, with arguments matching its schema; "
+    "plain text does not end it."
+)
+
+
+# What the loop does with one requested call: a small union, matched exhaustively.
+@dataclass(frozen=True)
+class _Execute:
+    spec: ToolSpec
+    arguments: dict[str, Any]
+
+    __match_args__ = ("spec",)
+
+
+@dataclass(frozen=True)
+class _Refuse:
+    content: str
+    outcome: ToolOutcome
+
+
+@dataclass(frozen=True)
+class _Finish:
+    arguments: dict[str, Any]
+
+
+_Disposition = _Execute | _Refuse | _Finish
+
+
+@workflow.defn
+class AgentWorkflow:
+    @workflow.init
+    def __init__(self, agent_input: AgentInput) -> None:
+        self._input = agent_input
+        self._transcript = Transcript()
+        self._budget = Budget(agent_input.limits, workflow.now())
+        self._loops = LoopDetector()
+        self._tools: dict[str, ToolSpec] = {}
+
+    @workflow.query
+    def transcript(self) -> list[Message]:
+        return list(self._transcript.messages)
+
+    @workflow.query
+    def status(self) -> RunStatus:
+        return RunStatus(
+            step=self._budget.steps,
+            usage=self._budget.usage,
+            step_records=self._budget.step_records,
+            pending_tool_calls=[call.id for call in self._transcript.pending_calls()],
+        )
+
+    @workflow.run
+    async def run(self, agent_input: AgentInput) -> AgentResult:
+        offered = self._resolve_tools(agent_input)
+        self._transcript.append(UserMessage(content=agent_input.prompt))
+        sent_until = 0  # messages[:sent_until] were in the previous model request
+
+        while True:
+            context = self._budget.context_estimate(
+                agent_input.system,
+                offered,
+                self._transcript.messages,
+                self._transcript.messages[sent_until:],
+            )
+            self._budget.check_before_model_call(workflow.now(), context)
+            step = self._budget.steps + 1
+            started = workflow.now()
+            response = await self._call_model(offered, step)
+            sent_until = len(self._transcript.messages)
+            self._budget.record_model_call(response.usage)
+            record = StepRecord(
+                step=step,
+                model=response.model,
+                model_latency_ms=_ms_since(started),
+                usage=response.usage,
+            )
+            self._budget.step_records.append(record)
+
+            # Append BEFORE executing: if the worker dies mid-tool, the intent is on record.
+            message = _with_unique_call_ids(response.message, step)
+            self._transcript.append(message)
+            if not message.tool_calls:
+                self._budget.check_spend(workflow.now())
+                if agent_input.output_schema is None and (message.content or "").strip():
+                    return self._result(message.content or "", None)
+                self._transcript.append(
+                    UserMessage(
+                        content=_SCHEMA_NUDGE
+                        if agent_input.output_schema is not None
+                        else _EMPTY_REPLY_NUDGE
+                    )
+                )
+                continue
+
+            try:
+                self._budget.check_spend(workflow.now())
+            except AgentBudgetExceeded as exceeded:
+                self._close_pending_calls(f"Not run: the run stopped ({exceeded.message}).")
+                raise
+            answer = await self._run_tool_calls(message.tool_calls, record)
+            if answer is not None:
+                return answer
+
+    def _resolve_tools(self, agent_input: AgentInput) -> list[ToolSpec]:
+        try:
+            specs = tool_specs(agent_input.tools)
+        except KeyError as error:
+            raise AgentConfigurationError(f"the run asks for tools {error.args[0]}") from None
+        if agent_input.output_schema is not None:
+            try:
+                jsonschema.Draft202012Validator.check_schema(agent_input.output_schema)
+            except jsonschema.SchemaError as error:
+                raise AgentConfigurationError(
+                    f"output_schema is not a valid JSON schema: {error.message}"
+                ) from None
+        self._tools = {spec.name: spec for spec in specs}
+        return [*specs, self._finish_spec(agent_input)]
+
+    @staticmethod
+    def _finish_spec(agent_input: AgentInput) -> ToolSpec:
+        parameters = agent_input.output_schema or {
+            "type": "object",
+            "properties": {"answer": {"type": "string", "description": "The final answer."}},
+            "required": ["answer"],
+            "additionalProperties": False,
+        }
+        return ToolSpec(name=FINISH, description=_FINISH_DESCRIPTION, parameters=parameters)
+
+    async def _call_model(self, offered: list[ToolSpec], step: int) -> ModelResponse:
+        settings = self._input.model
+        request = ModelRequest(
+            settings=settings,
+            system=self._input.system,
+            messages=list(self._transcript.messages),
+            tools=offered,
+            step=step,
+        )
+        try:
+            return await workflow.execute_activity(
+                call_model,
+                request,
+                start_to_close_timeout=timedelta(seconds=settings.timeout_seconds),
+                schedule_to_close_timeout=self._remaining_wall_time(),
+                retry_policy=settings.retry.to_policy(FATAL_ERROR_TYPES),
+                summary=f"model {settings.model}, step {step}",
+            )
+        except ActivityError as error:
+            self._budget.check_spend(workflow.now())  # a wall-time cut says so, by name
+            cause = error.cause
+            if isinstance(cause, ApplicationError) and cause.type in FATAL_ERROR_TYPES:
+                raise _ERROR_CLASSES.get(cause.type or "", AgentProviderError)(
+                    cause.message, self._budget.details()
+                ) from None
+            raise AgentProviderError(
+                f"model call failed after its retries: {_describe_failure(cause)}",
+                self._budget.details(),
+            ) from None
+
+    def _remaining_wall_time(self) -> timedelta | None:
+        remaining = self._budget.remaining_seconds(workflow.now())
+        return None if remaining is None else timedelta(seconds=max(remaining, 0.001))
+
+    def _dispose(self, call: ToolCall) -> _Disposition:
+        """Decide what to do with a call; what the model can fix becomes a result (seed 003)."""
+        if call.name != FINISH and call.name not in self._tools:
+            available = ", ".join([*sorted(self._tools), FINISH])
+            return _Refuse(
+                f"Error: no tool named {call.name!r}. Available tools: {available}.", "error"
+            )
+        try:
+            arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+        except ValueError as error:
+            return _Refuse(
+                f"Error: the arguments for {call.name} are not valid JSON ({error}). The tool did "
+                "not run; send a JSON object that matches its schema.",
+                "error",
+            )
+        if not isinstance(arguments, dict):
+            return _Refuse(
+                f"Error: the arguments for {call.name} must be a JSON object, not "
+                f"{type(arguments).__name__}. The tool did not run.",
+                "error",
+            )
+        if call.name == FINISH:
+            return _Finish(arguments)
+        times = self._loops.record(call.name, call.arguments)
+        if self._loops.is_loop(times):
+            return _Refuse(self._loops.feedback(call.name, times), "loop_detected")
+        return _Execute(self._tools[call.name], arguments)
+
+    async def _run_tool_calls(
+        self, calls: tuple[ToolCall, ...], record: StepRecord
+    ) -> AgentResult | None:
+        """Run one response's calls and append one result per call, in call order.
+
+        Read-only calls run concurrently; a side-effecting call runs alone, after everything the
+        model asked for before it and before everything after it. One failure never cancels the
+        others. Returns the run's result when `finish` was accepted.
+        """
+        outcomes: dict[str, _Outcome] = {}
+        batch: list[tuple[ToolCall, _Execute]] = []
+        answer: AgentResult | None = None
+
+        async def run_batch() -> None:
+            done = await asyncio.gather(*(self._execute(c, e) for c, e in batch))
+            outcomes.update({c.id: o for (c, _), o in zip(batch, done, strict=True)})
+            batch.clear()
+
+        def fatal() -> str | None:
+            return next((o.fatal for o in outcomes.values() if o.fatal), None)
+
+        for call in calls:
+            if reason := fatal():
+                outcomes[call.id] = _Outcome.refused(
+                    call, f"Not run: the run is ending because {reason}", "not_run"
+                )
+                continue
+            match self._dispose(call):
+                case _Refuse(content, kind):
+                    outcomes[call.id] = _Outcome.refused(call, content, kind)
+                case _Finish(arguments):
+                    problem = self._check_answer(arguments)
+                    if problem is None:
+                        answer = self._result(_answer_text(arguments, self._input), arguments)
+                        outcomes[call.id] = _Outcome.done(call, _ANSWER_RECORDED)
+                    else:
+                        outcomes[call.id] = _Outcome.refused(call, problem, "error")
+                case _Execute(spec) as execute if spec.side_effects:
+                    await run_batch()
+                    if reason := fatal():
+                        outcomes[call.id] = _Outcome.refused(
+                            call, f"Not run: the run is ending because {reason}", "not_run"
+                        )
+                    else:
+                        outcomes[call.id] = await self._execute(call, execute)
+                case _Execute() as execute:
+                    batch.append((call, execute))
+        await run_batch()
+
+        for call in calls:
+            outcome = outcomes[call.id]
+            self._transcript.append(outcome.result)
+            record.tool_calls.append(outcome.record)
+        if reason := fatal():
+            raise AgentFatalToolError(reason, self._budget.details())
+        return answer
+
+    async def _execute(self, call: ToolCall, execute: _Execute) -> _Outcome:
+        spec = execute.spec
+        started = workflow.now()
+        try:
+            output = await workflow.execute_activity(
+                spec.name,
+                ToolActivityInput(
+                    tool_call_id=call.id,
+                    arguments=execute.arguments,
+                    max_result_chars=spec.max_result_chars,
+                ),
+                result_type=ToolActivityResult,
+                start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
+                schedule_to_close_timeout=self._remaining_wall_time(),
+                retry_policy=spec.retry.to_policy(FATAL_ERROR_TYPES),
+                summary=_call_summary(call),
+            )
+        except ActivityError as error:
+            cause = error.cause
+            latency = _ms_since(started)
+            if isinstance(cause, ApplicationError) and cause.type in FATAL_ERROR_TYPES:
+                reason = f"{spec.name} failed fatally: {cause.message}"
+                return _Outcome.refused(
+                    call, f"Error: {spec.name} failed: {cause.type}", "error", latency, reason
+                )
+            if isinstance(cause, TimeoutError):
+                content = f"Error: {spec.name} timed out (limit {spec.timeout_seconds:g} s a try)."
+            else:
+                content = f"Error: {spec.name} failed: {_failure_type(cause)}"
+            return _Outcome.refused(call, content, "error", latency)
+        return _Outcome(
+            result=ToolResult(
+                tool_call_id=call.id,
+                tool_name=call.name,
+                content=output.content,
+                is_error=output.is_error,
+            ),
+            record=ToolCallRecord(
+                id=call.id,
+                name=call.name,
+                outcome="error" if output.is_error else "ok",
+                latency_ms=_ms_since(started),
+            ),
+        )
+
+    def _check_answer(self, arguments: dict[str, Any]) -> str | None:
+        """None when `finish`'s arguments satisfy the run's schema, else what is wrong."""
+        schema = self._finish_spec(self._input).parameters
+        errors = sorted(
+            jsonschema.Draft202012Validator(schema).iter_errors(arguments),
+            key=lambda e: [str(part) for part in e.absolute_path],
+        )
+        if not errors:
+            return None
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.absolute_path) or '(answer)'}: {e.message}"
+            for e in errors[:10]
+        )
+        return (
+            f"Error: the answer does not match the required schema: {problems}. "
+            "Call finish again with corrected arguments."
+        )
+
+    def _close_pending_calls(self, content: str) -> None:
+        """Give every call still waiting a result, so the transcript stays valid to the end."""
+        for call in self._transcript.pending_calls():
+            self._transcript.append(
+                ToolResult(
+                    tool_call_id=call.id, tool_name=call.name, content=content, is_error=True
+                )
+            )
+
+    def _result(self, answer: str, output: dict[str, Any] | None) -> AgentResult:
+        return AgentResult(
+            answer=answer,
+            output=output if self._input.output_schema is not None else None,
+            steps=self._budget.steps,
+            usage=self._budget.usage,
+            step_records=self._budget.step_records,
+        )
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    result: ToolResult
+    record: ToolCallRecord
+    fatal: str | None = None
+    """Set when the call failed in a way that must end the run."""
+
+    @classmethod
+    def done(cls, call: ToolCall, content: str) -> _Outcome:
+        return cls(
+            ToolResult(tool_call_id=call.id, tool_name=call.name, content=content),
+            ToolCallRecord(id=call.id, name=call.name, outcome="ok", latency_ms=0),
+        )
+
+    @classmethod
+    def refused(
+        cls,
+        call: ToolCall,
+        content: str,
+        outcome: ToolOutcome,
+        latency_ms: int = 0,
+        fatal: str | None = None,
+    ) -> _Outcome:
+        return cls(
+            ToolResult(tool_call_id=call.id, tool_name=call.name, content=content, is_error=True),
+            ToolCallRecord(
+                id=call.id,
+                name=call.name,
+                outcome=outcome,
+                latency_ms=latency_ms,
+            ),
+            fatal,
+        )
+
+
+_ERROR_CLASSES: dict[str, type[AgentError]] = {
+    cls.__name__: cls for cls in AgentError.__subclasses__()
+}
+
+
+def _answer_text(arguments: dict[str, Any], agent_input: AgentInput) -> str:
+    if agent_input.output_schema is None:
+        return str(arguments["answer"])
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def _with_unique_call_ids(message: AssistantMessage, step: int) -> AssistantMessage:
+    """Models sometimes repeat or omit call ids; every call needs its own for its result."""
+    ids = [call.id for call in message.tool_calls]
+    if all(ids) and len(set(ids)) == len(ids):
+        return message
+    seen: set[str] = set()
+    calls = []
+    for position, call in enumerate(message.tool_calls):
+        call_id = call.id
+        if not call_id or call_id in seen:
+            call_id = f"call_{step}_{position + 1}"
+        seen.add(call_id)
+        calls.append(call.model_copy(update={"id": call_id}))
+    return message.model_copy(update={"tool_calls": tuple(calls)})
+
+
+def _call_summary(call: ToolCall) -> str:
+    summary = f"{call.name} {call.arguments}"
+    return summary if len(summary) <= 120 else summary[:117] + "..."
+
+
+def _failure_type(cause: BaseException | None) -> str:
+    if isinstance(cause, ApplicationError) and cause.type:
+        return cause.type
+    return type(cause).__name__ if cause is not None else "unknown error"
+
+
+def _describe_failure(cause: BaseException | None) -> str:
+    if isinstance(cause, ApplicationError):
+        return f"{cause.type or 'ApplicationError'}: {cause.message}"
+    return str(cause) if cause is not None else "unknown error"
+
+
+def _ms_since(started: Any) -> int:
+    return int((workflow.now() - started).total_seconds() * 1000)

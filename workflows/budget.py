@@ -1,0 +1,94 @@
+"""The run's hard stops: steps, context, total tokens and wall time. Pure and deterministic."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from workflows.errors import AgentBudgetExceeded, AgentStepLimitExceeded
+from workflows.models import FailureDetails, Limits, StepRecord, ToolSpec, Usage
+from workflows.transcript import Message
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters a token, for what no provider has counted yet."""
+    return (len(text) + 3) // 4
+
+
+def estimate_message_tokens(messages: list[Message]) -> int:
+    return estimate_tokens(json.dumps([m.model_dump(mode="json") for m in messages]))
+
+
+class Budget:
+    """What the run has spent, checked against its limits at every step boundary."""
+
+    def __init__(self, limits: Limits, started_at: datetime) -> None:
+        self.limits = limits
+        self.started_at = started_at
+        self.steps = 0
+        self.usage = Usage()
+        self.step_records: list[StepRecord] = []
+        self._last_context_tokens: int | None = None
+        """Input plus output tokens of the last call: the context the next call starts from."""
+
+    def elapsed_seconds(self, now: datetime) -> float:
+        return (now - self.started_at).total_seconds()
+
+    def remaining_seconds(self, now: datetime) -> float | None:
+        if self.limits.max_wall_seconds is None:
+            return None
+        return self.limits.max_wall_seconds - self.elapsed_seconds(now)
+
+    def context_estimate(
+        self,
+        system: str | None,
+        tools: list[ToolSpec],
+        messages: list[Message],
+        appended_since_last_call: list[Message],
+    ) -> int:
+        if self._last_context_tokens is None:
+            prefix = (system or "") + json.dumps([t.model_dump(mode="json") for t in tools])
+            return estimate_tokens(prefix) + estimate_message_tokens(messages)
+        return self._last_context_tokens + estimate_message_tokens(appended_since_last_call)
+
+    def check_before_model_call(self, now: datetime, context_tokens: int) -> None:
+        limits = self.limits
+        if self.steps >= limits.max_steps:
+            raise AgentStepLimitExceeded(
+                f"max_steps={limits.max_steps} reached: the run made {self.steps} model calls "
+                "without a final answer",
+                self.details(),
+            )
+        self.check_spend(now)
+        if limits.max_context_tokens is not None and context_tokens > limits.max_context_tokens:
+            raise AgentBudgetExceeded(
+                f"max_context_tokens={limits.max_context_tokens} exceeded: the next model call "
+                f"would send about {context_tokens} input tokens",
+                self.details(),
+            )
+
+    def check_spend(self, now: datetime) -> None:
+        """The budgets that can run out in the middle of a step: total tokens and wall time."""
+        limits = self.limits
+        total = self.usage.total_tokens
+        if limits.max_total_tokens is not None and total > limits.max_total_tokens:
+            raise AgentBudgetExceeded(
+                f"max_total_tokens={limits.max_total_tokens} exceeded: the run has used {total} "
+                f"tokens ({self.usage.input_tokens} input, {self.usage.output_tokens} output)",
+                self.details(),
+            )
+        elapsed = self.elapsed_seconds(now)
+        if limits.max_wall_seconds is not None and elapsed >= limits.max_wall_seconds:
+            raise AgentBudgetExceeded(
+                f"max_wall_seconds={limits.max_wall_seconds:g} exceeded: the run has been going "
+                f"for {elapsed:.1f} s",
+                self.details(),
+            )
+
+    def record_model_call(self, usage: Usage) -> None:
+        self.steps += 1
+        self.usage = self.usage + usage
+        self._last_context_tokens = usage.input_tokens + usage.output_tokens
+
+    def details(self) -> FailureDetails:
+        return FailureDetails(steps=self.steps, usage=self.usage, step_records=self.step_records)
