@@ -80,7 +80,8 @@ class ScriptedTurn(BaseModel):
     """One reply of the scripted model."""
 
     text: str | None = None
-    """Reply text; `{last_tool_result}` is replaced by the content of the newest tool result."""
+    """Reply text. `{last_tool_result}` is replaced by the newest tool result's content, and
+    `{last_tool_result.key}` by one key of it when it is a JSON object."""
     calls: list[ScriptedCall] = []
     expect: str | None = None
     """A text the messages since the model's previous reply must contain; the scripted model

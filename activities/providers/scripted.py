@@ -8,6 +8,7 @@ when the conversation leaves its script, saying where and how.
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 
 from temporalio import activity
@@ -46,12 +47,7 @@ async def complete(request: ModelRequest) -> ModelResponse:
             f"reply {turn_index + 1} expects the conversation to contain {turn.expect!r} since "
             f"the previous reply; it has: {since_last_reply[:500]!r}"
         )
-    text = turn.text
-    if text is not None and "{last_tool_result}" in text:
-        last_result = next(
-            (m.content for m in reversed(request.messages) if isinstance(m, ToolResult)), ""
-        )
-        text = text.replace("{last_tool_result}", last_result)
+    text = _fill_template(turn.text, request) if turn.text is not None else None
     calls = tuple(
         ToolCall(
             id=call.id or f"call_{turn_index + 1}_{position + 1}",
@@ -77,6 +73,28 @@ async def complete(request: ModelRequest) -> ModelResponse:
         model=request.settings.model,
         finish_reason="tool_calls" if calls else "stop",
     )
+
+
+_TEMPLATE = re.compile(r"\{last_tool_result(?:\.(\w+))?\}")
+
+
+def _fill_template(text: str, request: ModelRequest) -> str:
+    """`{last_tool_result}` is the newest result; `{last_tool_result.key}` a key of its JSON."""
+    last = next((m.content for m in reversed(request.messages) if isinstance(m, ToolResult)), "")
+
+    def fill(match: re.Match[str]) -> str:
+        if match.group(1) is None:
+            return last
+        try:
+            value = json.loads(last)[match.group(1)]
+        except (ValueError, KeyError, TypeError):
+            raise ScriptedModelMismatch(
+                f"the script wants {match.group(0)} but the newest tool result has no such "
+                f"key: {last[:300]!r}"
+            ) from None
+        return str(value)
+
+    return _TEMPLATE.sub(fill, text)
 
 
 def _messages_since_last_reply(request: ModelRequest) -> str:
