@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 import uuid
 from typing import Any
@@ -62,10 +63,18 @@ def parse_args(argv: list[str] | None) -> Any:
     parser.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
     parser.add_argument("--no-wait", action="store_true", help="print the workflow id and return")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument(
+        "--linger",
+        action="store_true",
+        help="self-contained only: keep the dev server and its Web UI up after the run, "
+        "until Ctrl-C, to inspect the run's history",
+    )
     args = parser.parse_args(argv)
     if not args.prompt.strip():
         parser.error("the prompt is empty")
     args.address = temporal_address(args.address)
+    if args.linger and args.address is not None:
+        parser.error("--linger is for self-contained runs; with --address the server is yours")
     if args.no_wait and args.address is None:
         parser.error(
             "--no-wait needs --address (or TEMPORAL_ADDRESS): a self-contained run "
@@ -125,7 +134,19 @@ async def run(args: Any) -> int:
     async with embedded_dev_server(ui_port=ui_port) as env:
         _say(f"embedded Temporal dev server; Web UI: http://127.0.0.1:{ui_port}")
         async with build_worker(env.client, args.task_queue):
-            return await _start_and_report(env.client, agent_input, args)
+            status = await _start_and_report(env.client, agent_input, args)
+            if args.linger:
+                _say(f"the run is in the Web UI at http://127.0.0.1:{ui_port}; Ctrl-C to stop")
+                await _wait_for_interrupt()
+            return status
+
+
+async def _wait_for_interrupt() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
 
 
 async def _start_and_report(client: Client, agent_input: AgentInput, args: Any) -> int:

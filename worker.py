@@ -100,6 +100,7 @@ async def embedded_dev_server(
             ui=ui_port is not None,
             ui_port=ui_port,
             dev_server_extra_args=list(extra_args),
+            dev_server_log_level="error",
         )
     finally:
         os.dup2(saved_stdout, 1)
