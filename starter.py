@@ -126,7 +126,10 @@ async def run(args: Any) -> int:
         try:
             client = await connect(args.address, args.namespace)
         except RuntimeError as error:
-            _say(f"cannot connect to Temporal at {args.address}: {error}")
+            message = f"cannot connect to Temporal at {args.address}: {error}"
+            _say(message)
+            if args.json:
+                _print_json(None, "failed", error={"type": "ConnectionError", "message": message})
             return 1
         return await _start_and_report(client, agent_input, args)
 
@@ -144,9 +147,14 @@ async def run(args: Any) -> int:
 async def _wait_for_interrupt() -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for signum in signals:
         loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
+    try:
+        await stop.wait()
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
 
 
 async def _start_and_report(client: Client, agent_input: AgentInput, args: Any) -> int:
@@ -156,7 +164,10 @@ async def _start_and_report(client: Client, agent_input: AgentInput, args: Any) 
             AgentWorkflow.run, agent_input, id=workflow_id, task_queue=args.task_queue
         )
     except RPCError as error:
-        _say(f"could not start the run: {error}")
+        message = f"could not start the run: {error}"
+        _say(message)
+        if args.json:
+            _print_json(workflow_id, "failed", error={"type": "StartError", "message": message})
         return 1
     if args.no_wait:
         if args.json:
@@ -243,7 +254,7 @@ def _failure_details(cause: BaseException | None) -> dict[str, Any]:
 
 
 def _print_json(
-    workflow_id: str,
+    workflow_id: str | None,
     status: str,
     *,
     result: AgentResult | None = None,

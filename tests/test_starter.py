@@ -1,0 +1,160 @@
+"""The starter CLI: self-contained runs in a subprocess, bad command lines, and runs against the
+session's dev server through --address."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+import starter
+from worker import build_worker, free_port
+from workflows.agent import AgentWorkflow
+
+REPO = Path(__file__).resolve().parent.parent
+PROMPT = "Where is my latest order? My email is a@b.com."
+
+
+def run_cli(*args: str, db: Path) -> tuple[int, dict[str, Any], str]:
+    """A self-contained run in a child process: returns (exit code, the JSON, stderr)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TEMPORAL_ADDRESS", "OPENAI_API_KEY")}
+    env["AGENT_DEMO_DB"] = str(db)
+    done = subprocess.run(
+        [sys.executable, "starter.py", PROMPT, *args, "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.returncode, json.loads(done.stdout), done.stderr
+
+
+def step_lines(stderr: str) -> list[str]:
+    return [line.split(":")[0] for line in stderr.splitlines() if line.startswith("step ")]
+
+
+def test_self_contained_run_completes(tmp_path: Path) -> None:
+    code, out, stderr = run_cli(db=tmp_path / "demo.db")
+
+    assert code == 0, stderr
+    assert out["status"] == "completed" and out["error"] is None
+    assert out["steps"] == 3
+    assert "1042" in out["answer"] and "14:20" in out["answer"]
+    assert out["usage"]["input_tokens"] > 0
+    assert out["workflow_id"].startswith("agent-")
+    assert step_lines(stderr) == ["step 1", "step 2", "step 3"]
+    assert "Web UI: http://127.0.0.1:" in stderr
+
+
+def test_self_contained_run_over_the_step_limit_fails(tmp_path: Path) -> None:
+    code, out, stderr = run_cli("--max-steps", "2", db=tmp_path / "demo.db")
+
+    assert code == 1, stderr
+    assert out["status"] == "failed" and out["answer"] is None
+    assert out["error"]["type"] == "AgentStepLimitExceeded"
+    assert out["steps"] == 2
+    assert out["usage"]["input_tokens"] > 0
+    # The steps come from the failure's details; the reason is on stderr.
+    assert step_lines(stderr) == ["step 1", "step 2"]
+    assert "failed: AgentStepLimitExceeded: max_steps=2" in stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["hi", "--max-steps", "0"],
+        ["hi", "--max-steps", "abc"],
+        ["hi", "--provider", "nope"],
+        ["hi", "--no-wait"],
+        ["   "],
+    ],
+    ids=["no-prompt", "zero-steps", "steps-not-int", "bad-provider", "no-wait-alone", "empty"],
+)
+def test_bad_command_line_exits_2_with_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TEMPORAL_ADDRESS", raising=False)
+
+    assert starter.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("starter.py: error:"), err
+
+
+def server_args(env: WorkflowEnvironment, task_queue: str, *extra: str) -> Any:
+    """Arguments for a run against the session's dev server, served by the test's worker."""
+    address = env.client.service_client.config.target_host
+    return starter.parse_args([PROMPT, "--address", address, "--task-queue", task_queue, *extra])
+
+
+async def test_run_against_a_server_reports_json(
+    temporal_env: WorkflowEnvironment, task_queue: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = server_args(temporal_env, task_queue, "--json")
+    async with build_worker(temporal_env.client, task_queue):
+        code = await starter.run(args)
+
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["status"] == "completed" and result["steps"] == 3
+    assert "14:20" in result["answer"]
+    assert step_lines(err) == ["step 1", "step 2", "step 3"]
+    assert "Web UI" not in err  # no embedded server when given an address
+
+
+async def test_run_against_a_server_prints_only_the_answer_on_stdout(
+    temporal_env: WorkflowEnvironment, task_queue: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = server_args(temporal_env, task_queue)
+    async with build_worker(temporal_env.client, task_queue):
+        code = await starter.run(args)
+
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.count("\n") == 1 and "14:20" in out
+    assert "3 steps" in err
+
+
+async def test_no_wait_returns_a_running_workflow_id(
+    temporal_env: WorkflowEnvironment, task_queue: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = server_args(temporal_env, task_queue, "--no-wait", "--json")
+    # No worker yet: --no-wait must not wait for the run.
+    assert await asyncio.wait_for(starter.run(args), timeout=10) == 0
+    started = json.loads(capsys.readouterr().out)
+    assert started["status"] == "running" and started["steps"] == 0
+
+    handle = temporal_env.client.get_workflow_handle_for(AgentWorkflow.run, started["workflow_id"])
+    async with build_worker(temporal_env.client, task_queue):
+        result = await handle.result()
+    assert result.steps == 3 and "14:20" in result.answer
+
+
+async def test_closed_port_cannot_connect(capsys: pytest.CaptureFixture[str]) -> None:
+    args = starter.parse_args(["hi", "--address", f"127.0.0.1:{free_port()}"])
+
+    assert await starter.run(args) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    failures = [line for line in err.splitlines() if "cannot connect" in line]
+    assert len(failures) == 1 and err.splitlines()[-1] == failures[0], err
+    assert failures[0].startswith(f"cannot connect to Temporal at {args.address}: ")
+
+
+async def test_closed_port_still_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
+    args = starter.parse_args(["hi", "--address", f"127.0.0.1:{free_port()}", "--json"])
+
+    assert await starter.run(args) == 1
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["status"] == "failed" and printed["workflow_id"] is None
+    assert printed["error"]["type"] == "ConnectionError"
