@@ -24,6 +24,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
 from worker import (
     CommandLineError,
     OneLineArgumentParser,
@@ -44,7 +45,8 @@ from workflows.models import (
     Usage,
 )
 
-DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
+DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-5"}
+KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 PROGRESS_POLL_SECONDS = 0.25
 
 
@@ -53,11 +55,20 @@ def parse_args(argv: list[str] | None) -> Any:
     parser.add_argument("prompt", help="what the agent should do")
     parser.add_argument(
         "--provider",
-        choices=["scripted", "openai"],
-        help="default: openai when OPENAI_API_KEY is set, else the scripted offline demo",
+        choices=["scripted", "openai", "anthropic"],
+        help="default: the provider whose key is set (OPENAI_API_KEY first, then "
+        "ANTHROPIC_API_KEY), else the scripted offline demo",
     )
-    parser.add_argument("--model", help=f"model name (openai default: {DEFAULT_OPENAI_MODEL})")
+    parser.add_argument(
+        "--model",
+        help="model name (defaults: "
+        + ", ".join(f"{p} {m}" for p, m in DEFAULT_MODELS.items())
+        + ")",
+    )
     parser.add_argument("--max-steps", type=_positive_int, default=Limits().max_steps)
+    parser.add_argument(
+        "--max-cost-usd", type=_positive_float, help="fail the run once it has cost more"
+    )
     parser.add_argument("--address", help="Temporal frontend; without it the run is self-contained")
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
@@ -80,7 +91,9 @@ def parse_args(argv: list[str] | None) -> Any:
             "--no-wait needs --address (or TEMPORAL_ADDRESS): a self-contained run "
             "stops its server when it returns"
         )
-    args.provider = args.provider or ("openai" if os.environ.get("OPENAI_API_KEY") else "scripted")
+    args.provider = args.provider or next(
+        (p for p, variable in KEY_VARIABLES.items() if os.environ.get(variable)), "scripted"
+    )
     return args
 
 
@@ -97,21 +110,30 @@ def _positive_int(text: str) -> int:
 _positive_int.__name__ = "positive integer"
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError(f"not a positive number: {text!r}")
+    return value
+
+
+_positive_float.__name__ = "positive number"
+
+
 def build_input(args: Any) -> AgentInput:
     if args.provider == "scripted":
-        from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
-
         model = ModelSettings(
             provider="scripted", model=args.model or "scripted-demo", script=support_demo_script()
         )
-        system = SUPPORT_DEMO_SYSTEM
     else:
-        model = ModelSettings(provider="openai", model=args.model or DEFAULT_OPENAI_MODEL)
-        from activities.demo_script import SUPPORT_DEMO_SYSTEM
-
-        system = SUPPORT_DEMO_SYSTEM
+        model = ModelSettings(
+            provider=args.provider, model=args.model or DEFAULT_MODELS[args.provider]
+        )
     return AgentInput(
-        prompt=args.prompt, system=system, model=model, limits=Limits(max_steps=args.max_steps)
+        prompt=args.prompt,
+        system=SUPPORT_DEMO_SYSTEM,
+        model=model,
+        limits=Limits(max_steps=args.max_steps, max_cost_usd=args.max_cost_usd),
     )
 
 
@@ -120,7 +142,7 @@ async def run(args: Any) -> int:
     if args.provider == "scripted" and not args.json:
         _say(
             "scripted model: it replays the seeds' support conversation whatever the prompt; "
-            "set OPENAI_API_KEY (or --provider openai) for a real model"
+            "set OPENAI_API_KEY or ANTHROPIC_API_KEY for a real model"
         )
     if args.address is not None:
         try:
@@ -190,10 +212,7 @@ async def _start_and_report(client: Client, agent_input: AgentInput, args: Any) 
         _print_json(workflow_id, "completed", result=result)
     else:
         print(result.answer)
-        _say(
-            f"{result.steps} steps, {result.usage.input_tokens} input and "
-            f"{result.usage.output_tokens} output tokens"
-        )
+        _say(f"{result.steps} steps, {_usage_text(result.usage)}")
     return 0
 
 
@@ -219,9 +238,15 @@ def _print_steps(records: list[StepRecord], since: int) -> None:
     for record in records[since:]:
         tools = ", ".join(f"{c.name} {c.latency_ms} ms ({c.outcome})" for c in record.tool_calls)
         _say(
-            f"step {record.step}: model {record.model_latency_ms} ms"
+            f"step {record.step}: model {record.model_latency_ms} ms, {_usage_text(record.usage)}"
             + (f"; tools: {tools}" if tools else "; answered")
         )
+
+
+def _usage_text(usage: Usage) -> str:
+    cached = f" ({usage.cached_input_tokens} cached)" if usage.cached_input_tokens else ""
+    cost = "" if usage.cost_usd is None else f", ${usage.cost_usd:.4f}"
+    return f"{usage.input_tokens} in{cached} / {usage.output_tokens} out{cost}"
 
 
 def _report_failure(workflow_id: str, failure: WorkflowFailureError, args: Any) -> int:

@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 
 from temporalio import activity
 
+from activities import pricing
 from activities.providers import openai_provider, scripted
 from workflows.errors import AgentConfigurationError
 from workflows.models import ModelRequest, ModelResponse
@@ -20,8 +21,16 @@ PROVIDERS: dict[str, Provider] = {
 
 @activity.defn(name="call_model")
 async def call_model(request: ModelRequest) -> ModelResponse:
-    """Make one model call. Errors a retry can fix are raised retryable; the rest end the run."""
-    provider = PROVIDERS.get(request.settings.provider)
+    """Make one model call. Errors a retry can fix are raised retryable; the rest end the run.
+
+    The call's cost is priced here, from the run's own price or the price table, so that the
+    workflow only ever adds up figures recorded in its history.
+    """
+    settings = request.settings
+    provider = PROVIDERS.get(settings.provider)
     if provider is None:
-        raise AgentConfigurationError(f"unknown model provider {request.settings.provider!r}")
-    return await provider(request)
+        raise AgentConfigurationError(f"unknown model provider {settings.provider!r}")
+    response = await provider(request)
+    price = settings.price or pricing.price_for(response.model) or pricing.price_for(settings.model)
+    usage = response.usage.model_copy(update={"cost_usd": pricing.cost_usd(response.usage, price)})
+    return response.model_copy(update={"usage": usage})

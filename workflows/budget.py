@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from workflows.errors import AgentBudgetExceeded, AgentStepLimitExceeded
+from workflows.errors import (
+    AgentBudgetExceeded,
+    AgentConfigurationError,
+    AgentStepLimitExceeded,
+)
 from workflows.models import FailureDetails, Limits, StepRecord, ToolSpec, Usage
 from workflows.transcript import Message
 
@@ -68,7 +72,7 @@ class Budget:
             )
 
     def check_spend(self, now: datetime) -> None:
-        """The budgets that can run out in the middle of a step: total tokens and wall time."""
+        """The budgets that can run out in the middle of a step: tokens, cost and wall time."""
         limits = self.limits
         total = self.usage.total_tokens
         if limits.max_total_tokens is not None and total > limits.max_total_tokens:
@@ -77,6 +81,20 @@ class Budget:
                 f"tokens ({self.usage.input_tokens} input, {self.usage.output_tokens} output)",
                 self.details(),
             )
+        if limits.max_cost_usd is not None:
+            if self.usage.cost_usd is None:
+                raise AgentConfigurationError(
+                    f"max_cost_usd={limits.max_cost_usd:g} cannot be enforced: a model call of "
+                    "this run has no price (set ModelSettings.price, or add the model to the file "
+                    "named by $AGENT_PRICES)",
+                    self.details(),
+                )
+            if self.usage.cost_usd > limits.max_cost_usd:
+                raise AgentBudgetExceeded(
+                    f"max_cost_usd={limits.max_cost_usd:g} exceeded: the run has cost "
+                    f"${self.usage.cost_usd:.6f}",
+                    self.details(),
+                )
         elapsed = self.elapsed_seconds(now)
         if limits.max_wall_seconds is not None and elapsed >= limits.max_wall_seconds:
             raise AgentBudgetExceeded(

@@ -52,20 +52,46 @@ class ToolSpec(BaseModel):
 
 
 class Usage(BaseModel):
+    """Tokens as the provider reported them, in one neutral shape for every provider."""
+
     input_tokens: int = 0
+    """Every input token of the call, those read from or written to a cache included."""
     output_tokens: int = 0
     cached_input_tokens: int = 0
+    """Input tokens read from the provider's prompt cache."""
+    cache_write_tokens: int = 0
+    """Input tokens written to the prompt cache (Anthropic bills them above the input rate)."""
+    cost_usd: float | None = 0.0
+    """None when a call's model has no price: an unknown cost is not a zero cost."""
 
     def __add__(self, other: Usage) -> Usage:
+        cost = (
+            None
+            if self.cost_usd is None or other.cost_usd is None
+            else round(self.cost_usd + other.cost_usd, 10)
+        )
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            cost_usd=cost,
         )
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+
+class Price(BaseModel):
+    """US dollars per million tokens."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input: float
+    cached_input: float
+    cache_write: float = 0.0
+    output: float
 
 
 class ScriptedCall(BaseModel):
@@ -90,8 +116,11 @@ class ScriptedTurn(BaseModel):
     """Reported usage; by default input is estimated from the request and output from the reply."""
 
 
+Provider = Literal["scripted", "openai", "anthropic"]
+
+
 class ModelSettings(BaseModel):
-    provider: Literal["scripted", "openai"] = "scripted"
+    provider: Provider = "scripted"
     model: str = "scripted-demo"
     script: list[ScriptedTurn] = []
     """The scripted provider's conversation (ignored by real providers)."""
@@ -99,6 +128,9 @@ class ModelSettings(BaseModel):
     retry: RetrySettings = RetrySettings(maximum_attempts=5)
     temperature: float | None = None
     max_output_tokens: int | None = None
+    """Required by Anthropic; defaults to 4096 there."""
+    price: Price | None = None
+    """Overrides the price table for this run's model."""
 
 
 class Limits(BaseModel):
@@ -112,6 +144,8 @@ class Limits(BaseModel):
     max_total_tokens: int | None = None
     """Input plus output tokens, summed over the run."""
     max_wall_seconds: float | None = None
+    max_cost_usd: float | None = None
+    """Summed over the run; a run whose model has no price cannot be held to it, and fails."""
 
 
 class AgentInput(BaseModel):

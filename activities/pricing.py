@@ -1,0 +1,79 @@
+"""What a model call costs: a price table per model, shipped and overridable.
+
+Prices are US dollars per million tokens. The shipped table holds list prices for common models
+as of PRICES_AS_OF; a provider's price change, or a negotiated rate, goes in a JSON file named by
+$AGENT_PRICES (`{"model": {"input": 2.5, "cached_input": 1.25, "cache_write": 0, "output": 10}}`)
+or in a run's `ModelSettings.price`. Models are matched by exact name, else by the longest known
+name their own starts with ("gpt-4o-mini-2024-07-18" is priced as "gpt-4o-mini").
+
+Cost is computed in the model activity, where reading the file is allowed; the workflow only adds
+up the figures the activities returned, so budgets stay deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cache
+from pathlib import Path
+
+from workflows.models import Price, Usage
+
+PRICES_AS_OF = "2026-11"
+
+_p = Price
+SHIPPED_PRICES: dict[str, Price] = {
+    # OpenAI: cached input is billed at the cached rate; there is no cache-write charge.
+    "gpt-5": _p(input=1.25, cached_input=0.125, output=10.0),
+    "gpt-5-mini": _p(input=0.25, cached_input=0.025, output=2.0),
+    "gpt-5-nano": _p(input=0.05, cached_input=0.005, output=0.40),
+    "gpt-4.1": _p(input=2.0, cached_input=0.50, output=8.0),
+    "gpt-4.1-mini": _p(input=0.40, cached_input=0.10, output=1.60),
+    "gpt-4.1-nano": _p(input=0.10, cached_input=0.025, output=0.40),
+    "gpt-4o": _p(input=2.50, cached_input=1.25, output=10.0),
+    "gpt-4o-mini": _p(input=0.15, cached_input=0.075, output=0.60),
+    "o3": _p(input=2.0, cached_input=0.50, output=8.0),
+    "o4-mini": _p(input=1.10, cached_input=0.275, output=4.40),
+    # Anthropic: cache reads at 0.1x input, 5-minute cache writes at 1.25x input.
+    "claude-opus-4-5": _p(input=5.0, cached_input=0.50, cache_write=6.25, output=25.0),
+    "claude-opus-4-1": _p(input=15.0, cached_input=1.50, cache_write=18.75, output=75.0),
+    "claude-opus-4": _p(input=15.0, cached_input=1.50, cache_write=18.75, output=75.0),
+    "claude-sonnet-4-5": _p(input=3.0, cached_input=0.30, cache_write=3.75, output=15.0),
+    "claude-sonnet-4": _p(input=3.0, cached_input=0.30, cache_write=3.75, output=15.0),
+    "claude-haiku-4-5": _p(input=1.0, cached_input=0.10, cache_write=1.25, output=5.0),
+    "claude-3-5-haiku": _p(input=0.80, cached_input=0.08, cache_write=1.0, output=4.0),
+}
+
+
+@cache
+def _configured_prices(path: str) -> dict[str, Price]:
+    raw = json.loads(Path(path).read_text())
+    return {model: Price.model_validate(price) for model, price in raw.items()}
+
+
+def price_table() -> dict[str, Price]:
+    """The shipped prices, with those of $AGENT_PRICES (if set) taking precedence."""
+    path = os.environ.get("AGENT_PRICES")
+    return {**SHIPPED_PRICES, **(_configured_prices(path) if path else {})}
+
+
+def price_for(model: str, table: dict[str, Price] | None = None) -> Price | None:
+    table = price_table() if table is None else table
+    if model in table:
+        return table[model]
+    matches = [name for name in table if model.startswith(name)]
+    return table[max(matches, key=len)] if matches else None
+
+
+def cost_usd(usage: Usage, price: Price | None) -> float | None:
+    """The cost of one call; None when the model has no price."""
+    if price is None:
+        return None
+    uncached = max(usage.input_tokens - usage.cached_input_tokens - usage.cache_write_tokens, 0)
+    total = (
+        uncached * price.input
+        + usage.cached_input_tokens * price.cached_input
+        + usage.cache_write_tokens * price.cache_write
+        + usage.output_tokens * price.output
+    )
+    return round(total / 1_000_000, 10)

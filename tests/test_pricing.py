@@ -1,0 +1,90 @@
+"""Prices, costs and the cost budget."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from activities import pricing
+from tests.helpers import call, run_agent, scripted_input, turn
+from workflows.models import AgentInput, Limits, Price, Usage
+
+SONNET = pricing.SHIPPED_PRICES["claude-sonnet-4-5"]
+
+
+def test_cost_bills_each_kind_of_token_at_its_rate() -> None:
+    usage = Usage(
+        input_tokens=10_000, cached_input_tokens=6_000, cache_write_tokens=1_000, output_tokens=500
+    )
+    expected = (3_000 * 3.0 + 6_000 * 0.30 + 1_000 * 3.75 + 500 * 15.0) / 1_000_000
+    assert pricing.cost_usd(usage, SONNET) == pytest.approx(expected)
+    assert pricing.cost_usd(usage, None) is None
+
+
+def test_dated_model_names_take_the_longest_known_prefix() -> None:
+    assert pricing.price_for("gpt-4o-mini-2024-07-18") == pricing.SHIPPED_PRICES["gpt-4o-mini"]
+    assert pricing.price_for("gpt-4o-2024-11-20") == pricing.SHIPPED_PRICES["gpt-4o"]
+    assert pricing.price_for("claude-sonnet-4-5-20250929") == SONNET
+    assert pricing.price_for("my-local-llama") is None
+
+
+def test_a_price_file_overrides_the_shipped_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prices = tmp_path / "prices.json"
+    prices.write_text(
+        json.dumps(
+            {
+                "gpt-4o": {"input": 1.0, "cached_input": 0.5, "output": 2.0},
+                "my-local-llama": {"input": 0.0, "cached_input": 0.0, "output": 0.0},
+            }
+        )
+    )
+    monkeypatch.setenv("AGENT_PRICES", str(prices))
+    assert pricing.price_for("gpt-4o") == Price(input=1.0, cached_input=0.5, output=2.0)
+    assert pricing.price_for("my-local-llama") is not None
+    assert pricing.price_for("gpt-4o-mini") == pricing.SHIPPED_PRICES["gpt-4o-mini"]
+
+
+def test_usage_with_an_unknown_cost_stays_unknown() -> None:
+    priced = Usage(input_tokens=1, cost_usd=0.5)
+    assert (priced + priced).cost_usd == 1.0
+    assert (priced + Usage(input_tokens=1, cost_usd=None)).cost_usd is None
+
+
+def _priced_input(limit: float | None, script_len: int = 5) -> AgentInput:
+    agent_input = scripted_input(
+        [
+            turn(call("count_me", key=f"cost{limit}-{i}"), usage=Usage(input_tokens=1_000_000))
+            for i in range(script_len)
+        ],
+        tools=["count_me"],
+        limits=Limits(max_cost_usd=limit),
+    )
+    agent_input.model = agent_input.model.model_copy(
+        update={"price": Price(input=1.0, cached_input=0.1, output=4.0)}
+    )
+    return agent_input
+
+
+async def test_cost_per_step_and_the_cost_budget(client: Client, task_queue: str) -> None:
+    run = await run_agent(client, task_queue, _priced_input(2.5))
+
+    # $1 a call: the third call takes the run to $3, past $2.50, before its tool runs.
+    assert run.failure.type == "AgentBudgetExceeded"
+    assert "max_cost_usd=2.5 exceeded: the run has cost $3.000000" in run.failure.message
+    details = run.failure.details[0]
+    assert details["usage"]["cost_usd"] == 3.0
+    assert [r["usage"]["cost_usd"] for r in details["step_records"]] == [1.0, 1.0, 1.0]
+
+
+async def test_a_cost_budget_needs_a_price(client: Client, task_queue: str) -> None:
+    # The scripted model has no price, so its cost is unknown, not zero.
+    agent_input = scripted_input([turn(text="hi")], limits=Limits(max_cost_usd=1.0))
+    run = await run_agent(client, task_queue, agent_input)
+
+    assert run.failure.type == "AgentConfigurationError"
+    assert "max_cost_usd=1 cannot be enforced" in run.failure.message
