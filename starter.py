@@ -18,8 +18,11 @@ import os
 import signal
 import sys
 import uuid
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
@@ -39,12 +42,16 @@ from workflows.models import (
     DEFAULT_TASK_QUEUE,
     AgentInput,
     AgentResult,
+    CompensationRecord,
+    FailureDetails,
     Limits,
     ModelSettings,
+    ScriptedTurn,
     StepRecord,
     Usage,
 )
 
+SCRIPT_ADAPTER = TypeAdapter(list[ScriptedTurn])
 DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-5"}
 KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 PROGRESS_POLL_SECONDS = 0.25
@@ -64,6 +71,12 @@ def parse_args(argv: list[str] | None) -> Any:
         help="model name (defaults: "
         + ", ".join(f"{p} {m}" for p, m in DEFAULT_MODELS.items())
         + ")",
+    )
+    parser.add_argument(
+        "--script",
+        type=Path,
+        help="scripted provider: play this conversation (a JSON list of ScriptedTurn objects) "
+        "instead of the built-in support demo",
     )
     parser.add_argument("--max-steps", type=_positive_int, default=Limits().max_steps)
     parser.add_argument(
@@ -94,6 +107,13 @@ def parse_args(argv: list[str] | None) -> Any:
     args.provider = args.provider or next(
         (p for p, variable in KEY_VARIABLES.items() if os.environ.get(variable)), "scripted"
     )
+    if args.script is not None:
+        if args.provider != "scripted":
+            parser.error("--script is for the scripted provider")
+        try:
+            args.script = SCRIPT_ADAPTER.validate_json(args.script.read_bytes())
+        except (OSError, ValueError) as error:
+            parser.error(f"--script {args.script}: {str(error).splitlines()[0]}")
     return args
 
 
@@ -123,7 +143,9 @@ _positive_float.__name__ = "positive number"
 def build_input(args: Any) -> AgentInput:
     if args.provider == "scripted":
         model = ModelSettings(
-            provider="scripted", model=args.model or "scripted-demo", script=support_demo_script()
+            provider="scripted",
+            model=args.model or "scripted-demo",
+            script=args.script if args.script is not None else support_demo_script(),
         )
     else:
         model = ModelSettings(
@@ -139,7 +161,7 @@ def build_input(args: Any) -> AgentInput:
 
 async def run(args: Any) -> int:
     agent_input = build_input(args)
-    if args.provider == "scripted" and not args.json:
+    if args.provider == "scripted" and args.script is None and not args.json:
         _say(
             "scripted model: it replays the seeds' support conversation whatever the prompt; "
             "set OPENAI_API_KEY or ANTHROPIC_API_KEY for a real model"
@@ -254,28 +276,26 @@ def _report_failure(workflow_id: str, failure: WorkflowFailureError, args: Any) 
     error_type = getattr(cause, "type", None) or type(cause).__name__
     message = getattr(cause, "message", None) or str(cause)
     details = _failure_details(cause)
-    _print_steps(
-        [StepRecord.model_validate(r) for r in details.get("step_records", [])],
-        since=_printed_steps.get(workflow_id, 0),
-    )
+    _print_steps(details.step_records, since=_printed_steps.get(workflow_id, 0))
     _say(f"run {workflow_id} failed: {error_type}: {message}")
     if args.json:
         _print_json(
             workflow_id,
             "failed",
-            steps=details.get("steps", 0),
-            usage=Usage.model_validate(details.get("usage", {})),
+            steps=details.steps,
+            usage=details.usage,
             error={"type": error_type, "message": message},
+            compensations=details.compensations,
         )
     return 1
 
 
-def _failure_details(cause: BaseException | None) -> dict[str, Any]:
+def _failure_details(cause: BaseException | None) -> FailureDetails:
     if isinstance(cause, ApplicationError) and cause.details:
         first = cause.details[0]
         if isinstance(first, dict):
-            return first
-    return {}
+            return FailureDetails.model_validate(first)
+    return FailureDetails(steps=0, usage=Usage())
 
 
 def _print_json(
@@ -286,7 +306,10 @@ def _print_json(
     steps: int = 0,
     usage: Usage | None = None,
     error: dict[str, str] | None = None,
+    compensations: Sequence[CompensationRecord] = (),
 ) -> None:
+    """One JSON object on stdout. `compensations` lists the undos that ran, in their order;
+    `not_undone` the side effects that have no compensation."""
     usage = result.usage if result is not None else usage or Usage()
     print(
         json.dumps(
@@ -297,6 +320,16 @@ def _print_json(
                 "steps": result.steps if result is not None else steps,
                 "usage": usage.model_dump(),
                 "error": error,
+                "compensations": [
+                    {"tool": c.tool, "tool_call_id": c.tool_call_id, "status": c.status}
+                    for c in compensations
+                    if c.status != "not_undone"
+                ],
+                "not_undone": [
+                    {"tool": c.tool, "tool_call_id": c.tool_call_id}
+                    for c in compensations
+                    if c.status == "not_undone"
+                ],
             }
         )
     )

@@ -14,10 +14,11 @@ Timestamps are stored as ISO-8601 UTC strings (`2026-11-28T14:20:00Z`), money as
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,7 +26,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from activities.tools import tool
+from activities.tools import current_call, tool
+from workflows.models import CompensationInput
 
 DB_PATH_ENV = "AGENT_DEMO_DB"
 DEFAULT_DB_PATH = Path(".agent-demo") / "demo.db"
@@ -87,7 +89,16 @@ _SCHEMA = (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         order_id INTEGER NOT NULL REFERENCES orders (id),
         amount_cents INTEGER NOT NULL CHECK (amount_cents > 0),
-        created_at TEXT NOT NULL
+        created_at TEXT NOT NULL,
+        reversed_at TEXT
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS applied_calls (
+        idempotency_key TEXT PRIMARY KEY,
+        tool TEXT NOT NULL,
+        result TEXT NOT NULL,
+        applied_at TEXT NOT NULL
     )
     """,
     """
@@ -357,7 +368,9 @@ def _customer_not_found(email: str) -> dict[str, Any]:
 
 def _refunded_cents(connection: sqlite3.Connection, order_id: int) -> int:
     row = connection.execute(
-        "SELECT COALESCE(SUM(amount_cents), 0) FROM refunds WHERE order_id = ?", (order_id,)
+        "SELECT COALESCE(SUM(amount_cents), 0) FROM refunds"
+        " WHERE order_id = ? AND reversed_at IS NULL",
+        (order_id,),
     ).fetchone()
     return int(row[0])
 
@@ -556,9 +569,135 @@ def get_customer(email: EmailArgument) -> dict[str, Any]:
 
 
 # --- side-effecting tools -----------------------------------------------------------------------
+#
+# Each applies its effect at most once per call: the effect and the call's idempotency key are
+# written in one transaction, and a retry of the same call (by Temporal, or after a worker died
+# between the commit and the activity's completion) finds the key and returns the first result.
+# Each has a compensation that undoes it when a run ends without an answer.
 
 
-@tool(side_effects=True)
+def _apply_once(
+    tool_name: str, effect: Callable[[sqlite3.Connection], dict[str, Any]]
+) -> dict[str, Any]:
+    call = current_call()
+    key = call.idempotency_key if call is not None else None
+    with connect() as connection, _write_transaction(connection):
+        if key is not None:
+            done = connection.execute(
+                "SELECT result FROM applied_calls WHERE idempotency_key = ?", (key,)
+            ).fetchone()
+            if done is not None:
+                return dict(json.loads(done["result"]))
+        result = effect(connection)
+        if key is not None:
+            connection.execute(
+                "INSERT INTO applied_calls (idempotency_key, tool, result, applied_at)"
+                " VALUES (?, ?, ?, ?)",
+                (key, tool_name, json.dumps(result), _iso(_now())),
+            )
+    return result
+
+
+def applied_calls(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """Every side effect applied through a tool call, oldest first: key, tool and result."""
+    with connect(path) as connection:
+        rows = connection.execute(
+            "SELECT idempotency_key, tool, result FROM applied_calls ORDER BY rowid"
+        ).fetchall()
+    return [
+        {
+            "idempotency_key": r["idempotency_key"],
+            "tool": r["tool"],
+            "result": json.loads(r["result"]),
+        }
+        for r in rows
+    ]
+
+
+def reinstate_order(undo: CompensationInput) -> dict[str, Any]:
+    """Undo cancel_order: the order gets back the status it had before the cancellation."""
+    result = undo.result or {}
+    if not result.get("cancelled"):
+        return {"reinstated": False, "message": "the call cancelled nothing; nothing to undo"}
+    order_id, previous = result["order_id"], result["previous_status"]
+
+    def reinstate(connection: sqlite3.Connection) -> dict[str, Any]:
+        connection.execute(
+            "UPDATE orders SET status = ?, cancelled_at = NULL, cancel_reason = NULL"
+            " WHERE id = ? AND status = 'cancelled'",
+            (previous, order_id),
+        )
+        if previous == "shipped":
+            connection.execute(
+                "UPDATE tracking SET last_event = 'Cancellation withdrawn; delivery continues'"
+                " WHERE order_id = ?",
+                (order_id,),
+            )
+        return {"reinstated": True, "order_id": order_id, "status": previous}
+
+    return _apply_undo(undo, reinstate)
+
+
+def reverse_refund(undo: CompensationInput) -> dict[str, Any]:
+    """Undo issue_refund: the refund is marked reversed and no longer counts as paid back."""
+    result = undo.result or {}
+    if not result.get("refunded"):
+        return {"reversed": False, "message": "the call refunded nothing; nothing to undo"}
+    refund_id = result["refund_id"]
+
+    def reverse(connection: sqlite3.Connection) -> dict[str, Any]:
+        connection.execute(
+            "UPDATE refunds SET reversed_at = ? WHERE id = ? AND reversed_at IS NULL",
+            (_iso(_now()), refund_id),
+        )
+        return {"reversed": True, "refund_id": refund_id}
+
+    return _apply_undo(undo, reverse)
+
+
+def send_correction(undo: CompensationInput) -> dict[str, Any]:
+    """Follow up send_email: an email cannot be unsent, so a correction goes to the same address."""
+    result = undo.result or {}
+    if not result.get("sent"):
+        return {"corrected": False, "message": "no email was sent; nothing to correct"}
+    to, subject = result["to"], result["subject"]
+    body = (
+        f'Please disregard our earlier email "{subject}". It was sent by an automated assistant '
+        "whose task did not complete, so what it said may not have happened. An email cannot be "
+        "unsent; this correction follows it instead. We will be in touch if anything is needed."
+    )
+
+    def correct(connection: sqlite3.Connection) -> dict[str, Any]:
+        cursor = connection.execute(
+            "INSERT INTO outbox (to_address, subject, body, created_at) VALUES (?, ?, ?, ?)",
+            (to, f"Correction: {subject}", body, _iso(_now())),
+        )
+        return {"corrected": True, "outbox_id": cursor.lastrowid, "to": to}
+
+    return _apply_undo(undo, correct)
+
+
+def _apply_undo(
+    undo: CompensationInput, effect: Callable[[sqlite3.Connection], dict[str, Any]]
+) -> dict[str, Any]:
+    """Undo once: keyed by the original call's key, so a retried compensation changes nothing."""
+    key = f"{undo.idempotency_key}#undo"
+    with connect() as connection, _write_transaction(connection):
+        done = connection.execute(
+            "SELECT result FROM applied_calls WHERE idempotency_key = ?", (key,)
+        ).fetchone()
+        if done is not None:
+            return dict(json.loads(done["result"]))
+        result = effect(connection)
+        connection.execute(
+            "INSERT INTO applied_calls (idempotency_key, tool, result, applied_at)"
+            " VALUES (?, ?, ?, ?)",
+            (key, f"undo {undo.tool}", json.dumps(result), _iso(_now())),
+        )
+    return result
+
+
+@tool(side_effects=True, compensation=reinstate_order)
 def cancel_order(
     order_id: OrderIdArgument,
     reason: Annotated[
@@ -569,7 +708,7 @@ def cancel_order(
         ),
     ],
 ) -> dict[str, Any]:
-    """Cancel an order. This changes real data: the cancellation is recorded and cannot be undone.
+    """Cancel an order. This changes real data: the cancellation is recorded.
 
     Only orders whose status is processing, or shipped but not yet delivered, can be cancelled.
     For any other order (delivered, already cancelled) nothing changes and the result has
@@ -578,44 +717,46 @@ def cancel_order(
     calling. Returns cancelled (true or false), order_id, status (after the call),
     previous_status and message. An unknown id gives found=false and a message.
     """
-    with connect() as connection, _write_transaction(connection):
-        order = connection.execute(
-            "SELECT o.status, o.cancelled_at, t.delivered_at FROM orders o"
-            " LEFT JOIN tracking t ON t.order_id = o.id WHERE o.id = ?",
-            (order_id,),
-        ).fetchone()
-        if order is None:
-            return {**_order_not_found(order_id), "cancelled": False}
-        status = order["status"]
-        if status not in CANCELLABLE_STATUSES or order["delivered_at"] is not None:
-            if status == "cancelled":
-                why = f"it was already cancelled {describe_moment(order['cancelled_at'])}"
-            elif order["delivered_at"] is not None:
-                why = (
-                    f"it was delivered {describe_moment(order['delivered_at'])}; "
-                    "use issue_refund to pay the customer back instead"
-                )
-            else:
-                why = f"its status is {status}"
-            return {
-                "found": True,
-                "cancelled": False,
-                "order_id": order_id,
-                "status": status,
-                "previous_status": status,
-                "message": f"order {order_id} was not cancelled: {why}.",
-            }
-        connection.execute(
-            "UPDATE orders SET status = 'cancelled', cancelled_at = ?, cancel_reason = ?"
-            " WHERE id = ?",
-            (_iso(_now()), reason, order_id),
-        )
-        if status == "shipped":
-            connection.execute(
-                "UPDATE tracking SET last_event = 'Cancelled; return to sender requested'"
-                " WHERE order_id = ?",
-                (order_id,),
+    return _apply_once("cancel_order", lambda connection: _cancel(connection, order_id, reason))
+
+
+def _cancel(connection: sqlite3.Connection, order_id: int, reason: str) -> dict[str, Any]:
+    order = connection.execute(
+        "SELECT o.status, o.cancelled_at, t.delivered_at FROM orders o"
+        " LEFT JOIN tracking t ON t.order_id = o.id WHERE o.id = ?",
+        (order_id,),
+    ).fetchone()
+    if order is None:
+        return {**_order_not_found(order_id), "cancelled": False}
+    status = order["status"]
+    if status not in CANCELLABLE_STATUSES or order["delivered_at"] is not None:
+        if status == "cancelled":
+            why = f"it was already cancelled {describe_moment(order['cancelled_at'])}"
+        elif order["delivered_at"] is not None:
+            why = (
+                f"it was delivered {describe_moment(order['delivered_at'])}; "
+                "use issue_refund to pay the customer back instead"
             )
+        else:
+            why = f"its status is {status}"
+        return {
+            "found": True,
+            "cancelled": False,
+            "order_id": order_id,
+            "status": status,
+            "previous_status": status,
+            "message": f"order {order_id} was not cancelled: {why}.",
+        }
+    connection.execute(
+        "UPDATE orders SET status = 'cancelled', cancelled_at = ?, cancel_reason = ? WHERE id = ?",
+        (_iso(_now()), reason, order_id),
+    )
+    if status == "shipped":
+        connection.execute(
+            "UPDATE tracking SET last_event = 'Cancelled; return to sender requested'"
+            " WHERE order_id = ?",
+            (order_id,),
+        )
     note = (
         " The parcel had shipped; the carrier was asked to return it."
         if status == "shipped"
@@ -631,7 +772,7 @@ def cancel_order(
     }
 
 
-@tool(side_effects=True)
+@tool(side_effects=True, compensation=reverse_refund)
 def issue_refund(
     order_id: OrderIdArgument,
     amount: Annotated[
@@ -646,7 +787,7 @@ def issue_refund(
     ],
 ) -> dict[str, Any]:
     """Refund money on an order to the customer's original payment method. This changes real data:
-    the refund is recorded and paid out, and cannot be undone.
+    the refund is recorded and paid out.
 
     The amount is in the order's currency, rounded to cents; it must be positive and at most the
     order's total minus earlier refunds (get_order shows this as refundable). A partial refund is
@@ -656,36 +797,39 @@ def issue_refund(
     order so far) and refundable (what is left). An unknown id gives found=false and a message.
     """
     cents = round(amount * 100)
-    with connect() as connection, _write_transaction(connection):
-        order = connection.execute(
-            "SELECT total_cents, currency FROM orders WHERE id = ?", (order_id,)
-        ).fetchone()
-        if order is None:
-            return {**_order_not_found(order_id), "refunded": False}
-        currency = order["currency"]
-        already = _refunded_cents(connection, order_id)
-        remaining = order["total_cents"] - already
-        if cents <= 0 or cents > remaining:
-            problem = (
-                "the amount must be at least 0.01"
-                if cents <= 0
-                else f"{_amount_text(cents, currency)} is more than the "
-                f"{_amount_text(remaining, currency)} still refundable (total "
-                f"{_amount_text(order['total_cents'], currency)}, already refunded "
-                f"{_amount_text(already, currency)})"
-            )
-            return {
-                "found": True,
-                "refunded": False,
-                "order_id": order_id,
-                "refundable": _money(remaining, currency),
-                "message": f"nothing was refunded on order {order_id}: {problem}.",
-            }
-        cursor = connection.execute(
-            "INSERT INTO refunds (order_id, amount_cents, created_at) VALUES (?, ?, ?)",
-            (order_id, cents, _iso(_now())),
+    return _apply_once("issue_refund", lambda connection: _refund(connection, order_id, cents))
+
+
+def _refund(connection: sqlite3.Connection, order_id: int, cents: int) -> dict[str, Any]:
+    order = connection.execute(
+        "SELECT total_cents, currency FROM orders WHERE id = ?", (order_id,)
+    ).fetchone()
+    if order is None:
+        return {**_order_not_found(order_id), "refunded": False}
+    currency = order["currency"]
+    already = _refunded_cents(connection, order_id)
+    remaining = order["total_cents"] - already
+    if cents <= 0 or cents > remaining:
+        problem = (
+            "the amount must be at least 0.01"
+            if cents <= 0
+            else f"{_amount_text(cents, currency)} is more than the "
+            f"{_amount_text(remaining, currency)} still refundable (total "
+            f"{_amount_text(order['total_cents'], currency)}, already refunded "
+            f"{_amount_text(already, currency)})"
         )
-        refund_id = cursor.lastrowid
+        return {
+            "found": True,
+            "refunded": False,
+            "order_id": order_id,
+            "refundable": _money(remaining, currency),
+            "message": f"nothing was refunded on order {order_id}: {problem}.",
+        }
+    cursor = connection.execute(
+        "INSERT INTO refunds (order_id, amount_cents, created_at) VALUES (?, ?, ?)",
+        (order_id, cents, _iso(_now())),
+    )
+    refund_id = cursor.lastrowid
     return {
         "found": True,
         "refunded": True,
@@ -697,7 +841,7 @@ def issue_refund(
     }
 
 
-@tool(side_effects=True)
+@tool(side_effects=True, compensation=send_correction)
 def send_email(
     to: Annotated[
         str, Field(description="One recipient email address, e.g. a@b.com. No names, no lists.")
@@ -720,10 +864,12 @@ def send_email(
             "sent": False,
             "message": f"not sent: {to!r} is not a single email address like name@example.com.",
         }
-    with connect() as connection, _write_transaction(connection):
+
+    def send(connection: sqlite3.Connection) -> dict[str, Any]:
         cursor = connection.execute(
             "INSERT INTO outbox (to_address, subject, body, created_at) VALUES (?, ?, ?, ?)",
             (address, subject, body, _iso(_now())),
         )
-        outbox_id = cursor.lastrowid
-    return {"sent": True, "outbox_id": outbox_id, "to": address, "subject": subject}
+        return {"sent": True, "outbox_id": cursor.lastrowid, "to": address, "subject": subject}
+
+    return _apply_once("send_email", send)

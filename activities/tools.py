@@ -12,6 +12,7 @@ import inspect
 import json
 import logging
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
@@ -21,6 +22,7 @@ from temporalio import activity
 from workflows.errors import AgentError
 from workflows.models import (
     DEFAULT_MAX_RESULT_CHARS,
+    CompensationInput,
     RetrySettings,
     ToolActivityInput,
     ToolActivityResult,
@@ -38,9 +40,28 @@ class RegisteredTool:
     function: Callable[..., Any]
     arguments_model: type[BaseModel]
     activity: Callable[[ToolActivityInput], Any]
+    compensation_activity: Callable[[CompensationInput], Any] | None = None
+
+
+@dataclass(frozen=True)
+class ToolCallContext:
+    """What a running tool knows about its call, from `current_call()`."""
+
+    tool_call_id: str
+    idempotency_key: str
+    """The same on every retry of this call and different for every other call: store it with
+    the effect (a unique column, say) and a retried call changes nothing twice."""
+    workflow_id: str
+    attempt: int
 
 
 _registry: dict[str, RegisteredTool] = {}
+_current_call: ContextVar[ToolCallContext | None] = ContextVar("current_call", default=None)
+
+
+def current_call() -> ToolCallContext | None:
+    """The call being run, inside a tool (sync tools too); None outside one."""
+    return _current_call.get()
 
 
 def tool(
@@ -51,12 +72,22 @@ def tool(
     timeout_seconds: float = 30.0,
     retry: RetrySettings | None = None,
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+    compensation: Callable[[CompensationInput], Any] | None = None,
+    compensation_timeout_seconds: float = 30.0,
+    compensation_retry: RetrySettings | None = None,
 ) -> Any:
     """Register a function as a tool: bare (`@tool`) or with options (`@tool(side_effects=True)`).
 
     `side_effects` makes the call run alone, in the model's order; `timeout_seconds` bounds one
     attempt; `retry` is the tool's own retry policy; `max_result_chars` bounds what the model sees.
+
+    `compensation` (side-effecting tools) is a function that undoes one call's effect: it gets a
+    `CompensationInput` (the call's arguments, its return value and idempotency key) and runs as
+    its own activity, named after the function, when a run ends without an answer. Keep it
+    idempotent too. A side-effecting tool without one is reported as not undone.
     """
+    if compensation is not None and not side_effects:
+        raise ValueError("only a tool with side_effects=True has an effect to compensate")
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         tool_name = name or fn.__name__
@@ -73,12 +104,18 @@ def tool(
             timeout_seconds=timeout_seconds,
             retry=retry or RetrySettings(),
             max_result_chars=max_result_chars,
+            compensation=compensation.__name__ if compensation is not None else None,
+            compensation_timeout_seconds=compensation_timeout_seconds,
+            compensation_retry=compensation_retry or RetrySettings(maximum_attempts=5),
         )
+        if compensation is not None and compensation.__name__ in _registry:
+            raise ValueError(f"compensation {compensation.__name__!r} has a tool's name")
         _registry[tool_name] = RegisteredTool(
             spec=spec,
             function=fn,
             arguments_model=arguments_model,
-            activity=_tool_activity(tool_name, fn, arguments_model),
+            activity=_tool_activity(tool_name, fn, arguments_model, keep_value=bool(compensation)),
+            compensation_activity=_compensation_activity(compensation) if compensation else None,
         )
         return fn
 
@@ -103,7 +140,13 @@ def tool_specs(names: list[str] | None = None) -> list[ToolSpec]:
 
 
 def tool_activities() -> list[Callable[..., Any]]:
-    return [registered.activity for registered in _registry.values()]
+    """Every tool's activity and every compensation's, for the worker to register."""
+    activities: list[Callable[..., Any]] = []
+    for registered in _registry.values():
+        activities.append(registered.activity)
+        if registered.compensation_activity is not None:
+            activities.append(registered.compensation_activity)
+    return activities
 
 
 def truncate_middle(text: str, limit: int) -> tuple[str, int]:
@@ -119,6 +162,12 @@ def truncate_middle(text: str, limit: int) -> tuple[str, int]:
     omitted = len(text) - head - tail
     marker = f"\n\n... [{omitted} characters omitted] ...\n\n"
     return text[:head] + marker + (text[len(text) - tail :] if tail else ""), omitted
+
+
+def _json_data(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return json.loads(json.dumps(value, default=str))
 
 
 def render_result(value: Any) -> str:
@@ -174,11 +223,25 @@ def _without_titles(schema: Any) -> Any:
     return schema
 
 
-def _tool_activity(
-    tool_name: str, fn: Callable[..., Any], arguments_model: type[BaseModel]
-) -> Callable[[ToolActivityInput], Any]:
-    is_async = inspect.iscoroutinefunction(fn)
+async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args, **kwargs)
+    # A sync tool runs in a thread; to_thread copies the context, so current_call() works there.
+    return await asyncio.to_thread(fn, *args, **kwargs)
 
+
+def _compensation_activity(fn: Callable[[CompensationInput], Any]) -> Callable[..., Any]:
+    @activity.defn(name=fn.__name__)
+    async def compensate(call: CompensationInput) -> str:
+        value = await _call(fn, call)
+        return render_result(value)
+
+    return compensate
+
+
+def _tool_activity(
+    tool_name: str, fn: Callable[..., Any], arguments_model: type[BaseModel], keep_value: bool
+) -> Callable[[ToolActivityInput], Any]:
     @activity.defn(name=tool_name)
     async def run_tool(call: ToolActivityInput) -> ToolActivityResult:
         try:
@@ -189,21 +252,32 @@ def _tool_activity(
                 content=describe_validation_error(tool_name, error), is_error=True
             )
         kwargs = {field: getattr(arguments, field) for field in arguments_model.model_fields}
+        info = activity.info()
+        token = _current_call.set(
+            ToolCallContext(
+                tool_call_id=call.tool_call_id,
+                idempotency_key=call.idempotency_key,
+                workflow_id=info.workflow_id or "",
+                attempt=info.attempt,
+            )
+        )
         try:
-            if is_async:
-                value = await fn(**kwargs)
-            else:
-                value = await asyncio.to_thread(fn, **kwargs)
+            value = await _call(fn, **kwargs)
         except AgentError:
             raise
         except Exception:
             # The traceback is for the operator; the model only learns the exception's type.
-            info = activity.info()
             activity.logger.exception(
                 "tool %s failed (call %s, attempt %d)", tool_name, call.tool_call_id, info.attempt
             )
             raise
+        finally:
+            _current_call.reset(token)
         content, omitted = truncate_middle(render_result(value), call.max_result_chars)
-        return ToolActivityResult(content=content, omitted_chars=omitted)
+        return ToolActivityResult(
+            content=content,
+            omitted_chars=omitted,
+            value=_json_data(value) if keep_value else None,
+        )
 
     return run_tool

@@ -24,7 +24,8 @@ PROMPT = "Where is my latest order? My email is a@b.com."
 
 def run_cli(*args: str, db: Path) -> tuple[int, dict[str, Any], str]:
     """A self-contained run in a child process: returns (exit code, the JSON, stderr)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TEMPORAL_ADDRESS", "OPENAI_API_KEY")}
+    hidden = ("TEMPORAL_ADDRESS", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+    env = {k: v for k, v in os.environ.items() if k not in hidden}
     env["AGENT_DEMO_DB"] = str(db)
     done = subprocess.run(
         [sys.executable, "starter.py", PROMPT, *args, "--json"],
@@ -158,3 +159,62 @@ async def test_closed_port_still_prints_one_json_object(capsys: pytest.CaptureFi
     printed = json.loads(capsys.readouterr().out)
     assert printed["status"] == "failed" and printed["workflow_id"] is None
     assert printed["error"]["type"] == "ConnectionError"
+
+
+async def test_json_lists_the_compensations_of_a_failed_run(
+    temporal_env: WorkflowEnvironment,
+    task_queue: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                {
+                    "calls": [
+                        {
+                            "name": "cancel_order",
+                            "arguments": {"order_id": 104999, "reason": "asked"},
+                        }
+                    ]
+                },
+                {"calls": [{"name": "write_thing", "arguments": {"label": "x"}}]},
+                {
+                    "calls": [
+                        {
+                            "name": "send_email",
+                            "arguments": {"to": "a@b.com", "subject": "s", "body": "b"},
+                        }
+                    ]
+                },
+                {"text": "never reached"},
+            ]
+        )
+    )
+    args = server_args(
+        temporal_env, task_queue, "--json", "--script", str(script), "--max-steps", "3"
+    )
+    async with build_worker(temporal_env.client, task_queue):
+        code = await starter.run(args)
+
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    result = json.loads(out)
+    assert result["error"]["type"] == "AgentStepLimitExceeded"
+    assert result["compensations"] == [
+        {"tool": "send_email", "tool_call_id": "call_3_1", "status": "completed"},
+        {"tool": "cancel_order", "tool_call_id": "call_1_1", "status": "completed"},
+    ]
+    assert result["not_undone"] == [{"tool": "write_thing", "tool_call_id": "call_2_1"}]
+
+
+def test_a_script_that_is_not_valid_is_a_command_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = tmp_path / "script.json"
+    script.write_text('[{"calls": "not a list"}]')
+
+    assert starter.main([PROMPT, "--script", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and f"--script {script}" in err

@@ -6,9 +6,9 @@ import asyncio
 import time
 from collections import Counter, defaultdict
 
-from activities.tools import tool
+from activities.tools import current_call, tool
 from workflows.errors import AgentFatalToolError
-from workflows.models import RetrySettings
+from workflows.models import CompensationInput, RetrySettings
 
 FAST_RETRY = RetrySettings(maximum_attempts=3, initial_interval_seconds=0.05, backoff_coefficient=1)
 
@@ -98,3 +98,46 @@ def typed(order_id: int, note: str, rush: bool = False) -> dict[str, object]:
 def blob(size: int) -> str:
     """Returns `size` characters."""
     return "y" * size
+
+
+keys_seen: list[tuple[str, str, int]] = []
+"""(label, idempotency key, attempt) for every attempt of `keyed_effect`."""
+undone: list[str] = []
+
+
+def undo_keyed_effect(undo: CompensationInput) -> str:
+    undone.append(undo.result["label"])
+    return f"undid {undo.result['label']}"
+
+
+@tool(side_effects=True, retry=FAST_RETRY, compensation=undo_keyed_effect)
+def keyed_effect(label: str, fail_first: bool = False) -> dict[str, str]:
+    """Side-effecting: records its idempotency key per attempt; can fail its first attempt."""
+    call = current_call()
+    assert call is not None
+    keys_seen.append((label, call.idempotency_key, call.attempt))
+    if fail_first and call.attempt == 1:
+        raise ConnectionError("first attempt fails")
+    return {"label": label}
+
+
+def undo_that_fails(undo: CompensationInput) -> str:
+    raise RuntimeError("the undo service is down")
+
+
+@tool(
+    side_effects=True,
+    retry=FAST_RETRY,
+    compensation=undo_that_fails,
+    compensation_retry=RetrySettings(maximum_attempts=2, initial_interval_seconds=0.05),
+)
+def doomed_effect(label: str) -> dict[str, str]:
+    """Side-effecting, with a compensation that always fails."""
+    return {"label": label}
+
+
+@tool(timeout_seconds=60, retry=RetrySettings(maximum_attempts=1))
+async def block(seconds: float) -> str:
+    """Waits, within its timeout: something to cancel in the middle of."""
+    await asyncio.sleep(seconds)
+    return "woke up"

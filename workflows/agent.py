@@ -23,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.budget import Budget
     from workflows.errors import (
         FATAL_ERROR_TYPES,
-        AgentBudgetExceeded,
         AgentConfigurationError,
         AgentError,
         AgentFatalToolError,
@@ -33,6 +32,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.models import (
         AgentInput,
         AgentResult,
+        AppliedEffect,
+        CompensationInput,
+        CompensationRecord,
+        CompensationStatus,
         ModelRequest,
         ModelResponse,
         RunStatus,
@@ -99,6 +102,10 @@ class AgentWorkflow:
         self._budget = Budget(agent_input.limits, workflow.now())
         self._loops = LoopDetector()
         self._tools: dict[str, ToolSpec] = {}
+        self._call_ids: set[str] = set()
+        self._effects: list[AppliedEffect] = []
+        """The compensation log: side effects that succeeded, newest last."""
+        self._compensations: list[CompensationRecord] = []
 
     @workflow.query
     def transcript(self) -> list[Message]:
@@ -115,6 +122,21 @@ class AgentWorkflow:
 
     @workflow.run
     async def run(self, agent_input: AgentInput) -> AgentResult:
+        """Run the loop; a run that ends without an answer undoes its side effects, then fails."""
+        try:
+            return await self._loop(agent_input)
+        except AgentError as error:
+            self._close_pending_calls(f"Not run: the run stopped ({error.type}).")
+            await self._compensate()
+            raise self._with_compensations(error) from None
+        except asyncio.CancelledError:
+            # Activities started after catching the cancellation are not cancelled: the
+            # compensations run to the end before the run reports itself cancelled.
+            self._close_pending_calls("Not run: the run was cancelled.")
+            await self._compensate()
+            raise
+
+    async def _loop(self, agent_input: AgentInput) -> AgentResult:
         offered = self._resolve_tools(agent_input)
         self._transcript.append(UserMessage(content=agent_input.prompt))
         sent_until = 0  # messages[:sent_until] were in the previous model request
@@ -141,7 +163,8 @@ class AgentWorkflow:
             self._budget.step_records.append(record)
 
             # Append BEFORE executing: if the worker dies mid-tool, the intent is on record.
-            message = _with_unique_call_ids(response.message, step)
+            message = _with_unique_call_ids(response.message, step, self._call_ids)
+            self._call_ids.update(call.id for call in message.tool_calls)
             self._transcript.append(message)
             if not message.tool_calls:
                 self._budget.check_spend(workflow.now())
@@ -156,11 +179,7 @@ class AgentWorkflow:
                 )
                 continue
 
-            try:
-                self._budget.check_spend(workflow.now())
-            except AgentBudgetExceeded as exceeded:
-                self._close_pending_calls(f"Not run: the run stopped ({exceeded.message}).")
-                raise
+            self._budget.check_spend(workflow.now())
             answer = await self._run_tool_calls(message.tool_calls, record)
             if answer is not None:
                 return answer
@@ -312,12 +331,17 @@ class AgentWorkflow:
     async def _execute(self, call: ToolCall, execute: _Execute) -> _Outcome:
         spec = execute.spec
         started = workflow.now()
+        info = workflow.info()
+        # The first run id tells apart two runs that reuse one workflow id; call ids are unique
+        # within a run (see _with_unique_call_ids).
+        idempotency_key = f"{info.workflow_id}/{info.first_execution_run_id}/{call.id}"
         try:
             output = await workflow.execute_activity(
                 spec.name,
                 ToolActivityInput(
                     tool_call_id=call.id,
                     arguments=execute.arguments,
+                    idempotency_key=idempotency_key,
                     max_result_chars=spec.max_result_chars,
                 ),
                 result_type=ToolActivityResult,
@@ -339,6 +363,19 @@ class AgentWorkflow:
             else:
                 content = f"Error: {spec.name} failed: {_failure_type(cause)}"
             return _Outcome.refused(call, content, "error", latency)
+        if spec.side_effects and not output.is_error:
+            self._effects.append(
+                AppliedEffect(
+                    call=CompensationInput(
+                        tool=spec.name,
+                        tool_call_id=call.id,
+                        arguments=execute.arguments,
+                        result=output.value,
+                        idempotency_key=idempotency_key,
+                    ),
+                    compensation=spec.compensation,
+                )
+            )
         return _Outcome(
             result=ToolResult(
                 tool_call_id=call.id,
@@ -371,6 +408,54 @@ class AgentWorkflow:
             f"Error: the answer does not match the required schema: {problems}. "
             "Call finish again with corrected arguments."
         )
+
+    async def _compensate(self) -> None:
+        """Undo the run's side effects, newest first, each as its own activity.
+
+        A compensation that still fails after its retries is recorded, and the others still run.
+        No wall-time deadline applies: undoing is what a run that ran out of time needs most.
+        """
+        for effect in reversed(self._effects):
+            call = effect.call
+            if effect.compensation is None:
+                self._compensations.append(
+                    CompensationRecord(
+                        tool=call.tool, tool_call_id=call.tool_call_id, status="not_undone"
+                    )
+                )
+                continue
+            spec = self._tools[call.tool]
+            try:
+                await workflow.execute_activity(
+                    effect.compensation,
+                    call,
+                    start_to_close_timeout=timedelta(seconds=spec.compensation_timeout_seconds),
+                    retry_policy=spec.compensation_retry.to_policy(FATAL_ERROR_TYPES),
+                    summary=f"undo {call.tool} {call.tool_call_id}",
+                )
+                status: CompensationStatus = "completed"
+                error = None
+            except ActivityError as failure:
+                status, error = "failed", _describe_failure(failure.cause)
+            self._compensations.append(
+                CompensationRecord(
+                    tool=call.tool,
+                    tool_call_id=call.tool_call_id,
+                    status=status,
+                    compensation=effect.compensation,
+                    error=error,
+                )
+            )
+
+    def _with_compensations(self, error: AgentError) -> AgentError:
+        """The error that ends the run, saying what was undone and what was not."""
+        details = self._budget.details()
+        details.compensations = self._compensations
+        message = error.message
+        if self._compensations:
+            outcomes = "; ".join(_describe_compensation(r) for r in self._compensations)
+            message += f". Side effects undone newest first: {outcomes}"
+        return type(error)(message, details)
 
     def _close_pending_calls(self, content: str) -> None:
         """Give every call still waiting a result, so the transcript stays valid to the end."""
@@ -437,17 +522,31 @@ def _answer_text(arguments: dict[str, Any], agent_input: AgentInput) -> str:
     return json.dumps(arguments, ensure_ascii=False)
 
 
-def _with_unique_call_ids(message: AssistantMessage, step: int) -> AssistantMessage:
-    """Models sometimes repeat or omit call ids; every call needs its own for its result."""
+def _describe_compensation(record: CompensationRecord) -> str:
+    what = f"{record.tool} {record.tool_call_id}"
+    if record.status == "not_undone":
+        return f"{what} not undone (it has no compensation)"
+    if record.status == "failed":
+        return f"{what} FAILED to undo ({record.error})"
+    return f"{what} undone by {record.compensation}"
+
+
+def _with_unique_call_ids(
+    message: AssistantMessage, step: int, earlier: set[str]
+) -> AssistantMessage:
+    """Models sometimes repeat or omit call ids; every call of a run needs its own, for its
+    result and for its idempotency key."""
     ids = [call.id for call in message.tool_calls]
-    if all(ids) and len(set(ids)) == len(ids):
+    if all(ids) and len(set(ids)) == len(ids) and not earlier.intersection(ids):
         return message
-    seen: set[str] = set()
+    seen = set(earlier)
     calls = []
     for position, call in enumerate(message.tool_calls):
         call_id = call.id
         if not call_id or call_id in seen:
             call_id = f"call_{step}_{position + 1}"
+            while call_id in seen:
+                call_id += "_"
         seen.add(call_id)
         calls.append(call.model_copy(update={"id": call_id}))
     return message.model_copy(update={"tool_calls": tuple(calls)})

@@ -49,6 +49,11 @@ class ToolSpec(BaseModel):
     """start-to-close timeout of one attempt."""
     retry: RetrySettings = RetrySettings()
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+    compensation: str | None = None
+    """Activity that undoes this tool's effect when the run ends without an answer; None for a
+    side-effecting tool means its effect cannot be undone, and a failed run says so."""
+    compensation_timeout_seconds: float = 30.0
+    compensation_retry: RetrySettings = RetrySettings(maximum_attempts=5)
 
 
 class Usage(BaseModel):
@@ -177,6 +182,9 @@ class ModelResponse(BaseModel):
 class ToolActivityInput(BaseModel):
     tool_call_id: str
     arguments: dict[str, Any]
+    idempotency_key: str
+    """Derived from the run and the call id: the same on every retry of this call, and never the
+    same for two calls. A side-effecting tool uses it to apply its effect once."""
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
 
 
@@ -185,6 +193,39 @@ class ToolActivityResult(BaseModel):
     is_error: bool = False
     omitted_chars: int = 0
     """Characters cut from the middle of the result to keep it within its bound."""
+    value: Any = None
+    """The whole result as JSON data, kept only for tools with a compensation (which needs it)."""
+
+
+class CompensationInput(BaseModel):
+    """What a compensating activity gets: everything about the effect it must undo."""
+
+    tool: str
+    tool_call_id: str
+    arguments: dict[str, Any]
+    result: Any
+    """The tool's own return value (not the bounded text the model saw)."""
+    idempotency_key: str
+    """The original call's key; derive the undo's own key from it to undo once."""
+
+
+class AppliedEffect(BaseModel):
+    """One entry of the compensation log: a side effect that succeeded."""
+
+    call: CompensationInput
+    compensation: str | None
+
+
+CompensationStatus = Literal["completed", "failed", "not_undone"]
+
+
+class CompensationRecord(BaseModel):
+    tool: str
+    tool_call_id: str
+    status: CompensationStatus
+    """completed or failed (after its retries); not_undone when the tool has no compensation."""
+    compensation: str | None = None
+    error: str | None = None
 
 
 ToolOutcome = Literal["ok", "error", "loop_detected", "not_run"]
@@ -220,6 +261,8 @@ class FailureDetails(BaseModel):
     steps: int
     usage: Usage
     step_records: list[StepRecord] = []
+    compensations: list[CompensationRecord] = []
+    """Newest effect first, in the order the compensations ran."""
 
 
 class RunStatus(BaseModel):

@@ -1,0 +1,158 @@
+"""Side effects: applied once per call, recorded, and undone newest first when a run fails."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.testing import ActivityEnvironment
+
+import tests.tools_for_tests as test_tools
+from activities import demo_tools
+from activities.tools import registered_tools
+from tests.helpers import TEST_WORKER_OPTIONS, call, run_agent, scripted_input, turn
+from worker import build_worker
+from workflows.agent import AgentWorkflow
+from workflows.models import Limits, ToolActivityInput
+
+EFFECTS = ["cancel_order", "issue_refund", "send_email", "count_me"]
+
+
+def effects_then_loop() -> list:
+    """Three real side effects, then busywork until the step limit."""
+    return [
+        turn(call("cancel_order", order_id=104999, reason="customer asked")),
+        turn(call("issue_refund", order_id=1042, amount=10)),
+        turn(call("send_email", to="a@b.com", subject="Done", body="Cancelled and refunded.")),
+        turn(call("count_me", key="busy")),
+    ]
+
+
+async def test_a_run_at_its_limit_undoes_its_side_effects_newest_first(
+    client: Client, task_queue: str
+) -> None:
+    agent_input = scripted_input(effects_then_loop(), tools=EFFECTS, limits=Limits(max_steps=3))
+    run = await run_agent(client, task_queue, agent_input)
+
+    assert run.failure.type == "AgentStepLimitExceeded"
+    records = run.failure.details[0]["compensations"]
+    assert [(r["tool"], r["compensation"], r["status"]) for r in records] == [
+        ("send_email", "send_correction", "completed"),
+        ("issue_refund", "reverse_refund", "completed"),
+        ("cancel_order", "reinstate_order", "completed"),
+    ]
+    assert "max_steps=3 reached" in run.failure.message
+    assert "send_email call_3_1 undone by send_correction" in run.failure.message
+    # The database is back where it was, except for the email, which got its correction.
+    assert demo_tools.get_order(104999)["status"] == "processing"
+    assert demo_tools.get_order(1042)["refundable"]["amount"] == 129.99
+    subjects = [mail["subject"] for mail in demo_tools.outbox()]
+    assert subjects == ["Done", "Correction: Done"]
+    assert "cannot be unsent" in demo_tools.outbox()[1]["body"]
+
+
+async def test_a_completed_run_compensates_nothing(client: Client, task_queue: str) -> None:
+    script = [*effects_then_loop()[:3], turn(text="All done.")]
+    run = await run_agent(client, task_queue, scripted_input(script, tools=EFFECTS))
+
+    assert run.result is not None
+    assert demo_tools.get_order(104999)["status"] == "cancelled"
+    assert [mail["subject"] for mail in demo_tools.outbox()] == ["Done"]
+    history = await run.handle.fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert not {"reinstate_order", "reverse_refund", "send_correction"} & set(scheduled)
+
+
+async def test_a_failing_compensation_is_reported_and_the_others_still_run(
+    client: Client, task_queue: str
+) -> None:
+    label = f"ok-{uuid.uuid4()}"
+    script = [
+        turn(call("keyed_effect", label=label)),
+        turn(call("doomed_effect", label="doomed")),
+        turn(call("write_thing", label="irreversible")),
+        turn(call("bad_credential")),
+    ]
+    tools = ["keyed_effect", "doomed_effect", "write_thing", "bad_credential"]
+    run = await run_agent(client, task_queue, scripted_input(script, tools=tools))
+
+    assert run.failure.type == "AgentFatalToolError"
+    statuses = [(r["tool"], r["status"]) for r in run.failure.details[0]["compensations"]]
+    assert statuses == [
+        ("write_thing", "not_undone"),
+        ("doomed_effect", "failed"),
+        ("keyed_effect", "completed"),
+    ]
+    assert "the undo service is down" in run.failure.details[0]["compensations"][1]["error"]
+    assert "write_thing call_3_1 not undone (it has no compensation)" in run.failure.message
+    assert "doomed_effect call_2_1 FAILED to undo" in run.failure.message
+    assert label in test_tools.undone
+
+
+async def test_a_retried_call_keeps_its_idempotency_key(client: Client, task_queue: str) -> None:
+    a, b = f"a-{uuid.uuid4()}", f"b-{uuid.uuid4()}"
+    script = [
+        turn(call("keyed_effect", label=a, fail_first=True), call("keyed_effect", label=b)),
+        turn(text="done"),
+    ]
+    run = await run_agent(client, task_queue, scripted_input(script, tools=["keyed_effect"]))
+
+    assert run.result is not None
+    attempts_a = [(key, attempt) for label, key, attempt in test_tools.keys_seen if label == a]
+    key_b = next(key for label, key, _ in test_tools.keys_seen if label == b)
+    assert [attempt for _, attempt in attempts_a] == [1, 2]
+    assert attempts_a[0][0] == attempts_a[1][0] != key_b
+    assert attempts_a[0][0].startswith(f"{run.handle.id}/") and attempts_a[0][0].endswith(
+        "/call_1_1"
+    )
+
+
+async def test_a_side_effecting_tool_applies_its_effect_once_per_key() -> None:
+    activity = registered_tools()["issue_refund"].activity
+    call_input = ToolActivityInput(
+        tool_call_id="call_1", arguments={"order_id": 1042, "amount": 5}, idempotency_key="k-1"
+    )
+    env = ActivityEnvironment()
+
+    first = await env.run(activity, call_input)
+    again = await env.run(activity, call_input)
+    other = await env.run(activity, call_input.model_copy(update={"idempotency_key": "k-2"}))
+
+    assert first.content == again.content  # the retry is answered from the first application
+    assert demo_tools.get_order(1042)["refunded"]["amount"] == 10.0  # k-1 once, k-2 once
+    assert other.content != first.content
+    assert [c["idempotency_key"] for c in demo_tools.applied_calls()] == ["k-1", "k-2"]
+
+
+async def test_a_cancelled_run_undoes_its_side_effects(client: Client, task_queue: str) -> None:
+    script = [
+        turn(call("cancel_order", order_id=104998, reason="customer asked")),
+        turn(call("block", seconds=30)),
+    ]
+    agent_input = scripted_input(script, tools=["cancel_order", "block"])
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        handle = await client.start_workflow(
+            AgentWorkflow.run, agent_input, id=f"test-{uuid.uuid4()}", task_queue=task_queue
+        )
+        while (await handle.query(AgentWorkflow.status)).step < 2:
+            await asyncio.sleep(0.02)
+        assert demo_tools.get_order(104998)["status"] == "cancelled"
+        await handle.cancel()
+        try:
+            await handle.result()
+            raise AssertionError("the run should have been cancelled")
+        except WorkflowFailureError:
+            pass
+        description = await handle.describe()
+        transcript = await handle.query(AgentWorkflow.transcript)
+
+    assert description.status == WorkflowExecutionStatus.CANCELED
+    assert demo_tools.get_order(104998)["status"] == "processing"
+    assert transcript[-1].role == "tool"
+    assert transcript[-1].content == "Not run: the run was cancelled."
