@@ -40,6 +40,15 @@ def scenarios() -> dict[str, AgentInput]:
             tools=["count_me"],
             limits=Limits(max_steps=2),
         ),
+        "limit_with_compensation": scripted_input(
+            [
+                turn(call("cancel_order", order_id=104999, reason="asked")),
+                turn(call("send_email", to="a@b.com", subject="s", body="b")),
+                turn(text="never reached"),
+            ],
+            tools=["cancel_order", "send_email"],
+            limits=Limits(max_steps=2),
+        ),
     }
 
 
