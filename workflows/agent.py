@@ -166,8 +166,9 @@ class AgentWorkflow:
             message = _with_unique_call_ids(response.message, step, self._call_ids)
             self._call_ids.update(call.id for call in message.tool_calls)
             self._transcript.append(message)
+            # A budget this reply overran stops the run before its answer or its tools count.
+            self._budget.check_spend(workflow.now())
             if not message.tool_calls:
-                self._budget.check_spend(workflow.now())
                 if agent_input.output_schema is None and (message.content or "").strip():
                     return self._result(message.content or "", None)
                 self._transcript.append(
@@ -179,7 +180,6 @@ class AgentWorkflow:
                 )
                 continue
 
-            self._budget.check_spend(workflow.now())
             answer = await self._run_tool_calls(message.tool_calls, record)
             if answer is not None:
                 return answer
