@@ -52,7 +52,7 @@ from workflows.models import (
 )
 
 SCRIPT_ADAPTER = TypeAdapter(list[ScriptedTurn])
-DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-5"}
+DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-6"}
 KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 PROGRESS_POLL_SECONDS = 0.25
 

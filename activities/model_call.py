@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from temporalio import activity
 
 from activities import pricing
-from activities.providers import openai_provider, scripted
+from activities.providers import anthropic_provider, openai_provider, scripted
 from workflows.errors import AgentConfigurationError
 from workflows.models import ModelRequest, ModelResponse
 
@@ -16,6 +16,7 @@ Provider = Callable[[ModelRequest], Awaitable[ModelResponse]]
 PROVIDERS: dict[str, Provider] = {
     "scripted": scripted.complete,
     "openai": openai_provider.complete,
+    "anthropic": anthropic_provider.complete,
 }
 
 

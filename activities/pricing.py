@@ -35,6 +35,8 @@ SHIPPED_PRICES: dict[str, Price] = {
     "o3": _p(input=2.0, cached_input=0.50, output=8.0),
     "o4-mini": _p(input=1.10, cached_input=0.275, output=4.40),
     # Anthropic: cache reads at 0.1x input, 5-minute cache writes at 1.25x input.
+    "claude-opus-4-6": _p(input=5.0, cached_input=0.50, cache_write=6.25, output=25.0),
+    "claude-sonnet-4-6": _p(input=3.0, cached_input=0.30, cache_write=3.75, output=15.0),
     "claude-opus-4-5": _p(input=5.0, cached_input=0.50, cache_write=6.25, output=25.0),
     "claude-opus-4-1": _p(input=15.0, cached_input=1.50, cache_write=18.75, output=75.0),
     "claude-opus-4": _p(input=15.0, cached_input=1.50, cache_write=18.75, output=75.0),

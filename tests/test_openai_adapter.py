@@ -12,7 +12,12 @@ from datetime import timedelta
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.providers.openai_provider import TRANSIENT_ERROR_TYPE, complete, retry_after
+from activities.providers._http_errors import (
+    INCOMPLETE_REPLY_TYPE,
+    TRANSIENT_ERROR_TYPE,
+    retry_after,
+)
+from activities.providers.openai_provider import complete
 from tests.fake_openai import FakeOpenAI, HttpReply, Reply, error
 from workflows.errors import AgentConfigurationError, AgentProviderError
 from workflows.models import ModelRequest, ModelSettings, ToolSpec
@@ -265,9 +270,83 @@ async def test_reply_without_choices_is_retryable(fake: FakeOpenAI) -> None:
     with pytest.raises(ApplicationError) as raised:
         await complete(make_request([UserMessage(content="hi")]))
 
-    assert raised.value.type == TRANSIENT_ERROR_TYPE
+    assert raised.value.type == INCOMPLETE_REPLY_TYPE
     assert not raised.value.non_retryable
-    assert "empty reply" in raised.value.message
+    assert "empty reply (no choices)" in raised.value.message
+
+
+async def test_choice_without_a_message_is_an_incomplete_reply(fake: FakeOpenAI) -> None:
+    garbled = {
+        "id": "chatcmpl-0",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "gpt-test",
+        "choices": [{"index": 0, "finish_reason": "stop"}],
+    }
+    fake.script.append(HttpReply(200, garbled))
+    with pytest.raises(ApplicationError) as raised:
+        await complete(make_request([UserMessage(content="hi")]))
+
+    assert raised.value.type == INCOMPLETE_REPLY_TYPE
+    assert not raised.value.non_retryable
+    assert "without a message" in raised.value.message
+
+
+@pytest.mark.parametrize(
+    ("reply", "where"),
+    [
+        (
+            Reply("Let me add", tool_calls=[("call_a", "add", '{"a": 1, "b"')]),
+            "in the middle of a tool call",
+        ),
+        (Reply("The answer is a long sto"), "in the middle of its text"),
+    ],
+)
+async def test_a_reply_cut_off_at_the_length_limit_is_incomplete(
+    fake: FakeOpenAI, reply: Reply, where: str
+) -> None:
+    reply.finish_reason = "length"
+    fake.script.append(reply)
+    with pytest.raises(ApplicationError) as raised:
+        await complete(make_request([UserMessage(content="go")], tools=[ADD], max_output_tokens=16))
+
+    assert not isinstance(raised.value, AgentProviderError)
+    assert raised.value.type == INCOMPLETE_REPLY_TYPE
+    assert not raised.value.non_retryable
+    assert (
+        "the reply was cut off at the output-token limit (max_output_tokens=16) " + where
+    ) in raised.value.message
+    assert len(fake.requests) == 1
+
+
+async def test_an_empty_reply_is_incomplete(fake: FakeOpenAI) -> None:
+    fake.script.append(Reply(None))
+    with pytest.raises(ApplicationError) as raised:
+        await complete(make_request([UserMessage(content="hi")]))
+
+    assert raised.value.type == INCOMPLETE_REPLY_TYPE
+    assert not raised.value.non_retryable
+    assert "empty reply: no text and no tool calls" in raised.value.message
+
+
+async def test_a_refusal_is_the_text(fake: FakeOpenAI) -> None:
+    refusal = {
+        "id": "chatcmpl-0",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "gpt-test",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": None, "refusal": "I can't help."},
+            }
+        ],
+    }
+    fake.script.append(HttpReply(200, refusal))
+    response = await complete(make_request([UserMessage(content="hi")]))
+
+    assert response.message == AssistantMessage(content="I can't help.")
 
 
 async def test_unreachable_endpoint_is_retryable(monkeypatch: pytest.MonkeyPatch) -> None:

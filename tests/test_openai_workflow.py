@@ -4,6 +4,7 @@ SDK in the model activity, and the local fake of the Chat Completions API behind
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,8 +12,9 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from activities import pricing
 from tests.fake_openai import FakeOpenAI, Reply, error, pairing_error
-from tests.helpers import FAST_MODEL_RETRY, run_agent
+from tests.helpers import FAST_MODEL_RETRY, Run, run_agent
 from workflows.models import AgentInput, ModelSettings, Usage
 
 MODEL = "gpt-fake-mini"
@@ -29,12 +31,29 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
 
 
 def openai_input(prompt: str = "where is order 1042", **options: Any) -> AgentInput:
+    model = options.pop("model", MODEL)
     return AgentInput(
         prompt=prompt,
         tools=options.pop("tools", DEMO_TOOLS),
-        model=ModelSettings(provider="openai", model=MODEL, retry=FAST_MODEL_RETRY),
+        model=ModelSettings(provider="openai", model=model, retry=FAST_MODEL_RETRY),
         **options,
     )
+
+
+async def started_model_attempts(run: Run) -> list[Any]:
+    """The ActivityTaskStarted attributes of the run's call_model activities."""
+    history = await run.handle.fetch_history()
+    scheduled: dict[int, str] = {}
+    started = []
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attributes = event.activity_task_scheduled_event_attributes
+            scheduled[event.event_id] = attributes.activity_type.name
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            attributes = event.activity_task_started_event_attributes
+            if scheduled.get(attributes.scheduled_event_id) == "call_model":
+                started.append(attributes)
+    return started
 
 
 def sent_messages(fake: FakeOpenAI) -> list[list[dict[str, Any]]]:
@@ -81,7 +100,10 @@ async def test_multi_step_run_over_the_demo_tools(
     assert run.result is not None, run.error
     assert run.result.answer == "Ada, order #1042 was delivered yesterday at 14:20 UTC."
     assert run.result.steps == 3
-    assert run.result.usage == Usage(input_tokens=2100, output_tokens=85, cached_input_tokens=896)
+    # gpt-fake-mini has no price: an unknown cost is None, not zero.
+    assert run.result.usage == Usage(
+        input_tokens=2100, output_tokens=85, cached_input_tokens=896, cost_usd=None
+    )
     assert [r.usage.cached_input_tokens for r in run.result.step_records] == [0, 256, 640]
     assert {r.model for r in run.result.step_records} == {MODEL}
     assert fake.remaining == 0 and len(fake.requests) == 3
@@ -233,3 +255,104 @@ async def test_a_missing_key_is_a_configuration_error(
     assert run.failure.type == "AgentConfigurationError"
     assert "OPENAI_API_KEY is not set" in run.failure.message
     assert fake.requests == [] and fake.remaining == 1
+
+
+async def test_a_rate_limit_is_retried_after_the_servers_delay(
+    client: Client, task_queue: str, fake: FakeOpenAI
+) -> None:
+    fake.script += [
+        error(
+            429,
+            "Rate limit reached for gpt-fake-mini",
+            type="requests",
+            code="rate_limit_exceeded",
+            headers={"retry-after": "1"},
+        ),
+        Reply("Delivered yesterday."),
+    ]
+    started = time.monotonic()
+    run = await run_agent(client, task_queue, openai_input())
+    elapsed = time.monotonic() - started
+
+    assert run.result is not None, run.error
+    assert run.result.answer == "Delivered yesterday." and run.result.steps == 1
+    assert len(fake.requests) == 2 and fake.remaining == 0
+    assert elapsed >= 1.0  # the server's one second, not the policy's 50 ms
+    (attempt,) = await started_model_attempts(run)
+    assert attempt.attempt == 2
+    assert attempt.last_failure.application_failure_info.type == "ProviderTransientError"
+    assert "HTTP 429" in attempt.last_failure.message
+
+
+async def test_server_errors_twice_then_success(
+    client: Client, task_queue: str, fake: FakeOpenAI
+) -> None:
+    fake.script += [
+        error(500, "The server had an error while processing your request.", type="server_error"),
+        error(503, "The engine is currently overloaded", type="server_error"),
+        Reply("Delivered yesterday."),
+    ]
+    run = await run_agent(client, task_queue, openai_input())
+
+    assert run.result is not None, run.error
+    assert run.result.answer == "Delivered yesterday."
+    assert len(fake.requests) == 3 and fake.remaining == 0
+    assert len({request.raw for request in fake.requests}) == 1
+    (attempt,) = await started_model_attempts(run)
+    assert attempt.attempt == 3
+    assert "HTTP 503" in attempt.last_failure.message
+
+
+async def test_a_reply_cut_off_at_the_length_limit_is_retried_then_fails_the_run(
+    client: Client, task_queue: str, fake: FakeOpenAI
+) -> None:
+    fake.script += [
+        Reply(tool_calls=[("call_cut", "search_orders", '{"email": "a@')], finish_reason="length")
+        for _ in range(3)
+    ]
+    run = await run_agent(client, task_queue, openai_input())
+
+    assert run.failure.type == "AgentProviderError"
+    assert run.failure.message.startswith(
+        "model call failed after its retries: ProviderIncompleteReply: "
+    )
+    assert "cut off at the output-token limit" in run.failure.message
+    assert "in the middle of a tool call" in run.failure.message
+    assert len(fake.requests) == 3 and fake.remaining == 0
+    assert [m.role for m in run.transcript] == ["user"]
+
+
+async def test_usage_and_cost_totals_for_gpt_4o_mini(
+    client: Client, task_queue: str, fake: FakeOpenAI
+) -> None:
+    fake.script += [
+        Reply(
+            tool_calls=[("call_search", "search_orders", '{"email": "a@b.com"}')],
+            prompt_tokens=1200,
+            completion_tokens=20,
+            model="gpt-4o-mini-2024-07-18",
+        ),
+        Reply(
+            "Order #1042 was delivered yesterday.",
+            prompt_tokens=2000,
+            completion_tokens=30,
+            cached_tokens=1152,
+            model="gpt-4o-mini-2024-07-18",
+        ),
+    ]
+    run = await run_agent(client, task_queue, openai_input(model="gpt-4o-mini"))
+
+    assert run.result is not None, run.error
+    usage = run.result.usage
+    assert (usage.input_tokens, usage.output_tokens) == (3200, 50)
+    assert (usage.cached_input_tokens, usage.cache_write_tokens) == (1152, 0)
+    price = pricing.SHIPPED_PRICES["gpt-4o-mini"]
+    assert (price.input, price.cached_input, price.output) == (0.15, 0.075, 0.60)
+    # By hand: uncached input at 0.15, cached input at 0.075, output at 0.60 per million.
+    expected = ((3200 - 1152) * 0.15 + 1152 * 0.075 + 50 * 0.60) / 1e6
+    assert usage.cost_usd == pytest.approx(expected, abs=1e-12)
+    assert usage.cost_usd == pytest.approx(0.0004236, abs=1e-12)
+    assert [r.usage.cost_usd for r in run.result.step_records] == [
+        pytest.approx((1200 * 0.15 + 20 * 0.60) / 1e6, abs=1e-12),
+        pytest.approx((848 * 0.15 + 1152 * 0.075 + 30 * 0.60) / 1e6, abs=1e-12),
+    ]

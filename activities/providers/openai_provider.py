@@ -6,34 +6,49 @@ import time; the connection set-up is small beside a model call.
 
 The request is built from the transcript alone, in a fixed order, so the same transcript always
 gives the same request bytes and the provider's prompt cache can match the shared prefix.
+
+Errors are classified in `_http_errors` (shared with the other HTTP providers); a reply cut off
+at the output-token limit, an empty reply or one that cannot be read is retryable as
+`ProviderIncompleteReply`.
 """
 
 from __future__ import annotations
 
-import email.utils
-import math
 import os
-import time
-from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any
 
 import openai
-from openai.types.chat import ChatCompletionMessageFunctionToolCall
+from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 from temporalio.exceptions import ApplicationError
 
+from activities.providers._http_errors import (
+    MAX_RETRY_AFTER,
+    RETRYABLE_STATUSES,
+    TRANSIENT_ERROR_TYPE,
+    connection_error,
+    cut_off_reply,
+    incomplete_reply,
+    provider_message,
+    retry_after,
+    status_error,
+    timeout_error,
+)
 from workflows.errors import AgentConfigurationError, AgentProviderError
 from workflows.models import ModelRequest, ModelResponse, ToolSpec, Usage
 from workflows.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
 
-TRANSIENT_ERROR_TYPE = "ProviderTransientError"
-"""`type` of the retryable errors: rate limits, overload, server errors, timeouts, no reply."""
+__all__ = [
+    "MAX_RETRY_AFTER",
+    "RETRYABLE_STATUSES",
+    "TRANSIENT_ERROR_TYPE",
+    "complete",
+    "provider_error",
+    "request_params",
+    "retry_after",
+    "to_openai_messages",
+]
 
-RETRYABLE_STATUSES = frozenset({408, 409, 429})
-"""Besides every 5xx: request timeout, conflict (the API's "try again"), rate limit."""
-
-MAX_RETRY_AFTER = timedelta(seconds=60)
-"""A server-asked delay is honoured up to this; a longer one is cut to it."""
+PROVIDER = "OpenAI"
 
 
 async def complete(request: ModelRequest) -> ModelResponse:
@@ -44,6 +59,19 @@ async def complete(request: ModelRequest) -> ModelResponse:
             "OPENAI_API_KEY is not set: export it in the worker's environment (and "
             "OPENAI_BASE_URL for an OpenAI-compatible endpoint), or run with provider='scripted'"
         )
+    settings = request.settings
+    try:
+        async with openai.AsyncOpenAI(
+            api_key=api_key, max_retries=0, timeout=settings.timeout_seconds
+        ) as client:
+            response = await client.chat.completions.create(**request_params(request))
+    except openai.OpenAIError as error:
+        raise provider_error(error, timeout_seconds=settings.timeout_seconds) from error
+    return to_model_response(response, request)
+
+
+def request_params(request: ModelRequest) -> dict[str, Any]:
+    """The Chat Completions parameters for `request`: the same request, the same bytes."""
     settings = request.settings
     params: dict[str, Any] = {
         "model": settings.model,
@@ -56,46 +84,66 @@ async def complete(request: ModelRequest) -> ModelResponse:
         params["temperature"] = settings.temperature
     if settings.max_output_tokens is not None:
         params["max_completion_tokens"] = settings.max_output_tokens
-    try:
-        async with openai.AsyncOpenAI(
-            api_key=api_key, max_retries=0, timeout=settings.timeout_seconds
-        ) as client:
-            response = await client.chat.completions.create(**params)
-    except openai.OpenAIError as error:
-        raise provider_error(error, timeout_seconds=settings.timeout_seconds) from error
+    return params
 
-    if not response.choices:
-        raise ApplicationError(
-            f"OpenAI sent an empty reply (no choices) for model {settings.model!r}",
-            type=TRANSIENT_ERROR_TYPE,
-        )
-    choice = response.choices[0]
-    reply = choice.message
-    calls = []
-    for call in reply.tool_calls or ():
-        if isinstance(call, ChatCompletionMessageFunctionToolCall):
-            calls.append(
-                ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)
-            )
-        else:  # a custom (free-text) tool call; none is offered, but keep the pairing intact
-            calls.append(ToolCall(id=call.id, name=call.custom.name, arguments=call.custom.input))
-    usage = response.usage
-    cached = (
-        usage.prompt_tokens_details.cached_tokens if usage and usage.prompt_tokens_details else 0
-    )
-    return ModelResponse(
+
+def to_model_response(response: ChatCompletion, request: ModelRequest) -> ModelResponse:
+    """The reply as a neutral response; an unusable reply raises `ProviderIncompleteReply`."""
+    settings = request.settings
+    model = getattr(response, "model", None) or settings.model
+    try:
+        choices = response.choices
+        if not choices:
+            raise incomplete_reply(f"OpenAI sent an empty reply (no choices) for model {model!r}")
+        choice = choices[0]
+        reply = choice.message
+        if reply is None:
+            raise incomplete_reply(f"OpenAI sent a choice without a message for model {model!r}")
+        calls = []
+        for call in reply.tool_calls or ():
+            if isinstance(call, ChatCompletionMessageFunctionToolCall):
+                name, arguments = call.function.name, call.function.arguments
+            else:  # a custom (free-text) tool call; none is offered, but keep the pairing intact
+                name, arguments = call.custom.name, call.custom.input
+            # Arguments are kept as raw text, even invalid JSON: the workflow answers that.
+            calls.append(ToolCall(id=call.id or "", name=name, arguments=arguments or ""))
         # A refusal stands in for the text, so the loop sees why there is no answer.
-        message=AssistantMessage(
-            content=reply.content if reply.content is not None else reply.refusal,
-            tool_calls=tuple(calls),
-        ),
-        usage=Usage(
+        text = reply.content if reply.content is not None else reply.refusal
+        finish_reason = choice.finish_reason
+        usage = response.usage
+        cached = (
+            usage.prompt_tokens_details.cached_tokens
+            if usage and usage.prompt_tokens_details
+            else 0
+        )
+        neutral_usage = Usage(
             input_tokens=usage.prompt_tokens if usage else 0,
             output_tokens=usage.completion_tokens if usage else 0,
             cached_input_tokens=cached or 0,
-        ),
-        model=response.model,
-        finish_reason=choice.finish_reason,
+        )
+    except ApplicationError:
+        raise
+    except (AttributeError, TypeError, ValueError) as error:
+        raise incomplete_reply(
+            f"OpenAI sent a reply for model {model!r} that could not be read: "
+            f"{type(error).__name__}: {error}"
+        ) from error
+
+    has_text = bool(text and text.strip())
+    if finish_reason == "length":
+        raise cut_off_reply(
+            PROVIDER, model, settings.max_output_tokens, in_tool_call=bool(calls), has_text=has_text
+        )
+    if not has_text and not calls:
+        raise incomplete_reply(
+            f"OpenAI model {model!r} sent an empty reply: no text and no tool calls "
+            f"(finish_reason={finish_reason!r})"
+        )
+    return ModelResponse(
+        message=AssistantMessage(content=text, tool_calls=tuple(calls)),
+        usage=neutral_usage,
+        model=model,
+        finish_reason=finish_reason,
     )
 
 
@@ -145,64 +193,17 @@ def _tool(spec: ToolSpec) -> dict[str, Any]:
 def provider_error(error: openai.OpenAIError, *, timeout_seconds: float) -> ApplicationError:
     """The one place an SDK error becomes retryable (transient) or run-ending (a refusal)."""
     if isinstance(error, openai.APITimeoutError):
-        return ApplicationError(
-            f"OpenAI did not answer within {timeout_seconds:g}s", type=TRANSIENT_ERROR_TYPE
-        )
+        return timeout_error(PROVIDER, timeout_seconds)
     if isinstance(error, openai.APIConnectionError):
-        cause = f": {error.__cause__}" if error.__cause__ else ""
-        return ApplicationError(f"could not reach OpenAI{cause}", type=TRANSIENT_ERROR_TYPE)
+        return connection_error(PROVIDER, error.__cause__)
     if not isinstance(error, openai.APIStatusError):
         return AgentProviderError(f"OpenAI client error: {error}")
-    status = error.status_code
-    text = f"OpenAI returned HTTP {status}: {_provider_message(error)}"
-    if error.request_id:
-        text += f" (request id {error.request_id})"
-    if status in RETRYABLE_STATUSES or status >= 500:
-        return ApplicationError(
-            text,
-            type=TRANSIENT_ERROR_TYPE,
-            non_retryable=False,
-            next_retry_delay=retry_after(error.response.headers),
-        )
-    if status in (401, 403):
-        text += (
-            "; check OPENAI_API_KEY (is it valid, and allowed to use this model?)"
-            " and OPENAI_BASE_URL"
-        )
-    return AgentProviderError(text)
-
-
-def _provider_message(error: openai.APIStatusError) -> str:
-    body = error.body  # the SDK has already unwrapped {"error": {...}}
-    if isinstance(body, Mapping):
-        inner = body.get("error", body)
-        message = inner.get("message") if isinstance(inner, Mapping) else None
-        if isinstance(message, str) and message:
-            return message
-    if isinstance(body, str) and body.strip():
-        return body.strip()[:500]
-    return error.message
-
-
-def retry_after(headers: Mapping[str, str]) -> timedelta | None:
-    """The delay the server asked for (retry-after-ms, else retry-after in seconds or as an
-    HTTP date), capped at MAX_RETRY_AFTER; None when absent or not a sane positive delay."""
-    seconds: float | None = None
-    if (value := headers.get("retry-after-ms")) is not None:
-        seconds = _number(value, scale=0.001)
-    if seconds is None and (value := headers.get("retry-after")) is not None:
-        seconds = _number(value, scale=1.0)
-        if seconds is None:
-            parsed = email.utils.parsedate_tz(value)
-            if parsed is not None:
-                seconds = email.utils.mktime_tz(parsed) - time.time()
-    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
-        return None
-    return min(timedelta(seconds=seconds), MAX_RETRY_AFTER)
-
-
-def _number(value: str, *, scale: float) -> float | None:
-    try:
-        return float(value) * scale
-    except ValueError:
-        return None
+    return status_error(
+        PROVIDER,
+        error.status_code,
+        provider_message(error.body, error.message),  # the SDK has unwrapped {"error": ...}
+        headers=error.response.headers,
+        request_id=error.request_id,
+        key_variable="OPENAI_API_KEY",
+        base_url_variable="OPENAI_BASE_URL",
+    )

@@ -1,0 +1,243 @@
+"""Anthropic Messages API: one call per activity attempt, with the SDK's own retries off.
+
+The key comes from ANTHROPIC_API_KEY and the endpoint from ANTHROPIC_BASE_URL (read by the SDK).
+The key is passed to the client explicitly, so the SDK never falls back to other credential
+sources (profiles, federation). A client is built per call and closed after it.
+
+The request is built from the transcript alone, in a fixed order, so the same transcript always
+gives the same request bytes. Three prompt-cache breakpoints mark the growing prefix: the last
+tool definition, the system block and the last block of the last message. Step k+1 re-sends
+step k's request as its prefix, so the provider serves it from the cache written at step k.
+
+Errors are classified in `_http_errors` (shared with the other HTTP providers); a reply cut off
+at the output-token limit, an empty reply or one that cannot be read is retryable as
+`ProviderIncompleteReply`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import anthropic
+from anthropic.types import Message as AnthropicMessage
+from temporalio.exceptions import ApplicationError
+
+from activities.providers._http_errors import (
+    connection_error,
+    cut_off_reply,
+    incomplete_reply,
+    provider_message,
+    status_error,
+    timeout_error,
+)
+from workflows.errors import AgentConfigurationError, AgentProviderError
+from workflows.models import ModelRequest, ModelResponse, ToolSpec, Usage
+from workflows.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
+
+PROVIDER = "Anthropic"
+DEFAULT_MAX_TOKENS = 4096
+"""`max_tokens` is required by the Messages API; used when the run does not set one."""
+CACHE_CONTROL: dict[str, str] = {"type": "ephemeral"}
+
+
+async def complete(request: ModelRequest) -> ModelResponse:
+    """Make one Messages API call for `request` and map the reply back."""
+    api_key = os.environ.get("ANTHROPIC_API_KEY")
+    if not api_key:
+        raise AgentConfigurationError(
+            "ANTHROPIC_API_KEY is not set: export it in the worker's environment (and "
+            "ANTHROPIC_BASE_URL for another endpoint), or run with provider='scripted'"
+        )
+    settings = request.settings
+    params = request_params(request)
+    # The SDK has no `temperature` argument; it goes in the body as the API expects it.
+    extra_body = {"temperature": params.pop("temperature")} if "temperature" in params else None
+    try:
+        async with anthropic.AsyncAnthropic(
+            api_key=api_key, max_retries=0, timeout=settings.timeout_seconds
+        ) as client:
+            response = await client.messages.create(**params, extra_body=extra_body)
+    except anthropic.AnthropicError as error:
+        raise provider_error(error, timeout_seconds=settings.timeout_seconds) from error
+    return to_model_response(response, request)
+
+
+def request_params(request: ModelRequest) -> dict[str, Any]:
+    """The Messages API body for `request`: plain dicts in a fixed key order, built fresh."""
+    settings = request.settings
+    params: dict[str, Any] = {
+        "model": settings.model,
+        "max_tokens": max_tokens(request),
+    }
+    if request.system:
+        params["system"] = [{"type": "text", "text": request.system, "cache_control": _cache()}]
+    params["messages"] = to_anthropic_messages(request.messages)
+    if request.tools:
+        tools = [_tool(spec) for spec in request.tools]
+        tools[-1]["cache_control"] = _cache()
+        params["tools"] = tools
+    if settings.temperature is not None:
+        params["temperature"] = settings.temperature
+    return params
+
+
+def max_tokens(request: ModelRequest) -> int:
+    return request.settings.max_output_tokens or DEFAULT_MAX_TOKENS
+
+
+def to_anthropic_messages(messages: list[Message] | tuple[Message, ...]) -> list[dict[str, Any]]:
+    """The transcript as Messages API turns.
+
+    Every message becomes content blocks, and consecutive messages of one role become one turn
+    (the API requires user and assistant to alternate): the tool results that answer an
+    assistant message form one user turn, in call order, with any user message after them. The
+    last block of the last turn carries a cache breakpoint.
+    """
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        role, blocks = _blocks(message)
+        if not blocks:
+            continue  # an assistant message with neither text nor calls says nothing
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    if turns:
+        last = turns[-1]["content"]
+        last[-1] = {**last[-1], "cache_control": _cache()}
+    return turns
+
+
+def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
+    if isinstance(message, UserMessage):
+        return "user", [{"type": "text", "text": message.content}]
+    if isinstance(message, ToolResult):
+        block: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": message.tool_call_id,
+            "content": message.content,
+        }
+        if message.is_error:
+            block["is_error"] = True
+        return "user", [block]
+    blocks: list[dict[str, Any]] = []
+    if message.content and message.content.strip():  # the API refuses blank text blocks
+        blocks.append({"type": "text", "text": message.content})
+    for call in message.tool_calls:
+        blocks.append(
+            {"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call.arguments)}
+        )
+    return "assistant", blocks
+
+
+def _input(arguments: str) -> dict[str, Any]:
+    """The call's arguments as the object the API requires. Arguments that are not a JSON
+    object (the workflow has already answered such a call with an error) go back as {}, so the
+    call and its result still pair up."""
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _tool(spec: ToolSpec) -> dict[str, Any]:
+    return {"name": spec.name, "description": spec.description, "input_schema": spec.parameters}
+
+
+def _cache() -> dict[str, str]:
+    return dict(CACHE_CONTROL)
+
+
+def to_model_response(response: AnthropicMessage, request: ModelRequest) -> ModelResponse:
+    """The reply as a neutral response; an unusable reply raises `ProviderIncompleteReply`."""
+    model = getattr(response, "model", None) or request.settings.model
+    try:
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        last_type: str | None = None
+        for block in response.content:
+            last_type = block.type
+            if block.type == "text":
+                texts.append(block.text)
+            elif block.type == "tool_use":
+                arguments = json.dumps(block.input, separators=(",", ":"))
+                calls.append(ToolCall(id=block.id or "", name=block.name, arguments=arguments))
+            # Other blocks (thinking, server tools) are never asked for and are left out.
+        usage = response.usage
+        cache_read = usage.cache_read_input_tokens or 0
+        cache_write = usage.cache_creation_input_tokens or 0
+        neutral_usage = Usage(
+            input_tokens=usage.input_tokens + cache_read + cache_write,
+            output_tokens=usage.output_tokens,
+            cached_input_tokens=cache_read,
+            cache_write_tokens=cache_write,
+        )
+        stop_reason = response.stop_reason
+    except ApplicationError:
+        raise
+    except (AttributeError, TypeError, ValueError) as error:
+        raise incomplete_reply(
+            f"Anthropic sent a reply for model {model!r} that could not be read: "
+            f"{type(error).__name__}: {error}"
+        ) from error
+
+    text = "".join(texts) or None
+    has_text = bool(text and text.strip())
+    if stop_reason == "model_context_window_exceeded":
+        raise incomplete_reply(
+            f"Anthropic model {model!r}: the reply was cut off because the context window is "
+            "full (stop_reason 'model_context_window_exceeded'); set Limits.max_context_tokens "
+            "below the model's window"
+        )
+    if stop_reason == "max_tokens":
+        raise cut_off_reply(
+            PROVIDER,
+            model,
+            max_tokens(request),
+            in_tool_call=last_type == "tool_use",
+            has_text=has_text,
+        )
+    if stop_reason == "refusal":
+        if not has_text:
+            raise incomplete_reply(
+                f"Anthropic model {model!r} refused (stop_reason 'refusal') without any text"
+            )
+        calls = []  # the text is the answer; a call cut short by the refusal is not run
+    elif stop_reason == "pause_turn":
+        raise incomplete_reply(
+            f"Anthropic model {model!r} paused its turn (stop_reason 'pause_turn'); "
+            "no server tools are offered, so the reply is not complete"
+        )
+    if not has_text and not calls:
+        raise incomplete_reply(
+            f"Anthropic model {model!r} sent an empty reply: no text and no tool calls "
+            f"(stop_reason={stop_reason!r})"
+        )
+    return ModelResponse(
+        message=AssistantMessage(content=text, tool_calls=tuple(calls)),
+        usage=neutral_usage,
+        model=model,
+        finish_reason=stop_reason,
+    )
+
+
+def provider_error(error: anthropic.AnthropicError, *, timeout_seconds: float) -> ApplicationError:
+    """The one place an SDK error becomes retryable (transient) or run-ending (a refusal)."""
+    if isinstance(error, anthropic.APITimeoutError):
+        return timeout_error(PROVIDER, timeout_seconds)
+    if isinstance(error, anthropic.APIConnectionError):
+        return connection_error(PROVIDER, error.__cause__)
+    if not isinstance(error, anthropic.APIStatusError):
+        return AgentProviderError(f"Anthropic client error: {error}")
+    return status_error(
+        PROVIDER,
+        error.status_code,
+        provider_message(error.body, error.message),
+        headers=error.response.headers,
+        request_id=error.request_id,
+        key_variable="ANTHROPIC_API_KEY",
+        base_url_variable="ANTHROPIC_BASE_URL",
+    )

@@ -1,0 +1,302 @@
+"""A scripted, local stand-in for Anthropic's Messages API (POST /v1/messages).
+
+    with FakeAnthropic([Reply(tool_uses=[("toolu_a", "add", {"a": 1})]), Reply("done")]) as fake:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        ...
+        assert fake.remaining == 0 and fake.requests[0].body["system"][0]["type"] == "text"
+
+Each accepted request takes the next scripted entry: a `Reply` (an assistant message) or an
+`HttpReply` (any status, JSON body and headers, sent as is; `error()` builds the API's error
+shape). Like the real API, and without using the script, it answers 401 to a wrong key (sent as
+`x-api-key`, or as `authorization: Bearer`, which is what the SDK sends) and 400 to a request it
+would refuse: roles that do not alternate, a `tool_use` not answered by a `tool_result` in the
+next user message, a `tool_result` for an id the previous assistant message did not use, blank
+text, more than four cache breakpoints. An exhausted script answers 500.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+PATH = "/v1/messages"
+MAX_CACHE_BREAKPOINTS = 4
+
+
+@dataclass
+class Reply:
+    text: str | None = None
+    """One text block, before any tool_use block."""
+    tool_uses: list[tuple[str, str, Any]] = field(default_factory=list)
+    """(id, name, input) per call; input is sent as given (normally an object)."""
+    stop_reason: str | None = None
+    """Defaults to "tool_use" when there are calls, else "end_turn"."""
+    content: list[dict[str, Any]] | None = None
+    """Raw content blocks, sent instead of those built from `text` and `tool_uses`."""
+    input_tokens: int | None = None
+    """Uncached input tokens; defaults to an estimate from the request's size."""
+    output_tokens: int | None = None
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    model: str | None = None
+    """Defaults to the requested model."""
+
+
+@dataclass
+class HttpReply:
+    status: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def error(
+    status: int,
+    message: str,
+    *,
+    type: str = "invalid_request_error",
+    headers: dict[str, str] | None = None,
+) -> HttpReply:
+    body = {"type": "error", "error": {"type": type, "message": message}}
+    return HttpReply(status, body, dict(headers or {}))
+
+
+@dataclass
+class Recorded:
+    path: str
+    headers: dict[str, str]
+    """Lower-cased names."""
+    raw: bytes
+    body: Any
+
+
+def request_error(body: dict[str, Any]) -> HttpReply | None:
+    """The API's 400 for a request it refuses before the model sees it; None when valid."""
+    if not isinstance(body.get("max_tokens"), int):
+        return error(400, "max_tokens: Field required")
+    messages = body.get("messages") or []
+    if not messages:
+        return error(400, "messages: at least one message is required")
+    if (breakpoints := _count_cache_control(body)) > MAX_CACHE_BREAKPOINTS:
+        return error(
+            400,
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+            f"Found {breakpoints}.",
+        )
+    return pairing_error(messages)
+
+
+def pairing_error(messages: list[dict[str, Any]]) -> HttpReply | None:
+    """The API's 400 when roles do not alternate (starting with user), when a `tool_use` is not
+    answered by a `tool_result` in the very next user message, or when a `tool_result` names an
+    id the previous assistant message did not use; None when the sequence is valid."""
+    waiting: list[str] = []  # ids of the previous assistant message's tool_use blocks
+    asked_at = 0
+    previous_role = None
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if index == 0 and role != "user":
+            return error(400, 'messages: first message must use the "user" role')
+        if role not in ("user", "assistant"):
+            return error(400, f"messages.{index}.role: Input should be 'user' or 'assistant'")
+        if role == previous_role:
+            return error(
+                400,
+                'messages: roles must alternate between "user" and "assistant", but found '
+                f'multiple "{role}" roles in a row',
+            )
+        previous_role = role
+        blocks = _blocks(message.get("content"))
+        if not blocks:
+            return error(
+                400,
+                f"messages.{index}: all messages must have non-empty content except for the "
+                "optional final assistant message",
+            )
+        for position, block in enumerate(blocks):
+            if block.get("type") == "text" and not str(block.get("text", "")).strip():
+                return error(
+                    400,
+                    f"messages.{index}.content.{position}: text content blocks must be non-empty",
+                )
+        if role == "user":
+            answered: list[str] = []
+            for position, block in enumerate(blocks):
+                if block.get("type") != "tool_result":
+                    continue
+                tool_use_id = block.get("tool_use_id")
+                if tool_use_id not in waiting or tool_use_id in answered:
+                    return error(
+                        400,
+                        f"messages.{index}.content.{position}: unexpected `tool_use_id` found in "
+                        f"`tool_result` blocks: {tool_use_id}. Each `tool_result` block must have "
+                        "a corresponding `tool_use` block in the previous message.",
+                    )
+                answered.append(tool_use_id)
+            missing = [i for i in waiting if i not in answered]
+            if missing:
+                return _unanswered(asked_at, missing)
+            waiting = []
+        else:
+            waiting = [b.get("id") for b in blocks if b.get("type") == "tool_use"]
+            asked_at = index
+    if waiting:
+        return _unanswered(asked_at, waiting)
+    return None
+
+
+def _unanswered(asked_at: int, missing: list[str]) -> HttpReply:
+    # The API names the message that should have held the results: the one after the call.
+    return error(
+        400,
+        f"messages.{asked_at + 1}: `tool_use` ids were found without `tool_result` blocks "
+        f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
+        "corresponding `tool_result` block in the next message.",
+    )
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return [block for block in content or () if isinstance(block, dict)]
+
+
+def _count_cache_control(body: dict[str, Any]) -> int:
+    blocks: list[Any] = [*(body.get("tools") or ())]
+    system = body.get("system")
+    if isinstance(system, list):
+        blocks += system
+    for message in body.get("messages") or ():
+        blocks += _blocks(message.get("content"))
+    return sum(1 for block in blocks if isinstance(block, dict) and "cache_control" in block)
+
+
+def sent_key(headers: dict[str, str]) -> str | None:
+    """The API key a request carries: `x-api-key`, or `authorization: Bearer` as the SDK (2.x)
+    sends it; the API accepts either."""
+    if "x-api-key" in headers:
+        return headers["x-api-key"]
+    authorization = headers.get("authorization", "")
+    return authorization.removeprefix("Bearer ") if authorization.startswith("Bearer ") else None
+
+
+class FakeAnthropic:
+    def __init__(
+        self,
+        script: list[Reply | HttpReply] | None = None,
+        *,
+        api_key: str = "sk-ant-test-fake",
+    ) -> None:
+        self.script = list(script or [])
+        self.api_key = api_key
+        self.requests: list[Recorded] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
+        self._thread.start()
+        # The SDK appends /v1/messages itself.
+        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    @property
+    def remaining(self) -> int:
+        """Scripted entries not yet used."""
+        return len(self.script)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> FakeAnthropic:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def answer(self, path: str, headers: dict[str, str], raw: bytes) -> HttpReply:
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        with self._lock:
+            self.requests.append(Recorded(path, headers, raw, body))
+            number = len(self.requests)
+            if path.split("?")[0] != PATH:
+                return error(404, f"Not found: POST {path}", type="not_found_error")
+            if sent_key(headers) != self.api_key:
+                return error(401, "invalid x-api-key", type="authentication_error")
+            if not headers.get("anthropic-version"):
+                return error(400, "anthropic-version: header is required")
+            if not isinstance(body, dict):
+                return error(400, "The request body is not valid JSON.")
+            if broken := request_error(body):
+                return broken
+            if not self.script:
+                return error(
+                    500, f"fake Anthropic: script exhausted at request #{number}", type="api_error"
+                )
+            entry = self.script.pop(0)
+        if isinstance(entry, HttpReply):
+            return entry
+        return HttpReply(200, _message(entry, body, number, len(raw)))
+
+
+def _message(reply: Reply, request: dict[str, Any], number: int, size: int) -> dict[str, Any]:
+    content = reply.content
+    if content is None:
+        content = []
+        if reply.text is not None:
+            content.append({"type": "text", "text": reply.text})
+        for id, name, input in reply.tool_uses:
+            content.append({"type": "tool_use", "id": id, "name": name, "input": input})
+    uncached = reply.input_tokens if reply.input_tokens is not None else size // 4
+    output = reply.output_tokens
+    if output is None:
+        output = max(len(json.dumps(content)) // 4, 1)
+    return {
+        "id": f"msg_fake{number:04d}",
+        "type": "message",
+        "role": "assistant",
+        "model": reply.model or request.get("model", "claude-fake"),
+        "content": content,
+        "stop_reason": reply.stop_reason or ("tool_use" if reply.tool_uses else "end_turn"),
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": uncached,
+            "cache_creation_input_tokens": reply.cache_creation_input_tokens,
+            "cache_read_input_tokens": reply.cache_read_input_tokens,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": reply.cache_creation_input_tokens,
+                "ephemeral_1h_input_tokens": 0,
+            },
+            "output_tokens": output,
+            "service_tier": "standard",
+        },
+    }
+
+
+def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            reply = fake.answer(self.path, headers, raw)
+            payload = json.dumps(reply.body).encode()
+            self.send_response(reply.status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(payload)))
+            self.send_header("request-id", f"req_fake{len(fake.requests):04d}")
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
