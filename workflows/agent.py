@@ -7,6 +7,7 @@ workflow state, and every append goes through the pairing rule.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.budget import Budget
     from workflows.errors import (
         FATAL_ERROR_TYPES,
+        AgentApprovalTimeout,
         AgentConfigurationError,
         AgentError,
         AgentFatalToolError,
@@ -30,14 +32,19 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.loop_detection import LoopDetector
     from workflows.models import (
+        AGENT_STATUS,
+        AGENT_STEP,
         AgentInput,
         AgentResult,
+        AgentStatus,
         AppliedEffect,
         CompensationInput,
         CompensationRecord,
         CompensationStatus,
         ModelRequest,
         ModelResponse,
+        PlanDecision,
+        PlanState,
         RunStatus,
         StepRecord,
         ToolActivityInput,
@@ -56,6 +63,27 @@ with workflow.unsafe.imports_passed_through():
     )
 
 FINISH = "finish"
+SUBMIT_PLAN = "submit_plan"
+_SUBMIT_PLAN_DESCRIPTION = (
+    "Submit your plan before doing anything that changes data: the steps you will take, in "
+    "order, one short sentence each. A person reviews it; the run waits for their decision. If "
+    "they approve, the tools that change data become available and you carry the plan out; if "
+    "they reject it, their feedback comes back to you and you plan again. Read-only tools may be "
+    "used before it to gather what the plan needs."
+)
+_SUBMIT_PLAN_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "steps": {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1},
+            "minItems": 1,
+            "description": "The plan's steps, in order.",
+        }
+    },
+    "required": ["steps"],
+    "additionalProperties": False,
+}
 _FINISH_DESCRIPTION = (
     "Give your final answer and end the run. Call it once, when you are done; nothing you call "
     "after it runs. Its arguments are checked, and a mismatch comes back to you as an error."
@@ -90,7 +118,12 @@ class _Finish:
     arguments: dict[str, Any]
 
 
-_Disposition = _Execute | _Refuse | _Finish
+@dataclass(frozen=True)
+class _SubmitPlan:
+    steps: list[str]
+
+
+_Disposition = _Execute | _Refuse | _Finish | _SubmitPlan
 
 
 @workflow.defn
@@ -106,6 +139,12 @@ class AgentWorkflow:
         self._effects: list[AppliedEffect] = []
         """The compensation log: side effects that succeeded, newest last."""
         self._compensations: list[CompensationRecord] = []
+        self._status: AgentStatus = "running"
+        self._details = "starting"
+        self._reports_status = False
+        self._reported: tuple[AgentStatus, int] | None = None
+        self._plan: PlanState | None = None
+        self._decision: PlanDecision | None = None
 
     @workflow.query
     def transcript(self) -> list[Message]:
@@ -114,34 +153,110 @@ class AgentWorkflow:
     @workflow.query
     def status(self) -> RunStatus:
         return RunStatus(
+            status=self._status,
+            details=self._details,
             step=self._budget.steps,
             usage=self._budget.usage,
+            limits=self._input.limits,
             step_records=self._budget.step_records,
             pending_tool_calls=[call.id for call in self._transcript.pending_calls()],
+            plan=self._plan,
         )
+
+    # Plain JSON strings, so `temporal workflow signal --input '"..."'` and the Web UI's signal
+    # dialog can decide without any Python.
+    @workflow.signal
+    def approve_plan(self, comment: str | None = None) -> None:
+        """Approve the plan that is waiting; the optional comment is passed on to the model."""
+        self._take_signal_decision(PlanDecision(approve=True, comment=comment))
+
+    @workflow.signal
+    def reject_plan(self, feedback: str) -> None:
+        """Reject the plan that is waiting; the feedback becomes the person's next message."""
+        self._take_signal_decision(PlanDecision(approve=False, comment=feedback))
+
+    @workflow.update
+    def decide_plan(self, decision: PlanDecision) -> PlanState:
+        """Approve or reject the waiting plan in one round trip; answers the plan as decided."""
+        return self._apply_decision(decision)
+
+    def _apply_decision(self, decision: PlanDecision) -> PlanState:
+        assert self._plan is not None  # the validator saw to it
+        self._decision = decision
+        self._plan = self._plan.model_copy(
+            update={
+                "status": "approved" if decision.approve else "rejected",
+                "comment": decision.comment,
+            }
+        )
+        return self._plan
+
+    @decide_plan.validator
+    def _validate_plan_decision(self, decision: PlanDecision) -> None:
+        waiting = self._plan if self._plan and self._plan.status == "awaiting_approval" else None
+        if waiting is None or self._decision is not None:
+            raise ValueError("no plan is waiting for a decision")
+        if decision.version is not None and decision.version != waiting.version:
+            raise ValueError(
+                f"plan version {decision.version} is not the one waiting: "
+                f"version {waiting.version} is"
+            )
+        if not decision.approve and not (decision.comment or "").strip():
+            raise ValueError("a rejection needs feedback for the model")
+
+    def _take_signal_decision(self, decision: PlanDecision) -> None:
+        try:
+            self._validate_plan_decision(decision)
+        except ValueError as refused:
+            # A signal cannot be refused to its sender; the run's log says why it was ignored.
+            workflow.logger.warning("plan decision ignored: %s", refused)
+            return
+        self._apply_decision(decision)
 
     @workflow.run
     async def run(self, agent_input: AgentInput) -> AgentResult:
         """Run the loop; a run that ends without an answer undoes its side effects, then fails."""
+        # Runs recorded before the search attributes existed replay without their upserts.
+        self._reports_status = workflow.patched("agent-status-search-attributes")
+        self._set_status("running", "starting")
         try:
-            return await self._loop(agent_input)
+            result = await self._loop(agent_input)
         except AgentError as error:
             self._close_pending_calls(f"Not run: the run stopped ({error.type}).")
             await self._compensate()
+            self._set_status("failed", f"failed: {error.type}")
             raise self._with_compensations(error) from None
         except asyncio.CancelledError:
             # Activities started after catching the cancellation are not cancelled: the
             # compensations run to the end before the run reports itself cancelled.
             self._close_pending_calls("Not run: the run was cancelled.")
             await self._compensate()
+            self._set_status("failed", "cancelled")
             raise
+        self._set_status("completed", f"completed in {result.steps} steps")
+        return result
+
+    def _set_status(self, status: AgentStatus, details: str) -> None:
+        """Keep the search attributes, the current details (the run's page in the Web UI) and the
+        `status` query saying what the run is doing. No transcript content goes here."""
+        step_changed = self._reports_status and status == self._status == "running"
+        if self._reports_status and (
+            status != self._status or details == "starting" or step_changed
+        ):
+            workflow.upsert_search_attributes(
+                [AGENT_STATUS.value_set(status), AGENT_STEP.value_set(self._budget.steps)]
+            )
+        self._status = status
+        self._details = details
+        workflow.set_current_details(details)
 
     async def _loop(self, agent_input: AgentInput) -> AgentResult:
-        offered = self._resolve_tools(agent_input)
+        self._resolve_tools(agent_input)
         self._transcript.append(UserMessage(content=agent_input.prompt))
         sent_until = 0  # messages[:sent_until] were in the previous model request
 
         while True:
+            offered = self._offered()
             context = self._budget.context_estimate(
                 agent_input.system,
                 offered,
@@ -151,6 +266,7 @@ class AgentWorkflow:
             self._budget.check_before_model_call(workflow.now(), context)
             step = self._budget.steps + 1
             started = workflow.now()
+            self._set_status("running", f"step {step}: waiting for {agent_input.model.model}")
             response = await self._call_model(offered, step)
             sent_until = len(self._transcript.messages)
             self._budget.record_model_call(response.usage)
@@ -184,7 +300,19 @@ class AgentWorkflow:
             if answer is not None:
                 return answer
 
-    def _resolve_tools(self, agent_input: AgentInput) -> list[ToolSpec]:
+    def _offered(self) -> list[ToolSpec]:
+        """What the model may call now: until a plan is approved, read-only tools and
+        submit_plan; then every tool and finish."""
+        if self._input.plan and not (self._plan and self._plan.status == "approved"):
+            read_only = [spec for spec in self._tools.values() if not spec.side_effects]
+            return [*read_only, self._submit_plan_spec]
+        return [*self._tools.values(), self._finish_spec(self._input)]
+
+    _submit_plan_spec = ToolSpec(
+        name=SUBMIT_PLAN, description=_SUBMIT_PLAN_DESCRIPTION, parameters=_SUBMIT_PLAN_PARAMETERS
+    )
+
+    def _resolve_tools(self, agent_input: AgentInput) -> None:
         try:
             specs = tool_specs(agent_input.tools)
         except KeyError as error:
@@ -197,7 +325,6 @@ class AgentWorkflow:
                     f"output_schema is not a valid JSON schema: {error.message}"
                 ) from None
         self._tools = {spec.name: spec for spec in specs}
-        return [*specs, self._finish_spec(agent_input)]
 
     @staticmethod
     def _finish_spec(agent_input: AgentInput) -> ToolSpec:
@@ -245,11 +372,9 @@ class AgentWorkflow:
 
     def _dispose(self, call: ToolCall) -> _Disposition:
         """Decide what to do with a call; what the model can fix becomes a result (seed 003)."""
-        if call.name != FINISH and call.name not in self._tools:
-            available = ", ".join([*sorted(self._tools), FINISH])
-            return _Refuse(
-                f"Error: no tool named {call.name!r}. Available tools: {available}.", "error"
-            )
+        offered = [spec.name for spec in self._offered()]
+        if call.name not in offered:
+            return _Refuse(self._not_offered(call.name, offered), "error")
         try:
             arguments = json.loads(call.arguments) if call.arguments.strip() else {}
         except ValueError as error:
@@ -266,10 +391,29 @@ class AgentWorkflow:
             )
         if call.name == FINISH:
             return _Finish(arguments)
+        if call.name == SUBMIT_PLAN:
+            problem = _schema_problems(_SUBMIT_PLAN_PARAMETERS, arguments)
+            if problem:
+                return _Refuse(f"Error: the plan is not valid: {problem}.", "error")
+            return _SubmitPlan([str(step) for step in arguments["steps"]])
         times = self._loops.record(call.name, call.arguments)
         if self._loops.is_loop(times):
             return _Refuse(self._loops.feedback(call.name, times), "loop_detected")
         return _Execute(self._tools[call.name], arguments)
+
+    def _not_offered(self, name: str, offered: list[str]) -> str:
+        if self._input.plan and name in self._tools:
+            return (
+                f"Error: {name} changes data and is not available until a person approves your "
+                f"plan; call {SUBMIT_PLAN} first."
+            )
+        if name == SUBMIT_PLAN and self._input.plan:
+            return "Error: your plan is approved already; carry it out."
+        if name == FINISH and self._input.plan:
+            return f"Error: submit your plan with {SUBMIT_PLAN} first."
+        available = ", ".join(sorted(n for n in offered if n not in (FINISH, SUBMIT_PLAN)))
+        builtins = ", ".join(n for n in offered if n in (FINISH, SUBMIT_PLAN))
+        return f"Error: no tool named {name!r}. Available tools: {available}, {builtins}."
 
     async def _run_tool_calls(
         self, calls: tuple[ToolCall, ...], record: StepRecord
@@ -283,6 +427,7 @@ class AgentWorkflow:
         outcomes: dict[str, _Outcome] = {}
         batch: list[tuple[ToolCall, _Execute]] = []
         answer: AgentResult | None = None
+        plan: tuple[ToolCall, list[str]] | None = None
 
         async def run_batch() -> None:
             done = await asyncio.gather(*(self._execute(c, e) for c, e in batch))
@@ -316,9 +461,25 @@ class AgentWorkflow:
                         )
                     else:
                         outcomes[call.id] = await self._execute(call, execute)
+                case _SubmitPlan(steps) if plan is None:
+                    plan = (call, steps)
+                case _SubmitPlan():
+                    outcomes[call.id] = _Outcome.refused(
+                        call, "Error: one plan at a time; this one was not submitted.", "error"
+                    )
                 case _Execute() as execute:
                     batch.append((call, execute))
         await run_batch()
+        feedback: str | None = None
+        if plan is not None and not fatal():
+            plan_call, steps = plan
+            decision = await self._await_plan_decision(steps)
+            outcomes[plan_call.id] = _Outcome.done(plan_call, _decision_text(decision, self._plan))
+            feedback = None if decision.approve else decision.comment
+        elif plan is not None:
+            outcomes[plan[0].id] = _Outcome.refused(
+                plan[0], f"Not run: the run is ending because {fatal()}", "not_run"
+            )
 
         for call in calls:
             outcome = outcomes[call.id]
@@ -326,7 +487,39 @@ class AgentWorkflow:
             record.tool_calls.append(outcome.record)
         if reason := fatal():
             raise AgentFatalToolError(reason, self._budget.details())
+        if feedback is not None:
+            self._transcript.append(UserMessage(content=feedback))
         return answer
+
+    async def _await_plan_decision(self, steps: list[str]) -> PlanDecision:
+        """Wait, spending nothing, for a person to approve or reject the plan."""
+        version = self._plan.version + 1 if self._plan else 1
+        self._plan = PlanState(version=version, steps=steps, status="awaiting_approval")
+        self._decision = None
+        self._set_status(
+            "awaiting_approval",
+            f"waiting for a person to approve plan v{version} ({len(steps)} steps): signal "
+            "approve_plan or reject_plan, or update decide_plan",
+        )
+        timeout = self._input.approval_timeout_seconds
+        self._budget.pause(workflow.now())
+        try:
+            await workflow.wait_condition(
+                lambda: self._decision is not None,
+                timeout=timedelta(seconds=timeout),
+                timeout_summary=f"approval of plan v{version}",
+            )
+        except builtins.TimeoutError:
+            raise AgentApprovalTimeout(
+                f"plan v{version} waited {timeout:g} s for a decision (approval_timeout_seconds)",
+                self._budget.details(),
+            ) from None
+        finally:
+            self._budget.resume(workflow.now())
+        decision = self._decision
+        assert decision is not None
+        self._set_status("running", f"plan v{version} {self._plan.status}")
+        return decision
 
     async def _execute(self, call: ToolCall, execute: _Execute) -> _Outcome:
         spec = execute.spec
@@ -393,17 +586,9 @@ class AgentWorkflow:
 
     def _check_answer(self, arguments: dict[str, Any]) -> str | None:
         """None when `finish`'s arguments satisfy the run's schema, else what is wrong."""
-        schema = self._finish_spec(self._input).parameters
-        errors = sorted(
-            jsonschema.Draft202012Validator(schema).iter_errors(arguments),
-            key=lambda e: [str(part) for part in e.absolute_path],
-        )
-        if not errors:
+        problems = _schema_problems(self._finish_spec(self._input).parameters, arguments)
+        if not problems:
             return None
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e.absolute_path) or '(answer)'}: {e.message}"
-            for e in errors[:10]
-        )
         return (
             f"Error: the answer does not match the required schema: {problems}. "
             "Call finish again with corrected arguments."
@@ -415,6 +600,8 @@ class AgentWorkflow:
         A compensation that still fails after its retries is recorded, and the others still run.
         No wall-time deadline applies: undoing is what a run that ran out of time needs most.
         """
+        if self._effects:
+            self._set_status("compensating", f"undoing {len(self._effects)} side effects")
         for effect in reversed(self._effects):
             call = effect.call
             if effect.compensation is None:
@@ -520,6 +707,29 @@ def _answer_text(arguments: dict[str, Any], agent_input: AgentInput) -> str:
     if agent_input.output_schema is None:
         return str(arguments["answer"])
     return json.dumps(arguments, ensure_ascii=False)
+
+
+def _schema_problems(schema: dict[str, Any], instance: dict[str, Any]) -> str:
+    """Every way `instance` fails `schema`, path by path, in a stable order; '' if none."""
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(instance),
+        key=lambda e: [str(part) for part in e.absolute_path],
+    )
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e.absolute_path) or '(answer)'}: {e.message}"
+        for e in errors[:10]
+    )
+
+
+def _decision_text(decision: PlanDecision, plan: PlanState | None) -> str:
+    version = plan.version if plan else "?"
+    if decision.approve:
+        comment = f" Their comment: {decision.comment}" if decision.comment else ""
+        return (
+            f"A person approved plan v{version}.{comment} Carry it out now; the tools that "
+            "change data are available."
+        )
+    return f"A person rejected plan v{version}; their feedback follows. Plan again."
 
 
 def _describe_compensation(record: CompensationRecord) -> str:

@@ -34,9 +34,20 @@ class Budget:
         self.step_records: list[StepRecord] = []
         self._last_context_tokens: int | None = None
         """Input plus output tokens of the last call: the context the next call starts from."""
+        self._paused_seconds = 0.0
+        self._paused_at: datetime | None = None
+
+    def pause(self, now: datetime) -> None:
+        """Stop the wall clock: time spent waiting for a person is not the agent's."""
+        self._paused_at = now
+
+    def resume(self, now: datetime) -> None:
+        if self._paused_at is not None:
+            self._paused_seconds += (now - self._paused_at).total_seconds()
+            self._paused_at = None
 
     def elapsed_seconds(self, now: datetime) -> float:
-        return (now - self.started_at).total_seconds()
+        return (now - self.started_at).total_seconds() - self._paused_seconds
 
     def remaining_seconds(self, now: datetime) -> float | None:
         if self.limits.max_wall_seconds is None:

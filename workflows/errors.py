@@ -27,6 +27,10 @@ class AgentBudgetExceeded(AgentError):
     """A token, context or wall-time budget ran out before an answer."""
 
 
+class AgentApprovalTimeout(AgentError):
+    """A plan waited longer than the run's approval timeout for a person's decision."""
+
+
 class AgentFatalToolError(AgentError):
     """Raised by a tool when retrying, or letting the model try again, can never help
     (a credential that can never work, say). It fails the run instead of becoming a result."""

@@ -6,11 +6,20 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, SearchAttributeKey
 
 from workflows.transcript import AssistantMessage, Message
 
 DEFAULT_TASK_QUEUE = "agent-loop"
+
+AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
+"""running, awaiting_approval, compensating, completed or failed: find runs waiting on a person
+with `temporal workflow list --query "AgentStatus='awaiting_approval'"`."""
+AGENT_STEP = SearchAttributeKey.for_int("AgentStep")
+"""Model calls made so far."""
+SEARCH_ATTRIBUTES = (AGENT_STATUS, AGENT_STEP)
+
+AgentStatus = Literal["running", "awaiting_approval", "compensating", "completed", "failed"]
 DEFAULT_MAX_RESULT_CHARS = 8_000
 
 
@@ -162,6 +171,29 @@ class AgentInput(BaseModel):
     """JSON schema the final answer must satisfy: `finish` takes exactly these arguments."""
     model: ModelSettings = ModelSettings()
     limits: Limits = Limits()
+    plan: bool = False
+    """Plan mode: the model first submits a plan (read-only tools allowed before it), and the run
+    waits, spending nothing, until a person approves or rejects it."""
+    approval_timeout_seconds: float = Field(default=86_400.0, gt=0)
+    """How long a plan may wait for its decision before the run fails (AgentApprovalTimeout)."""
+
+
+class PlanDecision(BaseModel):
+    """Input of the `decide_plan` update."""
+
+    approve: bool
+    version: int | None = None
+    """The plan version decided on; a decision on an older version is refused. None: the one
+    waiting."""
+    comment: str | None = None
+    """With an approval, a note for the model; with a rejection, the feedback (required)."""
+
+
+class PlanState(BaseModel):
+    version: int
+    steps: list[str]
+    status: Literal["awaiting_approval", "approved", "rejected"]
+    comment: str | None = None
 
 
 class ModelRequest(BaseModel):
@@ -266,9 +298,14 @@ class FailureDetails(BaseModel):
 
 
 class RunStatus(BaseModel):
-    """Answer of the `status` query."""
+    """Answer of the `status` query: plain JSON, so `temporal workflow query` prints it."""
 
+    status: AgentStatus
+    details: str
+    """What the run is doing or waiting for, in a line (also its current details in the UI)."""
     step: int
     usage: Usage
+    limits: Limits
     step_records: list[StepRecord]
     pending_tool_calls: list[str]
+    plan: PlanState | None = None
