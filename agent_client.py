@@ -1,0 +1,133 @@
+"""Start and steer agent runs from application code.
+
+    client = await AgentClient.connect("localhost:7233")
+    run = await client.start(AgentInput(prompt="Cancel order 104999", plan=True))
+    print((await run.status()).plan)
+    await run.approve_plan("go ahead")
+    result = await run.result()
+
+A thin, typed layer over the Temporal client: everything it does can also be done with the
+`temporal` CLI or the Web UI (see the README).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
+
+from workflows.agent import AgentWorkflow
+from workflows.models import (
+    DEFAULT_TASK_QUEUE,
+    AgentInput,
+    AgentResult,
+    FailureDetails,
+    PlanDecision,
+    PlanState,
+    RunStatus,
+    Usage,
+)
+from workflows.transcript import Message
+
+AWAITING_APPROVAL_QUERY = "AgentStatus='awaiting_approval'"
+
+
+class AgentRunFailed(Exception):
+    """A run ended without an answer: `type` is the error class name (AgentStepLimitExceeded,
+    AgentBudgetExceeded, ...), `details` what it had spent and what it undid."""
+
+    def __init__(self, workflow_id: str, type: str, message: str, details: FailureDetails) -> None:
+        super().__init__(f"run {workflow_id} failed: {type}: {message}")
+        self.workflow_id = workflow_id
+        self.type = type
+        self.message = message
+        self.details = details
+
+
+class AgentRun:
+    """One run, by workflow id."""
+
+    def __init__(self, handle: WorkflowHandle[Any, AgentResult]) -> None:
+        self.handle = handle
+
+    @property
+    def id(self) -> str:
+        return self.handle.id
+
+    async def result(self) -> AgentResult:
+        """Wait for the answer; raises AgentRunFailed when the run ends without one."""
+        try:
+            return await self.handle.result()
+        except WorkflowFailureError as failure:
+            cause = failure.cause
+            details = FailureDetails(steps=0, usage=Usage())
+            if isinstance(cause, ApplicationError) and cause.details:
+                if isinstance(cause.details[0], dict):
+                    details = FailureDetails.model_validate(cause.details[0])
+            error_type = getattr(cause, "type", None) or type(cause).__name__
+            message = getattr(cause, "message", None) or str(cause)
+            raise AgentRunFailed(self.id, error_type, message, details) from failure
+
+    async def status(self) -> RunStatus:
+        return await self.handle.query(AgentWorkflow.status)
+
+    async def transcript(self) -> list[Message]:
+        return await self.handle.query(AgentWorkflow.transcript)
+
+    async def approve_plan(
+        self, comment: str | None = None, *, version: int | None = None
+    ) -> PlanState:
+        """Approve the waiting plan (only `version`, when given). Raises
+        temporalio.client.WorkflowUpdateFailedError, saying why, when it cannot be decided."""
+        return await self.handle.execute_update(
+            AgentWorkflow.decide_plan,
+            PlanDecision(approve=True, version=version, comment=comment),
+        )
+
+    async def reject_plan(self, feedback: str, *, version: int | None = None) -> PlanState:
+        """Reject the waiting plan; the feedback becomes the person's message to the model."""
+        return await self.handle.execute_update(
+            AgentWorkflow.decide_plan,
+            PlanDecision(approve=False, version=version, comment=feedback),
+        )
+
+
+class AgentClient:
+    def __init__(self, client: Client, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
+        self.client = client
+        self.task_queue = task_queue
+
+    @classmethod
+    async def connect(
+        cls,
+        address: str,
+        *,
+        namespace: str = "default",
+        task_queue: str = DEFAULT_TASK_QUEUE,
+    ) -> AgentClient:
+        client = await Client.connect(
+            address, namespace=namespace, data_converter=pydantic_data_converter
+        )
+        return cls(client, task_queue)
+
+    async def start(self, agent_input: AgentInput, *, workflow_id: str | None = None) -> AgentRun:
+        handle = await self.client.start_workflow(
+            AgentWorkflow.run,
+            agent_input,
+            id=workflow_id or f"agent-{uuid.uuid4().hex[:12]}",
+            task_queue=self.task_queue,
+        )
+        return AgentRun(handle)
+
+    def run(self, workflow_id: str) -> AgentRun:
+        """A run started elsewhere (by another process, the CLI, or the Web UI)."""
+        return AgentRun(self.client.get_workflow_handle_for(AgentWorkflow.run, workflow_id))
+
+    async def awaiting_approval(self) -> AsyncIterator[AgentRun]:
+        """The runs whose plan waits for a person, found through the AgentStatus attribute."""
+        async for execution in self.client.list_workflows(AWAITING_APPROVAL_QUERY):
+            yield self.run(execution.id)
