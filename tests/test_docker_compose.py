@@ -1,0 +1,586 @@
+"""docker-compose.yml, the Dockerfile and .dockerignore, checked as files: there is no Docker engine
+in the test run, so the structure is what is tested (services, images, ports, dependencies)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from fnmatch import fnmatch
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pytest
+import yaml
+from temporalio.common import SearchAttributeKey
+
+import workflows.models
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+
+EXPECTED_SERVICES = {
+    "postgresql",
+    "temporal",
+    "temporal-admin-tools",
+    "register-search-attributes",
+    "temporal-ui",
+    "worker",
+}
+EXPECTED_IMAGES = {
+    "postgresql": "postgres",
+    "temporal": "temporalio/auto-setup",
+    "temporal-admin-tools": "temporalio/admin-tools",
+    "register-search-attributes": "temporalio/admin-tools",
+    "temporal-ui": "temporalio/ui",
+}
+SEARCH_ATTRIBUTES = {"AgentStatus": "Keyword", "AgentStep": "Int"}
+PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+TEMPORAL_ADDRESS = "temporal:7233"
+
+
+# --- reading the files ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    loaded = yaml.safe_load(COMPOSE_FILE.read_text())
+    assert isinstance(loaded, dict), "docker-compose.yml is not a mapping"
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    found = compose.get("services")
+    assert isinstance(found, dict) and found, "docker-compose.yml has no services"
+    return found
+
+
+def image_ref(image: str) -> tuple[str, str | None]:
+    """`repo[:tag][@digest]` -> (repo, tag); a registry port (`host:5000/x`) is not a tag."""
+    name = image.split("@", 1)[0]
+    repo, colon, tag = name.rpartition(":")
+    if not colon or "/" in tag:
+        return name, None
+    return repo, tag
+
+
+def environment(service: dict[str, Any]) -> dict[str, str | None]:
+    """Either form of `environment`, as a mapping (a bare `NAME` means: passed from the host)."""
+    env = service.get("environment") or {}
+    if isinstance(env, dict):
+        return {str(k): None if v is None else str(v) for k, v in env.items()}
+    pairs: dict[str, str | None] = {}
+    for item in env:
+        name, equals, value = str(item).partition("=")
+        pairs[name] = value if equals else None
+    return pairs
+
+
+def depends_on(service: dict[str, Any]) -> dict[str, str]:
+    """Dependency -> condition; the list form means `service_started`."""
+    deps = service.get("depends_on") or {}
+    if isinstance(deps, list):
+        return dict.fromkeys(deps, "service_started")
+    return {name: (spec or {}).get("condition", "service_started") for name, spec in deps.items()}
+
+
+def published_ports(service: dict[str, Any]) -> set[tuple[str | None, str]]:
+    """(host port or None, container port) for every `ports` entry, short or long syntax."""
+    ports: set[tuple[str | None, str]] = set()
+    for entry in service.get("ports") or []:
+        if isinstance(entry, dict):
+            published = entry.get("published")
+            ports.add((None if published is None else str(published), str(entry["target"])))
+            continue
+        parts = str(entry).split("/", 1)[0].rsplit(":", 2)  # [ip:][host:]container[/proto]
+        host = parts[-2] if len(parts) > 1 else ""
+        ports.add((host or None, parts[-1]))
+    return ports
+
+
+def mounts(service: dict[str, Any]) -> list[tuple[str | None, str]]:
+    """(source or None, target) for every `volumes` entry, short or long syntax."""
+    found: list[tuple[str | None, str]] = []
+    for entry in service.get("volumes") or []:
+        if isinstance(entry, dict):
+            found.append((entry.get("source"), str(entry["target"])))
+            continue
+        parts = str(entry).split(":")
+        found.append((parts[0], parts[1]) if len(parts) > 1 else (None, parts[0]))
+    return found
+
+
+def is_named_volume(source: str | None) -> bool:
+    return source is not None and not source.startswith((".", "/", "~", "$"))
+
+
+def command_text(service: dict[str, Any]) -> str:
+    words: list[str] = []
+    for key in ("entrypoint", "command"):
+        value = service.get(key)
+        if isinstance(value, list):
+            words.extend(str(word) for word in value)
+        elif value is not None:
+            words.append(str(value))
+    return " ".join(words)
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) in order, continuation lines joined, comments dropped."""
+    logical: list[str] = []
+    pending = ""
+    for line in DOCKERFILE.read_text().splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        logical.append(pending + stripped)
+        pending = ""
+    if pending:
+        logical.append(pending)
+    instructions = []
+    for text in logical:
+        keyword, _, arguments = text.partition(" ")
+        instructions.append((keyword.upper(), arguments.strip()))
+    return instructions
+
+
+def exec_or_shell_words(arguments: str) -> list[str]:
+    if arguments.startswith("["):
+        return [str(word) for word in json.loads(arguments)]
+    return shlex.split(arguments)
+
+
+def dockerignore_patterns() -> list[str]:
+    return [
+        line.strip()
+        for line in DOCKERIGNORE.read_text().splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+
+
+def dockerignored(path: str, patterns: list[str]) -> bool:
+    """Whether .dockerignore keeps `path` (or a directory above it) out of the build context.
+    The last matching pattern decides; `!pattern` lets a path back in."""
+    parts = PurePosixPath(path).parts
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    excluded = False
+    for raw in patterns:
+        negate = raw.startswith("!")
+        pattern = raw.removeprefix("!").strip().strip("/")
+        if pattern.startswith("**/"):
+            tail = pattern.removeprefix("**/")
+            candidates = [
+                "/".join(prefix.split("/")[i:])
+                for prefix in prefixes
+                for i in range(len(prefix.split("/")))
+            ]
+            hit = any(fnmatch(candidate, tail) for candidate in candidates)
+        else:
+            hit = any(fnmatch(prefix, pattern) for prefix in prefixes)
+        if hit:
+            excluded = not negate
+    return excluded
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """Compose rejects a key given twice in one mapping; PyYAML would keep the last silently."""
+
+
+def _mapping_without_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Any:
+    keys = [loader.construct_object(key_node) for key_node, _ in node.value]
+    repeated = {key for key in keys if keys.count(key) > 1}
+    assert not repeated, f"docker-compose.yml line {node.start_mark.line + 1}: {repeated} twice"
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates
+)
+
+
+# --- services and images -------------------------------------------------------------------------
+
+
+def test_compose_file_has_no_duplicate_keys() -> None:
+    yaml.load(COMPOSE_FILE.read_text(), Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+
+
+def test_expected_services_exist(services: dict[str, dict[str, Any]]) -> None:
+    missing = EXPECTED_SERVICES - services.keys()
+    assert not missing, f"docker-compose.yml lacks the services {sorted(missing)}"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_IMAGES))
+def test_image_is_the_expected_one_and_pinned(
+    services: dict[str, dict[str, Any]], name: str
+) -> None:
+    image = services[name].get("image")
+    assert isinstance(image, str), f"{name} has no image"
+    repo, tag = image_ref(image)
+    assert repo == EXPECTED_IMAGES[name], f"{name} runs {repo}, expected {EXPECTED_IMAGES[name]}"
+    assert tag is not None, f"{name}: {image} has no tag, which means latest"
+    assert tag != "latest" and "latest" not in tag, f"{name}: {image} is not pinned"
+    assert re.fullmatch(r"\d+(\.\d+)*([-.][\w.-]+)?", tag), (
+        f"{name}: {image!r} has no literal version tag (a ${{VARIABLE}} is not a pin)"
+    )
+
+
+def test_every_image_is_pinned(services: dict[str, dict[str, Any]]) -> None:
+    """Services added later too: an image without a tag, or with `latest`, is not reproducible."""
+    for name, service in services.items():
+        if "image" not in service:
+            assert "build" in service, f"{name} has neither an image nor a build"
+            continue
+        _, tag = image_ref(str(service["image"]))
+        assert tag not in (None, "latest"), f"{name}: {service['image']} is not pinned"
+
+
+def test_temporal_server_version_is_1_2x_or_1_3x_and_matches_admin_tools(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    _, server = image_ref(services["temporal"]["image"])
+    assert server is not None and re.match(r"1\.[23]\d\.\d+", server), server
+    for tools in ("temporal-admin-tools", "register-search-attributes"):
+        _, tag = image_ref(services[tools]["image"])
+        assert tag is not None and re.match(rf"{re.escape(server)}(\b|-)", tag), (
+            f"{tools} ({tag}) is not built for server {server}"
+        )
+
+
+def test_postgres_image_has_a_major_version(services: dict[str, dict[str, Any]]) -> None:
+    _, tag = image_ref(services["postgresql"]["image"])
+    assert tag is not None and re.match(r"\d+", tag), f"postgres:{tag} names no major version"
+
+
+# --- ports ---------------------------------------------------------------------------------------
+
+
+def test_ports_are_strings(services: dict[str, dict[str, Any]]) -> None:
+    """Unquoted `a:b` can load as a base-60 integer in YAML 1.1: quote every short port."""
+    for name, service in services.items():
+        for entry in service.get("ports") or []:
+            assert isinstance(entry, str | dict), f"{name}: port {entry!r} is not a string"
+
+
+def test_frontend_and_ui_ports_are_published(services: dict[str, dict[str, Any]]) -> None:
+    assert ("7233", "7233") in published_ports(services["temporal"]), (
+        "the frontend is not on localhost:7233, where starter.py --address expects it"
+    )
+    assert ("8080", "8080") in published_ports(services["temporal-ui"]), (
+        "the Web UI is not on localhost:8080"
+    )
+
+
+def test_only_the_frontend_and_the_ui_publish_host_ports(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    publishing = {name for name, service in services.items() if service.get("ports")}
+    assert publishing <= {"temporal", "temporal-ui"}, f"unexpected host ports: {publishing}"
+
+
+# --- dependencies --------------------------------------------------------------------------------
+
+
+def test_every_dependency_is_a_service(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in services.items():
+        for target in depends_on(service):
+            assert target in services, f"{name} depends on {target}, which is not a service"
+
+
+def test_temporal_runs_on_postgres_once_it_is_healthy(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    temporal = services["temporal"]
+    assert depends_on(temporal).get("postgresql") == "service_healthy"
+    env = environment(temporal)
+    assert env.get("DB") in {"postgres12", "postgres12_pgx"}, f"DB={env.get('DB')}"
+    assert env.get("POSTGRES_SEEDS") == "postgresql", "POSTGRES_SEEDS is not the postgres service"
+    for variable in ("DB_PORT", "POSTGRES_USER", "POSTGRES_PWD"):
+        assert env.get(variable), f"temporal lacks {variable}"
+    assert env["POSTGRES_USER"] == environment(services["postgresql"]).get("POSTGRES_USER")
+    assert env["POSTGRES_PWD"] == environment(services["postgresql"]).get("POSTGRES_PASSWORD")
+
+
+def test_postgres_has_a_named_volume_and_a_pg_isready_healthcheck(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    postgres = services["postgresql"]
+    data = [src for src, target in mounts(postgres) if target == "/var/lib/postgresql/data"]
+    assert data and is_named_volume(data[0]), "postgres data is not on a named volume"
+    assert data[0] in (compose.get("volumes") or {}), f"volume {data[0]} is not declared"
+    test = postgres.get("healthcheck", {}).get("test")
+    assert test and "pg_isready" in " ".join(test if isinstance(test, list) else [test])
+
+
+def test_temporal_has_a_healthcheck(services: dict[str, dict[str, Any]]) -> None:
+    healthcheck = services["temporal"].get("healthcheck") or {}
+    assert not healthcheck.get("disable"), "the temporal healthcheck is disabled"
+    test = healthcheck.get("test")
+    text = " ".join(test if isinstance(test, list) else [str(test)])
+    assert "cluster health" in text and TEMPORAL_ADDRESS in text, text
+
+
+def test_temporal_dynamic_config_file_exists(services: dict[str, dict[str, Any]]) -> None:
+    temporal = services["temporal"]
+    path = environment(temporal).get("DYNAMIC_CONFIG_FILE_PATH")
+    assert path, "temporal names no dynamic config file"
+    in_container = PurePosixPath("/etc/temporal") / path
+    for source, target in mounts(temporal):
+        if source and source.startswith(".") and in_container.is_relative_to(target):
+            on_host = ROOT / source / in_container.relative_to(target)
+            assert on_host.is_file(), f"{on_host} is missing"
+            assert isinstance(yaml.safe_load(on_host.read_text()), dict)
+            return
+    pytest.fail(f"no mount from this project provides {in_container}")
+
+
+@pytest.mark.parametrize("name", ["temporal-admin-tools", "register-search-attributes", "worker"])
+def test_clients_use_the_temporal_service(services: dict[str, dict[str, Any]], name: str) -> None:
+    assert environment(services[name]).get("TEMPORAL_ADDRESS") == TEMPORAL_ADDRESS
+    assert depends_on(services[name]).get("temporal") == "service_healthy"
+
+
+def test_ui_points_at_temporal(services: dict[str, dict[str, Any]]) -> None:
+    env = environment(services["temporal-ui"])
+    assert env.get("TEMPORAL_ADDRESS") == TEMPORAL_ADDRESS
+    assert env.get("TEMPORAL_CORS_ORIGINS"), "temporal-ui has no TEMPORAL_CORS_ORIGINS"
+    assert "temporal" in depends_on(services["temporal-ui"])
+
+
+# --- the worker ----------------------------------------------------------------------------------
+
+
+def test_worker_is_built_from_this_project(services: dict[str, dict[str, Any]]) -> None:
+    build = services["worker"].get("build")
+    assert build, "the worker is not built from this project"
+    context = build if isinstance(build, str) else build.get("context", ".")
+    dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile")
+    assert (ROOT / context).resolve() == ROOT, f"the build context is {context}, not this project"
+    assert (ROOT / context / dockerfile).resolve() == DOCKERFILE
+
+
+def test_worker_can_be_scaled(services: dict[str, dict[str, Any]]) -> None:
+    worker = services["worker"]
+    assert "container_name" not in worker, "a container_name stops --scale worker=N"
+    assert not worker.get("ports"), "a fixed host port stops --scale worker=N"
+    assert worker.get("network_mode") != "host"
+    assert worker.get("restart") == "unless-stopped"
+
+
+def test_worker_waits_for_the_server_and_the_search_attributes(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    assert depends_on(services["worker"]) == {
+        "temporal": "service_healthy",
+        "register-search-attributes": "service_completed_successfully",
+    }
+
+
+def test_provider_keys_pass_through_to_the_worker_only(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    env = environment(services["worker"])
+    for key in PROVIDER_KEYS:
+        assert key in env, f"the worker does not get {key}"
+        value = env[key]
+        assert value is None or re.fullmatch(rf"\$\{{{key}(:?-)?\}}", value), (
+            f"{key} must come from the host's environment (no value written in the file): {value}"
+        )
+    for name, service in services.items():
+        if name != "worker":
+            leaked = set(PROVIDER_KEYS) & environment(service).keys()
+            assert not leaked, f"{name} gets {leaked}: keys belong in the worker's environment"
+            assert "env_file" not in service, f"{name} reads an env_file"
+
+
+def test_worker_demo_db_is_on_a_volume_shared_by_replicas(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    worker = services["worker"]
+    db = environment(worker).get("AGENT_DEMO_DB")
+    assert db and db.startswith("/"), f"AGENT_DEMO_DB={db}"
+    holders = [
+        source
+        for source, target in mounts(worker)
+        if PurePosixPath(db).is_relative_to(PurePosixPath(target))
+    ]
+    assert holders, f"{db} is on no volume: each replica would have its own database"
+    assert is_named_volume(holders[0]), f"{db} is on {holders[0]}, not a named volume"
+    assert holders[0] in (compose.get("volumes") or {}), f"volume {holders[0]} is not declared"
+
+
+def test_named_volumes_are_declared(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    declared = compose.get("volumes") or {}
+    for name, service in services.items():
+        for source, _ in mounts(service):
+            if is_named_volume(source):
+                assert source in declared, f"{name} mounts undeclared volume {source}"
+
+
+# --- search attributes ---------------------------------------------------------------------------
+
+
+def _registration_script(services: dict[str, dict[str, Any]]) -> Path:
+    service = services["register-search-attributes"]
+    command = command_text(service)
+    for source, target in mounts(service):
+        if source and source.startswith(".") and target in command:
+            path = ROOT / source
+            assert path.is_file(), f"{path} is missing"
+            return path
+    pytest.fail(f"register-search-attributes runs no script mounted from deploy/: {command}")
+
+
+def _create_commands(script: Path) -> list[str]:
+    joined = re.sub(r"\\\n\s*", " ", script.read_text())
+    return [
+        line.strip()
+        for line in joined.splitlines()
+        if "search-attribute create" in line and not line.strip().startswith("#")
+    ]
+
+
+def test_search_attribute_service_runs_once_after_the_server(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    service = services["register-search-attributes"]
+    assert depends_on(service).get("temporal") == "service_healthy"
+    assert service.get("restart", "no") in {"no", "on-failure"}, "a one-shot must not restart"
+    assert _registration_script(services).parent == ROOT / "deploy"
+
+
+def test_search_attributes_are_created_with_their_types(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    commands = _create_commands(_registration_script(services))
+    assert len(commands) == 1, f"expected one create command, found {commands}"
+    words = shlex.split(commands[0].split(";")[0])
+    names = [words[i + 1] for i, word in enumerate(words) if word == "--name"]
+    types = [words[i + 1] for i, word in enumerate(words) if word == "--type"]
+    assert dict(zip(names, types, strict=True)) == SEARCH_ATTRIBUTES
+    assert "--namespace" in words, "the create command names no namespace"
+    namespace = words[words.index("--namespace") + 1]
+    if namespace.startswith("$"):
+        # A variable: the script's default and the service's setting must both be `default`.
+        variable = namespace.strip("${}")
+        script = _registration_script(services).read_text()
+        assert re.search(rf'^{variable}="\$\{{TEMPORAL_NAMESPACE:-default\}}"$', script, re.M), (
+            f"{variable} does not default to the namespace `default`"
+        )
+        service_env = environment(services["register-search-attributes"])
+        namespace = service_env.get("TEMPORAL_NAMESPACE") or "default"
+    assert namespace == "default", namespace
+
+
+def test_search_attribute_registration_tolerates_already_exists(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """Under `set -e` an unguarded create would fail the second `up`."""
+    script = _registration_script(services)
+    (command,) = _create_commands(script)
+    assert command.startswith("if ! ") or "||" in command, f"unguarded: {command}"
+    code = [line for line in script.read_text().splitlines() if not line.lstrip().startswith("#")]
+    assert any("search-attribute list" in line for line in code), (
+        "nothing checks that the attributes are there after an error"
+    )
+
+
+def test_search_attributes_match_the_workflow() -> None:
+    """The ones the workflow upserts, read from its code: a renamed key fails here."""
+    declared = {
+        value.name: value.indexed_value_type.name.title()  # KEYWORD -> Keyword, the CLI's word
+        for value in vars(workflows.models).values()
+        if isinstance(value, SearchAttributeKey)
+    }
+    assert declared == SEARCH_ATTRIBUTES
+
+
+# --- how to use it -------------------------------------------------------------------------------
+
+
+def test_compose_file_says_how_to_use_it() -> None:
+    comments = "\n".join(
+        line for line in COMPOSE_FILE.read_text().splitlines() if line.lstrip().startswith("#")
+    )
+    for needle in (
+        "docker compose up -d --scale worker=3",
+        "http://localhost:8080",
+        'python starter.py "',
+        "--address localhost:7233",
+    ):
+        assert needle in comments, f"the usage comments do not mention {needle!r}"
+
+
+# --- Dockerfile and .dockerignore ----------------------------------------------------------------
+
+
+def test_dockerfile_base_image_is_python_3_11() -> None:
+    bases = [
+        next(word for word in args.split() if not word.startswith("--"))
+        for keyword, args in dockerfile_instructions()
+        if keyword == "FROM"
+    ]
+    assert bases, "the Dockerfile has no FROM"
+    assert all(base.startswith("python:3.11") for base in bases), bases
+
+
+def test_dockerfile_runs_the_worker() -> None:
+    instructions = dockerfile_instructions()
+    run = [args for k, args in instructions if k in {"ENTRYPOINT", "CMD"}]
+    assert run, "the Dockerfile has neither ENTRYPOINT nor CMD"
+    words = [word for args in run for word in exec_or_shell_words(args)]
+    assert any(word.endswith("worker.py") for word in words), words
+
+
+def test_dockerfile_runs_as_a_user_that_is_not_root() -> None:
+    users = [args.split(":")[0] for k, args in dockerfile_instructions() if k == "USER"]
+    assert users, "the Dockerfile has no USER: the worker would run as root"
+    assert users[-1] not in {"root", "0"}, f"the worker runs as {users[-1]}"
+
+
+def test_dockerfile_installs_the_project_without_a_cache() -> None:
+    runs = [args for k, args in dockerfile_instructions() if k == "RUN"]
+    installs = [r for r in runs if re.search(r"pip install\b[^&;|]*\s\.(\s|$)", r)]
+    assert installs, "the Dockerfile does not pip install the project"
+    assert all("--no-cache-dir" in r for r in installs), installs
+
+
+def test_dockerfile_copies_only_what_is_needed_and_it_is_in_the_context() -> None:
+    patterns = dockerignore_patterns()
+    copied: list[str] = []
+    for keyword, args in dockerfile_instructions():
+        if keyword not in {"COPY", "ADD"}:
+            continue
+        if "--from=" in args:
+            continue  # from another stage, not from the build context
+        words = [w for w in exec_or_shell_words(args) if not w.startswith("--")]
+        copied.extend(words[:-1])
+    assert copied, "the Dockerfile copies nothing"
+    for source in copied:
+        assert source not in {".", "./", "*"}, "the Dockerfile copies the whole build context"
+        assert (ROOT / source).exists(), f"COPY {source}: no such file in the project"
+        assert not dockerignored(source, patterns), f"COPY {source}: .dockerignore excludes it"
+    for needed in ("pyproject.toml", "README.md", "worker.py", "workflows", "activities"):
+        assert needed in {s.rstrip("/").removeprefix("./") for s in copied}, f"{needed} not copied"
+
+
+@pytest.mark.parametrize("path", [".venv", ".venv/bin/python", ".git/config"])
+def test_dockerignore_keeps_out_the_venv_and_git(path: str) -> None:
+    assert dockerignored(path, dockerignore_patterns()), f".dockerignore lets {path} in"
+
+
+def test_dockerignore_matcher() -> None:
+    """The helper the two tests above rely on."""
+    assert dockerignored(".venv/lib", [".venv/"])
+    assert dockerignored("a/__pycache__/x.pyc", ["**/__pycache__/"])
+    assert not dockerignored("README.md", ["*.db", ".venv"])
+    assert not dockerignored("keep.db", ["*.db", "!keep.db"])
+    assert dockerignored("x.db", ["*.db", "!keep.db"])
