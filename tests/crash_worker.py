@@ -1,0 +1,216 @@
+"""A worker process that SIGKILLs itself at a named point: the crash half of the crash tests.
+
+    python -m tests.crash_worker --address HOST:PORT --task-queue Q --ready-file F
+                                 [--crash-at POINT --crash-file C]
+
+Run from the repository root, with $AGENT_DEMO_DB set. Without --crash-at it is a normal worker
+(the "fresh worker" that takes over, and the one that records the reference runs). It writes F
+once it is polling. At POINT it writes POINT to C, then kills its own process with SIGKILL: no
+cleanup, no goodbye to the server, like a machine losing power.
+
+POINT is one of:
+
+- `before:ACTIVITY[:N]`: at the start of this process's Nth attempt of ACTIVITY (default 1st),
+  before the activity's code runs. `before:call_model:3` is "during a model call".
+- `after:ACTIVITY[:N]`: the activity's code returned (a tool's database transaction committed),
+  but its result has not been reported to the server. `after:cancel_order` is "in a
+  side-effecting tool after its write committed"; `after:reverse_refund` does the same in a
+  compensation.
+- `schedule:ACTIVITY[:N]`: inside a workflow task, as the workflow schedules its Nth ACTIVITY,
+  before the task's commands reach the server. `schedule:call_model:3` is "between steps": the
+  results of step 2's tools are in the history, and the next model call is not; the server
+  only learns of the crash when the workflow task times out, and the next worker replays the
+  history to pick the loop up where it was. (A crash during a model call, in contrast, loses
+  an activity attempt, which the activity's start-to-close timeout recovers.)
+
+Every worker here re-registers the demo tools with short timeouts and quick retries (the same
+functions, so the same database code and idempotency keys): a call lost with a killed worker is
+retried after `TIMEOUT_SECONDS`, not after the demo's 30 s. All workers of one test run this
+same registration, so the workflow sees the same tool specs on every worker. It also registers
+`wait_for_file`, a read-only tool that waits until the test lets it go.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity, workflow
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+    StartActivityInput,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
+)
+
+from activities import demo_tools
+from activities.tools import tool
+from workflows.models import RetrySettings
+
+TIMEOUT_SECONDS = 3.0
+"""Start-to-close timeout of every demo tool and compensation attempt in the crash tests."""
+QUICK_RETRY = RetrySettings(
+    maximum_attempts=10,
+    initial_interval_seconds=0.1,
+    backoff_coefficient=1.5,
+    maximum_interval_seconds=1.0,
+)
+
+_COMPENSATIONS = {
+    "cancel_order": demo_tools.reinstate_order,
+    "issue_refund": demo_tools.reverse_refund,
+    "send_email": demo_tools.send_correction,
+}
+
+
+def register_tools() -> None:
+    """The demo tools again, with short timeouts; and `wait_for_file`. Only in this process."""
+    for name in demo_tools.DEMO_TOOL_NAMES:
+        function = getattr(demo_tools, name)
+        compensation = _COMPENSATIONS.get(name)
+        tool(
+            side_effects=compensation is not None,
+            timeout_seconds=TIMEOUT_SECONDS,
+            retry=QUICK_RETRY,
+            compensation=compensation,
+            compensation_timeout_seconds=TIMEOUT_SECONDS,
+            compensation_retry=QUICK_RETRY,
+        )(function)
+    tool(timeout_seconds=30, retry=RetrySettings(maximum_attempts=1))(wait_for_file)
+
+
+def wait_for_file(path: str) -> str:
+    """Write PATH.started, then wait (up to 25 s) until PATH exists."""
+    Path(f"{path}.started").write_text("started")
+    deadline = time.monotonic() + 25
+    while not Path(path).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.05)
+    return f"{Path(path).name} is there"
+
+
+class CrashPoint:
+    def __init__(self, spec: str, marker: Path) -> None:
+        parts = spec.split(":")
+        if len(parts) not in (2, 3) or parts[0] not in ("before", "after", "schedule"):
+            raise SystemExit(f"bad --crash-at {spec!r}: want before|after|schedule:NAME[:N]")
+        self.spec = spec
+        self.when = parts[0]
+        self.name = parts[1]
+        self.nth = int(parts[2]) if len(parts) == 3 else 1
+        self.marker = marker
+
+    def crash(self) -> None:
+        with self.marker.open("w") as file:
+            file.write(self.spec)
+            file.flush()
+            os.fsync(file.fileno())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class CrashInterceptor(Interceptor):
+    def __init__(self, point: CrashPoint) -> None:
+        self.point = point
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _CrashingActivity(next, self.point)
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        point = self.point
+
+        class Inbound(WorkflowInboundInterceptor):
+            def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+                super().init(_CrashingOutbound(outbound, point))
+
+        return Inbound if point.when == "schedule" else None
+
+
+_attempts: Counter[str] = Counter()
+"""Activity attempts started in this process, by activity type."""
+
+
+class _CrashingActivity(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, point: CrashPoint) -> None:
+        super().__init__(next)
+        self.point = point
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        name = activity.info().activity_type
+        _attempts[name] += 1
+        hit = name == self.point.name and _attempts[name] == self.point.nth
+        if hit and self.point.when == "before":
+            self.point.crash()
+        result = await super().execute_activity(input)
+        if hit and self.point.when == "after":
+            self.point.crash()
+        return result
+
+
+class _CrashingOutbound(WorkflowOutboundInterceptor):
+    def __init__(self, next: WorkflowOutboundInterceptor, point: CrashPoint) -> None:
+        super().__init__(next)
+        self.point = point
+        self.scheduled = 0
+        """This workflow instance's schedules of the activity; with no cache, each workflow task
+        replays from the start, so the count is the same on every worker."""
+
+    def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
+        if input.activity == self.point.name:
+            self.scheduled += 1
+            if self.scheduled == self.point.nth and not workflow.unsafe.is_replaying():
+                with workflow.unsafe.sandbox_unrestricted():
+                    self.point.crash()
+        return super().start_activity(input)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    from tests.helpers import TEST_WORKER_OPTIONS
+    from worker import build_worker, connect, ensure_search_attributes
+
+    register_tools()
+    client = await connect(args.address)
+    await ensure_search_attributes(client)  # as worker.py does
+    interceptors = []
+    if args.crash_at:
+        interceptors.append(CrashInterceptor(CrashPoint(args.crash_at, Path(args.crash_file))))
+    worker = build_worker(
+        client,
+        args.task_queue,
+        interceptors=interceptors,
+        # No cache and so no sticky queue: a workflow task goes to whichever worker is alive,
+        # at once, and each one replays the history from the start.
+        max_cached_workflows=0,
+        **TEST_WORKER_OPTIONS,
+    )
+    async with worker:
+        Path(args.ready_file).write_text(str(os.getpid()))
+        await asyncio.Event().wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="crash_worker")
+    parser.add_argument("--address", required=True)
+    parser.add_argument("--task-queue", required=True)
+    parser.add_argument("--ready-file", required=True)
+    parser.add_argument("--crash-at")
+    parser.add_argument("--crash-file")
+    args = parser.parse_args()
+    if args.crash_at and not args.crash_file:
+        parser.error("--crash-at needs --crash-file")
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()
