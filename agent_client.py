@@ -48,6 +48,13 @@ class AgentRunFailed(Exception):
         self.details = details
 
 
+def failure_details(cause: BaseException | None) -> FailureDetails:
+    """What a failed run carried in its error: steps, usage, step records, compensations."""
+    if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
+        return FailureDetails.model_validate(cause.details[0])
+    return FailureDetails(steps=0, usage=Usage())
+
+
 class AgentRun:
     """One run, by workflow id."""
 
@@ -64,13 +71,9 @@ class AgentRun:
             return await self.handle.result()
         except WorkflowFailureError as failure:
             cause = failure.cause
-            details = FailureDetails(steps=0, usage=Usage())
-            if isinstance(cause, ApplicationError) and cause.details:
-                if isinstance(cause.details[0], dict):
-                    details = FailureDetails.model_validate(cause.details[0])
             error_type = getattr(cause, "type", None) or type(cause).__name__
             message = getattr(cause, "message", None) or str(cause)
-            raise AgentRunFailed(self.id, error_type, message, details) from failure
+            raise AgentRunFailed(self.id, error_type, message, failure_details(cause)) from failure
 
     async def status(self) -> RunStatus:
         return await self.handle.query(AgentWorkflow.status)
