@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from temporalio import activity
 
 from activities import pricing
+from activities._heartbeat import heartbeating
 from activities.providers import anthropic_provider, openai_provider, scripted
 from workflows.errors import AgentConfigurationError
 from workflows.models import ModelRequest, ModelResponse
@@ -31,7 +32,8 @@ async def call_model(request: ModelRequest) -> ModelResponse:
     provider = PROVIDERS.get(settings.provider)
     if provider is None:
         raise AgentConfigurationError(f"unknown model provider {settings.provider!r}")
-    response = await provider(request)
+    async with heartbeating():
+        response = await provider(request)
     price = settings.price or pricing.price_for(response.model) or pricing.price_for(settings.model)
     usage = response.usage.model_copy(update={"cost_usd": pricing.cost_usd(response.usage, price)})
     return response.model_copy(update={"usage": usage})

@@ -19,6 +19,7 @@ from typing import Any, get_type_hints
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from temporalio import activity
 
+from activities._heartbeat import heartbeating
 from workflows.errors import AgentError
 from workflows.models import (
     DEFAULT_MAX_RESULT_CHARS,
@@ -233,7 +234,8 @@ async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 def _compensation_activity(fn: Callable[[CompensationInput], Any]) -> Callable[..., Any]:
     @activity.defn(name=fn.__name__)
     async def compensate(call: CompensationInput) -> str:
-        value = await _call(fn, call)
+        async with heartbeating():
+            value = await _call(fn, call)
         return render_result(value)
 
     return compensate
@@ -262,7 +264,8 @@ def _tool_activity(
             )
         )
         try:
-            value = await _call(fn, **kwargs)
+            async with heartbeating():
+                value = await _call(fn, **kwargs)
         except AgentError:
             raise
         except Exception:

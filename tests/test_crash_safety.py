@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
@@ -452,3 +452,49 @@ async def test_a_run_survives_a_restart_of_the_temporal_server(
     assert Transcript(messages=transcript).is_complete()
     assert [c["tool"] for c in demo_tools.applied_calls(db)] == ["cancel_order"]
     assert worker.process.poll() is None, "the worker died during the server restart"
+
+
+# --- heartbeats ---------------------------------------------------------------------------------
+
+
+async def test_a_heartbeat_notices_a_dead_worker_long_before_the_attempt_timeout(
+    client: Client, seeded_db: Path, processes: Processes, tmp_path: Path
+) -> None:
+    """The model call's attempt timeout is two minutes; the heartbeat's is one second. The lost
+    attempt is retried because its heartbeat stopped, and the test finishes well within its own
+    timeout only because of that."""
+    db = tmp_path / "demo.db"
+    shutil.copy(seeded_db, db)
+    task_queue = f"heartbeat-{uuid.uuid4()}"
+    slow_to_time_out = INPUTS["completes"].model_copy(
+        update={
+            "model": INPUTS["completes"].model.model_copy(update={"timeout_seconds": 120}),
+            "heartbeat_timeout_seconds": 1.0,
+        }
+    )
+    doomed = await processes.worker(
+        "doomed", address_of(client), task_queue, db, "before:call_model:2"
+    )
+    handle = await client.start_workflow(
+        AgentWorkflow.run,
+        slow_to_time_out,
+        id=f"heartbeat-{uuid.uuid4()}",
+        task_queue=task_queue,
+        task_timeout=ATTEMPT_TIMEOUT,
+    )
+    await wait_until(lambda: doomed.process.poll() is not None, 30, "the crash")
+    await processes.worker("fresh", address_of(client), task_queue, db)
+
+    result = await handle.result()
+
+    assert result.steps == len(SCRIPT)
+    history = await handle.fetch_history()
+    retried = [
+        event.activity_task_started_event_attributes
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and event.activity_task_started_event_attributes.attempt == 2
+    ]
+    assert len(retried) == 1
+    timeout = retried[0].last_failure.timeout_failure_info.timeout_type
+    assert timeout == TimeoutType.TIMEOUT_TYPE_HEARTBEAT

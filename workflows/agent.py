@@ -352,6 +352,7 @@ class AgentWorkflow:
                 start_to_close_timeout=timedelta(seconds=settings.timeout_seconds),
                 schedule_to_close_timeout=self._remaining_wall_time(),
                 retry_policy=settings.retry.to_policy(FATAL_ERROR_TYPES),
+                heartbeat_timeout=self._heartbeat_timeout(),
                 summary=f"model {settings.model}, step {step}",
             )
         except ActivityError as error:
@@ -365,6 +366,10 @@ class AgentWorkflow:
                 f"model call failed after its retries: {_describe_failure(cause)}",
                 self._budget.details(),
             ) from None
+
+    def _heartbeat_timeout(self) -> timedelta | None:
+        seconds = self._input.heartbeat_timeout_seconds
+        return None if seconds is None else timedelta(seconds=seconds)
 
     def _remaining_wall_time(self) -> timedelta | None:
         remaining = self._budget.remaining_seconds(workflow.now())
@@ -541,6 +546,7 @@ class AgentWorkflow:
                 start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
                 schedule_to_close_timeout=self._remaining_wall_time(),
                 retry_policy=spec.retry.to_policy(FATAL_ERROR_TYPES),
+                heartbeat_timeout=self._heartbeat_timeout(),
                 summary=_call_summary(call),
             )
         except ActivityError as error:
@@ -618,6 +624,7 @@ class AgentWorkflow:
                     call,
                     start_to_close_timeout=timedelta(seconds=spec.compensation_timeout_seconds),
                     retry_policy=spec.compensation_retry.to_policy(FATAL_ERROR_TYPES),
+                    heartbeat_timeout=self._heartbeat_timeout(),
                     summary=f"undo {call.tool} {call.tool_call_id}",
                 )
                 status: CompensationStatus = "completed"

@@ -176,6 +176,9 @@ class AgentInput(BaseModel):
     waits, spending nothing, until a person approves or rejects it."""
     approval_timeout_seconds: float = Field(default=86_400.0, gt=0)
     """How long a plan may wait for its decision before the run fails (AgentApprovalTimeout)."""
+    heartbeat_timeout_seconds: float | None = Field(default=10.0, gt=0)
+    """Model, tool and compensation activities heartbeat; an attempt whose worker died is retried
+    after this long rather than after its whole start-to-close timeout. None turns it off."""
 
 
 class PlanDecision(BaseModel):
