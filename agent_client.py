@@ -12,17 +12,25 @@ A thin, typed layer over the Temporal client: everything it does can also be don
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from workflows.agent import AgentWorkflow
 from workflows.models import (
     DEFAULT_TASK_QUEUE,
+    SEARCH_ATTRIBUTES,
     AgentInput,
     AgentResult,
     FailureDetails,
@@ -34,6 +42,40 @@ from workflows.models import (
 from workflows.transcript import Message
 
 AWAITING_APPROVAL_QUERY = "AgentStatus='awaiting_approval'"
+
+_log = logging.getLogger(__name__)
+
+
+async def ensure_search_attributes(client: Client) -> None:
+    """Register AgentStatus and AgentStep if the server lacks them: the workflow sets them at
+    every step, and a server that does not know them fails the workflow's task."""
+    namespace = client.namespace
+    known = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=namespace)
+    )
+    have = {**known.system_attributes, **known.custom_attributes}
+    missing = {
+        key.name: IndexedValueType.ValueType(key.indexed_value_type)
+        for key in SEARCH_ATTRIBUTES
+        if key.name not in have
+    }
+    if not missing:
+        return
+    try:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(search_attributes=missing, namespace=namespace)
+        )
+    except RPCError as error:
+        flags = " ".join(f"--name {k.name} --type {_CLI_TYPES[k.name]}" for k in SEARCH_ATTRIBUTES)
+        raise RuntimeError(
+            f"the search attributes {sorted(missing)} are not registered in namespace "
+            f"{namespace!r} and this worker may not add them ({error.message}); ask an operator "
+            f"to run: temporal operator search-attribute create --namespace {namespace} {flags}"
+        ) from error
+    _log.info("registered search attributes %s", sorted(missing))
+
+
+_CLI_TYPES = {"AgentStatus": "Keyword", "AgentStep": "Int"}
 
 
 class AgentRunFailed(Exception):
@@ -103,6 +145,7 @@ class AgentClient:
     def __init__(self, client: Client, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
         self.client = client
         self.task_queue = task_queue
+        self._search_attributes_checked = False
 
     @classmethod
     async def connect(
@@ -118,6 +161,11 @@ class AgentClient:
         return cls(client, task_queue)
 
     async def start(self, agent_input: AgentInput, *, workflow_id: str | None = None) -> AgentRun:
+        """Start a run. The first start checks that the server knows AgentStatus and AgentStep
+        (registering them if allowed): a run on a server without them could not report."""
+        if not self._search_attributes_checked:
+            await ensure_search_attributes(self.client)
+            self._search_attributes_checked = True
         handle = await self.client.start_workflow(
             AgentWorkflow.run,
             agent_input,

@@ -20,20 +20,15 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import (
-    AddSearchAttributesRequest,
-    ListSearchAttributesRequest,
-)
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 import activities.demo_tools  # noqa: F401  (registers the demo tools)
 from activities.model_call import call_model
 from activities.tools import tool_activities
+from agent_client import ensure_search_attributes
 from workflows.agent import AgentWorkflow
 from workflows.models import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES
 
@@ -114,38 +109,6 @@ async def embedded_dev_server(
         os.close(saved_stdout)
     async with env:
         yield env
-
-
-async def ensure_search_attributes(client: Client) -> None:
-    """Register AgentStatus and AgentStep if the server lacks them: the workflow sets them at
-    every step, and a server that does not know them fails the workflow's task."""
-    namespace = client.namespace
-    known = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=namespace)
-    )
-    have = {**known.system_attributes, **known.custom_attributes}
-    missing = {
-        key.name: IndexedValueType.ValueType(key.indexed_value_type)
-        for key in SEARCH_ATTRIBUTES
-        if key.name not in have
-    }
-    if not missing:
-        return
-    try:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(search_attributes=missing, namespace=namespace)
-        )
-    except RPCError as error:
-        flags = " ".join(f"--name {k.name} --type {_CLI_TYPES[k.name]}" for k in SEARCH_ATTRIBUTES)
-        raise RuntimeError(
-            f"the search attributes {sorted(missing)} are not registered in namespace "
-            f"{namespace!r} and this worker may not add them ({error.message}); ask an operator "
-            f"to run: temporal operator search-attribute create --namespace {namespace} {flags}"
-        ) from error
-    logging.info("registered search attributes %s", sorted(missing))
-
-
-_CLI_TYPES = {"AgentStatus": "Keyword", "AgentStep": "Int"}
 
 
 async def _serve(address: str, namespace: str, task_queue: str) -> None:
