@@ -171,6 +171,7 @@ class AgentClient:
             agent_input,
             id=workflow_id or f"agent-{uuid.uuid4().hex[:12]}",
             task_queue=self.task_queue,
+            memo={"label": agent_input.label} if agent_input.label else None,
         )
         return AgentRun(handle)
 

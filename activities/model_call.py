@@ -36,4 +36,4 @@ async def call_model(request: ModelRequest) -> ModelResponse:
         response = await provider(request)
     price = settings.price or pricing.price_for(response.model) or pricing.price_for(settings.model)
     usage = response.usage.model_copy(update={"cost_usd": pricing.cost_usd(response.usage, price)})
-    return response.model_copy(update={"usage": usage})
+    return response.model_copy(update={"usage": usage, "attempt": activity.info().attempt})

@@ -251,7 +251,9 @@ def _tool_activity(
         except ValidationError as error:
             # The model can fix this: it becomes the call's result, and nothing is retried.
             return ToolActivityResult(
-                content=describe_validation_error(tool_name, error), is_error=True
+                content=describe_validation_error(tool_name, error),
+                is_error=True,
+                attempt=activity.info().attempt,
             )
         kwargs = {field: getattr(arguments, field) for field in arguments_model.model_fields}
         info = activity.info()
@@ -281,6 +283,7 @@ def _tool_activity(
             content=content,
             omitted_chars=omitted,
             value=_json_data(value) if keep_value else None,
+            attempt=info.attempt,
         )
 
     return run_tool

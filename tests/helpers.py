@@ -19,6 +19,7 @@ from workflows.models import (
     RetrySettings,
     ScriptedCall,
     ScriptedTurn,
+    StepRecord,
 )
 from workflows.transcript import Message, Transcript
 
@@ -60,6 +61,7 @@ class Run:
     result: AgentResult | None
     error: ApplicationError | None
     transcript: list[Message]
+    trace: list[StepRecord]
 
     @property
     def failure(self) -> ApplicationError:
@@ -84,6 +86,7 @@ async def run_agent(client: Client, task_queue: str, agent_input: AgentInput) ->
             assert isinstance(failure.cause, ApplicationError), failure.cause
             error = failure.cause
         transcript = await handle.query(AgentWorkflow.transcript)
+        trace = await handle.query(AgentWorkflow.trace)
     # Whatever happened, what the run holds must be a transcript a provider accepts.
     assert Transcript(messages=transcript).is_complete(), "a tool call was left without result"
-    return Run(handle, result, error, transcript)
+    return Run(handle, result, error, transcript, trace)

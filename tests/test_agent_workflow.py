@@ -294,3 +294,42 @@ async def test_the_scripted_model_says_where_the_run_left_its_script(
 
     assert run.failure.type == "ScriptedModelMismatch"
     assert "reply 2 expects" in run.failure.message and "'something else'" in run.failure.message
+
+
+async def test_every_step_and_call_is_traced(client: Client, task_queue: str) -> None:
+    script = [
+        turn(
+            call("flaky", key="traced", failures=2),
+            call("big_text", size=5000),
+            call("always_fails", secret="s"),
+            call("nope"),
+        ),
+        turn(call("count_me", key="t"), usage=Usage(input_tokens=50, output_tokens=5)),
+        turn(call("count_me", key="t")),
+        turn(call("count_me", key="t")),
+        turn(text="done"),
+    ]
+    tools = ["flaky", "big_text", "always_fails", "count_me"]
+    run = await run_agent(client, task_queue, scripted_input(script, tools=tools))
+
+    assert run.result is not None
+    trace = run.trace  # the `trace` query, asked before the worker stopped
+    assert trace == run.result.step_records
+    first, second, *_, last = trace
+    assert (first.step, first.provider, first.model) == (1, "scripted", "scripted-demo")
+    assert (first.messages_sent, first.finish_reason, first.model_attempts) == (1, "tool_calls", 1)
+    assert second.messages_sent == 1 + 1 + 4  # the prompt, the reply, its four results
+    assert second.usage == Usage(input_tokens=50, output_tokens=5, cost_usd=None)
+    assert last.finish_reason == "stop" and last.tool_calls == []
+    flaky, big, failing, unknown = first.tool_calls
+    assert (flaky.outcome, flaky.attempts, flaky.error) == ("ok", 3, None)
+    assert json.loads(flaky.arguments) == {"key": "traced", "failures": 2}
+    assert big.truncated and big.result_chars <= 200
+    assert (failing.outcome, failing.attempts) == ("error", 3)
+    assert failing.error == "Error: always_fails failed: ValueError"
+    assert (unknown.outcome, unknown.attempts) == ("error", 0)
+    assert [c.outcome for step in trace[1:4] for c in step.tool_calls] == [
+        "ok",
+        "ok",
+        "loop_detected",
+    ]

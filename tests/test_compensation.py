@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
@@ -12,12 +13,16 @@ from temporalio.testing import ActivityEnvironment
 import tests.tools_for_tests as test_tools
 from activities import demo_tools
 from activities.tools import registered_tools
-from tests.helpers import TEST_WORKER_OPTIONS, call, run_agent, scripted_input, turn
+from tests.helpers import TEST_WORKER_OPTIONS, Run, call, run_agent, scripted_input, turn
 from worker import build_worker
 from workflows.agent import AgentWorkflow
 from workflows.models import Limits, ToolActivityInput
 
 EFFECTS = ["cancel_order", "issue_refund", "send_email", "count_me"]
+
+
+def details_of(run: Run) -> dict[str, Any]:
+    return dict(run.failure.details[0])
 
 
 def effects_then_loop() -> list:
@@ -44,6 +49,10 @@ async def test_a_run_at_its_limit_undoes_its_side_effects_newest_first(
         ("cancel_order", "reinstate_order", "completed"),
     ]
     assert "max_steps=3 reached" in run.failure.message
+    outcomes = [
+        c["outcome"] for step in details_of(run)["step_records"] for c in step["tool_calls"]
+    ]
+    assert outcomes == ["compensated", "compensated", "compensated"]
     assert "send_email call_3_1 undone by send_correction" in run.failure.message
     # The database is back where it was, except for the email, which got its correction.
     assert demo_tools.get_order(104999)["status"] == "processing"

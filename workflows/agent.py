@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     import jsonschema
@@ -151,6 +151,11 @@ class AgentWorkflow:
         return list(self._transcript.messages)
 
     @workflow.query
+    def trace(self) -> list[StepRecord]:
+        """One record per step: the model call and every tool call it led to."""
+        return self._budget.step_records
+
+    @workflow.query
     def status(self) -> RunStatus:
         return RunStatus(
             status=self._status,
@@ -272,11 +277,23 @@ class AgentWorkflow:
             self._budget.record_model_call(response.usage)
             record = StepRecord(
                 step=step,
+                provider=agent_input.model.provider,
                 model=response.model,
+                messages_sent=sent_until,
                 model_latency_ms=_ms_since(started),
+                model_attempts=response.attempt,
                 usage=response.usage,
+                finish_reason=response.finish_reason,
             )
             self._budget.step_records.append(record)
+            workflow.logger.info(
+                "step %d: %s replied (%s) with %d tool calls: %s",
+                step,
+                response.model,
+                response.finish_reason,
+                len(response.message.tool_calls),
+                ", ".join(f"{c.name} {c.id}" for c in response.message.tool_calls) or "-",
+            )
 
             # Append BEFORE executing: if the worker dies mid-tool, the intent is on record.
             message = _with_unique_call_ids(response.message, step, self._call_ids)
@@ -379,7 +396,8 @@ class AgentWorkflow:
         """Decide what to do with a call; what the model can fix becomes a result (seed 003)."""
         offered = [spec.name for spec in self._offered()]
         if call.name not in offered:
-            return _Refuse(self._not_offered(call.name, offered), "error")
+            refused = call.name in self._tools or call.name in (FINISH, SUBMIT_PLAN)
+            return _Refuse(self._not_offered(call.name, offered), "refused" if refused else "error")
         try:
             arguments = json.loads(call.arguments) if call.arguments.strip() else {}
         except ValueError as error:
@@ -552,16 +570,16 @@ class AgentWorkflow:
         except ActivityError as error:
             cause = error.cause
             latency = _ms_since(started)
+            attempts = _attempts_made(error, spec)
             if isinstance(cause, ApplicationError) and cause.type in FATAL_ERROR_TYPES:
                 reason = f"{spec.name} failed fatally: {cause.message}"
-                return _Outcome.refused(
-                    call, f"Error: {spec.name} failed: {cause.type}", "error", latency, reason
-                )
+                content = f"Error: {spec.name} failed: {cause.type}"
+                return _Outcome.refused(call, content, "error", latency, attempts, fatal=reason)
             if isinstance(cause, TimeoutError):
                 content = f"Error: {spec.name} timed out (limit {spec.timeout_seconds:g} s a try)."
             else:
                 content = f"Error: {spec.name} failed: {_failure_type(cause)}"
-            return _Outcome.refused(call, content, "error", latency)
+            return _Outcome.refused(call, content, "error", latency, attempts)
         if spec.side_effects and not output.is_error:
             self._effects.append(
                 AppliedEffect(
@@ -582,11 +600,13 @@ class AgentWorkflow:
                 content=output.content,
                 is_error=output.is_error,
             ),
-            record=ToolCallRecord(
-                id=call.id,
-                name=call.name,
-                outcome="error" if output.is_error else "ok",
+            record=_call_record(
+                call,
+                "error" if output.is_error else "ok",
+                output.content,
                 latency_ms=_ms_since(started),
+                attempts=output.attempt,
+                truncated=output.omitted_chars > 0,
             ),
         )
 
@@ -629,6 +649,7 @@ class AgentWorkflow:
                 )
                 status: CompensationStatus = "completed"
                 error = None
+                self._mark_compensated(call.tool_call_id)
             except ActivityError as failure:
                 status, error = "failed", _describe_failure(failure.cause)
             self._compensations.append(
@@ -640,6 +661,12 @@ class AgentWorkflow:
                     error=error,
                 )
             )
+
+    def _mark_compensated(self, tool_call_id: str) -> None:
+        for step in self._budget.step_records:
+            for index, record in enumerate(step.tool_calls):
+                if record.id == tool_call_id:
+                    step.tool_calls[index] = record.model_copy(update={"outcome": "compensated"})
 
     def _with_compensations(self, error: AgentError) -> AgentError:
         """The error that ends the run, saying what was undone and what was not."""
@@ -681,7 +708,7 @@ class _Outcome:
     def done(cls, call: ToolCall, content: str) -> _Outcome:
         return cls(
             ToolResult(tool_call_id=call.id, tool_name=call.name, content=content),
-            ToolCallRecord(id=call.id, name=call.name, outcome="ok", latency_ms=0),
+            _call_record(call, "ok", content),
         )
 
     @classmethod
@@ -691,18 +718,44 @@ class _Outcome:
         content: str,
         outcome: ToolOutcome,
         latency_ms: int = 0,
+        attempts: int = 0,
+        *,
         fatal: str | None = None,
     ) -> _Outcome:
         return cls(
             ToolResult(tool_call_id=call.id, tool_name=call.name, content=content, is_error=True),
-            ToolCallRecord(
-                id=call.id,
-                name=call.name,
-                outcome=outcome,
-                latency_ms=latency_ms,
-            ),
+            _call_record(call, outcome, content, latency_ms=latency_ms, attempts=attempts),
             fatal,
         )
+
+
+def _call_record(
+    call: ToolCall,
+    outcome: ToolOutcome,
+    content: str,
+    *,
+    latency_ms: int = 0,
+    attempts: int = 0,
+    truncated: bool = False,
+) -> ToolCallRecord:
+    return ToolCallRecord(
+        id=call.id,
+        name=call.name,
+        arguments=call.arguments[:1000],
+        outcome=outcome,
+        error=None if outcome == "ok" else content[:300],
+        result_chars=len(content),
+        truncated=truncated,
+        attempts=attempts,
+        latency_ms=latency_ms,
+    )
+
+
+def _attempts_made(error: ActivityError, spec: ToolSpec) -> int:
+    """Attempts of a failed activity: all of them when its retries ran out, else at least one."""
+    if error.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
+        return spec.retry.maximum_attempts
+    return 1
 
 
 _ERROR_CLASSES: dict[str, type[AgentError]] = {

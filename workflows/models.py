@@ -164,6 +164,9 @@ class Limits(BaseModel):
 
 class AgentInput(BaseModel):
     prompt: str
+    label: str | None = None
+    """A name for the kind of task (e.g. "order-status"): `starter.py stats` groups runs by it.
+    Kept in the run's memo, so listing runs shows it."""
     system: str | None = None
     tools: list[str] | None = None
     """Names of registered tools to offer; None offers every registered tool."""
@@ -212,6 +215,8 @@ class ModelResponse(BaseModel):
     usage: Usage
     model: str
     finish_reason: str | None = None
+    attempt: int = 1
+    """Which attempt of the model activity produced this reply."""
 
 
 class ToolActivityInput(BaseModel):
@@ -230,6 +235,8 @@ class ToolActivityResult(BaseModel):
     """Characters cut from the middle of the result to keep it within its bound."""
     value: Any = None
     """The whole result as JSON data, kept only for tools with a compensation (which needs it)."""
+    attempt: int = 1
+    """Which attempt of the tool's activity produced this result."""
 
 
 class CompensationInput(BaseModel):
@@ -263,21 +270,40 @@ class CompensationRecord(BaseModel):
     error: str | None = None
 
 
-ToolOutcome = Literal["ok", "error", "loop_detected", "not_run"]
+ToolOutcome = Literal["ok", "error", "loop_detected", "refused", "not_run", "compensated"]
+"""error: failed, or bad arguments; refused: not offered now (plan mode); not_run: the run was
+ending; compensated: it succeeded and was undone when the run failed."""
 
 
 class ToolCallRecord(BaseModel):
     id: str
     name: str
+    arguments: str
+    """As the model wrote them (cut at 1,000 characters)."""
     outcome: ToolOutcome
-    latency_ms: int
+    error: str | None = None
+    """What the model was told, when the outcome is not ok (cut at 300 characters)."""
+    result_chars: int = 0
+    """Size of the result the model saw."""
+    truncated: bool = False
+    """The tool's output was cut to its bound before the model saw it."""
+    externalised: bool = False
+    attempts: int = 0
+    """Activity attempts; 0 when no activity ran (refused, loop-detected, built-in)."""
+    latency_ms: int = 0
 
 
 class StepRecord(BaseModel):
+    """One model call and what came of it: the run's own trace, one record per step."""
+
     step: int
+    provider: str = ""
     model: str
+    messages_sent: int = 0
     model_latency_ms: int
+    model_attempts: int = 1
     usage: Usage
+    finish_reason: str | None = None
     tool_calls: list[ToolCallRecord] = []
 
 
