@@ -27,6 +27,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from activities import telemetry
 from workflows.agent import AgentWorkflow
 from workflows.models import (
     DEFAULT_TASK_QUEUE,
@@ -156,7 +157,10 @@ class AgentClient:
         task_queue: str = DEFAULT_TASK_QUEUE,
     ) -> AgentClient:
         client = await Client.connect(
-            address, namespace=namespace, data_converter=pydantic_data_converter
+            address,
+            namespace=namespace,
+            data_converter=pydantic_data_converter,
+            interceptors=telemetry.interceptors(),
         )
         return cls(client, task_queue)
 

@@ -19,6 +19,7 @@ import sysconfig
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -26,6 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 import activities.demo_tools  # noqa: F401  (registers the demo tools)
+from activities import telemetry
 from activities.model_call import call_model
 from activities.tools import tool_activities
 from agent_client import ensure_search_attributes
@@ -52,18 +54,26 @@ def temporal_address(explicit: str | None) -> str | None:
 
 
 async def connect(address: str, namespace: str = "default") -> Client:
+    """A client with the pydantic converter, and tracing when it is on (workers inherit it)."""
     return await Client.connect(
-        address, namespace=namespace, data_converter=pydantic_data_converter
+        address,
+        namespace=namespace,
+        data_converter=pydantic_data_converter,
+        interceptors=telemetry.interceptors(),
     )
 
 
-def build_worker(client: Client, task_queue: str = DEFAULT_TASK_QUEUE, **options: object) -> Worker:
+def build_worker(client: Client, task_queue: str = DEFAULT_TASK_QUEUE, **options: Any) -> Worker:
+    # Tracing comes with the client; a client without it gets it here, when tracing is on.
+    tracing = telemetry.worker_interceptors(client)
+    if tracing:
+        options["interceptors"] = [*tracing, *options.get("interceptors", ())]
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[AgentWorkflow],
         activities=[call_model, *tool_activities()],
-        **options,  # type: ignore[arg-type]
+        **options,
     )
 
 
@@ -95,15 +105,17 @@ async def embedded_dev_server(
     saved_stdout = os.dup(1)
     os.dup2(2, 1)
     try:
-        env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=temporal_binary(),
-            data_converter=pydantic_data_converter,
-            ui=ui_port is not None,
-            ui_port=ui_port,
-            dev_server_extra_args=list(extra_args),
-            dev_server_log_level="error",
-            search_attributes=SEARCH_ATTRIBUTES,
-        )
+        with telemetry.hidden_from_child_processes():
+            env = await WorkflowEnvironment.start_local(
+                dev_server_existing_path=temporal_binary(),
+                data_converter=pydantic_data_converter,
+                ui=ui_port is not None,
+                ui_port=ui_port,
+                dev_server_extra_args=list(extra_args),
+                dev_server_log_level="error",
+                search_attributes=SEARCH_ATTRIBUTES,
+                interceptors=telemetry.interceptors(),
+            )
     finally:
         os.dup2(saved_stdout, 1)
         os.close(saved_stdout)
@@ -135,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     address = temporal_address(args.address) or DEFAULT_ADDRESS
     try:
+        if telemetry.configure_from_env():
+            logging.info("tracing on (OTEL_* variables)")
         asyncio.run(_serve(address, args.namespace, args.task_queue))
     except KeyboardInterrupt:
         return 0

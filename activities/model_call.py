@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 
 from temporalio import activity
 
-from activities import pricing
+from activities import pricing, telemetry
 from activities._heartbeat import heartbeating
 from activities.providers import anthropic_provider, openai_provider, scripted
 from workflows.errors import AgentConfigurationError
@@ -32,8 +32,10 @@ async def call_model(request: ModelRequest) -> ModelResponse:
     provider = PROVIDERS.get(settings.provider)
     if provider is None:
         raise AgentConfigurationError(f"unknown model provider {settings.provider!r}")
-    async with heartbeating():
-        response = await provider(request)
+    with telemetry.chat_span(request) as span:
+        async with heartbeating():
+            response = await provider(request)
+        span.record(response)
     price = settings.price or pricing.price_for(response.model) or pricing.price_for(settings.model)
     usage = response.usage.model_copy(update={"cost_usd": pricing.cost_usd(response.usage, price)})
     return response.model_copy(update={"usage": usage, "attempt": activity.info().attempt})

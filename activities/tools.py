@@ -19,6 +19,7 @@ from typing import Any, get_type_hints
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from temporalio import activity
 
+from activities import telemetry
 from activities._heartbeat import heartbeating
 from workflows.errors import AgentError
 from workflows.models import (
@@ -246,14 +247,20 @@ def _tool_activity(
 ) -> Callable[[ToolActivityInput], Any]:
     @activity.defn(name=tool_name)
     async def run_tool(call: ToolActivityInput) -> ToolActivityResult:
+        with telemetry.tool_span(tool_name, call) as span:
+            result = await execute(call, span)
+            span.record(result)
+            return result
+
+    async def execute(call: ToolActivityInput, span: telemetry.ToolSpan) -> ToolActivityResult:
         try:
             arguments = arguments_model.model_validate(call.arguments)
         except ValidationError as error:
             # The model can fix this: it becomes the call's result, and nothing is retried.
+            content = describe_validation_error(tool_name, error)
+            span.fail("invalid_arguments", content)
             return ToolActivityResult(
-                content=describe_validation_error(tool_name, error),
-                is_error=True,
-                attempt=activity.info().attempt,
+                content=content, is_error=True, attempt=activity.info().attempt
             )
         kwargs = {field: getattr(arguments, field) for field in arguments_model.model_fields}
         info = activity.info()

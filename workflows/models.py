@@ -217,6 +217,8 @@ class ModelResponse(BaseModel):
     finish_reason: str | None = None
     attempt: int = 1
     """Which attempt of the model activity produced this reply."""
+    response_id: str | None = None
+    """The provider's id of this reply (OpenAI's chatcmpl-..., Anthropic's msg_...), for tracing."""
 
 
 class ToolActivityInput(BaseModel):

@@ -221,6 +221,7 @@ def to_model_response(response: AnthropicMessage, request: ModelRequest) -> Mode
         usage=neutral_usage,
         model=model,
         finish_reason=stop_reason,
+        response_id=getattr(response, "id", None) or None,
     )
 
 

@@ -144,6 +144,7 @@ def to_model_response(response: ChatCompletion, request: ModelRequest) -> ModelR
         usage=neutral_usage,
         model=model,
         finish_reason=finish_reason,
+        response_id=getattr(response, "id", None) or None,
     )
 
 

@@ -1,0 +1,552 @@
+"""Tracing: Temporal's spans and the GenAI spans, in one trace with the app's own span.
+
+The spans go to an in-memory exporter through a tracer provider of the test's own, handed to
+`activities.telemetry.configure` (the global provider can be set once per process, so these
+tests never set it; the tests of `configure_from_env`, which does, run in a subprocess).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from activities import telemetry
+from tests import fake_anthropic, fake_openai
+from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, scripted_input, turn
+from worker import build_worker, embedded_dev_server
+from workflows.agent import AgentWorkflow
+from workflows.models import AgentInput, ModelRequest, ModelResponse, ModelSettings, Usage
+from workflows.transcript import AssistantMessage, UserMessage
+
+ROOT = Path(__file__).resolve().parent.parent
+CAPTURE = telemetry.CAPTURE_CONTENT_VARIABLE
+
+
+class Exporter(InMemorySpanExporter):
+    """Spans in memory, and the test-local provider that records them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.provider = TracerProvider(shutdown_on_exit=False)
+        self.provider.add_span_processor(SimpleSpanProcessor(self))
+
+
+@pytest.fixture
+def exporter(monkeypatch: pytest.MonkeyPatch) -> Iterator[Exporter]:
+    """A test-local tracer provider, used by the interceptor and the GenAI spans."""
+    for variable in ("OTEL_SDK_DISABLED", CAPTURE):
+        monkeypatch.delenv(variable, raising=False)
+    memory = Exporter()
+    telemetry.configure(memory.provider)
+    try:
+        yield memory
+    finally:
+        telemetry.configure(None)
+        memory.provider.shutdown()
+
+
+@dataclass
+class Traced:
+    handle: WorkflowHandle[Any, Any]
+    spans: list[ReadableSpan]
+    app: ReadableSpan
+
+    def named(self, name: str) -> list[ReadableSpan]:
+        return [s for s in self.spans if s.name == name]
+
+    def one(self, name: str) -> ReadableSpan:
+        found = self.named(name)
+        assert len(found) == 1, f"{len(found)} spans named {name!r}: {self.names()}"
+        return found[0]
+
+    def names(self) -> list[str]:
+        return [s.name for s in self.spans]
+
+    def parent(self, span: ReadableSpan) -> ReadableSpan:
+        assert span.parent is not None, f"{span.name} has no parent"
+        by_id = {s.context.span_id: s for s in self.spans}
+        return by_id[span.parent.span_id]
+
+    def ancestry(self, span: ReadableSpan) -> list[str]:
+        """The span's name and its ancestors', nearest first."""
+        names = [span.name]
+        while span.parent is not None:
+            span = self.parent(span)
+            names.append(span.name)
+        return names
+
+    def genai(self) -> list[ReadableSpan]:
+        return [s for s in self.spans if s.name.startswith(("chat ", "execute_tool "))]
+
+
+def traced_client(client: Client) -> Client:
+    """The session's client, with the tracing interceptor, as `worker.connect` makes it."""
+    interceptors = telemetry.interceptors()
+    assert [type(i) for i in interceptors] == [TracingInterceptor]
+    return Client(**{**client.config(), "interceptors": interceptors})
+
+
+async def traced_run(
+    client: Client, task_queue: str, exporter: Exporter, agent_input: AgentInput
+) -> Traced:
+    """Start a run inside an app span, from a traced client, on a worker built on it."""
+    traced = traced_client(client)
+    app_tracer = exporter.provider.get_tracer("app")
+    async with build_worker(traced, task_queue, **TEST_WORKER_OPTIONS):
+        with app_tracer.start_as_current_span("handle support request") as app_span:
+            handle = await traced.start_workflow(
+                AgentWorkflow.run,
+                agent_input,
+                id=f"test-{uuid.uuid4()}",
+                task_queue=task_queue,
+            )
+        await handle.result()
+    spans = list(exporter.get_finished_spans())
+    app = next(s for s in spans if s.context.span_id == app_span.get_span_context().span_id)
+    return Traced(handle, spans, app)
+
+
+def attributes(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+async def test_a_run_is_one_trace_under_the_app_span(
+    client: Client, task_queue: str, exporter: Exporter
+) -> None:
+    run = await traced_run(
+        client,
+        task_queue,
+        exporter,
+        scripted_input(
+            [
+                turn(call("get_order", order_id=1042)),
+                turn(call("always_fails", secret="s3cret")),
+                turn(text="Order 1042 is on its way."),
+            ],
+            tools=["get_order", "always_fails"],
+        ),
+    )
+
+    assert {s.context.trace_id for s in run.spans} == {run.app.context.trace_id}
+    start = run.one("StartWorkflow:AgentWorkflow")
+    assert run.parent(start) is run.app
+    # TracingInterceptor's workflow spans are zero-length markers: RunWorkflow, each
+    # StartActivity and CompleteWorkflow all hang from the client's StartWorkflow span.
+    assert run.parent(run.one("RunWorkflow:AgentWorkflow")) is start
+    assert run.parent(run.one("CompleteWorkflow:AgentWorkflow")) is start
+
+    chats = run.named("chat scripted-demo")
+    assert len(chats) == 3
+    for chat in chats:
+        assert run.ancestry(chat) == [
+            "chat scripted-demo",
+            "RunActivity:call_model",
+            "StartActivity:call_model",
+            "StartWorkflow:AgentWorkflow",
+            "handle support request",
+        ]
+        assert chat.kind == SpanKind.CLIENT
+        assert chat.status.status_code == StatusCode.UNSET
+
+    tool = run.one("execute_tool get_order")
+    assert run.ancestry(tool)[:4] == [
+        "execute_tool get_order",
+        "RunActivity:get_order",
+        "StartActivity:get_order",
+        "StartWorkflow:AgentWorkflow",
+    ]
+    assert tool.kind == SpanKind.INTERNAL
+    assert tool.status.status_code == StatusCode.UNSET
+    assert "error.type" not in attributes(tool)
+
+    # Each attempt of the failing tool has its own RunActivity span and execute_tool span.
+    failures = run.named("execute_tool always_fails")
+    assert len(failures) == 3
+    assert {run.parent(f).name for f in failures} == {"RunActivity:always_fails"}
+    for failure in failures:
+        assert failure.status.status_code == StatusCode.ERROR
+        assert failure.status.description == "ValueError"
+        assert attributes(failure)["error.type"] == "ValueError"
+        assert attributes(failure)["gen_ai.tool.call.id"] == "call_2_1"
+        assert not failure.events  # no exception message, no traceback, by default
+
+    # The worker took its interceptor from the client only: one RunActivity span per attempt.
+    assert len(run.named("RunActivity:call_model")) == 3
+    assert len(run.named("RunActivity:always_fails")) == 3
+
+
+async def test_the_chat_span_has_the_genai_attributes(
+    client: Client, task_queue: str, exporter: Exporter
+) -> None:
+    usage = Usage(
+        input_tokens=1200, output_tokens=40, cached_input_tokens=1000, cache_write_tokens=150
+    )
+    run = await traced_run(
+        client,
+        task_queue,
+        exporter,
+        scripted_input(
+            [turn(call("read_thing", label="x"), usage=usage), turn(text="done", usage=usage)],
+            tools=["read_thing"],
+        ),
+    )
+
+    first, second = sorted(run.named("chat scripted-demo"), key=lambda s: s.start_time or 0)
+    assert attributes(first) == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "scripted",
+        "gen_ai.request.model": "scripted-demo",
+        "gen_ai.response.model": "scripted-demo",
+        "gen_ai.response.finish_reasons": ("tool_calls",),
+        "gen_ai.usage.input_tokens": 1200,
+        "gen_ai.usage.output_tokens": 40,
+        "gen_ai.usage.cache_read.input_tokens": 1000,
+        "gen_ai.usage.cache_creation.input_tokens": 150,
+        "gen_ai.conversation.id": run.handle.id,
+    }
+    assert attributes(second)["gen_ai.response.finish_reasons"] == ("stop",)
+    assert attributes(run.one("execute_tool read_thing")) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "read_thing",
+        "gen_ai.tool.call.id": "call_1_1",
+        "gen_ai.tool.type": "function",
+        "gen_ai.conversation.id": run.handle.id,
+    }
+
+
+async def test_invalid_arguments_make_an_error_tool_span(
+    client: Client, task_queue: str, exporter: Exporter
+) -> None:
+    run = await traced_run(
+        client,
+        task_queue,
+        exporter,
+        scripted_input(
+            [turn(call("typed", order_id="abc", note="n")), turn(text="sorry")], tools=["typed"]
+        ),
+    )
+
+    span = run.one("execute_tool typed")
+    assert span.status.status_code == StatusCode.ERROR
+    assert attributes(span)["error.type"] == "invalid_arguments"
+    assert "abc" not in json.dumps(attributes(span)) + (span.status.description or "")
+
+
+async def test_openai_spans_carry_the_response_id_and_cached_tokens(
+    client: Client, task_queue: str, exporter: Exporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with fake_openai.FakeOpenAI(
+        [fake_openai.Reply(content="On its way.", prompt_tokens=2000, cached_tokens=1536)]
+    ) as fake:
+        monkeypatch.setenv("OPENAI_API_KEY", fake.api_key)
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        run = await traced_run(
+            client,
+            task_queue,
+            exporter,
+            AgentInput(
+                prompt="where is order 1042",
+                tools=[],
+                model=ModelSettings(
+                    provider="openai", model="gpt-fake-mini", retry=FAST_MODEL_RETRY
+                ),
+            ),
+        )
+
+    chat = attributes(run.one("chat gpt-fake-mini"))
+    assert chat["gen_ai.provider.name"] == "openai"
+    assert chat["gen_ai.response.id"] == "chatcmpl-fake0001"
+    assert chat["gen_ai.usage.input_tokens"] == 2000
+    assert chat["gen_ai.usage.cache_read.input_tokens"] == 1536
+    assert chat["gen_ai.response.finish_reasons"] == ("stop",)
+
+
+async def test_anthropic_spans_carry_the_response_id_and_cache_writes(
+    client: Client, task_queue: str, exporter: Exporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reply = fake_anthropic.Reply(
+        text="On its way.",
+        input_tokens=10,
+        cache_read_input_tokens=0,
+        cache_creation_input_tokens=1500,
+    )
+    with fake_anthropic.FakeAnthropic([reply]) as fake:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", fake.api_key)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        run = await traced_run(
+            client,
+            task_queue,
+            exporter,
+            AgentInput(
+                prompt="where is order 1042",
+                tools=[],
+                model=ModelSettings(
+                    provider="anthropic", model="claude-fake", retry=FAST_MODEL_RETRY
+                ),
+            ),
+        )
+
+    chat = attributes(run.one("chat claude-fake"))
+    assert chat["gen_ai.provider.name"] == "anthropic"
+    assert str(chat["gen_ai.response.id"]).startswith("msg_fake")
+    assert chat["gen_ai.usage.input_tokens"] == 1510
+    assert chat["gen_ai.usage.cache_creation.input_tokens"] == 1500
+    assert chat["gen_ai.response.finish_reasons"] == ("end_turn",)
+
+
+MARKERS = ("PROMPT-7f3a", "SYSTEM-7f3a", "ARGUMENT-7f3a", "ANSWER-7f3a")
+
+
+def content_run_input() -> AgentInput:
+    return scripted_input(
+        [
+            turn(call("read_thing", label="ARGUMENT-7f3a"), text="Let me look."),
+            turn(text="ANSWER-7f3a"),
+        ],
+        prompt="where is PROMPT-7f3a",
+        tools=["read_thing"],
+        system="You help. SYSTEM-7f3a",
+    )
+
+
+def span_text(span: ReadableSpan) -> str:
+    events = [(e.name, dict(e.attributes or {})) for e in span.events]
+    return json.dumps([attributes(span), events, span.status.description], default=str)
+
+
+async def test_no_contents_in_spans_by_default(
+    client: Client, task_queue: str, exporter: Exporter
+) -> None:
+    run = await traced_run(client, task_queue, exporter, content_run_input())
+
+    assert len(run.genai()) == 3
+    for span in run.spans:
+        for marker in MARKERS:
+            assert marker not in span_text(span), f"{marker} in {span.name}"
+
+
+async def test_contents_in_spans_when_opted_in(
+    client: Client, task_queue: str, exporter: Exporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CAPTURE, "true")
+
+    run = await traced_run(client, task_queue, exporter, content_run_input())
+
+    first, second = sorted(run.named("chat scripted-demo"), key=lambda s: s.start_time or 0)
+    assert json.loads(attributes(first)["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": "where is PROMPT-7f3a"}]}
+    ]
+    assert json.loads(attributes(first)["gen_ai.system_instructions"]) == [
+        {"type": "text", "content": "You help. SYSTEM-7f3a"}
+    ]
+    definitions = json.loads(attributes(first)["gen_ai.tool.definitions"])
+    assert [d["name"] for d in definitions] == ["read_thing", "finish"]
+    assert json.loads(attributes(first)["gen_ai.output.messages"]) == [
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "text", "content": "Let me look."},
+                {
+                    "type": "tool_call",
+                    "id": "call_1_1",
+                    "name": "read_thing",
+                    "arguments": {"label": "ARGUMENT-7f3a"},
+                },
+            ],
+            "finish_reason": "tool_calls",
+        }
+    ]
+    sent = json.loads(attributes(second)["gen_ai.input.messages"])
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
+    assert sent[2]["parts"] == [
+        {"type": "tool_call_response", "id": "call_1_1", "response": "done ARGUMENT-7f3a"}
+    ]
+    assert "ANSWER-7f3a" in attributes(second)["gen_ai.output.messages"]
+
+    tool = attributes(run.one("execute_tool read_thing"))
+    assert json.loads(tool["gen_ai.tool.call.arguments"]) == {"label": "ARGUMENT-7f3a"}
+    assert tool["gen_ai.tool.call.result"] == "done ARGUMENT-7f3a"
+
+
+async def test_a_replay_makes_no_spans(client: Client, task_queue: str, exporter: Exporter) -> None:
+    run = await traced_run(
+        client,
+        task_queue,
+        exporter,
+        scripted_input(
+            [turn(call("read_thing", label="a"), call("read_thing", label="b")), turn(text="ok")],
+            tools=["read_thing"],
+        ),
+    )
+    assert len(run.genai()) == 4
+    history = await run.handle.fetch_history()
+    exporter.clear()
+
+    replayer = Replayer(
+        workflows=[AgentWorkflow],
+        data_converter=pydantic_data_converter,
+        interceptors=telemetry.interceptors(),
+    )
+    result = await replayer.replay_workflow(history)
+
+    assert result.replay_failure is None
+    assert [s.name for s in exporter.get_finished_spans()] == []
+
+
+def test_spans_outside_a_run_record_the_response(exporter: Exporter) -> None:
+    request = ModelRequest(
+        settings=ModelSettings(model="m", temperature=0.2, max_output_tokens=256),
+        system=None,
+        messages=[UserMessage(content="hi")],
+        tools=[],
+        step=1,
+    )
+    response = ModelResponse(
+        message=AssistantMessage(content="hello"),
+        usage=Usage(input_tokens=3, output_tokens=1),
+        model="m-2026",
+        finish_reason="stop",
+        response_id="resp-1",
+    )
+
+    with telemetry.chat_span(request) as span:
+        span.record(response)
+
+    (finished,) = exporter.get_finished_spans()
+    assert finished.name == "chat m"
+    assert attributes(finished)["gen_ai.response.id"] == "resp-1"
+    assert attributes(finished)["gen_ai.response.model"] == "m-2026"
+    assert attributes(finished)["gen_ai.request.temperature"] == 0.2
+    assert attributes(finished)["gen_ai.request.max_tokens"] == 256
+    assert "gen_ai.conversation.id" not in attributes(finished)  # not in an activity
+
+
+async def test_a_worker_gets_the_interceptor_only_when_its_client_lacks_it(
+    client: Client, exporter: Exporter
+) -> None:
+    assert [type(i) for i in telemetry.worker_interceptors(client)] == [TracingInterceptor]
+    assert telemetry.worker_interceptors(traced_client(client)) == []
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, []),
+        ({"OTEL_TRACES_EXPORTER": "console"}, ["console"]),
+        ({"OTEL_TRACES_EXPORTER": "otlp, Console"}, ["otlp", "console"]),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://localhost:4318"}, ["otlp"]),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://localhost:4318/v1/traces"}, ["otlp"]),
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x"}, []),
+        ({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "console"}, []),
+    ],
+)
+def test_the_exporters_the_environment_asks_for(
+    environ: dict[str, str], expected: list[str]
+) -> None:
+    assert telemetry.exporters_from_env(environ) == expected
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"OTEL_TRACES_EXPORTER": "zipkin"}, "unknown exporter zipkin"),
+        (
+            {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+            "use http/protobuf or grpc",
+        ),
+    ],
+)
+def test_variables_it_cannot_honour_are_refused(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(telemetry.TelemetryConfigurationError, match=message):
+        telemetry.tracer_provider_from_env(environ)
+
+
+def test_an_otlp_provider_is_built_from_the_environment() -> None:
+    provider = telemetry.tracer_provider_from_env({"OTEL_TRACES_EXPORTER": "otlp"})
+    assert isinstance(provider, TracerProvider)
+    provider.shutdown()  # nothing was recorded, so nothing is sent
+
+
+def run_python(code: str, **environ: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+SPAN_OUTSIDE_A_RUN = """
+    from opentelemetry import trace
+    from activities import telemetry
+    from workflows.models import ModelRequest, ModelSettings
+
+    request = ModelRequest(settings=ModelSettings(), system=None, messages=[], tools=[], step=1)
+    on = telemetry.configure_from_env()
+    with telemetry.chat_span(request):
+        current = trace.get_current_span()
+    print(on, len(telemetry.interceptors()), current is trace.INVALID_SPAN)
+"""
+
+
+def test_tracing_is_off_without_variables_and_the_spans_are_no_ops() -> None:
+    done = run_python(SPAN_OUTSIDE_A_RUN)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "0", "True"]
+
+
+def test_the_console_exporter_writes_spans_to_stderr() -> None:
+    done = run_python(SPAN_OUTSIDE_A_RUN, OTEL_TRACES_EXPORTER="console")
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "1", "False"]  # stdout: only what the code prints
+    span = json.loads(done.stderr)
+    assert span["name"] == "chat scripted-demo"
+    assert span["attributes"]["gen_ai.provider.name"] == "scripted"
+    assert span["resource"]["attributes"]["service.name"] == "durable-agent-loop"
+
+
+def test_sdk_disabled_turns_tracing_off() -> None:
+    done = run_python(SPAN_OUTSIDE_A_RUN, OTEL_TRACES_EXPORTER="console", OTEL_SDK_DISABLED="true")
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "0", "True"]
+    assert done.stderr == ""
+
+
+async def test_the_embedded_dev_server_does_not_see_the_otel_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The Temporal server reads OTEL_* itself, and refuses to start with the console exporter.
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+
+    async with embedded_dev_server() as env:
+        assert os.environ["OTEL_TRACES_EXPORTER"] == "console"
+        info = await env.client.workflow_service.get_system_info(GetSystemInfoRequest())
+
+    assert info.server_version
