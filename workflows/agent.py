@@ -21,7 +21,8 @@ with workflow.unsafe.imports_passed_through():
 
     from activities.model_call import call_model
     from activities.tools import tool_specs
-    from workflows.budget import Budget
+    from workflows import compaction
+    from workflows.budget import Budget, estimate_message_tokens
     from workflows.errors import (
         FATAL_ERROR_TYPES,
         AgentApprovalTimeout,
@@ -38,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         AgentResult,
         AgentStatus,
         AppliedEffect,
+        CompactionRecord,
         CompensationInput,
         CompensationRecord,
         CompensationStatus,
@@ -145,6 +147,10 @@ class AgentWorkflow:
         self._reported: tuple[AgentStatus, int] | None = None
         self._plan: PlanState | None = None
         self._decision: PlanDecision | None = None
+        # Compaction: the model is sent messages[0], the note, then messages[cut:].
+        self._cut = 1
+        self._note: UserMessage | None = None
+        self._compactions: list[CompactionRecord] = []
 
     @workflow.query
     def transcript(self) -> list[Message]:
@@ -262,24 +268,28 @@ class AgentWorkflow:
 
         while True:
             offered = self._offered()
-            context = self._budget.context_estimate(
-                agent_input.system,
-                offered,
-                self._transcript.messages,
-                self._transcript.messages[sent_until:],
-            )
-            self._budget.check_before_model_call(workflow.now(), context)
             step = self._budget.steps + 1
+            context = self._context_estimate(offered, sent_until)
+            limit = agent_input.limits.max_context_tokens
+            if limit is not None and context > limit and agent_input.compaction != "none":
+                target = int(limit * agent_input.compaction_target_ratio)
+                if await self._compact(context - target, step):
+                    context = self._context_estimate(offered, sent_until)
+            self._budget.check_before_model_call(workflow.now(), context)
             started = workflow.now()
             self._set_status("running", f"step {step}: waiting for {agent_input.model.model}")
-            response = await self._call_model(offered, step)
+            sent = compaction.view(self._transcript.messages, self._cut, self._note)
+            records = self._budget.step_records
+            previous_input = records[-1].usage.input_tokens if records else 0
+            response = await self._call_model(offered, step, sent)
             sent_until = len(self._transcript.messages)
             self._budget.record_model_call(response.usage)
+            self._account_cache_loss(response, previous_input)
             record = StepRecord(
                 step=step,
                 provider=agent_input.model.provider,
                 model=response.model,
-                messages_sent=sent_until,
+                messages_sent=len(sent),
                 model_latency_ms=_ms_since(started),
                 model_attempts=response.attempt,
                 usage=response.usage,
@@ -353,15 +363,86 @@ class AgentWorkflow:
         }
         return ToolSpec(name=FINISH, description=_FINISH_DESCRIPTION, parameters=parameters)
 
-    async def _call_model(self, offered: list[ToolSpec], step: int) -> ModelResponse:
+    def _context_estimate(self, offered: list[ToolSpec], sent_until: int) -> int:
+        messages = self._transcript.messages
+        return self._budget.context_estimate(
+            self._input.system,
+            offered,
+            compaction.view(messages, self._cut, self._note),
+            messages[sent_until:],
+        )
+
+    async def _compact(self, tokens_to_free: int, step: int) -> bool:
+        """Shrink the view sent to the model by whole groups; False when it cannot."""
+        messages = self._transcript.messages
+        previous_note = self._note.content if self._note else ""
+        # The note is rewritten, so what it held is freed too and must not be counted twice.
+        cut = compaction.choose_cut(messages, self._cut, tokens_to_free)
+        if cut is None:
+            return False
+        removed = messages[self._cut : cut]
+        policy = self._input.compaction
+        if policy == "summary":
+            summary = await self._summarise(removed, step)
+            note = f"[{cut - 1} earlier messages summarised]\n{summary}"
+        else:
+            note = f"[{cut - 1} earlier messages dropped to fit the context window]"
+        freed = (
+            estimate_message_tokens(removed)
+            + estimate_message_tokens([UserMessage(content=previous_note)]) * bool(previous_note)
+            - estimate_message_tokens([UserMessage(content=note)])
+        )
+        self._cut, self._note = cut, UserMessage(content=note)
+        self._budget.forget_reported_context()
+        self._compactions.append(
+            CompactionRecord(
+                step=step,
+                policy="summary" if policy == "summary" else "window",
+                messages_removed=cut - 1,
+                tokens_removed=freed,
+            )
+        )
+        workflow.logger.info("compaction before step %d: %s, %d messages", step, policy, cut - 1)
+        return True
+
+    async def _summarise(self, removed: list[Message], step: int) -> str:
+        previous = self._note.content.split("\n", 1)[-1] if self._note else None
+        settings = self._input.model
+        request = ModelRequest(
+            settings=settings,
+            system=compaction.SUMMARY_SYSTEM,
+            messages=[UserMessage(content=compaction.render_for_summary(removed, previous))],
+            tools=[],
+            step=step,
+            purpose="summary",
+        )
+        response = await self._execute_model_call(request, f"summarise {len(removed)} messages")
+        self._budget.record_side_call(response.usage)
+        return response.message.content or ""
+
+    def _account_cache_loss(self, response: ModelResponse, previous_input: int) -> None:
+        """The first call after a compaction: how much of the previous call's prefix, which an
+        append-only transcript would have let the cache serve, it did not read from cache."""
+        pending = [c for c in self._compactions if c.cached_tokens_lost is None]
+        for record in pending:
+            lost = max(previous_input - response.usage.cached_input_tokens, 0)
+            record.cached_tokens_lost = lost
+
+    async def _call_model(
+        self, offered: list[ToolSpec], step: int, messages: list[Message]
+    ) -> ModelResponse:
         settings = self._input.model
         request = ModelRequest(
             settings=settings,
             system=self._input.system,
-            messages=list(self._transcript.messages),
+            messages=messages,
             tools=offered,
             step=step,
         )
+        return await self._execute_model_call(request, f"model {settings.model}, step {step}")
+
+    async def _execute_model_call(self, request: ModelRequest, summary: str) -> ModelResponse:
+        settings = request.settings
         try:
             return await workflow.execute_activity(
                 call_model,
@@ -370,7 +451,7 @@ class AgentWorkflow:
                 schedule_to_close_timeout=self._remaining_wall_time(),
                 retry_policy=settings.retry.to_policy(FATAL_ERROR_TYPES),
                 heartbeat_timeout=self._heartbeat_timeout(),
-                summary=f"model {settings.model}, step {step}",
+                summary=summary,
             )
         except ActivityError as error:
             self._budget.check_spend(workflow.now())  # a wall-time cut says so, by name
@@ -694,6 +775,7 @@ class AgentWorkflow:
             steps=self._budget.steps,
             usage=self._budget.usage,
             step_records=self._budget.step_records,
+            compactions=self._compactions,
         )
 
 

@@ -119,5 +119,13 @@ class Budget:
         self.usage = self.usage + usage
         self._last_context_tokens = usage.input_tokens + usage.output_tokens
 
+    def record_side_call(self, usage: Usage) -> None:
+        """A model call that is not a step (a compaction's summary): it costs, it counts."""
+        self.usage = self.usage + usage
+
+    def forget_reported_context(self) -> None:
+        """After a compaction the last reported input no longer describes what will be sent."""
+        self._last_context_tokens = None
+
     def details(self) -> FailureDetails:
         return FailureDetails(steps=self.steps, usage=self.usage, step_records=self.step_records)

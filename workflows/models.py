@@ -179,6 +179,13 @@ class AgentInput(BaseModel):
     waits, spending nothing, until a person approves or rejects it."""
     approval_timeout_seconds: float = Field(default=86_400.0, gt=0)
     """How long a plan may wait for its decision before the run fails (AgentApprovalTimeout)."""
+    compaction: Literal["none", "window", "summary"] = "none"
+    """When the next call would exceed `limits.max_context_tokens`: "window" drops the oldest
+    tool-call groups whole, "summary" replaces them with a model-made summary; both leave a
+    visible note. "none" fails the run at the limit instead."""
+    compaction_target_ratio: float = Field(default=0.6, gt=0, lt=1)
+    """A compaction shrinks the context to this share of max_context_tokens, so that it does not
+    have to happen again at the very next step (each one costs the prefix cache)."""
     heartbeat_timeout_seconds: float | None = Field(default=10.0, gt=0)
     """Model, tool and compensation activities heartbeat; an attempt whose worker died is retried
     after this long rather than after its whole start-to-close timeout. None turns it off."""
@@ -208,6 +215,8 @@ class ModelRequest(BaseModel):
     messages: list[Message]
     tools: list[ToolSpec]
     step: int
+    purpose: Literal["step", "summary"] = "step"
+    """"summary": a compaction asks the model to summarise part of the transcript."""
 
 
 class ModelResponse(BaseModel):
@@ -309,6 +318,22 @@ class StepRecord(BaseModel):
     tool_calls: list[ToolCallRecord] = []
 
 
+class CompactionRecord(BaseModel):
+    """One compaction, with both sides of its trade (seed 000): what it saved, and what it cost
+    in prefix cache on the next call."""
+
+    step: int
+    """The model call it was made before."""
+    policy: Literal["window", "summary"]
+    messages_removed: int
+    """Messages of the transcript no longer sent, in all (the first message always stays)."""
+    tokens_removed: int
+    """Estimated input tokens the next call is spared, the note's own tokens deducted."""
+    cached_tokens_lost: int | None = None
+    """Input tokens of the call before that the next call could have read from cache had the
+    transcript only grown, minus those it did read: set once the next call has answered."""
+
+
 class AgentResult(BaseModel):
     answer: str
     output: dict[str, Any] | None = None
@@ -316,6 +341,7 @@ class AgentResult(BaseModel):
     steps: int
     usage: Usage
     step_records: list[StepRecord] = []
+    compactions: list[CompactionRecord] = []
 
 
 class FailureDetails(BaseModel):

@@ -33,8 +33,11 @@ def estimate_tokens(text: str) -> int:
 async def complete(request: ModelRequest) -> ModelResponse:
     if activity.in_activity():
         _requests[activity.info().workflow_id or ""].append(request)
+    if request.purpose == "summary":
+        return _summary(request)
     script = request.settings.script
-    turn_index = sum(isinstance(m, AssistantMessage) for m in request.messages)
+    # The step, not the assistant messages in the request: compaction may have dropped some.
+    turn_index = request.step - 1
     if turn_index >= len(script):
         raise ScriptedModelMismatch(
             f"the script has {len(script)} replies and the run asked for reply {turn_index + 1}; "
@@ -95,6 +98,21 @@ def _fill_template(text: str, request: ModelRequest) -> str:
         return str(value)
 
     return _TEMPLATE.sub(fill, text)
+
+
+def _summary(request: ModelRequest) -> ModelResponse:
+    """A deterministic stand-in for a summary: the start of what it was asked to summarise."""
+    text = (request.messages[-1].content or "") if request.messages else ""
+    message = AssistantMessage(content=f"(scripted summary) {text[:300]}")
+    return ModelResponse(
+        message=message,
+        usage=Usage(
+            input_tokens=estimate_tokens((request.system or "") + text),
+            output_tokens=estimate_tokens(message.content or ""),
+        ),
+        model=request.settings.model,
+        finish_reason="stop",
+    )
 
 
 def _messages_since_last_reply(request: ModelRequest) -> str:
