@@ -26,7 +26,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-import activities.demo_tools  # noqa: F401  (registers the demo tools)
+import activities.demo_tools
+import activities.result_store  # noqa: F401  (registers read_result)
 from activities import telemetry
 from activities.model_call import call_model
 from activities.tools import tool_activities

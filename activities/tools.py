@@ -151,18 +151,20 @@ def tool_activities() -> list[Callable[..., Any]]:
     return activities
 
 
-def truncate_middle(text: str, limit: int) -> tuple[str, int]:
+def truncate_middle(text: str, limit: int, read_more: str = "") -> tuple[str, int]:
     """Bound a text, keeping both ends: the start has the structure, the end the newest rows.
 
-    Returns the bounded text and how many characters were omitted from its middle.
+    Returns the bounded text and how many characters were omitted from its middle; `read_more`
+    goes into the marker (how to get the rest).
     """
     if len(text) <= limit:
         return text, 0
-    marker_room = 64
-    keep = max(limit - marker_room, 0)
+    # The marker's own length depends on the count it shows; size it for the largest count.
+    room = len(f"\n\n... [{len(text)} characters omitted{read_more}] ...\n\n")
+    keep = max(limit - room, 0)
     head, tail = keep - keep // 2, keep // 2
     omitted = len(text) - head - tail
-    marker = f"\n\n... [{omitted} characters omitted] ...\n\n"
+    marker = f"\n\n... [{omitted} characters omitted{read_more}] ...\n\n"
     return text[:head] + marker + (text[len(text) - tail :] if tail else ""), omitted
 
 
@@ -285,10 +287,21 @@ def _tool_activity(
             raise
         finally:
             _current_call.reset(token)
-        content, omitted = truncate_middle(render_result(value), call.max_result_chars)
+        rendered = render_result(value)
+        read_more, ref = "", None
+        if call.externalise and len(rendered) > call.max_result_chars:
+            from activities.result_store import READ_RESULT, result_store
+
+            ref = result_store().put(rendered)
+            read_more = (
+                f" of {len(rendered)}; the whole result is stored: "
+                f'{READ_RESULT}(ref="{ref}", offset, length) reads any part'
+            )
+        content, omitted = truncate_middle(rendered, call.max_result_chars, read_more)
         return ToolActivityResult(
             content=content,
             omitted_chars=omitted,
+            externalised_ref=ref,
             value=_json_data(value) if keep_value else None,
             attempt=info.attempt,
         )

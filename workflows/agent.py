@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     import jsonschema
 
     from activities.model_call import call_model
+    from activities.result_store import READ_RESULT
     from activities.tools import tool_specs
     from workflows import compaction
     from workflows.budget import Budget, estimate_message_tokens
@@ -151,6 +152,8 @@ class AgentWorkflow:
         self._cut = 1
         self._note: UserMessage | None = None
         self._compactions: list[CompactionRecord] = []
+        self._read_result: ToolSpec | None = None
+        self._externalised = False
 
     @workflow.query
     def transcript(self) -> list[Message]:
@@ -330,10 +333,13 @@ class AgentWorkflow:
     def _offered(self) -> list[ToolSpec]:
         """What the model may call now: until a plan is approved, read-only tools and
         submit_plan; then every tool and finish."""
+        tools = list(self._tools.values())
+        if self._read_result is not None and self._externalised:
+            tools.append(self._read_result)  # offered once there is something to read
         if self._input.plan and not (self._plan and self._plan.status == "approved"):
-            read_only = [spec for spec in self._tools.values() if not spec.side_effects]
+            read_only = [spec for spec in tools if not spec.side_effects]
             return [*read_only, self._submit_plan_spec]
-        return [*self._tools.values(), self._finish_spec(self._input)]
+        return [*tools, self._finish_spec(self._input)]
 
     _submit_plan_spec = ToolSpec(
         name=SUBMIT_PLAN, description=_SUBMIT_PLAN_DESCRIPTION, parameters=_SUBMIT_PLAN_PARAMETERS
@@ -352,6 +358,10 @@ class AgentWorkflow:
                     f"output_schema is not a valid JSON schema: {error.message}"
                 ) from None
         self._tools = {spec.name: spec for spec in specs}
+        if agent_input.tools is None or READ_RESULT not in agent_input.tools:
+            # Not part of the run's tool set: offered only after a result was externalised.
+            self._tools.pop(READ_RESULT, None)
+            self._read_result = tool_specs([READ_RESULT])[0]
 
     @staticmethod
     def _finish_spec(agent_input: AgentInput) -> ToolSpec:
@@ -475,8 +485,9 @@ class AgentWorkflow:
 
     def _dispose(self, call: ToolCall) -> _Disposition:
         """Decide what to do with a call; what the model can fix becomes a result (seed 003)."""
-        offered = [spec.name for spec in self._offered()]
-        if call.name not in offered:
+        specs = {spec.name: spec for spec in self._offered()}
+        offered = list(specs)
+        if call.name not in specs:
             refused = call.name in self._tools or call.name in (FINISH, SUBMIT_PLAN)
             return _Refuse(self._not_offered(call.name, offered), "refused" if refused else "error")
         try:
@@ -503,7 +514,7 @@ class AgentWorkflow:
         times = self._loops.record(call.name, call.arguments)
         if self._loops.is_loop(times):
             return _Refuse(self._loops.feedback(call.name, times), "loop_detected")
-        return _Execute(self._tools[call.name], arguments)
+        return _Execute(specs[call.name], arguments)
 
     def _not_offered(self, name: str, offered: list[str]) -> str:
         if self._input.plan and name in self._tools:
@@ -640,6 +651,7 @@ class AgentWorkflow:
                     arguments=execute.arguments,
                     idempotency_key=idempotency_key,
                     max_result_chars=spec.max_result_chars,
+                    externalise=self._input.externalise_results and spec.name != READ_RESULT,
                 ),
                 result_type=ToolActivityResult,
                 start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
@@ -661,6 +673,7 @@ class AgentWorkflow:
             else:
                 content = f"Error: {spec.name} failed: {_failure_type(cause)}"
             return _Outcome.refused(call, content, "error", latency, attempts)
+        self._externalised = self._externalised or output.externalised_ref is not None
         if spec.side_effects and not output.is_error:
             self._effects.append(
                 AppliedEffect(
@@ -688,6 +701,7 @@ class AgentWorkflow:
                 latency_ms=_ms_since(started),
                 attempts=output.attempt,
                 truncated=output.omitted_chars > 0,
+                externalised=output.externalised_ref is not None,
             ),
         )
 
@@ -819,6 +833,7 @@ def _call_record(
     latency_ms: int = 0,
     attempts: int = 0,
     truncated: bool = False,
+    externalised: bool = False,
 ) -> ToolCallRecord:
     return ToolCallRecord(
         id=call.id,
@@ -828,6 +843,7 @@ def _call_record(
         error=None if outcome == "ok" else content[:300],
         result_chars=len(content),
         truncated=truncated,
+        externalised=externalised,
         attempts=attempts,
         latency_ms=latency_ms,
     )

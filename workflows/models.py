@@ -186,6 +186,10 @@ class AgentInput(BaseModel):
     compaction_target_ratio: float = Field(default=0.6, gt=0, lt=1)
     """A compaction shrinks the context to this share of max_context_tokens, so that it does not
     have to happen again at the very next step (each one costs the prefix cache)."""
+    externalise_results: bool = True
+    """A result over its tool's bound is kept whole in the worker's result store; the model sees
+    both ends, the size and a reference, and is offered read_result to page through it. False:
+    the middle is cut and gone."""
     heartbeat_timeout_seconds: float | None = Field(default=10.0, gt=0)
     """Model, tool and compensation activities heartbeat; an attempt whose worker died is retried
     after this long rather than after its whole start-to-close timeout. None turns it off."""
@@ -237,6 +241,8 @@ class ToolActivityInput(BaseModel):
     """Derived from the run and the call id: the same on every retry of this call, and never the
     same for two calls. A side-effecting tool uses it to apply its effect once."""
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+    externalise: bool = False
+    """Keep a result over max_result_chars whole in the result store, and say so in its text."""
 
 
 class ToolActivityResult(BaseModel):
@@ -244,6 +250,8 @@ class ToolActivityResult(BaseModel):
     is_error: bool = False
     omitted_chars: int = 0
     """Characters cut from the middle of the result to keep it within its bound."""
+    externalised_ref: str | None = None
+    """Where the whole result is kept, when it was too large to show."""
     value: Any = None
     """The whole result as JSON data, kept only for tools with a compensation (which needs it)."""
     attempt: int = 1
