@@ -1,51 +1,61 @@
-"""Start an agent run and print its answer.
+"""Start an agent run and print its answer; decide on and follow runs already going.
 
-    python starter.py "PROMPT" [--provider scripted|openai] [--model M] [--max-steps N]
-                      [--address HOST:PORT] [--no-wait] [--json]
+    python starter.py "PROMPT" [--provider scripted|openai|anthropic] [--model M] [--max-steps N]
+                      [--plan] [--address HOST:PORT] [--no-wait] [--json]
+    python starter.py approve WORKFLOW_ID [--comment TEXT] [--version N]
+    python starter.py reject WORKFLOW_ID --feedback TEXT [--version N]
+    python starter.py status WORKFLOW_ID
+    python starter.py list --awaiting-approval [--json]
+    python starter.py result WORKFLOW_ID [--json]
 
-Without --address (and without $TEMPORAL_ADDRESS) it is self-contained: it starts an embedded
-Temporal dev server with the Web UI and an in-process worker, runs the agent, and stops both.
-With an address it only starts the run; a `worker.py` must serve it.
+Without --address (and without $TEMPORAL_ADDRESS) a run is self-contained: it starts an embedded
+Temporal dev server with the Web UI and an in-process worker, runs the agent, and stops both. With
+--plan it then shows each plan at the terminal and reads the decision from stdin. With an address
+it only starts the run; a `worker.py` must serve it. The subcommands always need an address, and
+take --namespace. A prompt that is a subcommand's name goes after `--`.
 
-Exit status: 0 completed (or started, with --no-wait); 1 the run failed; 2 bad command line.
+Exit status: 0 completed (or started, with --no-wait; or done, for a subcommand); 1 the run
+failed, or the server refused or could not be reached; 2 bad command line.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sys
+import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import TypeAdapter
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.exceptions import ApplicationError
+from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
+from agent_client import AgentClient, AgentRun, AgentRunFailed
 from worker import (
     CommandLineError,
     OneLineArgumentParser,
     build_worker,
-    connect,
     embedded_dev_server,
     free_port,
     temporal_address,
 )
-from workflows.agent import AgentWorkflow
 from workflows.models import (
     DEFAULT_TASK_QUEUE,
     AgentInput,
-    AgentResult,
     CompensationRecord,
-    FailureDetails,
     Limits,
     ModelSettings,
+    PlanState,
+    RunStatus,
+    ScriptedCall,
     ScriptedTurn,
     StepRecord,
     Usage,
@@ -55,10 +65,35 @@ SCRIPT_ADAPTER = TypeAdapter(list[ScriptedTurn])
 DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-6"}
 KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 PROGRESS_POLL_SECONDS = 0.25
+LIST_QUERY_TIMEOUT_SECONDS = 5.0
+"""`list` asks each waiting run for its plan; a run whose worker is gone does not answer."""
+CANCEL_WAIT_SECONDS = 10.0
+WATCHER_STOP_SECONDS = 10.0
+SUBCOMMANDS = ("approve", "reject", "status", "list", "result")
+DEMO_PLAN = [
+    "Look up the customer's orders by their email.",
+    "Check the customer and the tracking of the latest order.",
+    "Tell the customer where that order is.",
+]
+APPROVALS = ("", "y", "yes")
+
+
+def parse_command_line(argv: Sequence[str] | None = None) -> Any:
+    """A subcommand when the first word names one, else a run."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words and words[0] in SUBCOMMANDS:
+        return parse_subcommand(words)
+    return parse_args(words)
 
 
 def parse_args(argv: list[str] | None) -> Any:
-    parser = OneLineArgumentParser(prog="starter.py", description="Start an agent run.")
+    parser = OneLineArgumentParser(
+        prog="starter.py",
+        description="Start an agent run.",
+        epilog="To decide on and follow runs on a server: starter.py {"
+        + ",".join(SUBCOMMANDS)
+        + "} ... (each with --help).",
+    )
     parser.add_argument("prompt", help="what the agent should do")
     parser.add_argument(
         "--provider",
@@ -82,6 +117,12 @@ def parse_args(argv: list[str] | None) -> Any:
     parser.add_argument(
         "--max-cost-usd", type=_positive_float, help="fail the run once it has cost more"
     )
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="plan mode: the model submits a plan and the run waits for a person to approve it "
+        "(self-contained: asked here, on stdin; with --address: `starter.py approve`)",
+    )
     parser.add_argument("--address", help="Temporal frontend; without it the run is self-contained")
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
@@ -94,6 +135,7 @@ def parse_args(argv: list[str] | None) -> Any:
         "until Ctrl-C, to inspect the run's history",
     )
     args = parser.parse_args(argv)
+    args.command = "run"
     if not args.prompt.strip():
         parser.error("the prompt is empty")
     args.address = temporal_address(args.address)
@@ -114,6 +156,56 @@ def parse_args(argv: list[str] | None) -> Any:
             args.script = SCRIPT_ADAPTER.validate_json(args.script.read_bytes())
         except (OSError, ValueError) as error:
             parser.error(f"--script {args.script}: {str(error).splitlines()[0]}")
+    return args
+
+
+def parse_subcommand(argv: list[str]) -> Any:
+    common = OneLineArgumentParser(add_help=False)
+    common.add_argument(
+        "--address", help="Temporal frontend (default: $TEMPORAL_ADDRESS; one is needed)"
+    )
+    common.add_argument("--namespace", default="default")
+    common.add_argument("--json", action="store_true", help="print JSON on stdout")
+    parser = OneLineArgumentParser(
+        prog="starter.py", description="Decide on and follow agent runs on a Temporal server."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[common], help=help, description=help)
+        if name != "list":
+            sub.add_argument("workflow_id", help="the run's workflow id")
+        return sub
+
+    approve = command("approve", "approve the plan a run waits with")
+    approve.add_argument("--comment", help="a note for the model, passed on with the approval")
+    reject = command("reject", "reject the plan a run waits with; the model plans again")
+    reject.add_argument("--feedback", required=True, help="what the model should change")
+    for decide in (approve, reject):
+        decide.add_argument(
+            "--version",
+            type=_positive_int,
+            help="decide only if plan version N is the one waiting (default: whichever waits)",
+        )
+    command("status", "print the run's status query as JSON")
+    listing = command("list", "list the runs whose plan waits for approval")
+    listing.add_argument(
+        "--awaiting-approval", action="store_true", required=True, help="runs waiting on a plan"
+    )
+    command("result", "wait for the run's answer and print it like a run started here")
+
+    args = parser.parse_args(argv)
+    chosen = commands.choices[args.command]
+    args.address = temporal_address(args.address)
+    if args.address is None:
+        chosen.error(
+            f"{args.command} needs --address (or TEMPORAL_ADDRESS): the runs live on a "
+            "Temporal server"
+        )
+    if getattr(args, "workflow_id", "x").strip() == "":
+        chosen.error("the workflow id is empty")
+    if args.command == "reject" and not args.feedback.strip():
+        chosen.error("--feedback is empty: the model needs to know what to change")
     return args
 
 
@@ -140,12 +232,26 @@ def _positive_float(text: str) -> float:
 _positive_float.__name__ = "positive number"
 
 
+def demo_plan_script() -> list[ScriptedTurn]:
+    """The support demo in plan mode: submit a plan first, carry it out once approved."""
+    first, *rest = support_demo_script()
+    return [
+        ScriptedTurn(
+            text="I will look the order up and tell the customer where it is.",
+            calls=[ScriptedCall(name="submit_plan", arguments={"steps": DEMO_PLAN})],
+        ),
+        first.model_copy(update={"expect": "approved"}),
+        *rest,
+    ]
+
+
 def build_input(args: Any) -> AgentInput:
     if args.provider == "scripted":
+        demo = demo_plan_script() if args.plan else support_demo_script()
         model = ModelSettings(
             provider="scripted",
             model=args.model or "scripted-demo",
-            script=args.script if args.script is not None else support_demo_script(),
+            script=args.script if args.script is not None else demo,
         )
     else:
         model = ModelSettings(
@@ -156,19 +262,38 @@ def build_input(args: Any) -> AgentInput:
         system=SUPPORT_DEMO_SYSTEM,
         model=model,
         limits=Limits(max_steps=args.max_steps, max_cost_usd=args.max_cost_usd),
+        plan=args.plan,
     )
+
+
+async def main_async(argv: Sequence[str] | None = None) -> int:
+    """`main` inside a running event loop (the tests use it)."""
+    try:
+        args = parse_command_line(argv)
+    except CommandLineError as stop:
+        return int(stop.code or 2)
+    return await dispatch(args)
+
+
+async def dispatch(args: Any) -> int:
+    if args.command == "run":
+        return await run(args)
+    return await run_subcommand(args)
 
 
 async def run(args: Any) -> int:
     agent_input = build_input(args)
     if args.provider == "scripted" and args.script is None and not args.json:
         _say(
-            "scripted model: it replays the seeds' support conversation whatever the prompt; "
-            "set OPENAI_API_KEY or ANTHROPIC_API_KEY for a real model"
+            "scripted model: it replays the seeds' support conversation whatever the prompt"
+            + ("; its plan expects to be approved" if args.plan else "")
+            + "; set OPENAI_API_KEY or ANTHROPIC_API_KEY for a real model"
         )
     if args.address is not None:
         try:
-            client = await connect(args.address, args.namespace)
+            client = await AgentClient.connect(
+                args.address, namespace=args.namespace, task_queue=args.task_queue
+            )
         except RuntimeError as error:
             message = f"cannot connect to Temporal at {args.address}: {error}"
             _say(message)
@@ -181,7 +306,8 @@ async def run(args: Any) -> int:
     async with embedded_dev_server(ui_port=ui_port) as env:
         _say(f"embedded Temporal dev server; Web UI: http://127.0.0.1:{ui_port}")
         async with build_worker(env.client, args.task_queue):
-            status = await _start_and_report(env.client, agent_input, args)
+            client = AgentClient(env.client, args.task_queue)
+            status = await _start_and_report(client, agent_input, args)
             if args.linger:
                 _say(f"the run is in the Web UI at http://127.0.0.1:{ui_port}; Ctrl-C to stop")
                 await _wait_for_interrupt()
@@ -201,12 +327,10 @@ async def _wait_for_interrupt() -> None:
             loop.remove_signal_handler(signum)
 
 
-async def _start_and_report(client: Client, agent_input: AgentInput, args: Any) -> int:
+async def _start_and_report(client: AgentClient, agent_input: AgentInput, args: Any) -> int:
     workflow_id = f"agent-{uuid.uuid4().hex[:12]}"
     try:
-        handle = await client.start_workflow(
-            AgentWorkflow.run, agent_input, id=workflow_id, task_queue=args.task_queue
-        )
+        agent_run = await client.start(agent_input, workflow_id=workflow_id)
     except RPCError as error:
         message = f"could not start the run: {error}"
         _say(message)
@@ -221,39 +345,275 @@ async def _start_and_report(client: Client, agent_input: AgentInput, args: Any) 
         return 0
     if not args.json:
         _say(f"workflow {workflow_id} started")
-    progress = asyncio.create_task(_print_progress(handle))
+    # Self-contained, the server ends with this process: only this terminal can decide.
+    return await _follow(agent_run, args, ask=args.address is None)
+
+
+async def _follow(agent_run: AgentRun, args: Any, *, ask: bool) -> int:
+    """Wait for the run's end, printing its steps and its plans; print the outcome."""
+    lines = _StepLines()
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(_watch(agent_run, lines, stop, ask=ask, args=args))
+    outcome = asyncio.create_task(agent_run.result())
     try:
-        result = await handle.result()
-    except WorkflowFailureError as failure:
-        progress.cancel()
-        return _report_failure(workflow_id, failure, args)
+        await asyncio.wait({watcher, outcome}, return_when=asyncio.FIRST_COMPLETED)
+        if not outcome.done():
+            return await _no_decision(agent_run, watcher.result(), outcome, args)
     finally:
-        progress.cancel()
-    _print_steps(result.step_records, since=_printed_steps.get(workflow_id, 0))
+        # Let the watcher finish the call it is making rather than cancel it half-way.
+        stop.set()
+        await asyncio.wait({watcher}, timeout=WATCHER_STOP_SECONDS)
+        for task in (watcher, outcome):
+            task.cancel()  # nothing happens to a task that is done
+        await asyncio.gather(watcher, outcome, return_exceptions=True)
+    workflow_id = agent_run.id
+    try:
+        result = outcome.result()
+    except AgentRunFailed as failure:
+        return _report_failure(failure, lines, args)
+    except RPCError as error:
+        message = f"run {workflow_id}: {error.message}"
+        _say(message)
+        if args.json:
+            _print_json(workflow_id, "failed", error={"type": "RPCError", "message": message})
+        return 1
+    lines.show(result.step_records)
     if args.json:
-        _print_json(workflow_id, "completed", result=result)
+        _print_json(
+            workflow_id,
+            "completed",
+            answer=result.answer,
+            steps=result.steps,
+            usage=result.usage,
+        )
     else:
         print(result.answer)
         _say(f"{result.steps} steps, {_usage_text(result.usage)}")
     return 0
 
 
-_printed_steps: dict[str, int] = {}
+async def _no_decision(
+    agent_run: AgentRun, last: RunStatus | None, outcome: asyncio.Task[Any], args: Any
+) -> int:
+    """stdin ended with a plan undecided (asked only when self-contained)."""
+    plan = last.plan.version if last is not None and last.plan else "?"
+    message = (
+        f"stdin ended before a decision on plan v{plan} of {agent_run.id}; nothing here can "
+        "approve it (run at a terminal, or use --address and `starter.py approve`)"
+    )
+    _say(message)
+    # The run cannot outlive this process's server: cancel it, so that it ends as a run, not as
+    # a workflow torn down mid-wait, and let the wait for its result end with it.
+    with contextlib.suppress(RPCError):
+        await agent_run.handle.cancel()
+        await asyncio.wait({outcome}, timeout=CANCEL_WAIT_SECONDS)
+    if args.json:
+        _print_json(
+            agent_run.id,
+            "failed",
+            steps=last.step if last is not None else 0,
+            usage=last.usage if last is not None else None,
+            error={"type": "NoDecision", "message": message},
+        )
+    return 1
 
 
-async def _print_progress(handle: WorkflowHandle[Any, AgentResult]) -> None:
-    """One line per finished step on stderr, read from the run's `status` query."""
-    while True:
+class _StepLines:
+    """Prints each finished step once, on stderr."""
+
+    def __init__(self) -> None:
+        self.printed = 0
+
+    def show(self, records: list[StepRecord]) -> None:
+        _print_steps(records, since=self.printed)
+        self.printed = max(self.printed, len(records))
+
+
+async def _watch(
+    agent_run: AgentRun, lines: _StepLines, stop: asyncio.Event, *, ask: bool, args: Any
+) -> RunStatus | None:
+    """Poll the `status` query until `stop`: one line per finished step, and each plan that
+    waits, once. Returns the last status early only when `ask` and stdin ended undecided."""
+    shown = 0
+    while not stop.is_set():
         try:
-            status = await handle.query(AgentWorkflow.status)
-        except Exception:
+            status: RunStatus | None = await agent_run.status()
+        except Exception:  # not started yet, or between workers: try again
             status = None
         if status is not None:
             # A step is printed once its tools have results: the next step has begun or ended.
-            finished = status.step_records[: status.step - (1 if status.pending_tool_calls else 0)]
-            _print_steps(finished, since=_printed_steps.get(handle.id, 0))
-            _printed_steps[handle.id] = max(_printed_steps.get(handle.id, 0), len(finished))
-        await asyncio.sleep(PROGRESS_POLL_SECONDS)
+            lines.show(status.step_records[: status.step - (1 if status.pending_tool_calls else 0)])
+            plan = status.plan
+            if status.status == "awaiting_approval" and plan is not None and plan.version > shown:
+                shown = plan.version
+                _show_plan(agent_run.id, plan, ask=ask, args=args)
+                if ask:
+                    line = await _read_line(stop)
+                    if stop.is_set():
+                        break
+                    if line is None:
+                        return status
+                    await _decide_at_terminal(agent_run, plan, line)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), PROGRESS_POLL_SECONDS)
+    return None
+
+
+def _show_plan(workflow_id: str, plan: PlanState, *, ask: bool, args: Any) -> None:
+    _say(f"plan v{plan.version} of {workflow_id} waits for approval:")
+    for number, step in enumerate(plan.steps, start=1):
+        _say(f"  {number}. {step}")
+    if ask:
+        _say("Approve it? Enter (or y) approves; anything else is your feedback, to plan again:")
+    else:
+        where = f" --address {args.address}"
+        if args.namespace != "default":
+            where += f" --namespace {args.namespace}"
+        _say(
+            f"decide with: starter.py approve {workflow_id}{where} [--comment TEXT], or "
+            f"starter.py reject {workflow_id}{where} --feedback TEXT"
+        )
+
+
+async def _decide_at_terminal(agent_run: AgentRun, plan: PlanState, line: str) -> None:
+    """Send the answer read for one plan: an empty line or y approves, anything else rejects."""
+    answer = line.strip()
+    try:
+        if answer.lower() in APPROVALS:
+            await agent_run.approve_plan(version=plan.version)
+            _say(f"plan v{plan.version} approved")
+        else:
+            await agent_run.reject_plan(answer, version=plan.version)
+            _say(f"plan v{plan.version} rejected; the model plans again")
+    except WorkflowUpdateFailedError as refused:
+        # Decided meanwhile elsewhere (the Web UI, `starter.py approve`): the run says why.
+        _say(f"plan v{plan.version} was not decided here: {_refusal(refused)}")
+    except RPCError as error:  # the run has ended meanwhile; its result says how
+        _say(f"plan v{plan.version} was not decided here: {_one_line(error)}")
+
+
+async def _read_line(stop: asyncio.Event) -> str | None:
+    """One line of stdin, None at its end (or once `stop` is set), without blocking the loop.
+
+    Read in a daemon thread from the unbuffered stream: `asyncio.to_thread(input)` would keep
+    the process from exiting while the read is pending (the executor's threads are joined at
+    exit, and a daemon thread inside the buffered reader's lock aborts the interpreter), and the
+    run can end, or Ctrl-C come, while the question waits.
+    """
+    loop = asyncio.get_running_loop()
+    answered: asyncio.Future[str | None] = loop.create_future()
+
+    def settle(line: str | None) -> None:
+        if not answered.done():
+            answered.set_result(line)
+
+    def read() -> None:
+        stdin = sys.stdin
+        try:
+            # Unbuffered, so the thread never holds the buffered reader's lock.
+            raw = getattr(stdin.buffer, "raw", stdin.buffer) if stdin is not None else None
+            data = raw.readline() if raw is not None else b""
+            line = data.decode(stdin.encoding or "utf-8", errors="replace") if data else None
+        except (AttributeError, OSError, ValueError):
+            line = None
+        # The loop may have closed meanwhile: then nobody waits for the answer any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, line)
+
+    threading.Thread(target=read, name="stdin-reader", daemon=True).start()
+    stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({answered, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    return answered.result() if answered.done() else None
+
+
+async def run_subcommand(args: Any) -> int:
+    try:
+        client = await AgentClient.connect(args.address, namespace=args.namespace)
+    except RuntimeError as error:
+        message = f"cannot connect to Temporal at {args.address}: {error}"
+        _say(message)
+        if args.json and args.command == "result":
+            _print_json(
+                args.workflow_id, "failed", error={"type": "ConnectionError", "message": message}
+            )
+        return 1
+    try:
+        match args.command:
+            case "approve" | "reject":
+                return await _decide(client.run(args.workflow_id), args)
+            case "status":
+                status = await client.run(args.workflow_id).status()
+                print(
+                    json.dumps({"workflow_id": args.workflow_id, **status.model_dump(mode="json")})
+                )
+                return 0
+            case "list":
+                return await _list_waiting(client, args)
+            case "result":
+                return await _follow(client.run(args.workflow_id), args, ask=False)
+    except (RPCError, WorkflowQueryFailedError) as error:
+        target = " ".join([args.command, *([args.workflow_id] if "workflow_id" in args else [])])
+        _say(f"{target}: {_one_line(error)}")
+        return 1
+    raise AssertionError(f"unknown command {args.command}")
+
+
+async def _decide(agent_run: AgentRun, args: Any) -> int:
+    """approve/reject through the decide_plan update, so a refusal comes back with its reason."""
+    try:
+        if args.command == "approve":
+            plan = await agent_run.approve_plan(args.comment, version=args.version)
+        else:
+            plan = await agent_run.reject_plan(args.feedback, version=args.version)
+    except WorkflowUpdateFailedError as refused:
+        _say(f"cannot {args.command} the plan of {agent_run.id}: {_refusal(refused)}")
+        return 1
+    if args.json:
+        print(json.dumps({"workflow_id": agent_run.id, "plan": plan.model_dump(mode="json")}))
+    else:
+        print(f"{agent_run.id}: plan v{plan.version} {plan.status}")
+    return 0
+
+
+async def _list_waiting(client: AgentClient, args: Any) -> int:
+    """One line (or JSON object) per run whose plan waits, with the plan from its query."""
+    rows: list[dict[str, Any]] = []
+    async for agent_run in client.awaiting_approval():
+        row: dict[str, Any] = {"workflow_id": agent_run.id, "plan": None, "error": None}
+        try:
+            status = await asyncio.wait_for(agent_run.status(), LIST_QUERY_TIMEOUT_SECONDS)
+        except (RPCError, WorkflowQueryFailedError, TimeoutError) as error:
+            row["error"] = _one_line(error) or "no worker answered the status query"
+        else:
+            if status.status != "awaiting_approval" or status.plan is None:
+                continue  # decided since the list was indexed
+            row["plan"] = status.plan.model_dump(mode="json")
+        rows.append(row)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    for row in rows:
+        plan = row["plan"]
+        if plan is None:
+            print(f"{row['workflow_id']}  plan unknown: {row['error']}")
+        else:
+            print(f"{row['workflow_id']}  plan v{plan['version']}: " + " | ".join(plan["steps"]))
+    if not rows:
+        _say("no run is waiting for approval")
+    return 0
+
+
+def _refusal(refused: WorkflowUpdateFailedError) -> str:
+    cause = refused.cause
+    return _one_line(cause) or type(cause).__name__
+
+
+def _one_line(error: BaseException) -> str:
+    text = getattr(error, "message", None) or str(error)
+    return text.strip().splitlines()[0] if text.strip() else ""
 
 
 def _print_steps(records: list[StepRecord], since: int) -> None:
@@ -271,38 +631,27 @@ def _usage_text(usage: Usage) -> str:
     return f"{usage.input_tokens} in{cached} / {usage.output_tokens} out{cost}"
 
 
-def _report_failure(workflow_id: str, failure: WorkflowFailureError, args: Any) -> int:
-    cause = failure.cause
-    error_type = getattr(cause, "type", None) or type(cause).__name__
-    message = getattr(cause, "message", None) or str(cause)
-    details = _failure_details(cause)
-    _print_steps(details.step_records, since=_printed_steps.get(workflow_id, 0))
-    _say(f"run {workflow_id} failed: {error_type}: {message}")
+def _report_failure(failure: AgentRunFailed, lines: _StepLines, args: Any) -> int:
+    details = failure.details
+    lines.show(details.step_records)
+    _say(str(failure))
     if args.json:
         _print_json(
-            workflow_id,
+            failure.workflow_id,
             "failed",
             steps=details.steps,
             usage=details.usage,
-            error={"type": error_type, "message": message},
+            error={"type": failure.type, "message": failure.message},
             compensations=details.compensations,
         )
     return 1
-
-
-def _failure_details(cause: BaseException | None) -> FailureDetails:
-    if isinstance(cause, ApplicationError) and cause.details:
-        first = cause.details[0]
-        if isinstance(first, dict):
-            return FailureDetails.model_validate(first)
-    return FailureDetails(steps=0, usage=Usage())
 
 
 def _print_json(
     workflow_id: str | None,
     status: str,
     *,
-    result: AgentResult | None = None,
+    answer: str | None = None,
     steps: int = 0,
     usage: Usage | None = None,
     error: dict[str, str] | None = None,
@@ -310,15 +659,14 @@ def _print_json(
 ) -> None:
     """One JSON object on stdout. `compensations` lists the undos that ran, in their order;
     `not_undone` the side effects that have no compensation."""
-    usage = result.usage if result is not None else usage or Usage()
     print(
         json.dumps(
             {
                 "workflow_id": workflow_id,
                 "status": status,
-                "answer": result.answer if result is not None else None,
-                "steps": result.steps if result is not None else steps,
-                "usage": usage.model_dump(),
+                "answer": answer,
+                "steps": steps,
+                "usage": (usage or Usage()).model_dump(),
                 "error": error,
                 "compensations": [
                     {"tool": c.tool, "tool_call_id": c.tool_call_id, "status": c.status}
@@ -339,17 +687,27 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = parse_args(argv)
+        args = parse_command_line(argv)
     except CommandLineError as stop:
         return int(stop.code or 2)
     try:
-        return asyncio.run(run(args))
+        return asyncio.run(dispatch(args))
     except KeyboardInterrupt:
         _say("interrupted")
         return 130
 
 
+def _exit_now(code: int) -> None:
+    """Exit without the interpreter's teardown, once everything is printed: the Temporal SDK's
+    Rust threads can abort that teardown with "PyGILState_Release: thread state ... must be
+    current" (temporalio/sdk-python#300), which turned a finished run's exit status into 134."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit_now(main())
