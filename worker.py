@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -159,5 +160,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def exit_now(code: int) -> None:
+    """Exit without the interpreter's teardown, once everything is printed: the Temporal SDK's
+    Rust threads can abort that teardown with "PyGILState_Release: thread state ... must be
+    current" (temporalio/sdk-python#300), turning a clean exit into status 134."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
