@@ -613,7 +613,7 @@ class AgentWorkflow:
         self._decision = None
         self._set_status(
             "awaiting_approval",
-            f"waiting for a person to approve plan v{version} ({len(steps)} steps): signal "
+            f"waiting for a person to approve plan v{version} ({_count(len(steps), 'step')}): signal "
             "approve_plan or reject_plan, or update decide_plan",
         )
         timeout = self._input.approval_timeout_seconds
@@ -722,7 +722,7 @@ class AgentWorkflow:
         No wall-time deadline applies: undoing is what a run that ran out of time needs most.
         """
         if self._effects:
-            self._set_status("compensating", f"undoing {len(self._effects)} side effects")
+            self._set_status("compensating", f"undoing {_count(len(self._effects), 'side effect')}")
         for effect in reversed(self._effects):
             call = effect.call
             if effect.compensation is None:
@@ -865,6 +865,10 @@ def _answer_text(arguments: dict[str, Any], agent_input: AgentInput) -> str:
     if agent_input.output_schema is None:
         return str(arguments["answer"])
     return json.dumps(arguments, ensure_ascii=False)
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}" + ("" if n == 1 else "s")
 
 
 def _schema_problems(schema: dict[str, Any], instance: dict[str, Any]) -> str:
