@@ -613,8 +613,8 @@ class AgentWorkflow:
         self._decision = None
         self._set_status(
             "awaiting_approval",
-            f"waiting for a person to approve plan v{version} ({_count(len(steps), 'step')}): signal "
-            "approve_plan or reject_plan, or update decide_plan",
+            f"waiting for a person to approve plan v{version} ({_count(len(steps), 'step')}): "
+            "signal approve_plan or reject_plan, or update decide_plan",
         )
         timeout = self._input.approval_timeout_seconds
         self._budget.pause(workflow.now())
