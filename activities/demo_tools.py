@@ -577,10 +577,15 @@ def get_customer(email: EmailArgument) -> dict[str, Any]:
 
 
 def _apply_once(
-    tool_name: str, effect: Callable[[sqlite3.Connection], dict[str, Any]]
+    tool_name: str,
+    effect: Callable[[sqlite3.Connection], dict[str, Any]],
+    key: str | None = None,
 ) -> dict[str, Any]:
-    call = current_call()
-    key = call.idempotency_key if call is not None else None
+    """Apply `effect` and record it under `key` (the current call's idempotency key by default)
+    in one transaction; a key already recorded returns the first result and changes nothing."""
+    if key is None:
+        call = current_call()
+        key = call.idempotency_key if call is not None else None
     with connect() as connection, _write_transaction(connection):
         if key is not None:
             done = connection.execute(
@@ -681,20 +686,7 @@ def _apply_undo(
     undo: CompensationInput, effect: Callable[[sqlite3.Connection], dict[str, Any]]
 ) -> dict[str, Any]:
     """Undo once: keyed by the original call's key, so a retried compensation changes nothing."""
-    key = f"{undo.idempotency_key}#undo"
-    with connect() as connection, _write_transaction(connection):
-        done = connection.execute(
-            "SELECT result FROM applied_calls WHERE idempotency_key = ?", (key,)
-        ).fetchone()
-        if done is not None:
-            return dict(json.loads(done["result"]))
-        result = effect(connection)
-        connection.execute(
-            "INSERT INTO applied_calls (idempotency_key, tool, result, applied_at)"
-            " VALUES (?, ?, ?, ?)",
-            (key, f"undo {undo.tool}", json.dumps(result), _iso(_now())),
-        )
-    return result
+    return _apply_once(f"undo {undo.tool}", effect, key=f"{undo.idempotency_key}#undo")
 
 
 @tool(side_effects=True, compensation=reinstate_order)
