@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         AgentResult,
         AgentStatus,
         AppliedEffect,
+        CarriedState,
         CompactionRecord,
         CompensationInput,
         CompensationRecord,
@@ -154,6 +155,56 @@ class AgentWorkflow:
         self._compactions: list[CompactionRecord] = []
         self._read_result: ToolSpec | None = None
         self._externalised = False
+        self._runs = 1
+        if agent_input.carried is not None:
+            self._restore(agent_input.carried)
+
+    def _restore(self, carried: CarriedState) -> None:
+        self._transcript = Transcript(messages=carried.messages)
+        self._budget = Budget(self._input.limits, carried.started_at)
+        self._budget.restore(
+            carried.steps,
+            carried.usage,
+            carried.step_records,
+            carried.paused_seconds,
+            carried.last_context_tokens,
+        )
+        self._loops.counts.update(carried.loop_counts)
+        self._call_ids = set(carried.call_ids)
+        self._effects = list(carried.effects)
+        self._cut, self._note = carried.cut, carried.note
+        self._compactions = list(carried.compactions)
+        self._plan = carried.plan
+        self._externalised = carried.externalised
+        self._runs = carried.runs
+
+    def _carry(self) -> CarriedState:
+        return CarriedState(
+            messages=list(self._transcript.messages),
+            steps=self._budget.steps,
+            usage=self._budget.usage,
+            step_records=self._budget.step_records,
+            started_at=self._budget.started_at,
+            paused_seconds=self._budget.paused_seconds,
+            last_context_tokens=self._budget.last_context_tokens,
+            loop_counts=dict(self._loops.counts),
+            call_ids=sorted(self._call_ids),
+            effects=self._effects,
+            cut=self._cut,
+            note=self._note,
+            compactions=self._compactions,
+            plan=self._plan,
+            externalised=self._externalised,
+            runs=self._runs + 1,
+        )
+
+    def _should_continue_as_new(self, steps_this_run: int) -> bool:
+        """At a step boundary only (every call has its result), with no handler mid-way."""
+        limit = self._input.continue_as_new_after_steps
+        wanted = workflow.info().is_continue_as_new_suggested() or (
+            limit is not None and steps_this_run >= limit
+        )
+        return wanted and self._transcript.is_complete() and workflow.all_handlers_finished()
 
     @workflow.query
     def transcript(self) -> list[Message]:
@@ -266,10 +317,16 @@ class AgentWorkflow:
 
     async def _loop(self, agent_input: AgentInput) -> AgentResult:
         self._resolve_tools(agent_input)
-        self._transcript.append(UserMessage(content=agent_input.prompt))
-        sent_until = 0  # messages[:sent_until] were in the previous model request
+        if agent_input.carried is None:
+            self._transcript.append(UserMessage(content=agent_input.prompt))
+        # messages[:sent_until] were in the previous model request
+        sent_until = len(self._transcript.messages) if agent_input.carried else 0
+        first_step_of_run = self._budget.steps
 
         while True:
+            if self._should_continue_as_new(self._budget.steps - first_step_of_run):
+                workflow.logger.info("continuing as new after step %d", self._budget.steps)
+                workflow.continue_as_new(agent_input.model_copy(update={"carried": self._carry()}))
             offered = self._offered()
             step = self._budget.steps + 1
             context = self._context_estimate(offered, sent_until)

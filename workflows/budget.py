@@ -127,5 +127,26 @@ class Budget:
         """After a compaction the last reported input no longer describes what will be sent."""
         self._last_context_tokens = None
 
+    def restore(
+        self,
+        steps: int,
+        usage: Usage,
+        step_records: list[StepRecord],
+        paused_seconds: float,
+        last_context_tokens: int | None,
+    ) -> None:
+        """Pick up where a run that continued as new left off."""
+        self.steps, self.usage, self.step_records = steps, usage, step_records
+        self._paused_seconds = paused_seconds
+        self._last_context_tokens = last_context_tokens
+
+    @property
+    def paused_seconds(self) -> float:
+        return self._paused_seconds
+
+    @property
+    def last_context_tokens(self) -> int | None:
+        return self._last_context_tokens
+
     def details(self) -> FailureDetails:
         return FailureDetails(steps=self.steps, usage=self.usage, step_records=self.step_records)

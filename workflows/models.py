@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.common import RetryPolicy, SearchAttributeKey
 
-from workflows.transcript import AssistantMessage, Message
+from workflows.transcript import AssistantMessage, Message, UserMessage
 
 DEFAULT_TASK_QUEUE = "agent-loop"
 
@@ -190,9 +190,36 @@ class AgentInput(BaseModel):
     """A result over its tool's bound is kept whole in the worker's result store; the model sees
     both ends, the size and a reference, and is offered read_result to page through it. False:
     the middle is cut and gone."""
+    continue_as_new_after_steps: int | None = Field(default=None, gt=0)
+    """Continue as new after this many steps in one run, besides whenever Temporal suggests it
+    (its history is getting long). Always at a step boundary; nothing a caller sees changes."""
+    carried: CarriedState | None = None
+    """Set by the run itself when it continues as new: everything it had."""
     heartbeat_timeout_seconds: float | None = Field(default=10.0, gt=0)
     """Model, tool and compensation activities heartbeat; an attempt whose worker died is retried
     after this long rather than after its whole start-to-close timeout. None turns it off."""
+
+
+class CarriedState(BaseModel):
+    """A run's state at a step boundary, carried across continue-as-new."""
+
+    messages: list[Message]
+    steps: int
+    usage: Usage
+    step_records: list[StepRecord]
+    started_at: datetime
+    paused_seconds: float
+    last_context_tokens: int | None
+    loop_counts: dict[str, int]
+    call_ids: list[str]
+    effects: list[AppliedEffect]
+    cut: int
+    note: UserMessage | None
+    compactions: list[CompactionRecord]
+    plan: PlanState | None
+    externalised: bool
+    runs: int
+    """Runs so far in this chain, this one included."""
 
 
 class PlanDecision(BaseModel):
@@ -374,3 +401,6 @@ class RunStatus(BaseModel):
     step_records: list[StepRecord]
     pending_tool_calls: list[str]
     plan: PlanState | None = None
+
+
+AgentInput.model_rebuild()

@@ -1,0 +1,98 @@
+"""Continue-as-new at step boundaries: the run goes on with all it had, and nothing a caller sees
+changes (workflow id, queries, limits, result, compensation of earlier effects)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+
+from tests.helpers import TEST_WORKER_OPTIONS, Run, call, run_agent, scripted_input, turn
+from worker import build_worker, embedded_dev_server
+from workflows.agent import AgentWorkflow
+from workflows.models import AgentInput, Limits
+
+
+def script(steps: int) -> list:
+    turns = [
+        turn(call("count_me", key=f"can-{uuid.uuid4()}"), call("count_me", key="same"))
+        for _ in range(steps - 1)
+    ]
+    return [*turns, turn(text="all counted", expect="with these arguments")]
+
+
+async def continued(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether the latest run of this workflow id is not its first: the chain continued."""
+    description = await handle.describe()
+    return description.run_id != description.raw_description.workflow_execution_info.first_run_id
+
+
+def comparable(run: Run) -> tuple[Any, ...]:
+    assert run.result is not None
+    records = [r.model_dump(exclude={"model_latency_ms"}) for r in run.result.step_records]
+    for record in records:
+        for tool_call in record["tool_calls"]:
+            tool_call.pop("latency_ms")
+            tool_call["arguments"] = (
+                "-" if "can-" in tool_call["arguments"] else tool_call["arguments"]
+            )
+    return run.result.answer, run.result.steps, run.result.usage, len(run.transcript), records
+
+
+async def test_a_run_that_continues_as_new_ends_as_if_nothing_happened(
+    client: Client, task_queue: str
+) -> None:
+    base = script(6)
+    plain = await run_agent(client, task_queue, scripted_input(base, tools=["count_me"]))
+    chained_input = scripted_input(base, tools=["count_me"], continue_as_new_after_steps=2)
+    chained = await run_agent(client, task_queue, chained_input)
+
+    assert await continued(chained.handle)
+    assert not await continued(plain.handle)
+    # Loop detection counted across runs: the third identical call was fed back in both.
+    assert comparable(chained) == comparable(plain)
+    assert [m.role for m in chained.transcript] == [m.role for m in plain.transcript]
+
+
+async def test_limits_and_compensation_span_the_whole_chain(
+    client: Client, task_queue: str
+) -> None:
+    turns = [
+        turn(call("cancel_order", order_id=104999, reason="asked")),
+        turn(call("count_me", key=f"x-{uuid.uuid4()}")),
+        turn(call("count_me", key=f"y-{uuid.uuid4()}")),
+        turn(call("count_me", key=f"z-{uuid.uuid4()}")),
+        turn(text="never"),
+    ]
+    agent_input = scripted_input(
+        turns,
+        tools=["cancel_order", "count_me"],
+        limits=Limits(max_steps=4),
+        continue_as_new_after_steps=1,
+    )
+    run = await run_agent(client, task_queue, agent_input)
+
+    assert run.failure.type == "AgentStepLimitExceeded"
+    assert "max_steps=4 reached: the run made 4 model calls" in run.failure.message
+    # The effect of the first run is undone by the last one.
+    compensations = run.failure.details[0]["compensations"]
+    assert [(c["tool"], c["status"]) for c in compensations] == [("cancel_order", "completed")]
+
+
+async def test_the_server_suggests_it_when_the_history_grows(task_queue: str) -> None:
+    limit = "limit.historyCount.suggestContinueAsNew=40"
+    async with (
+        embedded_dev_server(extra_args=["--dynamic-config-value", limit]) as env,
+        build_worker(env.client, task_queue, **TEST_WORKER_OPTIONS),
+    ):
+        agent_input: AgentInput = scripted_input(script(12), tools=["count_me"])
+        handle = await env.client.start_workflow(
+            AgentWorkflow.run, agent_input, id=f"can-{uuid.uuid4()}", task_queue=task_queue
+        )
+        result = await handle.result()
+        status = await handle.query(AgentWorkflow.status)
+        assert await continued(handle)
+
+    assert result.steps == 12 and result.answer == "all counted"
+    assert status.step == 12
