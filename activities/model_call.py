@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
-from activities import pricing, telemetry
+from activities import message_store, pricing, telemetry
 from activities._heartbeat import heartbeating
 from activities.providers import anthropic_provider, openai_provider, scripted
 from workflows.errors import AgentConfigurationError
+from workflows.history import STORE_MISS
 from workflows.models import ModelRequest, ModelResponse
 
 Provider = Callable[[ModelRequest], Awaitable[ModelResponse]]
@@ -21,6 +23,29 @@ PROVIDERS: dict[str, Provider] = {
 }
 
 
+def _resolved(request: ModelRequest) -> ModelRequest:
+    """The request with what it names by reference filled in from the worker's store."""
+    update: dict[str, object] = {"prefix_ref": None, "prefix_count": 0, "tools_ref": None}
+    if request.prefix_ref is not None:
+        prefix = message_store.resolve_prefix(request.prefix_ref, request.prefix_count)
+        if prefix is None:
+            raise _miss(f"messages {request.prefix_ref} ({request.prefix_count})")
+        update["messages"] = [*prefix, *request.messages]
+    if request.tools_ref is not None:
+        tools = message_store.resolve_tools(request.tools_ref)
+        if tools is None:
+            raise _miss(f"tool list {request.tools_ref}")
+        update["tools"] = tools
+    return request.model_copy(update=update)
+
+
+def _miss(what: str) -> ApplicationError:
+    # Not retried: the workflow answers a miss by sending the whole request.
+    return ApplicationError(
+        f"this worker's message store lacks {what}", type=STORE_MISS, non_retryable=True
+    )
+
+
 @activity.defn(name="call_model")
 async def call_model(request: ModelRequest) -> ModelResponse:
     """Make one model call. Errors a retry can fix are raised retryable; the rest end the run.
@@ -28,6 +53,8 @@ async def call_model(request: ModelRequest) -> ModelResponse:
     The call's cost is priced here, from the run's own price or the price table, so that the
     workflow only ever adds up figures recorded in its history.
     """
+    request = _resolved(request)
+    message_store.remember(request.messages, request.tools)
     settings = request.settings
     provider = PROVIDERS.get(settings.provider)
     if provider is None:

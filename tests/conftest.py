@@ -39,6 +39,7 @@ def demo_db(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     path = tmp_path / "demo.db"
     monkeypatch.setenv("AGENT_DEMO_DB", str(path))
     monkeypatch.setenv("AGENT_RESULT_STORE", str(tmp_path / "results.db"))
+    monkeypatch.setenv("AGENT_MESSAGE_STORE", str(tmp_path / "messages.db"))
     return path
 
 

@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.model_call import call_model
     from activities.result_store import READ_RESULT
     from activities.tools import tool_specs
-    from workflows import compaction
+    from workflows import compaction, history
     from workflows.budget import Budget, estimate_message_tokens
     from workflows.errors import (
         FATAL_ERROR_TYPES,
@@ -156,6 +156,10 @@ class AgentWorkflow:
         self._read_result: ToolSpec | None = None
         self._externalised = False
         self._runs = 1
+        # Linear history: what the last model call sent, and the chain reference naming it.
+        self._last_sent: list[Message] = []
+        self._last_ref = ""
+        self._last_tools: list[ToolSpec] = []
         if agent_input.carried is not None:
             self._restore(agent_input.carried)
 
@@ -506,7 +510,44 @@ class AgentWorkflow:
             tools=offered,
             step=step,
         )
-        return await self._execute_model_call(request, f"model {settings.model}, step {step}")
+        summary = f"model {settings.model}, step {step}"
+        by_reference = self._by_reference(request)
+        response: ModelResponse | None = None
+        if by_reference is not None:
+            try:
+                response = await self._execute_model_call(by_reference, summary)
+            except _StoreMiss:
+                workflow.logger.info("store miss at step %d: sending the whole request", step)
+        if response is None:
+            response = await self._execute_model_call(request, summary)
+        # Either way the worker now holds this request: the next call may name it.
+        if by_reference is not None:
+            new = messages[by_reference.prefix_count :]
+            self._last_ref = history.chain_refs(new, self._last_ref)[-1] if new else self._last_ref
+        else:
+            self._last_ref = history.chain_refs(messages)[-1]
+        self._last_sent, self._last_tools = messages, offered
+        return response
+
+    def _by_reference(self, request: ModelRequest) -> ModelRequest | None:
+        """The request naming what the previous call sent, when that is a prefix of this one."""
+        sent = self._last_sent
+        if not self._input.linear_history or not sent:
+            return None
+        messages = request.messages
+        head = messages[: len(sent)]
+        if len(head) < len(sent) or any(a is not b for a, b in zip(sent, head, strict=True)):
+            return None  # a compaction rewrote the start: send it all, once
+        same_tools = self._last_tools == request.tools
+        return request.model_copy(
+            update={
+                "prefix_ref": self._last_ref,
+                "prefix_count": len(sent),
+                "messages": messages[len(sent) :],
+                "tools_ref": history.tools_ref(request.tools) if same_tools else None,
+                "tools": [] if same_tools else request.tools,
+            }
+        )
 
     async def _execute_model_call(self, request: ModelRequest, summary: str) -> ModelResponse:
         settings = request.settings
@@ -521,8 +562,10 @@ class AgentWorkflow:
                 summary=summary,
             )
         except ActivityError as error:
-            self._budget.check_spend(workflow.now())  # a wall-time cut says so, by name
             cause = error.cause
+            if isinstance(cause, ApplicationError) and cause.type == history.STORE_MISS:
+                raise _StoreMiss from None
+            self._budget.check_spend(workflow.now())  # a wall-time cut says so, by name
             if isinstance(cause, ApplicationError) and cause.type in FATAL_ERROR_TYPES:
                 raise _ERROR_CLASSES.get(cause.type or "", AgentProviderError)(
                     cause.message, self._budget.details()
@@ -848,6 +891,10 @@ class AgentWorkflow:
             step_records=self._budget.step_records,
             compactions=self._compactions,
         )
+
+
+class _StoreMiss(Exception):
+    """The worker's message store lacked what a request named; the request goes again whole."""
 
 
 @dataclass(frozen=True)

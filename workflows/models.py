@@ -190,6 +190,9 @@ class AgentInput(BaseModel):
     """A result over its tool's bound is kept whole in the worker's result store; the model sees
     both ends, the size and a reference, and is offered read_result to page through it. False:
     the middle is cut and gone."""
+    linear_history: bool = True
+    """Model calls name what earlier calls sent by reference instead of carrying the whole
+    transcript again, so the event history grows linearly (see workflows/history.py)."""
     continue_as_new_after_steps: int | None = Field(default=None, gt=0)
     """Continue as new after this many steps in one run, besides whenever Temporal suggests it
     (its history is getting long). Always at a step boundary; nothing a caller sees changes."""
@@ -248,6 +251,12 @@ class ModelRequest(BaseModel):
     step: int
     purpose: Literal["step", "summary"] = "step"
     """"summary": a compaction asks the model to summarise part of the transcript."""
+    prefix_ref: str | None = None
+    """Names the first `prefix_count` messages, sent by an earlier call: `messages` is the rest
+    (see workflows/history.py). None: `messages` is everything."""
+    prefix_count: int = 0
+    tools_ref: str | None = None
+    """Names the tool list an earlier call sent; `tools` is then empty."""
 
 
 class ModelResponse(BaseModel):

@@ -1,0 +1,89 @@
+"""Model calls name what earlier calls sent: the history grows linearly, and a store miss only
+costs one full resend."""
+
+from __future__ import annotations
+
+import json
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+
+from activities import message_store
+from activities.providers.scripted import recorded_requests
+from tests.helpers import call, run_agent, scripted_input, turn
+from workflows.models import AgentInput
+from workflows.transcript import Transcript
+
+STEPS = 16
+
+
+def long_input(**options: object) -> AgentInput:
+    script = [turn(call("blob", size=2000 + i)) for i in range(STEPS - 1)]
+    return scripted_input([*script, turn(text="done")], tools=["blob"], **options)
+
+
+async def model_inputs(handle: WorkflowHandle) -> list[dict]:
+    """The inputs of every scheduled model activity, as recorded in the event history."""
+    history = await handle.fetch_history()
+    return [
+        json.loads(event.activity_task_scheduled_event_attributes.input.payloads[0].data)
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and event.activity_task_scheduled_event_attributes.activity_type.name == "call_model"
+    ]
+
+
+def history_bytes(inputs: list[dict]) -> int:
+    return sum(len(json.dumps(i)) for i in inputs)
+
+
+async def test_model_calls_carry_only_what_is_new(client: Client, task_queue: str) -> None:
+    linear = await run_agent(client, task_queue, long_input())
+    full = await run_agent(client, task_queue, long_input(linear_history=False))
+
+    assert linear.result is not None and full.result is not None
+    assert linear.result.answer == full.result.answer == "done"
+    linear_inputs, full_inputs = await model_inputs(linear.handle), await model_inputs(full.handle)
+    # After the first call, each carries the new assistant message and its result, by reference
+    # to everything before, and the tool list by reference.
+    assert [len(i["messages"]) for i in linear_inputs[1:]] == [2] * (STEPS - 1)
+    assert all(i["prefix_ref"] and i["tools_ref"] and not i["tools"] for i in linear_inputs[1:])
+    assert [len(i["messages"]) for i in full_inputs] == [1 + 2 * k for k in range(STEPS)]
+    distinct = sum(len(json.dumps(m.model_dump(mode="json"))) for m in linear.transcript)
+    assert history_bytes(linear_inputs) < 3 * distinct < history_bytes(full_inputs)
+    # The model still saw the whole, valid transcript every time.
+    for request in recorded_requests(linear.handle.id):
+        Transcript(messages=request.messages)
+    assert len(recorded_requests(linear.handle.id)[-1].messages) == 1 + 2 * (STEPS - 1)
+
+
+class ForgetfulStore(message_store.SqliteMessageStore):
+    """Keeps nothing it is asked to resolve: every reference misses."""
+
+    def get_chain(self, ref: str) -> list[str] | None:
+        return None
+
+
+async def test_a_store_miss_resends_the_whole_request(
+    client: Client, task_queue: str, tmp_path: object
+) -> None:
+    message_store.use_message_store(ForgetfulStore(f"{tmp_path}/forgetful.db"))
+    try:
+        run = await run_agent(client, task_queue, long_input())
+    finally:
+        message_store.use_message_store(None)
+
+    assert run.result is not None and run.result.steps == STEPS
+    inputs = await model_inputs(run.handle)
+    # Every step after the first tried by reference, missed once, and went again whole.
+    assert len(inputs) == 1 + 2 * (STEPS - 1)
+    assert [bool(i["prefix_ref"]) for i in inputs[1:3]] == [True, False]
+    history = await run.handle.fetch_history()
+    misses = [
+        e
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+        and e.activity_task_failed_event_attributes.failure.application_failure_info.type
+        == "MessageStoreMiss"
+    ]
+    assert len(misses) == STEPS - 1
