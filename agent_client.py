@@ -12,9 +12,13 @@ A thin, typed layer over the Temporal client: everything it does can also be don
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
@@ -22,7 +26,13 @@ from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
@@ -38,11 +48,20 @@ from workflows.models import (
     PlanDecision,
     PlanState,
     RunStatus,
+    StepRecord,
     Usage,
 )
 from workflows.transcript import Message
 
 AWAITING_APPROVAL_QUERY = "AgentStatus='awaiting_approval'"
+CLOSED_RUNS_QUERY = (
+    "WorkflowType='AgentWorkflow' AND (ExecutionStatus='Completed' OR ExecutionStatus='Failed')"
+)
+"""The runs `closed_runs` reads: those that ended with an answer, and those that failed."""
+READ_CONCURRENCY = 16
+"""Results `closed_runs` fetches at once (one history read each)."""
+CLOSED_QUERY_TIMEOUT = timedelta(seconds=10)
+"""A closed run answers a query only when a worker of its task queue replays it."""
 
 _log = logging.getLogger(__name__)
 
@@ -124,6 +143,25 @@ class AgentRun:
     async def transcript(self) -> list[Message]:
         return await self.handle.query(AgentWorkflow.transcript)
 
+    async def trace(self) -> list[StepRecord]:
+        """One record per step so far. A running run answers the `trace` query (a worker must
+        serve it); a completed or failed run's records come from its result or its failure's
+        details, so they are read without a worker. Only a cancelled, terminated or timed-out
+        run is asked the query, which then needs a worker of its task queue."""
+        description = await self.handle.describe()
+        match description.status:
+            case WorkflowExecutionStatus.COMPLETED:
+                return (await self.result()).step_records
+            case WorkflowExecutionStatus.FAILED:
+                try:
+                    await self.result()
+                except AgentRunFailed as failure:
+                    return failure.details.step_records
+                raise AssertionError(f"run {self.id} is failed but has a result")
+            case WorkflowExecutionStatus.RUNNING | None:
+                return await self.handle.query(AgentWorkflow.trace)
+        return await self.handle.query(AgentWorkflow.trace, rpc_timeout=CLOSED_QUERY_TIMEOUT)
+
     async def approve_plan(
         self, comment: str | None = None, *, version: int | None = None
     ) -> PlanState:
@@ -187,3 +225,123 @@ class AgentClient:
         """The runs whose plan waits for a person, found through the AgentStatus attribute."""
         async for execution in self.client.list_workflows(AWAITING_APPROVAL_QUERY):
             yield self.run(execution.id)
+
+    async def closed_runs(
+        self, limit: int = 500, *, label: str | None = None
+    ) -> AsyncIterator[ClosedRun]:
+        """The runs that completed or failed, newest first, each with its result or its failure
+        (found through visibility, which is eventually consistent: a run that just ended may be
+        missing). `label` keeps the runs whose AgentInput.label is that (read from the memo
+        while listing, so no other run's result is fetched); `limit` bounds the runs read."""
+        batch: list[tuple[WorkflowExecution, str | None]] = []
+        read = 0
+        async for execution in self.client.list_workflows(CLOSED_RUNS_QUERY):
+            run_label = await _memo_label(execution)
+            if label is not None and run_label != label:
+                continue
+            batch.append((execution, run_label))
+            read += 1
+            if len(batch) == READ_CONCURRENCY or read == limit:
+                for closed in await asyncio.gather(*(self._closed(*b) for b in batch)):
+                    yield closed
+                batch = []
+            if read == limit:
+                return
+        for closed in await asyncio.gather(*(self._closed(*b) for b in batch)):
+            yield closed
+
+    async def _closed(self, execution: WorkflowExecution, label: str | None) -> ClosedRun:
+        handle = self.client.get_workflow_handle_for(
+            AgentWorkflow.run, execution.id, run_id=execution.run_id
+        )
+        try:
+            result = await AgentRun(handle).result()
+        except AgentRunFailed as failure:
+            return ClosedRun(execution.id, label, failure=failure)
+        except (RPCError, ValueError, TypeError) as error:
+            # Gone since it was listed (retention), or a result of another shape: not counted.
+            return ClosedRun(execution.id, label, error=f"{type(error).__name__}: {error}")
+        return ClosedRun(execution.id, label, result=result)
+
+
+async def _memo_label(execution: WorkflowExecution) -> str | None:
+    try:
+        label = await execution.memo_value("label", None)
+    except (ValueError, TypeError):
+        return None
+    return label if isinstance(label, str) else None
+
+
+@dataclass(frozen=True)
+class ClosedRun:
+    """A run that ended: `result` when it completed, `failure` when it failed, `error` when its
+    outcome could not be read."""
+
+    workflow_id: str
+    label: str | None
+    result: AgentResult | None = None
+    failure: AgentRunFailed | None = None
+    error: str | None = None
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile: the smallest value with at least p% of the values at or below
+    it (p in (0, 100])."""
+    if not values:
+        raise ValueError("the percentile of no values")
+    if not 0 < p <= 100:
+        raise ValueError(f"percentile {p} is not in (0, 100]")
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(p / 100 * len(ordered))) - 1]
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """The distribution of one kind of task's completed runs, and the step limit it suggests.
+
+    Seed 000: set `max_steps` from the observed distribution. The recommendation is twice the
+    p95 of the steps; `cut_short` counts the completed runs that took more steps than that,
+    i.e. the answers that limit would have turned into failures."""
+
+    label: str
+    runs: int
+    """Completed runs: the statistics below are theirs."""
+    failed: int
+    steps_p50: int | None
+    steps_p95: int | None
+    steps_max: int | None
+    tokens_mean: float | None
+    """Input plus output tokens of a run."""
+    tokens_p95: int | None
+    cost_mean_usd: float | None
+    """None when there is no completed run or one of them has an unknown cost."""
+    recommended_max_steps: int | None
+    cut_short: int
+
+
+def step_stats(label: str, results: Sequence[AgentResult], failed: int = 0) -> StepStats:
+    """The statistics of the completed runs `results` (pure: no I/O)."""
+    if not results:
+        return StepStats(label, 0, failed, None, None, None, None, None, None, None, 0)
+    steps = [r.steps for r in results]
+    tokens = [r.usage.total_tokens for r in results]
+    costs = [r.usage.cost_usd for r in results]
+    p95 = int(percentile(steps, 95))
+    recommended = max(1, math.ceil(2 * p95))
+    return StepStats(
+        label=label,
+        runs=len(results),
+        failed=failed,
+        steps_p50=int(percentile(steps, 50)),
+        steps_p95=p95,
+        steps_max=max(steps),
+        tokens_mean=sum(tokens) / len(tokens),
+        tokens_p95=int(percentile(tokens, 95)),
+        cost_mean_usd=(
+            None
+            if any(c is None for c in costs)
+            else sum(c for c in costs if c is not None) / len(costs)
+        ),
+        recommended_max_steps=recommended,
+        cut_short=sum(1 for s in steps if s > recommended),
+    )

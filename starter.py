@@ -1,18 +1,25 @@
 """Start an agent run and print its answer; decide on and follow runs already going.
 
     python starter.py "PROMPT" [--provider scripted|openai|anthropic] [--model M] [--max-steps N]
-                      [--plan] [--address HOST:PORT] [--no-wait] [--json]
+                      [--plan] [--label TEXT] [--address HOST:PORT] [--no-wait] [--json] [--trace]
     python starter.py approve WORKFLOW_ID [--comment TEXT] [--version N]
     python starter.py reject WORKFLOW_ID --feedback TEXT [--version N]
     python starter.py status WORKFLOW_ID
     python starter.py list --awaiting-approval [--json]
-    python starter.py result WORKFLOW_ID [--json]
+    python starter.py result WORKFLOW_ID [--json] [--trace]
+    python starter.py trace WORKFLOW_ID [--json]
+    python starter.py stats [--label TEXT] [--limit N] [--json]
 
 Without --address (and without $TEMPORAL_ADDRESS) a run is self-contained: it starts an embedded
 Temporal dev server with the Web UI and an in-process worker, runs the agent, and stops both. With
 --plan it then shows each plan at the terminal and reads the decision from stdin. With an address
 it only starts the run; a `worker.py` must serve it. The subcommands always need an address, and
 take --namespace. A prompt that is a subcommand's name goes after `--`.
+
+--trace prints the run's steps as a table once it has ended (on stderr; with --json, as the
+`trace` key instead). `trace` prints that table on stdout for a running or ended run. `stats` reads
+the runs that ended from the server and prints, per --label given to their runs, the steps,
+tokens and cost of the completed ones, and the max_steps that distribution suggests.
 
 Exit status: 0 completed (or started, with --no-wait; or done, for a subcommand); 1 the run
 failed, or the server refused or could not be reached; 2 bad command line.
@@ -23,12 +30,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
 import sys
 import threading
 import uuid
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +47,7 @@ from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedErro
 from temporalio.service import RPCError
 
 from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
-from agent_client import AgentClient, AgentRun, AgentRunFailed
+from agent_client import AgentClient, AgentRun, AgentRunFailed, StepStats, step_stats
 from worker import (
     CommandLineError,
     OneLineArgumentParser,
@@ -50,6 +59,8 @@ from worker import (
 from workflows.models import (
     DEFAULT_TASK_QUEUE,
     AgentInput,
+    AgentResult,
+    CompactionRecord,
     CompensationRecord,
     Limits,
     ModelSettings,
@@ -58,6 +69,7 @@ from workflows.models import (
     ScriptedCall,
     ScriptedTurn,
     StepRecord,
+    ToolCallRecord,
     Usage,
 )
 
@@ -68,8 +80,17 @@ PROGRESS_POLL_SECONDS = 0.25
 LIST_QUERY_TIMEOUT_SECONDS = 5.0
 """`list` asks each waiting run for its plan; a run whose worker is gone does not answer."""
 CANCEL_WAIT_SECONDS = 10.0
+TABLE_WIDTH = 100
+"""`trace` and `stats` tables fit a terminal this wide (long tool lists wrap)."""
+MODEL_COLUMN = 20
+LABEL_COLUMN = 16
+FINISH_COLUMN = 12
+MIN_TOOLS_COLUMN = 28
+"""Narrower than this, the tool calls go on lines of their own under each row."""
+NO_LABEL = "(no label)"
+DEFAULT_STATS_LIMIT = 500
 WATCHER_STOP_SECONDS = 10.0
-SUBCOMMANDS = ("approve", "reject", "status", "list", "result")
+SUBCOMMANDS = ("approve", "reject", "status", "list", "result", "trace", "stats")
 DEMO_PLAN = [
     "Look up the customer's orders by their email.",
     "Check the customer and the tracking of the latest order.",
@@ -123,11 +144,22 @@ def parse_args(argv: list[str] | None) -> Any:
         help="plan mode: the model submits a plan and the run waits for a person to approve it "
         "(self-contained: asked here, on stdin; with --address: `starter.py approve`)",
     )
+    parser.add_argument(
+        "--label",
+        help="the kind of task (e.g. order-status), kept in the run's memo: "
+        "`starter.py stats` groups runs by it",
+    )
     parser.add_argument("--address", help="Temporal frontend; without it the run is self-contained")
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
     parser.add_argument("--no-wait", action="store_true", help="print the workflow id and return")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="once the run has ended, print its steps as a table on stderr (with --json: the "
+        "step records, as the `trace` key)",
+    )
     parser.add_argument(
         "--linger",
         action="store_true",
@@ -138,6 +170,8 @@ def parse_args(argv: list[str] | None) -> Any:
     args.command = "run"
     if not args.prompt.strip():
         parser.error("the prompt is empty")
+    if args.label is not None and not args.label.strip():
+        parser.error("--label is empty")
     args.address = temporal_address(args.address)
     if args.linger and args.address is not None:
         parser.error("--linger is for self-contained runs; with --address the server is yours")
@@ -145,6 +179,11 @@ def parse_args(argv: list[str] | None) -> Any:
         parser.error(
             "--no-wait needs --address (or TEMPORAL_ADDRESS): a self-contained run "
             "stops its server when it returns"
+        )
+    if args.no_wait and args.trace:
+        parser.error(
+            "--trace prints the steps once the run has ended; with --no-wait, use "
+            "`starter.py trace WORKFLOW_ID` later"
         )
     args.provider = args.provider or next(
         (p for p, variable in KEY_VARIABLES.items() if os.environ.get(variable)), "scripted"
@@ -173,7 +212,7 @@ def parse_subcommand(argv: list[str]) -> Any:
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, parents=[common], help=help, description=help)
-        if name != "list":
+        if name not in ("list", "stats"):
             sub.add_argument("workflow_id", help="the run's workflow id")
         return sub
 
@@ -192,7 +231,29 @@ def parse_subcommand(argv: list[str]) -> Any:
     listing.add_argument(
         "--awaiting-approval", action="store_true", required=True, help="runs waiting on a plan"
     )
-    command("result", "wait for the run's answer and print it like a run started here")
+    result = command("result", "wait for the run's answer and print it like a run started here")
+    result.add_argument(
+        "--trace",
+        action="store_true",
+        help="then print its steps as a table on stderr (with --json: as the `trace` key)",
+    )
+    command(
+        "trace",
+        "print the run's steps as a table, one row per step, with totals (a running run needs "
+        "its worker; an ended run does not)",
+    )
+    stats = command(
+        "stats",
+        "per label, the steps, tokens and cost of the runs that completed, and the max_steps "
+        "their distribution suggests (twice the p95 of the steps)",
+    )
+    stats.add_argument("--label", help="only the runs started with this --label")
+    stats.add_argument(
+        "--limit",
+        type=_positive_int,
+        default=DEFAULT_STATS_LIMIT,
+        help=f"read at most N runs, newest first (default {DEFAULT_STATS_LIMIT})",
+    )
 
     args = parser.parse_args(argv)
     chosen = commands.choices[args.command]
@@ -263,6 +324,7 @@ def build_input(args: Any) -> AgentInput:
         model=model,
         limits=Limits(max_steps=args.max_steps, max_cost_usd=args.max_cost_usd),
         plan=args.plan,
+        label=args.label,
     )
 
 
@@ -298,7 +360,12 @@ async def run(args: Any) -> int:
             message = f"cannot connect to Temporal at {args.address}: {error}"
             _say(message)
             if args.json:
-                _print_json(None, "failed", error={"type": "ConnectionError", "message": message})
+                _print_json(
+                    None,
+                    "failed",
+                    error={"type": "ConnectionError", "message": message},
+                    trace=_traced(args, []),
+                )
             return 1
         return await _start_and_report(client, agent_input, args)
 
@@ -335,7 +402,12 @@ async def _start_and_report(client: AgentClient, agent_input: AgentInput, args: 
         message = f"could not start the run: {error}"
         _say(message)
         if args.json:
-            _print_json(workflow_id, "failed", error={"type": "StartError", "message": message})
+            _print_json(
+                workflow_id,
+                "failed",
+                error={"type": "StartError", "message": message},
+                trace=_traced(args, []),
+            )
         return 1
     if args.no_wait:
         if args.json:
@@ -375,7 +447,12 @@ async def _follow(agent_run: AgentRun, args: Any, *, ask: bool) -> int:
         message = f"run {workflow_id}: {error.message}"
         _say(message)
         if args.json:
-            _print_json(workflow_id, "failed", error={"type": "RPCError", "message": message})
+            _print_json(
+                workflow_id,
+                "failed",
+                error={"type": "RPCError", "message": message},
+                trace=_traced(args, []),
+            )
         return 1
     lines.show(result.step_records)
     if args.json:
@@ -385,10 +462,13 @@ async def _follow(agent_run: AgentRun, args: Any, *, ask: bool) -> int:
             answer=result.answer,
             steps=result.steps,
             usage=result.usage,
+            trace=_traced(args, result.step_records),
         )
     else:
         print(result.answer)
         _say(f"{result.steps} steps, {_usage_text(result.usage)}")
+        if args.trace:
+            _say(trace_table(result.step_records, compactions=result.compactions))
     return 0
 
 
@@ -407,6 +487,7 @@ async def _no_decision(
     with contextlib.suppress(RPCError):
         await agent_run.handle.cancel()
         await asyncio.wait({outcome}, timeout=CANCEL_WAIT_SECONDS)
+    records = last.step_records if last is not None else []
     if args.json:
         _print_json(
             agent_run.id,
@@ -414,7 +495,10 @@ async def _no_decision(
             steps=last.step if last is not None else 0,
             usage=last.usage if last is not None else None,
             error={"type": "NoDecision", "message": message},
+            trace=_traced(args, records),
         )
+    elif args.trace:
+        _say(trace_table(records))
     return 1
 
 
@@ -537,7 +621,10 @@ async def run_subcommand(args: Any) -> int:
         _say(message)
         if args.json and args.command == "result":
             _print_json(
-                args.workflow_id, "failed", error={"type": "ConnectionError", "message": message}
+                args.workflow_id,
+                "failed",
+                error={"type": "ConnectionError", "message": message},
+                trace=_traced(args, []),
             )
         return 1
     try:
@@ -554,6 +641,22 @@ async def run_subcommand(args: Any) -> int:
                 return await _list_waiting(client, args)
             case "result":
                 return await _follow(client.run(args.workflow_id), args, ask=False)
+            case "trace":
+                records = await client.run(args.workflow_id).trace()
+                if args.json:
+                    print(
+                        json.dumps(
+                            {
+                                "workflow_id": args.workflow_id,
+                                "trace": [r.model_dump(mode="json") for r in records],
+                            }
+                        )
+                    )
+                else:
+                    print(trace_table(records))
+                return 0
+            case "stats":
+                return await _stats(client, args)
     except (RPCError, WorkflowQueryFailedError) as error:
         target = " ".join([args.command, *([args.workflow_id] if "workflow_id" in args else [])])
         _say(f"{target}: {_one_line(error)}")
@@ -631,6 +734,228 @@ def _usage_text(usage: Usage) -> str:
     return f"{usage.input_tokens} in{cached} / {usage.output_tokens} out{cost}"
 
 
+def trace_table(
+    records: Sequence[StepRecord],
+    *,
+    compactions: Sequence[CompactionRecord] = (),
+    width: int = TABLE_WIDTH,
+) -> str:
+    """The steps of a run, one row each, then a totals row: the model call (model, latency,
+    attempts, tokens, cost, why it stopped) and its tool calls (`name outcome latency`, `xN`
+    for N attempts, [cut] for a result cut to its bound, [ext] for one kept whole in the result
+    store). The tools column wraps to keep the table within `width`. Cost is "-" when unknown."""
+    header = ["step", "model", "ms", "att", "input", "cached", "output", "cost", "finish"]
+    right = {0, 2, 3, 4, 5, 6, 7}
+    rows: list[tuple[list[str], list[str]]] = []
+    for record in records:
+        usage = record.usage
+        cells = [
+            str(record.step),
+            _shorten(record.model, MODEL_COLUMN),
+            str(record.model_latency_ms),
+            str(record.model_attempts),
+            str(usage.input_tokens),
+            str(usage.cached_input_tokens),
+            str(usage.output_tokens),
+            _money(usage.cost_usd),
+            _shorten(record.finish_reason or "-", FINISH_COLUMN),
+        ]
+        rows.append((cells, [_tool_entry(call) for call in record.tool_calls] or ["-"]))
+    total = sum((r.usage for r in records), Usage())
+    calls = [call for record in records for call in record.tool_calls]
+    outcomes = Counter(call.outcome for call in calls)
+    totals = [
+        "total",
+        f"{len(records)} step" + ("" if len(records) == 1 else "s"),
+        str(sum(r.model_latency_ms for r in records)),
+        str(sum(r.model_attempts for r in records)),
+        str(total.input_tokens),
+        str(total.cached_input_tokens),
+        str(total.output_tokens),
+        _money(total.cost_usd) if records else "-",
+        "",
+    ]
+    by_outcome = [f"{outcome} {count}" for outcome, count in outcomes.items()]
+    tools_total = (
+        [f"{len(calls)} call{'' if len(calls) == 1 else 's'}: {by_outcome[0]}", *by_outcome[1:]]
+        if calls
+        else ["no tool calls"]
+    )
+    widths = [
+        max(len(cells[i]) for cells in [header, totals, *(c for c, _ in rows)])
+        for i in range(len(header))
+    ]
+    indent = sum(widths) + 2 * len(widths)
+    beside = width - indent >= MIN_TOOLS_COLUMN
+    if not beside:  # a long model name, large numbers: the tools go under the row, full width
+        indent = widths[0] + 2
+
+    def line(cells: list[str], tools: list[str]) -> list[str]:
+        fixed = "  ".join(
+            cell.rjust(w) if i in right else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
+        )
+        wrapped = _wrap(tools, width - indent)
+        if not beside:
+            return [fixed.rstrip(), *(" " * indent + more for more in wrapped if more != "-")]
+        return [
+            (fixed + "  " + wrapped[0]).rstrip(),
+            *((" " * indent + more).rstrip() for more in wrapped[1:]),
+        ]
+
+    lines = line(header, ["tools"])
+    if not beside:
+        lines = [lines[0], " " * indent + "tools"]
+    for cells, tools in rows:
+        lines += line(cells, tools)
+    body = line(totals, tools_total)
+    lines.append("-" * min(width, max(len(text) for text in lines + body)))
+    lines += body
+    notes = []
+    if any(call.attempts > 1 for call in calls):
+        notes.append("xN: N attempts")
+    if any(call.truncated and not call.externalised for call in calls):
+        notes.append("[cut]: result cut to its bound")
+    if any(call.externalised for call in calls):
+        notes.append("[ext]: whole result kept in the result store")
+    if notes:
+        lines.append("; ".join(notes))
+    for compaction in compactions:
+        lost = (
+            ""
+            if compaction.cached_tokens_lost is None
+            else f", {compaction.cached_tokens_lost} cached tokens lost"
+        )
+        lines.append(
+            f"compaction before step {compaction.step} ({compaction.policy}): "
+            f"{compaction.messages_removed} messages, ~{compaction.tokens_removed} tokens "
+            f"removed{lost}"
+        )
+    return "\n".join(lines)
+
+
+def _tool_entry(call: ToolCallRecord) -> str:
+    entry = f"{call.name} {call.outcome}"
+    if call.attempts:  # 0: no activity ran (refused, loop-detected, built-in)
+        entry += f" {call.latency_ms}ms"
+    if call.attempts > 1:
+        entry += f" x{call.attempts}"
+    if call.externalised:
+        entry += " [ext]"
+    elif call.truncated:
+        entry += " [cut]"
+    return entry
+
+
+def _wrap(entries: list[str], width: int) -> list[str]:
+    """Comma-separated entries, as many a line as fit; an entry too long alone is shortened."""
+    lines: list[str] = []
+    current = ""
+    for index, entry in enumerate(entries):
+        item = _shorten(entry + ("," if index < len(entries) - 1 else ""), width)
+        if current and len(current) + 1 + len(item) > width:
+            lines.append(current)
+            current = item
+        else:
+            current = f"{current} {item}" if current else item
+    return [*lines, current]
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _money(cost: float | None) -> str:
+    return "-" if cost is None else f"${cost:.6f}"
+
+
+async def _stats(client: AgentClient, args: Any) -> int:
+    """Read the runs that ended, group them by label, print each group's statistics."""
+    completed: defaultdict[str, list[AgentResult]] = defaultdict(list)
+    failed: Counter[str] = Counter()
+    unreadable = 0
+    async for closed in client.closed_runs(args.limit, label=args.label):
+        group = closed.label if closed.label is not None else NO_LABEL
+        if closed.result is not None:
+            completed[group].append(closed.result)
+        elif closed.failure is not None:
+            failed[group] += 1
+        else:
+            unreadable += 1
+            _say(f"{closed.workflow_id}: its outcome could not be read: {closed.error}")
+    groups = [
+        step_stats(label, completed[label], failed[label])
+        for label in sorted({*completed, *failed}, key=lambda g: (g == NO_LABEL, g))
+    ]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "label": args.label,
+                    "limit": args.limit,
+                    "unreadable": unreadable,
+                    "groups": [dataclasses.asdict(g) for g in groups],
+                }
+            )
+        )
+        return 0
+    if not groups:
+        where = f" with label {args.label!r}" if args.label is not None else ""
+        _say(f"no agent run{where} has completed or failed yet")
+        return 0
+    print(stats_table(groups))
+    return 0
+
+
+def stats_table(groups: Sequence[StepStats]) -> str:
+    """One row per label: the completed runs' steps (p50, p95, max), tokens and cost, the
+    max_steps they suggest and how many of them it would have cut short."""
+    header = [
+        "label",
+        "runs",
+        "failed",
+        "p50",
+        "p95",
+        "max",
+        "mean tok",
+        "p95 tok",
+        "mean cost",
+        "max_steps",
+        "cut short",
+    ]
+    rows = [header]
+    for g in groups:
+        rows.append(
+            [
+                _shorten(g.label, LABEL_COLUMN),
+                str(g.runs),
+                str(g.failed),
+                *(
+                    "-" if value is None else str(value)
+                    for value in (g.steps_p50, g.steps_p95, g.steps_max)
+                ),
+                "-" if g.tokens_mean is None else str(round(g.tokens_mean)),
+                "-" if g.tokens_p95 is None else str(g.tokens_p95),
+                _money(g.cost_mean_usd),
+                "-" if g.recommended_max_steps is None else str(g.recommended_max_steps),
+                str(g.cut_short) if g.runs else "-",
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
+    lines += [
+        "p50/p95/max: steps of the completed runs (nearest rank); tok: input + output tokens",
+        "max_steps: twice the p95; cut short: the completed runs that took more steps than that",
+    ]
+    return "\n".join(lines)
+
+
 def _report_failure(failure: AgentRunFailed, lines: _StepLines, args: Any) -> int:
     details = failure.details
     lines.show(details.step_records)
@@ -643,8 +968,16 @@ def _report_failure(failure: AgentRunFailed, lines: _StepLines, args: Any) -> in
             usage=details.usage,
             error={"type": failure.type, "message": failure.message},
             compensations=details.compensations,
+            trace=_traced(args, details.step_records),
         )
+    elif args.trace:
+        _say(trace_table(details.step_records))
     return 1
+
+
+def _traced(args: Any, records: Sequence[StepRecord]) -> Sequence[StepRecord] | None:
+    """The `trace` of the JSON object: the records with --trace, else no such key."""
+    return records if getattr(args, "trace", False) else None
 
 
 def _print_json(
@@ -656,9 +989,11 @@ def _print_json(
     usage: Usage | None = None,
     error: dict[str, str] | None = None,
     compensations: Sequence[CompensationRecord] = (),
+    trace: Sequence[StepRecord] | None = None,
 ) -> None:
     """One JSON object on stdout. `compensations` lists the undos that ran, in their order;
-    `not_undone` the side effects that have no compensation."""
+    `not_undone` the side effects that have no compensation; `trace`, when asked for, the step
+    records."""
     print(
         json.dumps(
             {
@@ -678,6 +1013,7 @@ def _print_json(
                     for c in compensations
                     if c.status == "not_undone"
                 ],
+                **({} if trace is None else {"trace": [r.model_dump(mode="json") for r in trace]}),
             }
         )
     )
