@@ -16,11 +16,19 @@ from typing import Protocol
 
 from pydantic import TypeAdapter
 
-from workflows.history import chain_refs, message_json, tools_json, tools_ref
-from workflows.models import ToolSpec
+from workflows.history import (
+    chain_refs,
+    message_json,
+    script_json,
+    script_ref,
+    tools_json,
+    tools_ref,
+)
+from workflows.models import ScriptedTurn, ToolSpec
 from workflows.transcript import Message, message_adapter
 
 _tools_adapter: TypeAdapter[list[ToolSpec]] = TypeAdapter(list[ToolSpec])
+_script_adapter: TypeAdapter[list[ScriptedTurn]] = TypeAdapter(list[ScriptedTurn])
 
 
 class MessageStore(Protocol):
@@ -106,7 +114,14 @@ def resolve_tools(ref: str) -> list[ToolSpec] | None:
     return None if text is None else _tools_adapter.validate_json(text)
 
 
-def remember(messages: list[Message], tools: list[ToolSpec]) -> None:
+def resolve_script(ref: str) -> list[ScriptedTurn] | None:
+    text = message_store().get_blob(ref)
+    return None if text is None else _script_adapter.validate_json(text)
+
+
+def remember(
+    messages: list[Message], tools: list[ToolSpec], script: list[ScriptedTurn] | None = None
+) -> None:
     """Keep what this call sent, so that the next call can refer to it."""
     store = message_store()
     refs = chain_refs(messages)
@@ -118,3 +133,5 @@ def remember(messages: list[Message], tools: list[ToolSpec]) -> None:
         ]
     )
     store.put_blob(tools_ref(tools), tools_json(tools))
+    if script:
+        store.put_blob(script_ref(script), script_json(script))

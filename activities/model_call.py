@@ -25,7 +25,12 @@ PROVIDERS: dict[str, Provider] = {
 
 def _resolved(request: ModelRequest) -> ModelRequest:
     """The request with what it names by reference filled in from the worker's store."""
-    update: dict[str, object] = {"prefix_ref": None, "prefix_count": 0, "tools_ref": None}
+    update: dict[str, object] = {
+        "prefix_ref": None,
+        "prefix_count": 0,
+        "tools_ref": None,
+        "script_ref": None,
+    }
     if request.prefix_ref is not None:
         prefix = message_store.resolve_prefix(request.prefix_ref, request.prefix_count)
         if prefix is None:
@@ -36,6 +41,11 @@ def _resolved(request: ModelRequest) -> ModelRequest:
         if tools is None:
             raise _miss(f"tool list {request.tools_ref}")
         update["tools"] = tools
+    if request.script_ref is not None:
+        script = message_store.resolve_script(request.script_ref)
+        if script is None:
+            raise _miss(f"script {request.script_ref}")
+        update["settings"] = request.settings.model_copy(update={"script": script})
     return request.model_copy(update=update)
 
 
@@ -54,7 +64,7 @@ async def call_model(request: ModelRequest) -> ModelResponse:
     workflow only ever adds up figures recorded in its history.
     """
     request = _resolved(request)
-    message_store.remember(request.messages, request.tools)
+    message_store.remember(request.messages, request.tools, request.settings.script)
     settings = request.settings
     provider = PROVIDERS.get(settings.provider)
     if provider is None:

@@ -539,8 +539,11 @@ class AgentWorkflow:
         if len(head) < len(sent) or any(a is not b for a, b in zip(sent, head, strict=True)):
             return None  # a compaction rewrote the start: send it all, once
         same_tools = self._last_tools == request.tools
+        script = request.settings.script
         return request.model_copy(
             update={
+                "settings": request.settings.model_copy(update={"script": []}),
+                "script_ref": history.script_ref(script) if script else None,
                 "prefix_ref": self._last_ref,
                 "prefix_count": len(sent),
                 "messages": messages[len(sent) :],

@@ -46,3 +46,11 @@ def tools_json(tools: Sequence[Any]) -> str:
 
 def tools_ref(tools: Sequence[Any]) -> str:
     return "tools-" + _digest(tools_json(tools))
+
+
+def script_json(script: Sequence[Any]) -> str:
+    return json.dumps([turn.model_dump(mode="json") for turn in script], sort_keys=True)
+
+
+def script_ref(script: Sequence[Any]) -> str:
+    return "script-" + _digest(script_json(script))

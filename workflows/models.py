@@ -257,6 +257,9 @@ class ModelRequest(BaseModel):
     prefix_count: int = 0
     tools_ref: str | None = None
     """Names the tool list an earlier call sent; `tools` is then empty."""
+    script_ref: str | None = None
+    """Names the scripted provider's script an earlier call sent; `settings.script` is then
+    empty (it is the same for every call of a run, and long for long runs)."""
 
 
 class ModelResponse(BaseModel):

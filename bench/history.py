@@ -1,0 +1,100 @@
+"""History size against steps: does the event history grow linearly with the run?
+
+    python bench/history.py [--steps 25 50 100] [--result-chars 2000] [--json FILE]
+
+Runs real AgentWorkflow runs (embedded dev server, in-process worker, scripted model) whose
+every step calls a tool returning `--result-chars` characters, once with linear history (model
+calls name what earlier calls sent) and once without (each model call carries the transcript).
+It reports the size of the whole event history (its JSON) against the size of the run's distinct
+messages (each message counted once). The target for 100 steps with 2 KB results: at most 3x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from temporalio.client import Client
+
+import tests.tools_for_tests  # noqa: F401  (registers `blob`)
+from worker import build_worker, embedded_dev_server
+from workflows.agent import AgentWorkflow
+from workflows.models import AgentInput, Limits, ModelSettings, ScriptedCall, ScriptedTurn
+
+
+def agent_input(steps: int, result_chars: int, linear: bool) -> AgentInput:
+    turns = [
+        ScriptedTurn(calls=[ScriptedCall(name="blob", arguments={"size": result_chars + i})])
+        for i in range(steps - 1)
+    ]
+    return AgentInput(
+        prompt="Read every part.",
+        tools=["blob"],
+        model=ModelSettings(script=[*turns, ScriptedTurn(text="done")]),
+        limits=Limits(max_steps=steps),
+        linear_history=linear,
+    )
+
+
+async def measure(client: Client, steps: int, result_chars: int, linear: bool) -> dict[str, Any]:
+    task_queue = f"bench-{uuid.uuid4()}"
+    async with build_worker(client, task_queue):
+        handle = await client.start_workflow(
+            AgentWorkflow.run,
+            agent_input(steps, result_chars, linear),
+            id=f"bench-history-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+        )
+        await handle.result()
+        transcript = await handle.query(AgentWorkflow.transcript)
+    history = await handle.fetch_history()
+    distinct = sum(len(json.dumps(m.model_dump(mode="json"))) for m in transcript)
+    size = len(history.to_json())
+    return {
+        "steps": steps,
+        "linear_history": linear,
+        "events": len(history.events),
+        "history_bytes": size,
+        "distinct_message_bytes": distinct,
+        "ratio": round(size / distinct, 2),
+    }
+
+
+async def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--steps", type=int, nargs="+", default=[25, 50, 100])
+    parser.add_argument("--result-chars", type=int, default=2000)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        os.environ["AGENT_MESSAGE_STORE"] = str(Path(scratch) / "messages.db")
+        os.environ["AGENT_RESULT_STORE"] = str(Path(scratch) / "results.db")
+        async with embedded_dev_server() as env:
+            for steps in args.steps:
+                for linear in (False, True):
+                    rows.append(await measure(env.client, steps, args.result_chars, linear))
+    print("| steps | model calls carry | events | history | distinct messages | ratio |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for row in rows:
+        carry = "new messages + a reference" if row["linear_history"] else "the whole transcript"
+        print(
+            f"| {row['steps']} | {carry} | {row['events']} | {row['history_bytes']:,} B "
+            f"| {row['distinct_message_bytes']:,} B | {row['ratio']}x |"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
