@@ -13,6 +13,7 @@ from activities.providers import anthropic_provider, openai_provider, scripted
 from workflows.errors import AgentConfigurationError
 from workflows.history import STORE_MISS
 from workflows.models import ModelRequest, ModelResponse
+from workflows.transcript import Message
 
 Provider = Callable[[ModelRequest], Awaitable[ModelResponse]]
 
@@ -35,7 +36,10 @@ def _resolved(request: ModelRequest) -> ModelRequest:
         prefix = message_store.resolve_prefix(request.prefix_ref, request.prefix_count)
         if prefix is None:
             raise _miss(f"messages {request.prefix_ref} ({request.prefix_count})")
-        update["messages"] = [*prefix, *request.messages]
+        update["messages"] = [*prefix, *_with_contents(request)]
+    elif request.content_refs:
+        update["messages"] = _with_contents(request)
+    update["content_refs"] = {}
     if request.tools_ref is not None:
         tools = message_store.resolve_tools(request.tools_ref)
         if tools is None:
@@ -47,6 +51,16 @@ def _resolved(request: ModelRequest) -> ModelRequest:
             raise _miss(f"script {request.script_ref}")
         update["settings"] = request.settings.model_copy(update={"script": script})
     return request.model_copy(update=update)
+
+
+def _with_contents(request: ModelRequest) -> list[Message]:
+    messages = list(request.messages)
+    for position, ref in request.content_refs.items():
+        content = message_store.message_store().get_blob(ref)
+        if content is None:
+            raise _miss(f"tool result {ref}")
+        messages[position] = messages[position].model_copy(update={"content": content})
+    return messages
 
 
 def _miss(what: str) -> ApplicationError:

@@ -22,6 +22,7 @@ from temporalio import activity
 from activities import telemetry
 from activities._heartbeat import heartbeating
 from workflows.errors import AgentError
+from workflows.history import CONTENT_MIN_CHARS, content_ref
 from workflows.models import (
     DEFAULT_MAX_RESULT_CHARS,
     CompensationInput,
@@ -298,10 +299,17 @@ def _tool_activity(
                 f'{READ_RESULT}(ref="{ref}", offset, length) reads any part'
             )
         content, omitted = truncate_middle(rendered, call.max_result_chars, read_more)
+        stored = None
+        if call.store_content and len(content) >= CONTENT_MIN_CHARS:
+            from activities.message_store import message_store
+
+            stored = content_ref(content)
+            message_store().put_blob(stored, content)
         return ToolActivityResult(
             content=content,
             omitted_chars=omitted,
             externalised_ref=ref,
+            content_ref=stored,
             value=_json_data(value) if keep_value else None,
             attempt=info.attempt,
         )

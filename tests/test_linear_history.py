@@ -48,6 +48,11 @@ async def test_model_calls_carry_only_what_is_new(client: Client, task_queue: st
     # to everything before, and the tool list by reference.
     assert [len(i["messages"]) for i in linear_inputs[1:]] == [2] * (STEPS - 1)
     assert all(i["prefix_ref"] and i["tools_ref"] and not i["tools"] for i in linear_inputs[1:])
+    # The tool result is in the history already (the tool's own result): it goes by reference.
+    assert all(
+        i["content_refs"] == {"1": i["content_refs"]["1"]} and i["messages"][1]["content"] == ""
+        for i in linear_inputs[1:]
+    )
     assert [len(i["messages"]) for i in full_inputs] == [1 + 2 * k for k in range(STEPS)]
     distinct = sum(len(json.dumps(m.model_dump(mode="json"))) for m in linear.transcript)
     assert history_bytes(linear_inputs) < 3 * distinct < history_bytes(full_inputs)

@@ -160,6 +160,8 @@ class AgentWorkflow:
         self._last_sent: list[Message] = []
         self._last_ref = ""
         self._last_tools: list[ToolSpec] = []
+        self._stored_contents: set[str] = set()
+        """Tool results the workers were asked to keep (the next call names them)."""
         if agent_input.carried is not None:
             self._restore(agent_input.carried)
 
@@ -540,13 +542,22 @@ class AgentWorkflow:
             return None  # a compaction rewrote the start: send it all, once
         same_tools = self._last_tools == request.tools
         script = request.settings.script
+        new: list[Message] = []
+        content_refs: dict[int, str] = {}
+        for position, message in enumerate(messages[len(sent) :]):
+            ref = history.content_ref(message.content) if isinstance(message, ToolResult) else ""
+            if ref in self._stored_contents:
+                content_refs[position] = ref
+                message = message.model_copy(update={"content": ""})
+            new.append(message)
         return request.model_copy(
             update={
+                "content_refs": content_refs,
                 "settings": request.settings.model_copy(update={"script": []}),
                 "script_ref": history.script_ref(script) if script else None,
                 "prefix_ref": self._last_ref,
                 "prefix_count": len(sent),
-                "messages": messages[len(sent) :],
+                "messages": new,
                 "tools_ref": history.tools_ref(request.tools) if same_tools else None,
                 "tools": [] if same_tools else request.tools,
             }
@@ -755,6 +766,7 @@ class AgentWorkflow:
                     idempotency_key=idempotency_key,
                     max_result_chars=spec.max_result_chars,
                     externalise=self._input.externalise_results and spec.name != READ_RESULT,
+                    store_content=self._input.linear_history,
                 ),
                 result_type=ToolActivityResult,
                 start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
@@ -777,6 +789,8 @@ class AgentWorkflow:
                 content = f"Error: {spec.name} failed: {_failure_type(cause)}"
             return _Outcome.refused(call, content, "error", latency, attempts)
         self._externalised = self._externalised or output.externalised_ref is not None
+        if output.content_ref is not None:
+            self._stored_contents.add(output.content_ref)
         if spec.side_effects and not output.is_error:
             self._effects.append(
                 AppliedEffect(

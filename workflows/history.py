@@ -54,3 +54,11 @@ def script_json(script: Sequence[Any]) -> str:
 
 def script_ref(script: Sequence[Any]) -> str:
     return "script-" + _digest(script_json(script))
+
+
+CONTENT_MIN_CHARS = 256
+"""Tool results shorter than this go in full: a reference would save next to nothing."""
+
+
+def content_ref(content: str) -> str:
+    return "content-" + _digest(content)

@@ -257,6 +257,9 @@ class ModelRequest(BaseModel):
     prefix_count: int = 0
     tools_ref: str | None = None
     """Names the tool list an earlier call sent; `tools` is then empty."""
+    content_refs: dict[int, str] = {}
+    """Tool results among `messages`, by position, whose text goes by reference (it is in the
+    history already, as the tool activity's result): their content is empty here."""
     script_ref: str | None = None
     """Names the scripted provider's script an earlier call sent; `settings.script` is then
     empty (it is the same for every call of a run, and long for long runs)."""
@@ -282,6 +285,9 @@ class ToolActivityInput(BaseModel):
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
     externalise: bool = False
     """Keep a result over max_result_chars whole in the result store, and say so in its text."""
+    store_content: bool = False
+    """Linear history: keep the result's text in the worker's message store, so that the next
+    model call can name it by reference instead of carrying it a second time."""
 
 
 class ToolActivityResult(BaseModel):
@@ -291,6 +297,8 @@ class ToolActivityResult(BaseModel):
     """Characters cut from the middle of the result to keep it within its bound."""
     externalised_ref: str | None = None
     """Where the whole result is kept, when it was too large to show."""
+    content_ref: str | None = None
+    """Set when the text was kept in the message store (see store_content)."""
     value: Any = None
     """The whole result as JSON data, kept only for tools with a compensation (which needs it)."""
     attempt: int = 1
