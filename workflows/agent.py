@@ -14,7 +14,13 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    RetryState,
+    TimeoutError,
+)
 
 with workflow.unsafe.imports_passed_through():
     import jsonschema
@@ -45,6 +51,8 @@ with workflow.unsafe.imports_passed_through():
         CompensationInput,
         CompensationRecord,
         CompensationStatus,
+        FailureDetails,
+        Limits,
         ModelRequest,
         ModelResponse,
         PlanDecision,
@@ -56,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRecord,
         ToolOutcome,
         ToolSpec,
+        Usage,
     )
     from workflows.transcript import (
         AssistantMessage,
@@ -68,6 +77,27 @@ with workflow.unsafe.imports_passed_through():
 
 FINISH = "finish"
 SUBMIT_PLAN = "submit_plan"
+DELEGATE = "delegate"
+_DELEGATE_DESCRIPTION = (
+    "Hand a self-contained subtask to a sub-agent that starts with a fresh context and returns "
+    "only its conclusion. Use it for work whose details you do not need to see (reading many "
+    "records to answer one question), to keep your own context small. Say everything the "
+    "sub-agent needs in the task; it cannot see this conversation. Returns the sub-agent's "
+    "answer, or an error saying why it failed. Its cost counts against your budget."
+)
+_DELEGATE_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "task": {"type": "string", "minLength": 1, "description": "The subtask, complete."},
+        "tools": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Tools the sub-agent may use (default: the ones you have).",
+        },
+    },
+    "required": ["task"],
+    "additionalProperties": False,
+}
 _SUBMIT_PLAN_DESCRIPTION = (
     "Submit your plan before doing anything that changes data: the steps you will take, in "
     "order, one short sentence each. A person reviews it; the run waits for their decision. If "
@@ -397,12 +427,22 @@ class AgentWorkflow:
         """What the model may call now: until a plan is approved, read-only tools and
         submit_plan; then every tool and finish."""
         tools = list(self._tools.values())
+        if self._input.sub_agents:
+            tools.append(self._delegate_spec)
         if self._read_result is not None and self._externalised:
             tools.append(self._read_result)  # offered once there is something to read
         if self._input.plan and not (self._plan and self._plan.status == "approved"):
             read_only = [spec for spec in tools if not spec.side_effects]
             return [*read_only, self._submit_plan_spec]
         return [*tools, self._finish_spec(self._input)]
+
+    # Side-effecting: a sub-agent may change data, so it runs alone and only after approval.
+    _delegate_spec = ToolSpec(
+        name=DELEGATE,
+        description=_DELEGATE_DESCRIPTION,
+        parameters=_DELEGATE_PARAMETERS,
+        side_effects=True,
+    )
 
     _submit_plan_spec = ToolSpec(
         name=SUBMIT_PLAN, description=_SUBMIT_PLAN_DESCRIPTION, parameters=_SUBMIT_PLAN_PARAMETERS
@@ -751,6 +791,8 @@ class AgentWorkflow:
         return decision
 
     async def _execute(self, call: ToolCall, execute: _Execute) -> _Outcome:
+        if execute.spec.name == DELEGATE:
+            return await self._delegate(call, execute.arguments)
         spec = execute.spec
         started = workflow.now()
         info = workflow.info()
@@ -822,6 +864,61 @@ class AgentWorkflow:
             ),
         )
 
+    async def _delegate(self, call: ToolCall, arguments: dict[str, Any]) -> _Outcome:
+        """Run a subtask as a child AgentWorkflow with a fresh context and what is left of this
+        run's budget; only its conclusion comes back."""
+        problem = _schema_problems(_DELEGATE_PARAMETERS, arguments)
+        if problem:
+            return _Outcome.refused(
+                call, f"Error: invalid arguments for delegate: {problem}.", "error"
+            )
+        started = workflow.now()
+        limits = self._input.limits
+        used = self._budget.usage
+        remaining_wall = self._budget.remaining_seconds(workflow.now())
+        child_input = AgentInput(
+            prompt=str(arguments["task"]),
+            system=self._input.system,
+            tools=arguments.get("tools") or list(self._tools),
+            model=self._input.sub_agent_model or self._input.model,
+            limits=Limits(
+                max_steps=limits.max_steps,
+                max_context_tokens=limits.max_context_tokens,
+                max_total_tokens=None
+                if limits.max_total_tokens is None
+                else max(limits.max_total_tokens - used.total_tokens, 1),
+                max_cost_usd=None
+                if limits.max_cost_usd is None or used.cost_usd is None
+                else max(limits.max_cost_usd - used.cost_usd, 1e-9),
+                max_wall_seconds=None if remaining_wall is None else max(remaining_wall, 0.001),
+            ),
+            compaction=self._input.compaction,
+            linear_history=self._input.linear_history,
+            externalise_results=self._input.externalise_results,
+            heartbeat_timeout_seconds=self._input.heartbeat_timeout_seconds,
+        )
+        try:
+            result = await workflow.execute_child_workflow(
+                AgentWorkflow.run,
+                child_input,
+                id=f"{workflow.info().workflow_id}/{call.id}",
+                static_summary=f"sub-agent for {call.id}",
+            )
+        except ChildWorkflowError as error:
+            cause = error.cause
+            # A failed sub-agent undid its own effects; what it spent still counts here.
+            self._budget.record_side_call(_failure_usage(cause))
+            content = f"Error: the sub-agent failed: {_describe_failure(cause)}"
+            return _Outcome.refused(call, content[:2000], "error", _ms_since(started), 1)
+        self._budget.record_side_call(result.usage)
+        self._effects.extend(result.side_effects)
+        return _Outcome(
+            result=ToolResult(tool_call_id=call.id, tool_name=call.name, content=result.answer),
+            record=_call_record(
+                call, "ok", result.answer, latency_ms=_ms_since(started), attempts=1
+            ),
+        )
+
     def _check_answer(self, arguments: dict[str, Any]) -> str | None:
         """None when `finish`'s arguments satisfy the run's schema, else what is wrong."""
         problems = _schema_problems(self._finish_spec(self._input).parameters, arguments)
@@ -849,7 +946,8 @@ class AgentWorkflow:
                     )
                 )
                 continue
-            spec = self._tools[call.tool]
+            # A sub-agent's effects may come from tools this run was not offered.
+            spec = self._tools.get(call.tool) or tool_specs([call.tool])[0]
             try:
                 await workflow.execute_activity(
                     effect.compensation,
@@ -907,6 +1005,7 @@ class AgentWorkflow:
             usage=self._budget.usage,
             step_records=self._budget.step_records,
             compactions=self._compactions,
+            side_effects=self._effects,
         )
 
 
@@ -1048,6 +1147,12 @@ def _with_unique_call_ids(
 def _call_summary(call: ToolCall) -> str:
     summary = f"{call.name} {call.arguments}"
     return summary if len(summary) <= 120 else summary[:117] + "..."
+
+
+def _failure_usage(cause: BaseException | None) -> Usage:
+    if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
+        return FailureDetails.model_validate(cause.details[0]).usage
+    return Usage()
 
 
 def _failure_type(cause: BaseException | None) -> str:

@@ -190,6 +190,12 @@ class AgentInput(BaseModel):
     """A result over its tool's bound is kept whole in the worker's result store; the model sees
     both ends, the size and a reference, and is offered read_result to page through it. False:
     the middle is cut and gone."""
+    sub_agents: bool = False
+    """Offer the built-in `delegate(task, tools)`: a subtask runs as a child workflow with a fresh
+    context and returns only its conclusion (seed 001). Its usage and cost count against this
+    run's budget, and its side effects join this run's compensation log."""
+    sub_agent_model: ModelSettings | None = None
+    """The model a sub-agent uses; the run's own when None."""
     linear_history: bool = True
     """Model calls name what earlier calls sent by reference instead of carrying the whole
     transcript again, so the event history grows linearly (see workflows/history.py)."""
@@ -397,6 +403,8 @@ class AgentResult(BaseModel):
     usage: Usage
     step_records: list[StepRecord] = []
     compactions: list[CompactionRecord] = []
+    side_effects: list[AppliedEffect] = []
+    """The run's compensation log: what a parent must undo if it fails after delegating here."""
 
 
 class FailureDetails(BaseModel):

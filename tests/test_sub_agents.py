@@ -1,0 +1,103 @@
+"""Sub-agents: a subtask in a child workflow with a fresh context; only its conclusion returns,
+its spending counts against the parent, and a failing parent undoes the child's effects too."""
+
+from __future__ import annotations
+
+from temporalio.client import Client
+
+from activities import demo_tools
+from activities.providers.scripted import recorded_requests
+from tests.helpers import FAST_MODEL_RETRY, call, run_agent, scripted_input, turn
+from workflows.models import Limits, ModelSettings, Usage
+
+TASK = "Cancel order 104999 (the customer asked) and say what happened."
+
+
+def child_model(*turns: object) -> ModelSettings:
+    return ModelSettings(provider="scripted", script=list(turns), retry=FAST_MODEL_RETRY)
+
+
+async def test_the_parent_sees_only_the_conclusion_and_pays_for_it(
+    client: Client, task_queue: str
+) -> None:
+    child = child_model(
+        turn(call("cancel_order", order_id=104999, reason="asked"), usage=Usage(input_tokens=700)),
+        turn(text="Order 104999 is cancelled.", usage=Usage(input_tokens=900)),
+    )
+    script = [
+        turn(call("delegate", task=TASK, tools=["cancel_order"]), usage=Usage(input_tokens=100)),
+        turn(text="Done: the sub-agent cancelled it.", expect="104999 is cancelled"),
+    ]
+    agent_input = scripted_input(
+        script, tools=["get_order"], sub_agents=True, sub_agent_model=child
+    )
+    run = await run_agent(client, task_queue, agent_input)
+
+    assert run.result is not None
+    assert run.tool_results()["call_1_1"] == "Order 104999 is cancelled."
+    # Fresh context: the child's first request held only the task.
+    child_id = f"{run.handle.id}/call_1_1"
+    first_child_request = recorded_requests(child_id)[0]
+    assert [m.content for m in first_child_request.messages] == [TASK]
+    assert [t.name for t in first_child_request.tools] == ["cancel_order", "finish"]
+    # The parent's transcript has none of the child's steps; its usage has the child's tokens.
+    assert len(run.transcript) == 4
+    assert (
+        run.result.usage.input_tokens
+        == 100 + 700 + 900 + run.result.step_records[1].usage.input_tokens
+    )
+    assert [e.call.tool for e in run.result.side_effects] == ["cancel_order"]
+    assert demo_tools.get_order(104999)["status"] == "cancelled"
+
+
+async def test_a_parent_at_its_limit_undoes_the_childs_side_effects(
+    client: Client, task_queue: str
+) -> None:
+    child = child_model(
+        turn(call("cancel_order", order_id=104999, reason="asked")),
+        turn(text="Order 104999 is cancelled."),
+    )
+    script = [
+        turn(call("delegate", task=TASK)),
+        turn(call("get_order", order_id=104999)),
+        turn(text="never"),
+    ]
+    agent_input = scripted_input(
+        script,
+        tools=["get_order", "cancel_order"],
+        sub_agents=True,
+        sub_agent_model=child,
+        limits=Limits(max_steps=2),
+    )
+    run = await run_agent(client, task_queue, agent_input)
+
+    assert run.failure.type == "AgentStepLimitExceeded"
+    compensations = run.failure.details[0]["compensations"]
+    assert [(c["tool"], c["status"]) for c in compensations] == [("cancel_order", "completed")]
+    assert demo_tools.get_order(104999)["status"] == "processing"
+
+
+async def test_a_failed_sub_agent_is_an_error_result_and_its_cost_still_counts(
+    client: Client, task_queue: str
+) -> None:
+    child = child_model(
+        turn(call("count_me", key="child-a"), usage=Usage(input_tokens=400)),
+        turn(call("count_me", key="child-b"), usage=Usage(input_tokens=400)),
+    )
+    script = [
+        turn(call("delegate", task="count things")),
+        turn(text="The sub-agent gave up.", expect="the sub-agent failed"),
+    ]
+    agent_input = scripted_input(
+        script,
+        tools=["count_me"],
+        sub_agents=True,
+        sub_agent_model=child,
+        limits=Limits(max_steps=2),
+    )
+    run = await run_agent(client, task_queue, agent_input)
+
+    assert run.result is not None
+    message = run.tool_results()["call_1_1"]
+    assert message.startswith("Error: the sub-agent failed: AgentStepLimitExceeded")
+    assert run.result.usage.input_tokens >= 800
