@@ -53,6 +53,7 @@ from worker import (
     OneLineArgumentParser,
     build_worker,
     embedded_dev_server,
+    exit_now,
     free_port,
     temporal_address,
 )
@@ -1035,15 +1036,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _exit_now(code: int) -> None:
-    """Exit without the interpreter's teardown, once everything is printed: the Temporal SDK's
-    Rust threads can abort that teardown with "PyGILState_Release: thread state ... must be
-    current" (temporalio/sdk-python#300), which turned a finished run's exit status into 134."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    _exit_now(main())
+    exit_now(main())
