@@ -83,10 +83,21 @@ async def call_model(request: ModelRequest) -> ModelResponse:
     provider = PROVIDERS.get(settings.provider)
     if provider is None:
         raise AgentConfigurationError(f"unknown model provider {settings.provider!r}")
-    with telemetry.chat_span(request) as span:
-        async with heartbeating():
-            response = await provider(request)
-        span.record(response)
+    try:
+        with telemetry.chat_span(request) as span:
+            async with heartbeating():
+                response = await provider(request)
+            span.record(response)
+    except Exception as error:
+        activity.logger.warning(
+            "step %d: %s call to %s failed (attempt %d): %s",
+            request.step,
+            settings.provider,
+            settings.model,
+            activity.info().attempt,
+            error,
+        )
+        raise
     price = settings.price or pricing.price_for(response.model) or pricing.price_for(settings.model)
     usage = response.usage.model_copy(update={"cost_usd": pricing.cost_usd(response.usage, price)})
     return response.model_copy(update={"usage": usage, "attempt": activity.info().attempt})

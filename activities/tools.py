@@ -283,7 +283,11 @@ def _tool_activity(
         except Exception:
             # The traceback is for the operator; the model only learns the exception's type.
             activity.logger.exception(
-                "tool %s failed (call %s, attempt %d)", tool_name, call.tool_call_id, info.attempt
+                "step %d: tool %s failed (call %s, attempt %d)",
+                call.step,
+                tool_name,
+                call.tool_call_id,
+                info.attempt,
             )
             raise
         finally:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 
+import pytest
 from temporalio.client import Client
 
 import tests.tools_for_tests as test_tools
@@ -333,3 +335,29 @@ async def test_every_step_and_call_is_traced(client: Client, task_queue: str) ->
         "ok",
         "loop_detected",
     ]
+
+
+async def test_worker_logs_name_the_run_the_step_and_the_call(
+    client: Client, task_queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    script = [turn(call("always_fails", secret="s3")), turn(text="x", expect="never there")]
+    with caplog.at_level(logging.INFO):
+        run = await run_agent(client, task_queue, scripted_input(script, tools=["always_fails"]))
+
+    assert run.failure.type == "ScriptedModelMismatch"
+    tool_lines = [r for r in caplog.records if "tool always_fails failed" in r.getMessage()]
+    assert tool_lines and all(r.exc_info for r in tool_lines)  # the traceback, for the operator
+    assert (
+        "step 1: tool always_fails failed (call call_1_1, attempt 1)" in tool_lines[0].getMessage()
+    )
+    assert tool_lines[0].__dict__["temporal_activity"]["workflow_id"] == run.handle.id
+    model_lines = [
+        r for r in caplog.records if "scripted call to scripted-demo failed" in r.getMessage()
+    ]
+    assert model_lines[0].getMessage().startswith("step 2: ")
+    step_lines = [
+        r for r in caplog.records if r.getMessage().startswith("step 1: scripted-demo replied")
+    ]
+    assert (
+        step_lines and step_lines[0].__dict__["temporal_workflow"]["workflow_id"] == run.handle.id
+    )

@@ -809,6 +809,7 @@ class AgentWorkflow:
                     max_result_chars=spec.max_result_chars,
                     externalise=self._input.externalise_results and spec.name != READ_RESULT,
                     store_content=self._input.linear_history,
+                    step=self._budget.steps,
                 ),
                 result_type=ToolActivityResult,
                 start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),

@@ -285,6 +285,8 @@ class ModelResponse(BaseModel):
 class ToolActivityInput(BaseModel):
     tool_call_id: str
     arguments: dict[str, Any]
+    step: int = 0
+    """The step whose model reply asked for this call (for the worker's log lines)."""
     idempotency_key: str
     """Derived from the run and the call id: the same on every retry of this call, and never the
     same for two calls. A side-effecting tool uses it to apply its effect once."""
