@@ -6,7 +6,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+import pytest
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
 
 from tests.helpers import TEST_WORKER_OPTIONS, Run, call, run_agent, scripted_input, turn
 from worker import build_worker, embedded_dev_server
@@ -96,3 +98,42 @@ async def test_the_server_suggests_it_when_the_history_grows(task_queue: str) ->
 
     assert result.steps == 12 and result.answer == "all counted"
     assert status.step == 12
+
+
+async def test_a_state_too_large_to_carry_fails_loudly_instead_of_sticking(
+    client: Client, task_queue: str
+) -> None:
+    turns = [turn(call("huge", size=700_000 + i)) for i in range(4)]
+    agent_input = scripted_input(
+        [*turns, turn(text="never")], tools=["huge"], continue_as_new_after_steps=3
+    )
+    # Not run_agent: the transcript query itself would be over the 2 MB a query may answer.
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        handle = await client.start_workflow(
+            AgentWorkflow.run, agent_input, id=f"can-{uuid.uuid4()}", task_queue=task_queue
+        )
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+
+    error = failure.value.cause
+    assert isinstance(error, ApplicationError) and error.type == "AgentBudgetExceeded"
+    assert "cannot continue as new" in error.message and "turn on compaction" in error.message
+    assert not await continued(handle)
+
+
+async def test_after_a_compaction_only_the_view_is_carried(client: Client, task_queue: str) -> None:
+    turns = [turn(call("blob", size=1600 + i)) for i in range(8)]
+    agent_input = scripted_input(
+        [*turns, turn(text="done")],
+        tools=["blob"],
+        limits=Limits(max_context_tokens=2000),
+        compaction="window",
+        continue_as_new_after_steps=6,
+    )
+    run = await run_agent(client, task_queue, agent_input)
+
+    assert run.result is not None and run.result.answer == "done"
+    assert await continued(run.handle)
+    # The new run's transcript starts with the task and the note of the compaction.
+    assert run.transcript[0].content == "where is order 1042"
+    assert run.transcript[1].content.endswith("dropped to fit the context window]")

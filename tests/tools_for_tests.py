@@ -141,3 +141,9 @@ async def block(seconds: float) -> str:
     """Waits, within its timeout: something to cancel in the middle of."""
     await asyncio.sleep(seconds)
     return "woke up"
+
+
+@tool(retry=FAST_RETRY, max_result_chars=1_000_000)
+def huge(size: int) -> str:
+    """Returns `size` characters, under a bound large enough to let them all through."""
+    return "z" * size

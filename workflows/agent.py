@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.errors import (
         FATAL_ERROR_TYPES,
         AgentApprovalTimeout,
+        AgentBudgetExceeded,
         AgentConfigurationError,
         AgentError,
         AgentFatalToolError,
@@ -215,8 +216,12 @@ class AgentWorkflow:
         self._runs = carried.runs
 
     def _carry(self) -> CarriedState:
+        # After a compaction only the view goes on (the first message, the note, the newest
+        # groups): what was compacted away stays in the earlier runs' histories, and carrying it
+        # could outgrow the 2 MB a continue-as-new input may have.
+        messages = compaction.view(self._transcript.messages, self._cut, self._note)
         return CarriedState(
-            messages=list(self._transcript.messages),
+            messages=messages,
             steps=self._budget.steps,
             usage=self._budget.usage,
             step_records=self._budget.step_records,
@@ -226,8 +231,8 @@ class AgentWorkflow:
             loop_counts=dict(self._loops.counts),
             call_ids=sorted(self._call_ids),
             effects=self._effects,
-            cut=self._cut,
-            note=self._note,
+            cut=1,
+            note=None,
             compactions=self._compactions,
             plan=self._plan,
             externalised=self._externalised,
@@ -361,8 +366,18 @@ class AgentWorkflow:
 
         while True:
             if self._should_continue_as_new(self._budget.steps - first_step_of_run):
+                carried = agent_input.model_copy(update={"carried": self._carry()})
+                size = len(carried.model_dump_json())
+                if size > _MAX_CARRIED_BYTES:
+                    # A continue-as-new that cannot be sent would leave the run stuck forever.
+                    raise AgentBudgetExceeded(
+                        f"the run cannot continue as new: its state is {size:,} bytes, over the "
+                        f"{_MAX_CARRIED_BYTES:,} a workflow input may have; turn on compaction "
+                        "(with max_context_tokens) or bound the tools' results",
+                        self._budget.details(),
+                    )
                 workflow.logger.info("continuing as new after step %d", self._budget.steps)
-                workflow.continue_as_new(agent_input.model_copy(update={"carried": self._carry()}))
+                workflow.continue_as_new(carried)
             offered = self._offered()
             step = self._budget.steps + 1
             context = self._context_estimate(offered, sent_until)
@@ -1076,6 +1091,9 @@ def _attempts_made(error: ActivityError, spec: ToolSpec) -> int:
         return spec.retry.maximum_attempts
     return 1
 
+
+_MAX_CARRIED_BYTES = 1_800_000
+"""Under Temporal's 2 MB payload limit, with room for the encoding around it."""
 
 _ERROR_CLASSES: dict[str, type[AgentError]] = {
     cls.__name__: cls for cls in AgentError.__subclasses__()
