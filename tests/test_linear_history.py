@@ -11,7 +11,7 @@ from temporalio.client import Client, WorkflowHandle
 from activities import message_store
 from activities.providers.scripted import recorded_requests
 from tests.helpers import call, run_agent, scripted_input, turn
-from workflows.models import AgentInput
+from workflows.models import AgentInput, Limits
 from workflows.transcript import Transcript
 
 STEPS = 16
@@ -92,3 +92,20 @@ async def test_a_store_miss_resends_the_whole_request(
         == "MessageStoreMiss"
     ]
     assert len(misses) == STEPS - 1
+
+
+async def test_after_a_compaction_the_view_goes_whole_but_its_results_by_hash(
+    client: Client, task_queue: str
+) -> None:
+    agent_input = long_input(limits=Limits(max_context_tokens=3000), compaction="window")
+    run = await run_agent(client, task_queue, agent_input)
+
+    assert run.result is not None and run.result.compactions
+    inputs = await model_inputs(run.handle)
+    rewritten = [i for i in inputs[1:] if i["prefix_ref"] is None]
+    assert len(rewritten) == len(run.result.compactions)
+    # The view starts again from the task and the note, and its tool results go by reference.
+    assert all(i["messages"][1]["content"].startswith("[") for i in rewritten)
+    assert all(i["content_refs"] for i in rewritten)
+    for request in recorded_requests(run.handle.id):
+        Transcript(messages=request.messages)

@@ -578,7 +578,7 @@ class AgentWorkflow:
         if response is None:
             response = await self._execute_model_call(request, summary)
         # Either way the worker now holds this request: the next call may name it.
-        if by_reference is not None:
+        if by_reference is not None and by_reference.prefix_ref is not None:
             new = messages[by_reference.prefix_count :]
             self._last_ref = history.chain_refs(new, self._last_ref)[-1] if new else self._last_ref
         else:
@@ -587,19 +587,21 @@ class AgentWorkflow:
         return response
 
     def _by_reference(self, request: ModelRequest) -> ModelRequest | None:
-        """The request naming what the previous call sent, when that is a prefix of this one."""
+        """The request with what earlier calls sent named by reference: the previous request
+        when it is a prefix of this one, and any tool result a worker was asked to keep."""
         sent = self._last_sent
         if not self._input.linear_history or not sent:
             return None
         messages = request.messages
         head = messages[: len(sent)]
-        if len(head) < len(sent) or any(a is not b for a, b in zip(sent, head, strict=True)):
-            return None  # a compaction rewrote the start: send it all, once
+        # After a compaction rewrote the start, the view goes again, but its results by hash.
+        extends = len(head) == len(sent) and all(a is b for a, b in zip(sent, head, strict=True))
+        start = len(sent) if extends else 0
         same_tools = self._last_tools == request.tools
         script = request.settings.script
         new: list[Message] = []
         content_refs: dict[int, str] = {}
-        for position, message in enumerate(messages[len(sent) :]):
+        for position, message in enumerate(messages[start:]):
             ref = history.content_ref(message.content) if isinstance(message, ToolResult) else ""
             if ref in self._stored_contents:
                 content_refs[position] = ref
@@ -610,8 +612,8 @@ class AgentWorkflow:
                 "content_refs": content_refs,
                 "settings": request.settings.model_copy(update={"script": []}),
                 "script_ref": history.script_ref(script) if script else None,
-                "prefix_ref": self._last_ref,
-                "prefix_count": len(sent),
+                "prefix_ref": self._last_ref if extends else None,
+                "prefix_count": start,
                 "messages": new,
                 "tools_ref": history.tools_ref(request.tools) if same_tools else None,
                 "tools": [] if same_tools else request.tools,
