@@ -121,7 +121,9 @@ async def test_a_state_too_large_to_carry_fails_loudly_instead_of_sticking(
     assert not await continued(handle)
 
 
-async def test_after_a_compaction_only_the_view_is_carried(client: Client, task_queue: str) -> None:
+async def test_a_compacted_run_carries_its_whole_transcript_when_it_fits(
+    client: Client, task_queue: str
+) -> None:
     turns = [turn(call("blob", size=1600 + i)) for i in range(8)]
     agent_input = scripted_input(
         [*turns, turn(text="done")],
@@ -133,7 +135,31 @@ async def test_after_a_compaction_only_the_view_is_carried(client: Client, task_
     run = await run_agent(client, task_queue, agent_input)
 
     assert run.result is not None and run.result.answer == "done"
-    assert await continued(run.handle)
-    # The new run's transcript starts with the task and the note of the compaction.
-    assert run.transcript[0].content == "where is order 1042"
-    assert run.transcript[1].content.endswith("dropped to fit the context window]")
+    assert run.result.compactions and await continued(run.handle)
+    # The transcript query still answers with every message, though the model saw a window.
+    assert len(run.transcript) == 1 + 2 * 8 + 1
+    assert not any((m.content or "").endswith("context window]") for m in run.transcript)
+
+
+async def test_a_compacted_run_too_large_to_carry_whole_carries_its_view(
+    client: Client, task_queue: str
+) -> None:
+    turns = [turn(call("huge", size=400_000 + i)) for i in range(6)]
+    agent_input = scripted_input(
+        [*turns, turn(text="done")],
+        tools=["huge"],
+        limits=Limits(max_context_tokens=250_000),
+        compaction="window",
+        continue_as_new_after_steps=5,
+    )
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        handle = await client.start_workflow(
+            AgentWorkflow.run, agent_input, id=f"can-{uuid.uuid4()}", task_queue=task_queue
+        )
+        result = await handle.result()
+        transcript = await handle.query(AgentWorkflow.transcript)
+
+    assert result.answer == "done" and await continued(handle)
+    # The new run starts from the view: the task, then the compaction's note.
+    assert transcript[0].content == "where is order 1042"
+    assert transcript[1].content.endswith("dropped to fit the context window]")

@@ -215,13 +215,15 @@ class AgentWorkflow:
         self._externalised = carried.externalised
         self._runs = carried.runs
 
-    def _carry(self) -> CarriedState:
-        # After a compaction only the view goes on (the first message, the note, the newest
-        # groups): what was compacted away stays in the earlier runs' histories, and carrying it
-        # could outgrow the 2 MB a continue-as-new input may have.
-        messages = compaction.view(self._transcript.messages, self._cut, self._note)
+    def _carry(self, view_only: bool = False) -> CarriedState:
+        """The state to continue as new with. `view_only`: instead of the whole transcript, only
+        what the model is sent after the compactions (the first message, the note, the newest
+        groups); the rest stays in the earlier runs' histories."""
+        messages = self._transcript.messages
+        if view_only:
+            messages = compaction.view(messages, self._cut, self._note)
         return CarriedState(
-            messages=messages,
+            messages=list(messages),
             steps=self._budget.steps,
             usage=self._budget.usage,
             step_records=self._budget.step_records,
@@ -231,8 +233,8 @@ class AgentWorkflow:
             loop_counts=dict(self._loops.counts),
             call_ids=sorted(self._call_ids),
             effects=self._effects,
-            cut=1,
-            note=None,
+            cut=1 if view_only else self._cut,
+            note=None if view_only else self._note,
             compactions=self._compactions,
             plan=self._plan,
             externalised=self._externalised,
@@ -368,6 +370,10 @@ class AgentWorkflow:
             if self._should_continue_as_new(self._budget.steps - first_step_of_run):
                 carried = agent_input.model_copy(update={"carried": self._carry()})
                 size = len(carried.model_dump_json())
+                if size > _MAX_CARRIED_BYTES and self._note is not None:
+                    # Too large whole (a workflow input may have 2 MB): carry the compacted view.
+                    carried = agent_input.model_copy(update={"carried": self._carry(True)})
+                    size = len(carried.model_dump_json())
                 if size > _MAX_CARRIED_BYTES:
                     # A continue-as-new that cannot be sent would leave the run stuck forever.
                     raise AgentBudgetExceeded(
