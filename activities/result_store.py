@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sqlite3
 from pathlib import Path
 from typing import Annotated, Any, Protocol
 
 from pydantic import Field
 
+from activities.message_store import SqliteMessageStore
 from activities.tools import tool
 
 READ_RESULT = "read_result"
@@ -36,27 +36,18 @@ class ResultStore(Protocol):
 
 
 class SqliteResultStore:
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+    """A SQLite file, through the message store's key-value table."""
 
-    def _connect(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(self.path, timeout=30)
-        connection.execute(
-            "CREATE TABLE IF NOT EXISTS results (ref TEXT PRIMARY KEY, text TEXT NOT NULL)"
-        )
-        return connection
+    def __init__(self, path: str | Path) -> None:
+        self._blobs = SqliteMessageStore(path)
 
     def put(self, text: str) -> str:
         ref = "r-" + hashlib.sha256(text.encode()).hexdigest()[:20]
-        with self._connect() as connection:
-            connection.execute("INSERT OR IGNORE INTO results VALUES (?, ?)", (ref, text))
+        self._blobs.put_blob(ref, text)
         return ref
 
     def get(self, ref: str) -> str | None:
-        with self._connect() as connection:
-            row = connection.execute("SELECT text FROM results WHERE ref = ?", (ref,)).fetchone()
-        return None if row is None else str(row[0])
+        return self._blobs.get_blob(ref)
 
 
 _store: ResultStore | None = None
