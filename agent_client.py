@@ -34,7 +34,6 @@ from temporalio.client import (
     WorkflowHandle,
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from activities import telemetry
@@ -49,7 +48,6 @@ from workflows.models import (
     PlanState,
     RunStatus,
     StepRecord,
-    Usage,
 )
 from workflows.transcript import Message
 
@@ -110,13 +108,6 @@ class AgentRunFailed(Exception):
         self.details = details
 
 
-def failure_details(cause: BaseException | None) -> FailureDetails:
-    """What a failed run carried in its error: steps, usage, step records, compensations."""
-    if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
-        return FailureDetails.model_validate(cause.details[0])
-    return FailureDetails(steps=0, usage=Usage())
-
-
 class AgentRun:
     """One run, by workflow id."""
 
@@ -135,7 +126,9 @@ class AgentRun:
             cause = failure.cause
             error_type = getattr(cause, "type", None) or type(cause).__name__
             message = getattr(cause, "message", None) or str(cause)
-            raise AgentRunFailed(self.id, error_type, message, failure_details(cause)) from failure
+            raise AgentRunFailed(
+                self.id, error_type, message, FailureDetails.of_error(cause)
+            ) from failure
 
     async def status(self) -> RunStatus:
         return await self.handle.query(AgentWorkflow.status)

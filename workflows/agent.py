@@ -65,7 +65,6 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRecord,
         ToolOutcome,
         ToolSpec,
-        Usage,
     )
     from workflows.transcript import (
         AssistantMessage,
@@ -931,7 +930,7 @@ class AgentWorkflow:
         except ChildWorkflowError as error:
             cause = error.cause
             # A failed sub-agent undid its own effects; what it spent still counts here.
-            self._budget.record_side_call(_failure_usage(cause))
+            self._budget.record_side_call(FailureDetails.of_error(cause).usage)
             content = f"Error: the sub-agent failed: {_describe_failure(cause)}"
             return _Outcome.refused(call, content[:2000], "error", _ms_since(started), 1)
         self._budget.record_side_call(result.usage)
@@ -1174,12 +1173,6 @@ def _with_unique_call_ids(
 def _call_summary(call: ToolCall) -> str:
     summary = f"{call.name} {call.arguments}"
     return summary if len(summary) <= 120 else summary[:117] + "..."
-
-
-def _failure_usage(cause: BaseException | None) -> Usage:
-    if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
-        return FailureDetails.model_validate(cause.details[0]).usage
-    return Usage()
 
 
 def _failure_type(cause: BaseException | None) -> str:

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ApplicationError
 
 from workflows.transcript import AssistantMessage, Message, UserMessage
 
@@ -417,6 +418,17 @@ class FailureDetails(BaseModel):
     step_records: list[StepRecord] = []
     compensations: list[CompensationRecord] = []
     """Newest effect first, in the order the compensations ran."""
+
+    @classmethod
+    def of_error(cls, error: BaseException | None) -> FailureDetails:
+        """What a failed run's error carried; empty when it carried nothing (a cancellation)."""
+        if (
+            isinstance(error, ApplicationError)
+            and error.details
+            and isinstance(error.details[0], dict)
+        ):
+            return cls.model_validate(error.details[0])
+        return cls(steps=0, usage=Usage())
 
 
 class RunStatus(BaseModel):
