@@ -1,0 +1,185 @@
+"""Encryption at rest: the data converter of every client and worker, with AES-GCM when keys are
+configured, so transcripts, tool arguments and results are ciphertext in the server's database.
+
+Keys come from `AGENT_PAYLOAD_KEYS` (`id=base64key` pairs, comma-separated) or from the file that
+`AGENT_PAYLOAD_KEYS_FILE` names (the same pairs, one a line or comma-separated; `#` starts a
+comment). The first key encrypts; every key listed decrypts the payloads that name its id, so a
+rotation is "new,old": runs started before it still read. Keys are 16, 24 or 32 bytes (AES-128,
+-192 or -256); `python payload_codec.py` prints a fresh pair.
+
+What the codec covers (temporalio's payload visitor): workflow and activity inputs and results,
+query and update payloads, memos, activity summaries (user metadata) and, with the failure
+converter below, failure messages and stack traces. Search attributes are never encoded: the
+workflow keeps them free of content (AgentStatus, AgentStep).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import os
+import re
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+    PayloadCodec,
+)
+
+KEYS_VARIABLE = "AGENT_PAYLOAD_KEYS"
+KEYS_FILE_VARIABLE = "AGENT_PAYLOAD_KEYS_FILE"
+ENCODING = b"binary/encrypted"
+KEY_ID_METADATA = "encryption-key-id"
+NONCE_BYTES = 12
+_KEY_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+
+class PayloadKeyError(ValueError):
+    """The key configuration is malformed, or a payload names a key that is not configured.
+
+    The message is one line and never holds key material."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PayloadKey:
+    id: str
+    key: bytes = dataclasses.field(repr=False)
+
+
+def parse_keys(text: str, source: str = KEYS_VARIABLE) -> list[PayloadKey]:
+    """`id=base64key` pairs separated by commas or newlines; the first one encrypts."""
+    keys: list[PayloadKey] = []
+    entries = [
+        entry.strip()
+        for line in text.splitlines()
+        for entry in line.split("#", 1)[0].split(",")
+        if entry.strip()
+    ]
+    if not entries:
+        raise PayloadKeyError(f"{source}: no keys; expected id=base64key pairs, comma-separated")
+    for number, entry in enumerate(entries, start=1):
+        key_id, equals, encoded = entry.partition("=")
+        key_id, encoded = key_id.strip(), encoded.strip()
+        if not equals or not key_id:
+            raise PayloadKeyError(f"{source}: entry {number} is not id=base64key")
+        if not _KEY_ID.fullmatch(key_id):
+            raise PayloadKeyError(
+                f"{source}: key id {key_id[:64]!r} may only have letters, digits and ._:- "
+                "(at most 64)"
+            )
+        try:
+            key = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise PayloadKeyError(f"{source}: the key of id {key_id!r} is not base64") from None
+        if len(key) not in (16, 24, 32):
+            raise PayloadKeyError(
+                f"{source}: the key of id {key_id!r} is {len(key)} bytes; AES-GCM needs 16, 24 "
+                "or 32"
+            )
+        if any(known.id == key_id for known in keys):
+            raise PayloadKeyError(f"{source}: key id {key_id!r} appears twice")
+        keys.append(PayloadKey(key_id, key))
+    return keys
+
+
+def keys_from_env(environ: Mapping[str, str] | None = None) -> list[PayloadKey] | None:
+    """The configured keys, or None when encryption is off (neither variable set)."""
+    env = os.environ if environ is None else environ
+    inline = env.get(KEYS_VARIABLE, "").strip()
+    path = env.get(KEYS_FILE_VARIABLE, "").strip()
+    if inline and path:
+        raise PayloadKeyError(f"set {KEYS_VARIABLE} or {KEYS_FILE_VARIABLE}, not both")
+    if inline:
+        return parse_keys(inline)
+    if path:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            reason = getattr(error, "strerror", None) or type(error).__name__
+            raise PayloadKeyError(f"{KEYS_FILE_VARIABLE}: cannot read {path}: {reason}") from None
+        return parse_keys(text, f"{KEYS_FILE_VARIABLE} ({path})")
+    return None
+
+
+class EncryptionCodec(PayloadCodec):
+    """AES-GCM over each whole serialized payload, with the key id in the metadata.
+
+    Decoding passes payloads without the `binary/encrypted` encoding through unchanged: runs
+    started before encryption was turned on still read."""
+
+    def __init__(self, keys: Sequence[PayloadKey]) -> None:
+        if not keys:
+            raise PayloadKeyError("an encryption codec needs at least one key")
+        self.key_id = keys[0].id
+        self._encryptor = AESGCM(keys[0].key)
+        self._decryptors = {k.id: AESGCM(k.key) for k in keys}
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [self.encrypt(p) for p in payloads]
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [self.decrypt(p) for p in payloads]
+
+    def encrypt(self, payload: Payload) -> Payload:
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        sealed = self._encryptor.encrypt(nonce, payload.SerializeToString(), None)
+        return Payload(
+            metadata={"encoding": ENCODING, KEY_ID_METADATA: self.key_id.encode()},
+            data=nonce + sealed,
+        )
+
+    def decrypt(self, payload: Payload) -> Payload:
+        if payload.metadata.get("encoding") != ENCODING:
+            return payload
+        key_id = payload.metadata.get(KEY_ID_METADATA, b"").decode(errors="replace")
+        decryptor = self._decryptors.get(key_id)
+        if decryptor is None:
+            raise PayloadKeyError(
+                f"a payload is encrypted with key id {key_id!r}, which is not configured "
+                f"(known: {', '.join(self._decryptors)}); add it back to {KEYS_VARIABLE} after "
+                "the new key to read runs from before a rotation"
+            )
+        data = payload.data
+        try:
+            plain = decryptor.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], None)
+        except InvalidTag:
+            raise PayloadKeyError(
+                f"a payload with key id {key_id!r} does not decrypt: the key configured for "
+                "that id is not the one that encrypted it, or the payload was altered"
+            ) from None
+        return Payload.FromString(plain)
+
+
+def data_converter(
+    environ: Mapping[str, str] | None = None, *, keys: Iterable[PayloadKey] | None = None
+) -> DataConverter:
+    """The pydantic converter; with keys (given, or from the environment) also the encryption
+    codec and a failure converter that moves failure messages and stack traces into the
+    encrypted attributes. Raises PayloadKeyError on a malformed configuration."""
+    configured = list(keys) if keys is not None else keys_from_env(environ)
+    if not configured:
+        return pydantic_data_converter
+    return dataclasses.replace(
+        pydantic_data_converter,
+        payload_codec=EncryptionCodec(configured),
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )
+
+
+def new_key_pair(key_id: str) -> str:
+    """`id=base64key` with a fresh 256-bit key."""
+    return f"{key_id}={base64.b64encode(AESGCM.generate_key(bit_length=256)).decode()}"
+
+
+if __name__ == "__main__":
+    import datetime
+
+    print(new_key_pair(datetime.date.today().strftime("k%Y%m%d")))

@@ -1,0 +1,271 @@
+"""The codec server: Temporal's remote codec protocol over HTTP, behind a bearer token, with CORS
+for the Web UI's origin only."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf import json_format
+from temporalio.api.common.v1 import Payload, Payloads
+from temporalio.client import Client
+
+import codec_server
+from codec_server import serving
+from payload_codec import ENCODING, KEY_ID_METADATA, EncryptionCodec, PayloadKey, data_converter
+from tests.helpers import TEST_WORKER_OPTIONS, scripted_input, turn
+from worker import build_worker, temporal_binary
+from workflows.agent import AgentWorkflow
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "codec-token-for-tests"
+UI_ORIGIN = "http://localhost:8233"
+OLD = PayloadKey("old", bytes(range(32)))
+NEW = PayloadKey("new", bytes(range(50, 82)))
+
+
+@pytest.fixture
+def server() -> Iterator[codec_server.CodecServer]:
+    with serving(EncryptionCodec([NEW, OLD]), TOKEN, ui_origin=UI_ORIGIN) as running:
+        yield running
+
+
+def request(
+    server: codec_server.CodecServer,
+    path: str,
+    body: Any = None,
+    *,
+    method: str = "POST",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], Any]:
+    data = None if body is None else json.dumps(body).encode()
+    sent = urllib.request.Request(
+        server.url + path,
+        data=data,
+        method=method,
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+    try:
+        with urllib.request.urlopen(sent, timeout=5) as response:
+            raw = response.read()
+            return response.status, dict(response.headers), json.loads(raw) if raw else None
+    except urllib.error.HTTPError as error:
+        raw = error.read()
+        return error.code, dict(error.headers), json.loads(raw) if raw else None
+
+
+def payloads_json(*payloads: Payload) -> Any:
+    return json_format.MessageToDict(Payloads(payloads=list(payloads)))
+
+
+def parsed(body: Any) -> list[Payload]:
+    return list(json_format.ParseDict(body, Payloads()).payloads)
+
+
+PLAIN = Payload(metadata={"encoding": b"json/plain"}, data=b'{"prompt": "my secret question"}')
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}],
+    ids=["no-token", "wrong-token", "not-bearer"],
+)
+@pytest.mark.parametrize("path", ["/encode", "/decode"])
+def test_every_post_needs_the_token(
+    server: codec_server.CodecServer, path: str, headers: dict[str, str]
+) -> None:
+    status, _, body = request(server, path, payloads_json(PLAIN), headers=headers)
+    assert status == 401 and body == {"error": "a bearer token is required"}
+
+
+def test_encode_then_decode_round_trips_and_decodes_older_keys(
+    server: codec_server.CodecServer,
+) -> None:
+    status, headers, body = request(server, "/encode", payloads_json(PLAIN), headers=BEARER)
+    assert status == 200 and headers["Content-Type"] == "application/json"
+    [encrypted] = parsed(body)
+    assert encrypted.metadata["encoding"] == ENCODING
+    assert encrypted.metadata[KEY_ID_METADATA] == b"new"
+    assert b"secret" not in encrypted.data
+
+    # A payload from before a rotation (old key), one encrypted now, and a plain one.
+    before_rotation = EncryptionCodec([OLD]).encrypt(PLAIN)
+    status, _, body = request(
+        server,
+        "/decode",
+        payloads_json(encrypted, before_rotation, PLAIN),
+        headers={**BEARER, "X-Namespace": "default"},
+    )
+    assert status == 200
+    assert parsed(body) == [PLAIN, PLAIN, PLAIN]
+
+
+def test_a_payload_of_an_unknown_key_is_a_clear_400(server: codec_server.CodecServer) -> None:
+    foreign = EncryptionCodec([PayloadKey("gone", bytes(32))]).encrypt(PLAIN)
+    status, _, body = request(server, "/decode", payloads_json(foreign), headers=BEARER)
+    assert status == 400
+    assert "key id 'gone'" in body["error"] and "new, old" in body["error"]
+
+
+def test_a_malformed_body_is_a_400(server: codec_server.CodecServer) -> None:
+    status, _, body = request(server, "/decode", {"payloads": "nope"}, headers=BEARER)
+    assert status == 400 and body["error"].startswith("not a Payloads JSON body")
+
+
+def test_the_wire_format_is_protobuf_json_with_base64(server: codec_server.CodecServer) -> None:
+    """What the Web UI and the CLI send: metadata values and data as base64 strings."""
+    body = {
+        "payloads": [
+            {
+                "metadata": {"encoding": base64.b64encode(b"json/plain").decode()},
+                "data": base64.b64encode(b'"hello"').decode(),
+            }
+        ]
+    }
+    status, _, encoded = request(server, "/encode", body, headers=BEARER)
+    assert status == 200
+    status, _, decoded = request(server, "/decode", encoded, headers=BEARER)
+    assert status == 200 and decoded == body
+
+
+def test_cors_preflight_answers_only_the_ui_origin(server: codec_server.CodecServer) -> None:
+    preflight = {
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type,x-namespace",
+    }
+    status, headers, _ = request(
+        server, "/decode", method="OPTIONS", headers={**preflight, "Origin": UI_ORIGIN}
+    )
+    assert status == 204
+    assert headers["Access-Control-Allow-Origin"] == UI_ORIGIN
+    assert "POST" in headers["Access-Control-Allow-Methods"]
+    allowed = {h.strip() for h in headers["Access-Control-Allow-Headers"].split(",")}
+    assert {"authorization", "content-type", "x-namespace"} <= allowed
+
+    status, headers, _ = request(
+        server,
+        "/decode",
+        method="OPTIONS",
+        headers={**preflight, "Origin": "http://evil.example"},
+    )
+    assert status == 403 and "Access-Control-Allow-Origin" not in headers
+
+    # The answer to the UI's POST carries the header too; another origin's does not.
+    _, headers, _ = request(
+        server, "/decode", payloads_json(PLAIN), headers={**BEARER, "Origin": UI_ORIGIN}
+    )
+    assert headers["Access-Control-Allow-Origin"] == UI_ORIGIN
+    _, headers, _ = request(
+        server, "/decode", payloads_json(PLAIN), headers={**BEARER, "Origin": "http://evil.example"}
+    )
+    assert "Access-Control-Allow-Origin" not in headers
+
+
+def test_it_refuses_to_start_without_a_token_or_keys(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("AGENT_CODEC_TOKEN", raising=False)
+    monkeypatch.setenv("AGENT_PAYLOAD_KEYS", f"new={base64.b64encode(NEW.key).decode()}")
+    assert codec_server.main(["--port", "0"]) == 2
+    assert "AGENT_CODEC_TOKEN is not set" in capsys.readouterr().err
+
+    monkeypatch.setenv("AGENT_CODEC_TOKEN", TOKEN)
+    monkeypatch.setenv("AGENT_PAYLOAD_KEYS", "new=not-base64!")
+    assert codec_server.main(["--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the key of id 'new' is not base64" in err
+
+    monkeypatch.delenv("AGENT_PAYLOAD_KEYS")
+    monkeypatch.delenv("AGENT_PAYLOAD_KEYS_FILE", raising=False)
+    assert codec_server.main(["--port", "0"]) == 2
+    assert "no keys" in capsys.readouterr().err
+
+
+def test_the_command_serves_on_localhost_and_prints_neither_key_nor_token(
+    tmp_path: Path,
+) -> None:
+    """`python codec_server.py` as a person runs it: it says where it listens, then serves."""
+    key_text = base64.b64encode(NEW.key).decode()
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "codec_server.py"), "--port", "0"],
+        cwd=tmp_path,
+        env={"AGENT_PAYLOAD_KEYS": f"new={key_text}", "AGENT_CODEC_TOKEN": TOKEN},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert "codec server on http://127.0.0.1:" in line and "key id new" in line, line
+        url = line.split("codec server on ", 1)[1].split()[0]
+        sent = urllib.request.Request(
+            url + "/encode",
+            data=json.dumps(payloads_json(PLAIN)).encode(),
+            headers={**BEARER, "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(sent, timeout=5) as response:
+            assert response.status == 200
+    finally:
+        process.terminate()
+        _, rest = process.communicate(timeout=10)
+    printed = line + rest
+    assert TOKEN not in printed and key_text not in printed
+    assert "POST /encode" in printed  # the access log: request lines, not headers
+
+
+async def test_the_temporal_cli_shows_an_encrypted_run_through_it(
+    client: Client, task_queue: str
+) -> None:
+    """`temporal workflow show --codec-endpoint ... --codec-auth ...` against the session's
+    server: every payload of an encrypted run comes back decrypted."""
+    prompt = "Is my order on its way? (asked by CLI-READER-3141)"
+    encrypted = Client(
+        client.service_client, namespace=client.namespace, data_converter=data_converter(keys=[NEW])
+    )
+    async with build_worker(encrypted, task_queue, **TEST_WORKER_OPTIONS):
+        handle = await encrypted.start_workflow(
+            AgentWorkflow.run,
+            scripted_input([turn(text="On its way.")], prompt=prompt),
+            id=f"codec-cli-{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+        await handle.result()
+    with serving(EncryptionCodec([NEW]), TOKEN, ui_origin=UI_ORIGIN) as running:
+        shown = await asyncio.to_thread(
+            subprocess.run,
+            [
+                temporal_binary(),
+                "workflow",
+                "show",
+                "--workflow-id",
+                handle.id,
+                "--address",
+                client.service_client.config.target_host,
+                "--codec-endpoint",
+                running.url,
+                "--codec-auth",
+                f"Bearer {TOKEN}",
+                "--output",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert shown.returncode == 0, shown.stderr
+    events = json.loads(shown.stdout)["events"]
+    started = events[0]["workflowExecutionStartedEventAttributes"]["input"]["payloads"][0]
+    assert base64.b64decode(started["metadata"]["encoding"]) == b"json/plain"
+    assert prompt in base64.b64decode(started["data"]).decode()
+    assert base64.b64encode(ENCODING).decode() not in shown.stdout
