@@ -202,7 +202,7 @@ def interceptors() -> list[TracingInterceptor]:
         return []
     from temporalio.contrib.opentelemetry import TracingInterceptor
 
-    return [TracingInterceptor(_tracer())]
+    return [TracingInterceptor(_MessageFreeErrorsTracer(_tracer()))]
 
 
 def worker_interceptors(client: Client) -> list[TracingInterceptor]:
@@ -238,6 +238,93 @@ def capture_content() -> bool:
 
 def _tracer() -> trace.Tracer:
     return _explicit_tracer or _global_tracer
+
+
+class _MessageFreeErrorsTracer(trace.Tracer):
+    """The tracer of Temporal's interceptor, keeping exception messages out of its spans.
+
+    The interceptor puts `{type}: {message}` in a failed span's status, and the API records the
+    exception (message and traceback) as an event; a tool's exception may quote its arguments,
+    and payload encryption cannot reach a trace. So unless content capture is on, an error keeps
+    only its type, as the GenAI spans do."""
+
+    def __init__(self, tracer: trace.Tracer) -> None:
+        self._tracer = tracer
+
+    def start_span(self, *args: Any, **kwargs: Any) -> Span:
+        return _MessageFreeErrorsSpan(self._tracer.start_span(*args, **kwargs))
+
+    @contextmanager
+    def start_as_current_span(  # type: ignore[override]
+        self,
+        name: str,
+        context: Any = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Any = None,
+        links: Any = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> Iterator[Span]:
+        span = self.start_span(name, context, kind, attributes, links, start_time)
+        with trace.use_span(
+            span,
+            end_on_exit=end_on_exit,
+            record_exception=record_exception,
+            set_status_on_exception=set_status_on_exception,
+        ) as current:
+            yield current
+
+
+class _MessageFreeErrorsSpan(Span):
+    def __init__(self, span: Span) -> None:
+        self._span = span
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        if not capture_content():
+            if isinstance(status, Status) and status.description:
+                status = Status(status.status_code, status.description.split(":", 1)[0])
+            description = description.split(":", 1)[0] if description else description
+        self._span.set_status(status, description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: Any = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        if capture_content():
+            self._span.record_exception(exception, attributes, timestamp, escaped)
+        else:
+            self._span.add_event(
+                "exception", {"exception.type": type(exception).__name__}, timestamp
+            )
+
+    def end(self, end_time: int | None = None) -> None:
+        self._span.end(end_time)
+
+    def get_span_context(self) -> trace.SpanContext:
+        return self._span.get_span_context()
+
+    def set_attributes(self, attributes: Any) -> None:
+        self._span.set_attributes(attributes)
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self._span.set_attribute(key, value)
+
+    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+        self._span.add_event(name, attributes, timestamp)
+
+    def add_link(self, context: trace.SpanContext, attributes: Any = None) -> None:
+        self._span.add_link(context, attributes)
+
+    def update_name(self, name: str) -> None:
+        self._span.update_name(name)
+
+    def is_recording(self) -> bool:
+        return self._span.is_recording()
 
 
 # --- GenAI spans -----------------------------------------------------------------------------

@@ -239,40 +239,79 @@ def _failure(event: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    """Tracing on, through a test-local provider, with content capture off (its default)."""
+    monkeypatch.delenv(telemetry.CAPTURE_CONTENT_VARIABLE, raising=False)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry.configure(provider)
+    try:
+        yield exporter
+    finally:
+        telemetry.configure(None)
+        provider.shutdown()
+
+
+def span_texts(exporter: InMemorySpanExporter) -> list[str]:
+    """What each span holds: name, status, attributes and its events' attributes."""
+    return [
+        json.dumps(
+            [
+                span.name,
+                span.status.description,
+                dict(span.attributes or {}),
+                [(e.name, dict(e.attributes or {})) for e in span.events],
+            ],
+            default=str,
+        )
+        for span in exporter.get_finished_spans()
+    ]
+
+
+async def test_traces_hold_no_content_not_even_a_failing_tools_message(
+    client: Client, task_queue: str, spans: InMemorySpanExporter
+) -> None:
+    """Temporal's interceptor would put `ValueError: internal detail <argument>` in the failed
+    RunActivity spans; telemetry keeps the type only."""
+    traced = with_converter(
+        client, data_converter(keys=[KEY_A]), interceptors=telemetry.interceptors()
+    )
+    run = await run_to_the_end(traced, client, task_queue, scripted_run_input())
+
+    assert run.result.answer == ANSWER
+    failed = [s for s in spans.get_finished_spans() if s.name == "RunActivity:always_fails"]
+    assert len(failed) == 3 and {s.status.description for s in failed} == {"ValueError"}
+    assert {e.name for s in failed for e in s.events} == {"exception"}
+    assert found_in(span_texts(spans), SCRIPTED_SECRETS) == []
+
+
 async def test_an_openai_run_keeps_the_api_key_out_of_history_logs_and_spans(
     client: Client,
     task_queue: str,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    spans: InMemorySpanExporter,
 ) -> None:
-    """Through the real openai SDK, against the local fake, with tracing on (content capture
-    off, its default) and encryption on."""
+    """Through the real openai SDK, against the local fake, with tracing and encryption on."""
     caplog.set_level(logging.INFO)
-    monkeypatch.delenv(telemetry.CAPTURE_CONTENT_VARIABLE, raising=False)
-    spans = InMemorySpanExporter()
-    provider = TracerProvider(shutdown_on_exit=False)
-    provider.add_span_processor(SimpleSpanProcessor(spans))
-    telemetry.configure(provider)
     script = [
         Reply(tool_calls=[("call_cust", "get_customer", json.dumps({"email": EMAIL}))]),
         Reply(ANSWER),
     ]
-    try:
-        with FakeOpenAI(script, api_key=API_KEY) as fake:
-            monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
-            monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
-            worker_client = with_converter(
-                client, data_converter(keys=[KEY_A]), interceptors=telemetry.interceptors()
-            )
-            agent_input = AgentInput(
-                prompt=PROMPT,
-                tools=["get_customer"],
-                model=ModelSettings(provider="openai", model="gpt-fake", retry=FAST_MODEL_RETRY),
-            )
-            run = await run_to_the_end(worker_client, client, task_queue, agent_input)
-    finally:
-        telemetry.configure(None)
-        provider.shutdown()
+    with FakeOpenAI(script, api_key=API_KEY) as fake:
+        monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        worker_client = with_converter(
+            client, data_converter(keys=[KEY_A]), interceptors=telemetry.interceptors()
+        )
+        agent_input = AgentInput(
+            prompt=PROMPT,
+            tools=["get_customer"],
+            model=ModelSettings(provider="openai", model="gpt-fake", retry=FAST_MODEL_RETRY),
+        )
+        run = await run_to_the_end(worker_client, client, task_queue, agent_input)
 
     assert run.result.answer == ANSWER
     # The key was really sent, and the tool really ran: there was something to leak.
@@ -290,12 +329,9 @@ async def test_an_openai_run_keeps_the_api_key_out_of_history_logs_and_spans(
 
     # Logs (tracebacks included) and spans hold neither the key nor the content.
     assert caplog.records and found_in([caplog.text], secrets) == []
-    finished = spans.get_finished_spans()
-    assert {"chat gpt-fake", "execute_tool get_customer"} <= {s.name for s in finished}
-    for span in finished:
-        recorded = [span.name, str(span.status.description), *map(str, span.attributes.values())]
-        recorded += [str(v) for e in span.events for v in (e.attributes or {}).values()]
-        assert found_in(recorded, secrets) == [], span.name
+    names = {s.name for s in spans.get_finished_spans()}
+    assert {"chat gpt-fake", "execute_tool get_customer", "RunActivity:call_model"} <= names
+    assert found_in(span_texts(spans), secrets) == []
 
 
 async def test_runs_from_before_a_rotation_still_read(
