@@ -34,13 +34,16 @@ from temporalio.client import (
     WorkflowHandle,
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowStreamItem
 from temporalio.service import RPCError
 
 from activities import telemetry
 from workflows.agent import AgentWorkflow
 from workflows.models import (
     DEFAULT_TASK_QUEUE,
+    EVENTS_TOPIC,
     SEARCH_ATTRIBUTES,
+    AgentEvent,
     AgentInput,
     AgentResult,
     FailureDetails,
@@ -48,6 +51,8 @@ from workflows.models import (
     PlanState,
     RunStatus,
     StepRecord,
+    ToolApproval,
+    ToolCallDecision,
 )
 from workflows.transcript import Message
 
@@ -60,6 +65,9 @@ READ_CONCURRENCY = 16
 """Results `closed_runs` fetches at once (one history read each)."""
 CLOSED_QUERY_TIMEOUT = timedelta(seconds=10)
 """A closed run answers a query only when a worker of its task queue replays it."""
+
+STREAM_POLL_COOLDOWN = timedelta(milliseconds=100)
+"""How often a caught-up subscriber asks for more (each ask is an update in the run's history)."""
 
 _log = logging.getLogger(__name__)
 
@@ -111,8 +119,9 @@ class AgentRunFailed(Exception):
 class AgentRun:
     """One run, by workflow id."""
 
-    def __init__(self, handle: WorkflowHandle[Any, AgentResult]) -> None:
+    def __init__(self, handle: WorkflowHandle[Any, AgentResult], client: Client) -> None:
         self.handle = handle
+        self.client = client
 
     @property
     def id(self) -> str:
@@ -172,6 +181,33 @@ class AgentRun:
             PlanDecision(approve=False, version=version, comment=feedback),
         )
 
+    async def pending_tool_calls(self) -> list[ToolApproval]:
+        """The tool calls waiting for a person's decision, oldest first."""
+        return (await self.status()).approvals
+
+    async def decide_tool_call(
+        self, call_id: str, approve: bool, reason: str | None = None, *, remember: bool = False
+    ) -> ToolApproval:
+        """Approve or deny a waiting call; `remember` applies the decision to the run's later
+        calls of the same tool. Raises temporalio.client.WorkflowUpdateFailedError, saying why,
+        for an unknown or already decided call id."""
+        return await self.handle.execute_update(
+            AgentWorkflow.decide_tool_call,
+            ToolCallDecision(call_id=call_id, approve=approve, reason=reason, remember=remember),
+        )
+
+    async def events(
+        self, from_offset: int = 0, *, poll_cooldown: timedelta = STREAM_POLL_COOLDOWN
+    ) -> AsyncIterator[WorkflowStreamItem[AgentEvent]]:
+        """The run's progress events from `from_offset`, as they happen, across continue-as-new;
+        for a run that has ended, what is left, then the end. Each item's `offset` is where to
+        resume (`offset + 1`) after a reconnect."""
+        stream = WorkflowStreamClient.create(self.client, self.id)
+        async for item in stream.subscribe(
+            EVENTS_TOPIC, from_offset, result_type=AgentEvent, poll_cooldown=poll_cooldown
+        ):
+            yield item
+
 
 class AgentClient:
     def __init__(self, client: Client, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
@@ -208,11 +244,13 @@ class AgentClient:
             task_queue=self.task_queue,
             memo={"label": agent_input.label} if agent_input.label else None,
         )
-        return AgentRun(handle)
+        return AgentRun(handle, self.client)
 
     def run(self, workflow_id: str) -> AgentRun:
         """A run started elsewhere (by another process, the CLI, or the Web UI)."""
-        return AgentRun(self.client.get_workflow_handle_for(AgentWorkflow.run, workflow_id))
+        return AgentRun(
+            self.client.get_workflow_handle_for(AgentWorkflow.run, workflow_id), self.client
+        )
 
     async def awaiting_approval(self) -> AsyncIterator[AgentRun]:
         """The runs whose plan waits for a person, found through the AgentStatus attribute."""
@@ -248,7 +286,7 @@ class AgentClient:
             AgentWorkflow.run, execution.id, run_id=execution.run_id
         )
         try:
-            result = await AgentRun(handle).result()
+            result = await AgentRun(handle, self.client).result()
         except AgentRunFailed as failure:
             return ClosedRun(execution.id, label, failure=failure)
         except (RPCError, ValueError, TypeError) as error:

@@ -1,9 +1,14 @@
 """Start an agent run and print its answer; decide on and follow runs already going.
 
     python starter.py "PROMPT" [--provider scripted|openai|anthropic] [--model M] [--max-steps N]
-                      [--plan] [--label TEXT] [--address HOST:PORT] [--no-wait] [--json] [--trace]
+                      [--plan] [--approve-all] [--allow TOOL]... [--label TEXT]
+                      [--address HOST:PORT] [--no-wait] [--json] [--trace]
     python starter.py approve WORKFLOW_ID [--comment TEXT] [--version N]
     python starter.py reject WORKFLOW_ID --feedback TEXT [--version N]
+    python starter.py calls WORKFLOW_ID
+    python starter.py approve-call WORKFLOW_ID CALL_ID [--remember] [--reason TEXT]
+    python starter.py deny-call WORKFLOW_ID CALL_ID --reason TEXT [--remember]
+    python starter.py watch WORKFLOW_ID [--from OFFSET] [--json]
     python starter.py status WORKFLOW_ID
     python starter.py list --awaiting-approval [--json]
     python starter.py result WORKFLOW_ID [--json] [--trace]
@@ -11,10 +16,13 @@
     python starter.py stats [--label TEXT] [--limit N] [--json]
 
 Without --address (and without $TEMPORAL_ADDRESS) a run is self-contained: it starts an embedded
-Temporal dev server with the Web UI and an in-process worker, runs the agent, and stops both. With
---plan it then shows each plan at the terminal and reads the decision from stdin. With an address
-it only starts the run; a `worker.py` must serve it. The subcommands always need an address, and
-take --namespace. A prompt that is a subcommand's name goes after `--`.
+Temporal dev server with the Web UI and an in-process worker, runs the agent, and stops both. It
+follows the run's progress stream, and shows each plan (--plan) and each tool call that waits for
+a person (the calls of tools that change data, unless --approve-all or --allow) at the terminal,
+reading the decision from stdin. With an address it only starts the run; a `worker.py` must serve
+it. `watch` follows the progress stream of a run started anywhere, one line per event. The
+subcommands always need an address, and take --namespace. A prompt that is a subcommand's name
+goes after `--`.
 
 --trace prints the run's steps as a table once it has ended (on stderr; with --json, as the
 `trace` key instead). `trace` prints that table on stdout for a running or ended run. `stats` reads
@@ -59,6 +67,7 @@ from worker import (
 )
 from workflows.models import (
     DEFAULT_TASK_QUEUE,
+    AgentEvent,
     AgentInput,
     AgentResult,
     CompactionRecord,
@@ -70,6 +79,7 @@ from workflows.models import (
     ScriptedCall,
     ScriptedTurn,
     StepRecord,
+    ToolApprovalPolicy,
     ToolCallRecord,
     Usage,
 )
@@ -77,7 +87,6 @@ from workflows.models import (
 SCRIPT_ADAPTER = TypeAdapter(list[ScriptedTurn])
 DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-6"}
 KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
-PROGRESS_POLL_SECONDS = 0.25
 LIST_QUERY_TIMEOUT_SECONDS = 5.0
 """`list` asks each waiting run for its plan; a run whose worker is gone does not answer."""
 CANCEL_WAIT_SECONDS = 10.0
@@ -91,7 +100,19 @@ MIN_TOOLS_COLUMN = 28
 NO_LABEL = "(no label)"
 DEFAULT_STATS_LIMIT = 500
 WATCHER_STOP_SECONDS = 10.0
-SUBCOMMANDS = ("approve", "reject", "status", "list", "result", "trace", "stats")
+SUBCOMMANDS = (
+    "approve",
+    "reject",
+    "approve-call",
+    "deny-call",
+    "calls",
+    "watch",
+    "status",
+    "list",
+    "result",
+    "trace",
+    "stats",
+)
 DEMO_PLAN = [
     "Look up the customer's orders by their email.",
     "Check the customer and the tracking of the latest order.",
@@ -144,6 +165,19 @@ def parse_args(argv: list[str] | None) -> Any:
         action="store_true",
         help="plan mode: the model submits a plan and the run waits for a person to approve it "
         "(self-contained: asked here, on stdin; with --address: `starter.py approve`)",
+    )
+    parser.add_argument(
+        "--approve-all",
+        action="store_true",
+        help="a trusted job: no tool call waits for a person (by default the calls of tools "
+        "that change data do: self-contained, asked here; with --address, `approve-call`)",
+    )
+    parser.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="TOOL",
+        help="the calls of this tool run without asking (repeatable)",
     )
     parser.add_argument(
         "--label",
@@ -215,6 +249,13 @@ def parse_subcommand(argv: list[str]) -> Any:
         sub = commands.add_parser(name, parents=[common], help=help, description=help)
         if name not in ("list", "stats"):
             sub.add_argument("workflow_id", help="the run's workflow id")
+        if name in ("approve-call", "deny-call"):
+            sub.add_argument("call_id", help="the tool call's id (see `calls`)")
+            sub.add_argument(
+                "--remember",
+                action="store_true",
+                help="decide the run's later calls of the same tool the same way",
+            )
         return sub
 
     approve = command("approve", "approve the plan a run waits with")
@@ -227,10 +268,33 @@ def parse_subcommand(argv: list[str]) -> Any:
             type=_positive_int,
             help="decide only if plan version N is the one waiting (default: whichever waits)",
         )
+    approve_call = command("approve-call", "let a tool call that waits for a person run")
+    approve_call.add_argument("--reason", help="a note kept with the decision")
+    deny_call = command(
+        "deny-call", "deny a tool call that waits; the model gets the reason as its result"
+    )
+    deny_call.add_argument("--reason", required=True, help="what the model is told")
+    command("calls", "list the run's tool calls that wait for a person")
+    watch = command(
+        "watch",
+        "follow the run's progress stream, one line per event, to the run's end (a run "
+        "started elsewhere, or one that has ended: then what it published)",
+    )
+    watch.add_argument(
+        "--from",
+        dest="from_offset",
+        type=_non_negative_int,
+        default=0,
+        metavar="OFFSET",
+        help="start at this event (each line starts with its offset; resume at the next one)",
+    )
     command("status", "print the run's status query as JSON")
-    listing = command("list", "list the runs whose plan waits for approval")
+    listing = command("list", "list the runs whose plan or tool calls wait for approval")
     listing.add_argument(
-        "--awaiting-approval", action="store_true", required=True, help="runs waiting on a plan"
+        "--awaiting-approval",
+        action="store_true",
+        required=True,
+        help="runs waiting on a person",
     )
     result = command("result", "wait for the run's answer and print it like a run started here")
     result.add_argument(
@@ -268,7 +332,22 @@ def parse_subcommand(argv: list[str]) -> Any:
         chosen.error("the workflow id is empty")
     if args.command == "reject" and not args.feedback.strip():
         chosen.error("--feedback is empty: the model needs to know what to change")
+    if args.command == "deny-call" and not args.reason.strip():
+        chosen.error("--reason is empty: the model needs to know why")
     return args
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"not a non-negative integer: {text!r}")
+    return value
+
+
+_non_negative_int.__name__ = "non-negative integer"
 
 
 def _positive_int(text: str) -> int:
@@ -326,6 +405,7 @@ def build_input(args: Any) -> AgentInput:
         limits=Limits(max_steps=args.max_steps, max_cost_usd=args.max_cost_usd),
         plan=args.plan,
         label=args.label,
+        tool_approval=ToolApprovalPolicy(approve_all=args.approve_all, allow=args.allow),
     )
 
 
@@ -431,7 +511,12 @@ async def _follow(agent_run: AgentRun, args: Any, *, ask: bool) -> int:
     try:
         await asyncio.wait({watcher, outcome}, return_when=asyncio.FIRST_COMPLETED)
         if not outcome.done():
-            return await _no_decision(agent_run, watcher.result(), outcome, args)
+            # The progress lines may stop early (a stream that cannot be read is not fatal);
+            # only a question left undecided at the terminal ends the wait.
+            undecided = None if watcher.exception() else watcher.result()
+            if undecided is not None:
+                return await _no_decision(agent_run, undecided, outcome, args)
+            await asyncio.wait({outcome})
     finally:
         # Let the watcher finish the call it is making rather than cancel it half-way.
         stop.set()
@@ -474,15 +559,18 @@ async def _follow(agent_run: AgentRun, args: Any, *, ask: bool) -> int:
 
 
 async def _no_decision(
-    agent_run: AgentRun, last: RunStatus | None, outcome: asyncio.Task[Any], args: Any
+    agent_run: AgentRun, undecided: str, outcome: asyncio.Task[Any], args: Any
 ) -> int:
-    """stdin ended with a plan undecided (asked only when self-contained)."""
-    plan = last.plan.version if last is not None and last.plan else "?"
+    """stdin ended with a question undecided (asked only when self-contained)."""
     message = (
-        f"stdin ended before a decision on plan v{plan} of {agent_run.id}; nothing here can "
-        "approve it (run at a terminal, or use --address and `starter.py approve`)"
+        f"stdin ended before a decision on {undecided} of {agent_run.id}; nothing here can "
+        "decide it (run at a terminal, or use --address and the approve subcommands)"
     )
     _say(message)
+    try:
+        last: RunStatus | None = await agent_run.status()
+    except (RPCError, WorkflowQueryFailedError):
+        last = None
     # The run cannot outlive this process's server: cancel it, so that it ends as a run, not as
     # a workflow torn down mid-wait, and let the wait for its result end with it.
     with contextlib.suppress(RPCError):
@@ -514,33 +602,78 @@ class _StepLines:
         self.printed = max(self.printed, len(records))
 
 
+class _StepsFromEvents:
+    """Each step's record, rebuilt from the progress stream for the step lines: a step is
+    finished once its tools have results, when the next step starts or the run ends."""
+
+    def __init__(self) -> None:
+        self.records: list[StepRecord] = []
+        self.finished = 0
+
+    def add(self, event: AgentEvent) -> list[StepRecord]:
+        match event.kind:
+            case "step_finished":
+                self.records.append(
+                    StepRecord(
+                        step=event.step,
+                        model=event.model or "",
+                        model_latency_ms=event.latency_ms or 0,
+                        model_attempts=event.attempts or 1,
+                        usage=event.usage or Usage(),
+                        finish_reason=event.outcome,
+                    )
+                )
+            case "tool_call_finished" if self.records:
+                self.records[-1].tool_calls.append(
+                    ToolCallRecord.model_validate(
+                        {
+                            "id": event.call_id,
+                            "name": event.tool,
+                            "arguments": event.arguments or "",
+                            "outcome": event.outcome,
+                            "error": event.text,
+                            "latency_ms": event.latency_ms or 0,
+                            "attempts": event.attempts or 0,
+                        }
+                    )
+                )
+            case "step_started" | "completed" | "failed":
+                self.finished = len(self.records)
+        return self.records[: self.finished]
+
+
 async def _watch(
     agent_run: AgentRun, lines: _StepLines, stop: asyncio.Event, *, ask: bool, args: Any
-) -> RunStatus | None:
-    """Poll the `status` query until `stop`: one line per finished step, and each plan that
-    waits, once. Returns the last status early only when `ask` and stdin ended undecided."""
-    shown = 0
-    while not stop.is_set():
-        try:
-            status: RunStatus | None = await agent_run.status()
-        except Exception:  # not started yet, or between workers: try again
-            status = None
-        if status is not None:
-            # A step is printed once its tools have results: the next step has begun or ended.
-            lines.show(status.step_records[: status.step - (1 if status.pending_tool_calls else 0)])
+) -> str | None:
+    """Follow the run's progress stream to its end: one line per finished step, and each plan
+    and tool call that waits for a person, once. With `ask`, the question is put here; returns
+    what was left undecided when stdin ended, else None."""
+    steps = _StepsFromEvents()
+    async for item in agent_run.events():
+        event = item.data
+        lines.show(steps.add(event))
+        question: str | None = None
+        if event.kind == "plan_submitted":
+            status = await agent_run.status()
             plan = status.plan
-            if status.status == "awaiting_approval" and plan is not None and plan.version > shown:
-                shown = plan.version
-                _show_plan(agent_run.id, plan, ask=ask, args=args)
-                if ask:
-                    line = await _read_line(stop)
-                    if stop.is_set():
-                        break
-                    if line is None:
-                        return status
-                    await _decide_at_terminal(agent_run, plan, line)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), PROGRESS_POLL_SECONDS)
+            if plan is None or plan.status != "awaiting_approval":
+                continue  # decided already, elsewhere
+            _show_plan(agent_run.id, plan, ask=ask, args=args)
+            question = f"plan v{plan.version}"
+        elif event.kind == "approval_requested":
+            _show_call(agent_run.id, event, ask=ask, args=args)
+            question = f"tool call {event.call_id} ({event.tool})"
+        if question is None or not ask:
+            continue
+        line = await _read_line(stop)
+        if stop.is_set():
+            break
+        if line is None:
+            return question
+        if event.kind == "plan_submitted" and plan is not None:
+            await _decide_at_terminal(agent_run, plan, line)
+        else:
+            await _decide_call_at_terminal(agent_run, event, line)
     return None
 
 
@@ -558,6 +691,45 @@ def _show_plan(workflow_id: str, plan: PlanState, *, ask: bool, args: Any) -> No
             f"decide with: starter.py approve {workflow_id}{where} [--comment TEXT], or "
             f"starter.py reject {workflow_id}{where} --feedback TEXT"
         )
+
+
+def _show_call(workflow_id: str, event: AgentEvent, *, ask: bool, args: Any) -> None:
+    _say(
+        f"tool call {event.call_id} of {workflow_id} waits for approval: "
+        f"{event.tool} {event.arguments}"
+    )
+    if ask:
+        _say(
+            f"Run it? Enter (or y) approves; 'always' approves it and the run's later "
+            f"{event.tool} calls; anything else denies it, with that as the reason:"
+        )
+    else:
+        where = f" --address {args.address}"
+        if args.namespace != "default":
+            where += f" --namespace {args.namespace}"
+        _say(
+            f"decide with: starter.py approve-call {workflow_id} {event.call_id}{where} "
+            f"[--remember], or starter.py deny-call {workflow_id} {event.call_id}{where} "
+            "--reason TEXT"
+        )
+
+
+async def _decide_call_at_terminal(agent_run: AgentRun, event: AgentEvent, line: str) -> None:
+    """Enter or y approves, 'always' approves and remembers, anything else is a denial."""
+    answer = line.strip()
+    call_id = event.call_id or ""
+    try:
+        if answer.lower() in (*APPROVALS, "always"):
+            remember = answer.lower() == "always"
+            await agent_run.decide_tool_call(call_id, approve=True, remember=remember)
+            _say(f"tool call {call_id} approved" + (" (and later calls)" if remember else ""))
+        else:
+            await agent_run.decide_tool_call(call_id, approve=False, reason=answer)
+            _say(f"tool call {call_id} denied; the model is told why")
+    except WorkflowUpdateFailedError as refused:
+        _say(f"tool call {call_id} was not decided here: {_refusal(refused)}")
+    except RPCError as error:
+        _say(f"tool call {call_id} was not decided here: {_one_line(error)}")
 
 
 async def _decide_at_terminal(agent_run: AgentRun, plan: PlanState, line: str) -> None:
@@ -632,6 +804,12 @@ async def run_subcommand(args: Any) -> int:
         match args.command:
             case "approve" | "reject":
                 return await _decide(client.run(args.workflow_id), args)
+            case "approve-call" | "deny-call":
+                return await _decide_call(client.run(args.workflow_id), args)
+            case "calls":
+                return await _list_calls(client.run(args.workflow_id), args)
+            case "watch":
+                return await _watch_command(client.run(args.workflow_id), args)
             case "status":
                 status = await client.run(args.workflow_id).status()
                 print(
@@ -682,29 +860,111 @@ async def _decide(agent_run: AgentRun, args: Any) -> int:
     return 0
 
 
+async def _decide_call(agent_run: AgentRun, args: Any) -> int:
+    approve = args.command == "approve-call"
+    try:
+        decided = await agent_run.decide_tool_call(
+            args.call_id, approve, args.reason, remember=args.remember
+        )
+    except WorkflowUpdateFailedError as refused:
+        verb = "approve" if approve else "deny"
+        _say(f"cannot {verb} {args.call_id} of {agent_run.id}: {_refusal(refused)}")
+        return 1
+    if args.json:
+        print(json.dumps({"workflow_id": agent_run.id, "call": decided.model_dump(mode="json")}))
+    else:
+        print(f"{agent_run.id}: {decided.call_id} ({decided.tool}) {decided.status}")
+    return 0
+
+
+async def _list_calls(agent_run: AgentRun, args: Any) -> int:
+    calls = await agent_run.pending_tool_calls()
+    if args.json:
+        print(json.dumps([c.model_dump(mode="json") for c in calls]))
+        return 0
+    for waiting in calls:
+        print(f"{waiting.call_id}  step {waiting.step}  {waiting.tool} {waiting.arguments}")
+    if not calls:
+        _say(f"no tool call of {agent_run.id} waits for a decision")
+    return 0
+
+
+async def _watch_command(agent_run: AgentRun, args: Any) -> int:
+    """Print each event as it comes; 0 when the run completed, 1 when it ended otherwise."""
+    last: AgentEvent | None = None
+    async for item in agent_run.events(args.from_offset):
+        last = item.data
+        if args.json:
+            print(json.dumps({"offset": item.offset, **last.model_dump(mode="json")}), flush=True)
+        else:
+            print(f"{item.offset:>5}  {event_line(last)}", flush=True)
+    return 0 if last is not None and last.kind == "completed" else 1
+
+
+def event_line(event: AgentEvent) -> str:
+    """One progress event as a line for people."""
+    head = f"step {event.step} {event.kind.replace('_', ' ')}"
+    call = f" {event.tool} {event.call_id}" if event.tool else ""
+    match event.kind:
+        case "step_started":
+            return f"{head}: {event.model}"
+        case "step_finished":
+            usage = _usage_text(event.usage) if event.usage else ""
+            calls = f"; calls {event.text}" if event.text else "; answered"
+            return f"{head}: {event.model} {event.latency_ms} ms, {usage}{calls}"
+        case "tool_call_started" | "approval_requested":
+            return f"{head}:{call} {_shorten(event.arguments or '', 200)}"
+        case "tool_call_finished":
+            error = f": {event.text}" if event.text else ""
+            return f"{head}:{call} {event.outcome} in {event.latency_ms} ms{error}"
+        case "approval_decided" | "compensation":
+            reason = f" ({event.text})" if event.text else ""
+            return f"{head}:{call} {event.outcome}{reason}"
+        case "completed":
+            return f"{head}: {_shorten(event.text or '', 300)}"
+        case _:
+            detail = " ".join(part for part in (event.outcome, event.text) if part)
+            return f"{head}: {_shorten(detail, 300)}" if detail else head
+
+
 async def _list_waiting(client: AgentClient, args: Any) -> int:
-    """One line (or JSON object) per run whose plan waits, with the plan from its query."""
+    """One line (or JSON object) per run that waits for a person, with its plan or its tool
+    calls from its status query."""
     rows: list[dict[str, Any]] = []
     async for agent_run in client.awaiting_approval():
-        row: dict[str, Any] = {"workflow_id": agent_run.id, "plan": None, "error": None}
+        row: dict[str, Any] = {
+            "workflow_id": agent_run.id,
+            "plan": None,
+            "calls": [],
+            "error": None,
+        }
         try:
             status = await asyncio.wait_for(agent_run.status(), LIST_QUERY_TIMEOUT_SECONDS)
         except (RPCError, WorkflowQueryFailedError, TimeoutError) as error:
             row["error"] = _one_line(error) or "no worker answered the status query"
         else:
-            if status.status != "awaiting_approval" or status.plan is None:
+            plan = (
+                status.plan if status.plan and status.plan.status == "awaiting_approval" else None
+            )
+            if status.status != "awaiting_approval" or (plan is None and not status.approvals):
                 continue  # decided since the list was indexed
-            row["plan"] = status.plan.model_dump(mode="json")
+            row["plan"] = plan.model_dump(mode="json") if plan else None
+            row["calls"] = [c.model_dump(mode="json") for c in status.approvals]
         rows.append(row)
     if args.json:
         print(json.dumps(rows))
         return 0
     for row in rows:
         plan = row["plan"]
-        if plan is None:
-            print(f"{row['workflow_id']}  plan unknown: {row['error']}")
-        else:
+        if row["error"] is not None:
+            print(f"{row['workflow_id']}  unknown: {row['error']}")
+        if plan is not None:
             print(f"{row['workflow_id']}  plan v{plan['version']}: " + " | ".join(plan["steps"]))
+        for waiting in row["calls"]:
+            print(
+                f"{row['workflow_id']}  tool call {waiting['call_id']}: "
+                f"{waiting['tool']} {waiting['arguments']}"
+            )
     if not rows:
         _say("no run is waiting for approval")
     return 0

@@ -78,6 +78,7 @@ def tool(
     compensation: Callable[[CompensationInput], Any] | None = None,
     compensation_timeout_seconds: float = 30.0,
     compensation_retry: RetrySettings | None = None,
+    needs_approval: bool | None = None,
 ) -> Any:
     """Register a function as a tool: bare (`@tool`) or with options (`@tool(side_effects=True)`).
 
@@ -88,6 +89,9 @@ def tool(
     `CompensationInput` (the call's arguments, its return value and idempotency key) and runs as
     its own activity, named after the function, when a run ends without an answer. Keep it
     idempotent too. A side-effecting tool without one is reported as not undone.
+
+    `needs_approval`: whether a call waits for a person unless the run's `ToolApprovalPolicy`
+    approves it; by default side-effecting tools wait and read-only ones do not.
     """
     if compensation is not None and not side_effects:
         raise ValueError("only a tool with side_effects=True has an effect to compensate")
@@ -110,6 +114,7 @@ def tool(
             compensation=compensation.__name__ if compensation is not None else None,
             compensation_timeout_seconds=compensation_timeout_seconds,
             compensation_retry=compensation_retry or RetrySettings(maximum_attempts=5),
+            needs_approval=needs_approval,
         )
         if compensation is not None and compensation.__name__ in _registry:
             raise ValueError(f"compensation {compensation.__name__!r} has a tool's name")

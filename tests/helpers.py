@@ -20,6 +20,7 @@ from workflows.models import (
     ScriptedCall,
     ScriptedTurn,
     StepRecord,
+    ToolApprovalPolicy,
 )
 from workflows.transcript import Message, Transcript
 
@@ -28,6 +29,7 @@ TEST_WORKER_OPTIONS: dict[str, Any] = {
     "workflow_failure_exception_types": [Exception],
 }
 FAST_MODEL_RETRY = RetrySettings(maximum_attempts=3, initial_interval_seconds=0.05)
+TRUSTED = ToolApprovalPolicy(approve_all=True)
 
 
 def call(name: str, id: str | None = None, **arguments: Any) -> ScriptedCall:
@@ -46,6 +48,9 @@ def scripted_input(
     **options: Any,
 ) -> AgentInput:
     limits = options.pop("limits", Limits())
+    # Tests of other behaviour run as trusted jobs; tests/test_tool_approval.py covers the
+    # default, which makes side-effecting calls wait for a person.
+    options.setdefault("tool_approval", TRUSTED)
     return AgentInput(
         prompt=prompt,
         tools=tools,

@@ -33,7 +33,7 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from activities import demo_tools
-from tests.helpers import call, turn
+from tests.helpers import TRUSTED, call, turn
 from worker import connect, free_port, temporal_binary
 from workflows.agent import AgentWorkflow
 from workflows.models import (
@@ -84,6 +84,7 @@ def agent_input(script: list[Any], max_steps: int = 10) -> AgentInput:
             retry=QUICK_RETRY,
         ),
         limits=Limits(max_steps=max_steps),
+        tool_approval=TRUSTED,
     )
 
 

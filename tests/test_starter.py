@@ -193,7 +193,14 @@ async def test_json_lists_the_compensations_of_a_failed_run(
         )
     )
     args = server_args(
-        temporal_env, task_queue, "--json", "--script", str(script), "--max-steps", "3"
+        temporal_env,
+        task_queue,
+        "--json",
+        "--script",
+        str(script),
+        "--max-steps",
+        "3",
+        "--approve-all",
     )
     async with build_worker(temporal_env.client, task_queue):
         code = await starter.run(args)

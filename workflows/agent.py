@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.contrib.workflow_streams import WorkflowStream
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -25,6 +26,10 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     import jsonschema
 
+    # Imported by its full name, so the sandbox hands over the worker's module: its registry
+    # of approval predicates is filled outside the sandbox. (`from workflows import approval`
+    # would load a fresh, empty copy inside it.)
+    import workflows.approval as approval
     from activities.model_call import call_model
     from activities.result_store import READ_RESULT
     from activities.tools import tool_specs
@@ -39,10 +44,13 @@ with workflow.unsafe.imports_passed_through():
         AgentFatalToolError,
         AgentProviderError,
     )
-    from workflows.loop_detection import LoopDetector
+    from workflows.loop_detection import LoopDetector, call_key
     from workflows.models import (
         AGENT_STATUS,
         AGENT_STEP,
+        EVENTS_TOPIC,
+        AgentEvent,
+        AgentEventKind,
         AgentInput,
         AgentResult,
         AgentStatus,
@@ -62,6 +70,8 @@ with workflow.unsafe.imports_passed_through():
         StepRecord,
         ToolActivityInput,
         ToolActivityResult,
+        ToolApproval,
+        ToolCallDecision,
         ToolCallRecord,
         ToolOutcome,
         ToolSpec,
@@ -192,8 +202,21 @@ class AgentWorkflow:
         self._last_tools: list[ToolSpec] = []
         self._stored_contents: set[str] = set()
         """Tool results the workers were asked to keep (the next call names them)."""
-        if agent_input.carried is not None:
-            self._restore(agent_input.carried)
+        # Per-tool approval: every call that asked a person, by call id, and the decisions a
+        # person asked to remember, by tool.
+        self._gates_tools = False
+        self._approvals: dict[str, ToolApproval] = {}
+        self._remembered: dict[str, ToolCallDecision] = {}
+        self._asked_at: dict[str, Any] = {}
+        self._waiting_for_people = 0
+        self._reported_calls: set[str] = set()
+        carried = agent_input.carried
+        # The progress stream: publishing is workflow state only (no commands), so runs recorded
+        # before it existed replay unchanged. Its log goes along on continue-as-new.
+        self._stream = WorkflowStream(prior_state=carried.stream if carried else None)
+        self._events = self._stream.topic(EVENTS_TOPIC, type=AgentEvent)
+        if carried is not None:
+            self._restore(carried)
 
     def _restore(self, carried: CarriedState) -> None:
         self._transcript = Transcript(messages=carried.messages)
@@ -213,6 +236,8 @@ class AgentWorkflow:
         self._plan = carried.plan
         self._externalised = carried.externalised
         self._runs = carried.runs
+        self._approvals = {a.call_id: a for a in carried.approvals}
+        self._remembered = dict(carried.remembered)
 
     def _carry(self, view_only: bool = False) -> CarriedState:
         """The state to continue as new with. `view_only`: instead of the whole transcript, only
@@ -238,6 +263,9 @@ class AgentWorkflow:
             plan=self._plan,
             externalised=self._externalised,
             runs=self._runs + 1,
+            remembered=self._remembered,
+            approvals=list(self._approvals.values()),
+            stream=self._stream.get_state(),
         )
 
     def _should_continue_as_new(self, steps_this_run: int) -> bool:
@@ -246,7 +274,41 @@ class AgentWorkflow:
         wanted = workflow.info().is_continue_as_new_suggested() or (
             limit is not None and steps_this_run >= limit
         )
-        return wanted and self._transcript.is_complete() and workflow.all_handlers_finished()
+        # Handlers still running (a subscriber's poll, say) are waited for in _continue_as_new.
+        return wanted and self._transcript.is_complete()
+
+    async def _continue_as_new(self, agent_input: AgentInput) -> None:
+        """Hand everything to a new run: the transcript (or its compacted view when the whole
+        would not fit in a workflow input), the budget, the approvals and the progress stream."""
+        self._publish("continued_as_new", text=f"run {self._runs + 1} of this workflow starts")
+        # Subscribers' polls return now and follow the chain to the next run.
+        self._stream.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        state = self._stream.get_state()
+        if len(state.log) > _MAX_CARRIED_EVENTS:
+            # Subscribers further behind resume at the oldest event kept.
+            self._stream.truncate(state.base_offset + len(state.log) - _MAX_CARRIED_EVENTS)
+        carried = agent_input.model_copy(update={"carried": self._carry()})
+        size = len(carried.model_dump_json())
+        if size > _MAX_CARRIED_BYTES and self._note is not None:
+            # Too large whole (a workflow input may have 2 MB): carry the compacted view.
+            carried = agent_input.model_copy(update={"carried": self._carry(True)})
+            size = len(carried.model_dump_json())
+        if size > _MAX_CARRIED_BYTES:
+            # A continue-as-new that cannot be sent would leave the run stuck forever.
+            raise AgentBudgetExceeded(
+                f"the run cannot continue as new: its state is {size:,} bytes, over the "
+                f"{_MAX_CARRIED_BYTES:,} a workflow input may have; turn on compaction "
+                "(with max_context_tokens) or bound the tools' results",
+                self._budget.details(),
+            )
+        workflow.logger.info("continuing as new after step %d", self._budget.steps)
+        workflow.continue_as_new(carried)
+
+    def _publish(self, kind: AgentEventKind, **fields: Any) -> None:
+        """Append an event to the run's progress stream (workflow state; no history event)."""
+        fields.setdefault("step", self._budget.steps)
+        self._events.publish(AgentEvent(kind=kind, at=workflow.now(), **fields))
 
     @workflow.query
     def transcript(self) -> list[Message]:
@@ -268,6 +330,7 @@ class AgentWorkflow:
             step_records=self._budget.step_records,
             pending_tool_calls=[call.id for call in self._transcript.pending_calls()],
             plan=self._plan,
+            approvals=self._awaiting(),
         )
 
     # Plain JSON strings, so `temporal workflow signal --input '"..."'` and the Web UI's signal
@@ -325,6 +388,8 @@ class AgentWorkflow:
         """Run the loop; a run that ends without an answer undoes its side effects, then fails."""
         # Runs recorded before the search attributes existed replay without their upserts.
         self._reports_status = workflow.patched("agent-status-search-attributes")
+        # Runs recorded before per-tool approval existed ran every call without asking.
+        self._gates_tools = workflow.patched("tool-approval")
         self._set_status("running", "starting")
         try:
             result = await self._loop(agent_input)
@@ -332,16 +397,31 @@ class AgentWorkflow:
             self._close_pending_calls(f"Not run: the run stopped ({error.type}).")
             await self._compensate()
             self._set_status("failed", f"failed: {error.type}")
-            raise self._with_compensations(error) from None
+            final = self._with_compensations(error)
+            self._publish(
+                "failed", usage=self._budget.usage, outcome=error.type, text=final.message
+            )
+            await self._close_stream()
+            raise final from None
         except asyncio.CancelledError:
             # Activities started after catching the cancellation are not cancelled: the
             # compensations run to the end before the run reports itself cancelled.
             self._close_pending_calls("Not run: the run was cancelled.")
             await self._compensate()
             self._set_status("failed", "cancelled")
+            self._publish("failed", usage=self._budget.usage, outcome="cancelled", text="cancelled")
+            await self._close_stream()
             raise
         self._set_status("completed", f"completed in {result.steps} steps")
+        self._publish("completed", usage=result.usage, text=result.answer)
+        await self._close_stream()
         return result
+
+    async def _close_stream(self) -> None:
+        """Release subscribers' polls before the run closes; they read what is left of the
+        stream from the closed run, by query, and end."""
+        self._stream.detach_pollers()
+        await workflow.wait_condition(workflow.all_handlers_finished)
 
     def _set_status(self, status: AgentStatus, details: str) -> None:
         """Keep the search attributes, the current details (the run's page in the Web UI) and the
@@ -367,22 +447,7 @@ class AgentWorkflow:
 
         while True:
             if self._should_continue_as_new(self._budget.steps - first_step_of_run):
-                carried = agent_input.model_copy(update={"carried": self._carry()})
-                size = len(carried.model_dump_json())
-                if size > _MAX_CARRIED_BYTES and self._note is not None:
-                    # Too large whole (a workflow input may have 2 MB): carry the compacted view.
-                    carried = agent_input.model_copy(update={"carried": self._carry(True)})
-                    size = len(carried.model_dump_json())
-                if size > _MAX_CARRIED_BYTES:
-                    # A continue-as-new that cannot be sent would leave the run stuck forever.
-                    raise AgentBudgetExceeded(
-                        f"the run cannot continue as new: its state is {size:,} bytes, over the "
-                        f"{_MAX_CARRIED_BYTES:,} a workflow input may have; turn on compaction "
-                        "(with max_context_tokens) or bound the tools' results",
-                        self._budget.details(),
-                    )
-                workflow.logger.info("continuing as new after step %d", self._budget.steps)
-                workflow.continue_as_new(carried)
+                await self._continue_as_new(agent_input)
             offered = self._offered()
             step = self._budget.steps + 1
             context = self._context_estimate(offered, sent_until)
@@ -394,6 +459,7 @@ class AgentWorkflow:
             self._budget.check_before_model_call(workflow.now(), context)
             started = workflow.now()
             self._set_status("running", f"step {step}: waiting for {agent_input.model.model}")
+            self._publish("step_started", step=step, model=agent_input.model.model)
             sent = compaction.view(self._transcript.messages, self._cut, self._note)
             records = self._budget.step_records
             previous_input = records[-1].usage.input_tokens if records else 0
@@ -412,6 +478,15 @@ class AgentWorkflow:
                 finish_reason=response.finish_reason,
             )
             self._budget.step_records.append(record)
+            self._publish(
+                "step_finished",
+                model=response.model,
+                usage=response.usage,
+                latency_ms=record.model_latency_ms,
+                attempts=response.attempt,
+                outcome=response.finish_reason,
+                text=", ".join(c.name for c in response.message.tool_calls) or None,
+            )
             workflow.logger.info(
                 "step %d: %s replied (%s) with %d tool calls: %s",
                 step,
@@ -462,6 +537,8 @@ class AgentWorkflow:
         description=_DELEGATE_DESCRIPTION,
         parameters=_DELEGATE_PARAMETERS,
         side_effects=True,
+        # The sub-agent asks for its own calls, under this run's policy.
+        needs_approval=False,
     )
 
     _submit_plan_spec = ToolSpec(
@@ -480,6 +557,10 @@ class AgentWorkflow:
                 raise AgentConfigurationError(
                     f"output_schema is not a valid JSON schema: {error.message}"
                 ) from None
+        if unknown := approval.unknown_predicates(agent_input.tool_approval):
+            raise AgentConfigurationError(
+                f"the run's approval policy names predicates that are not registered: {unknown}"
+            )
         self._tools = {spec.name: spec for spec in specs}
         if agent_input.tools is None or READ_RESULT not in agent_input.tools:
             # Not part of the run's tool set: offered only after a result was externalised.
@@ -536,6 +617,7 @@ class AgentWorkflow:
             )
         )
         workflow.logger.info("compaction before step %d: %s, %d messages", step, policy, cut - 1)
+        self._publish("compaction", outcome=self._compactions[-1].policy, text=note.split("\n")[0])
         return True
 
     async def _summarise(self, removed: list[Message], step: int) -> str:
@@ -719,9 +801,12 @@ class AgentWorkflow:
         batch: list[tuple[ToolCall, _Execute]] = []
         answer: AgentResult | None = None
         plan: tuple[ToolCall, list[str]] | None = None
+        # Every call that needs a person asks at once, before anything runs; each waits for
+        # its own decision when its turn comes.
+        self._ask_for_approvals(calls)
 
         async def run_batch() -> None:
-            done = await asyncio.gather(*(self._execute(c, e) for c, e in batch))
+            done = await asyncio.gather(*(self._execute_approved(c, e) for c, e in batch))
             outcomes.update({c.id: o for (c, _), o in zip(batch, done, strict=True)})
             batch.clear()
 
@@ -751,7 +836,7 @@ class AgentWorkflow:
                             call, f"Not run: the run is ending because {reason}", "not_run"
                         )
                     else:
-                        outcomes[call.id] = await self._execute(call, execute)
+                        outcomes[call.id] = await self._execute_approved(call, execute)
                 case _SubmitPlan(steps) if plan is None:
                     plan = (call, steps)
                 case _SubmitPlan():
@@ -776,6 +861,8 @@ class AgentWorkflow:
             outcome = outcomes[call.id]
             self._transcript.append(outcome.result)
             record.tool_calls.append(outcome.record)
+            self._report_outcome(outcome)
+        self._withdraw_approvals()
         if reason := fatal():
             raise AgentFatalToolError(reason, self._budget.details())
         if feedback is not None:
@@ -787,6 +874,7 @@ class AgentWorkflow:
         version = self._plan.version + 1 if self._plan else 1
         self._plan = PlanState(version=version, steps=steps, status="awaiting_approval")
         self._decision = None
+        self._publish("plan_submitted", outcome=f"v{version}", text="\n".join(steps))
         self._set_status(
             "awaiting_approval",
             f"waiting for a person to approve plan v{version} ({_count(len(steps), 'step')}): "
@@ -810,7 +898,201 @@ class AgentWorkflow:
         decision = self._decision
         assert decision is not None
         self._set_status("running", f"plan v{version} {self._plan.status}")
+        self._publish("plan_decided", outcome=self._plan.status, text=decision.comment)
         return decision
+
+    def _ask_for_approvals(self, calls: tuple[ToolCall, ...]) -> None:
+        """Record an approval request for each call the run's policy does not let run at once."""
+        if not self._gates_tools:
+            return
+        specs = {spec.name: spec for spec in self._offered()}
+        plan_approved = self._plan is not None and self._plan.status == "approved"
+        repeats: dict[str, int] = {}
+        asked = 0
+        for call in calls:
+            spec = specs.get(call.name)
+            if spec is None or call.name in (FINISH, SUBMIT_PLAN):
+                continue
+            # A call the loop detector will refuse does not bother a person.
+            key = call_key(call.name, call.arguments)
+            repeats[key] = repeats.get(key, 0) + 1
+            if self._loops.is_loop(self._loops.counts[key] + repeats[key]):
+                continue
+            try:
+                arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+            except ValueError:
+                continue
+            if not isinstance(arguments, dict):
+                continue
+            if not approval.needs_approval(spec, plan_approved=plan_approved):
+                continue
+            if approval.approved_by_policy(self._input.tool_approval, call.name, arguments):
+                continue
+            remembered = self._remembered.get(call.name)
+            if remembered is not None and remembered.approve:
+                continue
+            entry = ToolApproval(
+                call_id=call.id,
+                tool=call.name,
+                arguments=call.arguments[:1000],
+                step=self._budget.steps,
+            )
+            self._approvals[call.id] = entry
+            self._publish(
+                "approval_requested", call_id=call.id, tool=call.name, arguments=entry.arguments
+            )
+            if remembered is not None:
+                self._decide(entry, remembered, "remembered")
+            else:
+                self._asked_at[call.id] = workflow.now()
+                asked += 1
+        if asked:
+            self._set_status("awaiting_approval", self._approval_details())
+
+    def _awaiting(self) -> list[ToolApproval]:
+        return [a for a in self._approvals.values() if a.status == "awaiting_approval"]
+
+    def _approval_details(self) -> str:
+        waiting = self._awaiting()
+        calls = "; ".join(f"{a.tool} {a.arguments[:200]} ({a.call_id})" for a in waiting)
+        return (
+            f"waiting for a person to decide {_count(len(waiting), 'tool call')}: {calls}: "
+            "update or signal decide_tool_call"
+        )
+
+    def _decide(self, entry: ToolApproval, decision: ToolCallDecision, by: Any) -> None:
+        entry.status = (
+            "approved" if decision.approve else "timed_out" if by == "timeout" else "denied"
+        )
+        entry.reason = decision.reason
+        entry.decided_by = by
+        self._publish(
+            "approval_decided",
+            call_id=entry.call_id,
+            tool=entry.tool,
+            outcome=entry.status,
+            text=decision.reason,
+        )
+
+    def _withdraw_approvals(self) -> None:
+        """Requests left undecided when their calls will not run (a fatal failure, the end)."""
+        withdrawn = self._awaiting()
+        for entry in withdrawn:
+            entry.status = "not_run"
+            self._publish(
+                "approval_decided", call_id=entry.call_id, tool=entry.tool, outcome="not_run"
+            )
+        if withdrawn and self._status == "awaiting_approval":
+            self._set_status("running", "tool calls withdrawn")
+
+    @workflow.update
+    def decide_tool_call(self, decision: ToolCallDecision) -> ToolApproval:
+        """Approve or deny a tool call that waits; answers the call's approval as decided."""
+        return self._apply_tool_decision(decision)
+
+    @decide_tool_call.validator
+    def _validate_tool_decision(self, decision: ToolCallDecision) -> None:
+        entry = self._approvals.get(decision.call_id)
+        if entry is None:
+            waiting = ", ".join(a.call_id for a in self._awaiting()) or "none"
+            raise ValueError(
+                f"no tool call {decision.call_id!r} asked for approval in this run "
+                f"(waiting: {waiting})"
+            )
+        if entry.status != "awaiting_approval":
+            raise ValueError(f"tool call {decision.call_id!r} is decided already: {entry.status}")
+
+    # The same decision as a signal, for `temporal workflow signal --name decide_tool_call
+    # --input '{"call_id": "...", "approve": true}'` and the Web UI's signal dialog.
+    @workflow.signal(name="decide_tool_call")
+    def decide_tool_call_by_signal(self, decision: ToolCallDecision) -> None:
+        try:
+            self._validate_tool_decision(decision)
+        except ValueError as refused:
+            workflow.logger.warning("tool call decision ignored: %s", refused)
+            return
+        self._apply_tool_decision(decision)
+
+    def _apply_tool_decision(self, decision: ToolCallDecision) -> ToolApproval:
+        entry = self._approvals[decision.call_id]
+        self._decide(entry, decision, "person")
+        if decision.remember:
+            self._remembered[entry.tool] = decision
+            for other in self._awaiting():
+                if other.tool == entry.tool:
+                    self._decide(other, decision, "remembered")
+        if self._awaiting():
+            self._set_status("awaiting_approval", self._approval_details())
+        else:
+            self._set_status("running", f"step {self._budget.steps}: tool calls decided")
+        return entry.model_copy()
+
+    async def _await_tool_decision(self, call: ToolCall) -> str | None:
+        """Wait, spending nothing, for a person's decision on a call; None when approved, else
+        the error result the model gets. No decision in time denies the call."""
+        entry = self._approvals[call.id]
+        timeout = self._input.approval_timeout_seconds
+        if entry.status == "awaiting_approval":
+            waited = (workflow.now() - self._asked_at[call.id]).total_seconds()
+            self._waiting_for_people += 1
+            if self._waiting_for_people == 1:
+                self._budget.pause(workflow.now())
+            try:
+                await workflow.wait_condition(
+                    lambda: entry.status != "awaiting_approval",
+                    timeout=timedelta(seconds=max(timeout - waited, 0.001)),
+                    timeout_summary=f"approval of {call.name} {call.id}",
+                )
+            except builtins.TimeoutError:
+                self._decide(entry, ToolCallDecision(call_id=call.id, approve=False), "timeout")
+                if not self._awaiting():
+                    self._set_status("running", f"step {self._budget.steps}: approval timed out")
+            finally:
+                self._waiting_for_people -= 1
+                if self._waiting_for_people == 0:
+                    self._budget.resume(workflow.now())
+        if entry.status == "approved":
+            return None
+        if entry.status == "timed_out":
+            return (
+                f"Error: no person decided on this call to {call.name} within {timeout:g} s, so "
+                "it was denied and did not run. Choose another way, or say in your answer that "
+                "it needs a person's approval."
+            )
+        reason = f": {entry.reason}" if entry.reason else ""
+        return (
+            f"Error: a person denied this call to {call.name}{reason}. It did not run. Do not "
+            "call it again unchanged; choose another way, or explain in your answer."
+        )
+
+    async def _execute_approved(self, call: ToolCall, execute: _Execute) -> _Outcome:
+        """Run a call once a person approved it (when it asked one), reporting it as it goes."""
+        if call.id in self._approvals:
+            denial = await self._await_tool_decision(call)
+            if denial is not None:
+                return _Outcome.refused(call, denial, "denied")
+        self._publish(
+            "tool_call_started", call_id=call.id, tool=call.name, arguments=call.arguments[:1000]
+        )
+        outcome = await self._execute(call, execute)
+        self._report_outcome(outcome)
+        return outcome
+
+    def _report_outcome(self, outcome: _Outcome) -> None:
+        record = outcome.record
+        if record.id in self._reported_calls:
+            return
+        self._reported_calls.add(record.id)
+        self._publish(
+            "tool_call_finished",
+            call_id=record.id,
+            tool=record.name,
+            arguments=record.arguments,
+            outcome=record.outcome,
+            latency_ms=record.latency_ms,
+            attempts=record.attempts,
+            text=record.error,
+        )
 
     async def _execute(self, call: ToolCall, execute: _Execute) -> _Outcome:
         if execute.spec.name == DELEGATE:
@@ -919,6 +1201,15 @@ class AgentWorkflow:
             linear_history=self._input.linear_history,
             externalise_results=self._input.externalise_results,
             heartbeat_timeout_seconds=self._input.heartbeat_timeout_seconds,
+            approval_timeout_seconds=self._input.approval_timeout_seconds,
+            tool_approval=self._input.tool_approval.model_copy(
+                update={
+                    "allow": [
+                        *self._input.tool_approval.allow,
+                        *(tool for tool, d in self._remembered.items() if d.approve),
+                    ]
+                }
+            ),
         )
         try:
             result = await workflow.execute_child_workflow(
@@ -994,6 +1285,13 @@ class AgentWorkflow:
                     error=error,
                 )
             )
+            self._publish(
+                "compensation",
+                call_id=call.tool_call_id,
+                tool=call.tool,
+                outcome=status,
+                text=effect.compensation if error is None else error,
+            )
 
     def _mark_compensated(self, tool_call_id: str) -> None:
         for step in self._budget.step_records:
@@ -1013,6 +1311,7 @@ class AgentWorkflow:
 
     def _close_pending_calls(self, content: str) -> None:
         """Give every call still waiting a result, so the transcript stays valid to the end."""
+        self._withdraw_approvals()
         for call in self._transcript.pending_calls():
             self._transcript.append(
                 ToolResult(
@@ -1100,6 +1399,8 @@ def _attempts_made(error: ActivityError, spec: ToolSpec) -> int:
 
 
 _MAX_CARRIED_BYTES = 1_800_000
+_MAX_CARRIED_EVENTS = 2_000
+"""Progress events carried across continue-as-new; older ones stay in the earlier run."""
 """Under Temporal's 2 MB payload limit, with room for the encoding around it."""
 
 _ERROR_CLASSES: dict[str, type[AgentError]] = {

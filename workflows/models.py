@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.contrib.workflow_streams import WorkflowStreamState
 from temporalio.exceptions import ApplicationError
 
 from workflows.transcript import AssistantMessage, Message, UserMessage
@@ -64,6 +65,9 @@ class ToolSpec(BaseModel):
     side-effecting tool means its effect cannot be undone, and a failed run says so."""
     compensation_timeout_seconds: float = 30.0
     compensation_retry: RetrySettings = RetrySettings(maximum_attempts=5)
+    needs_approval: bool | None = None
+    """Whether a call waits for a person (unless the run's `ToolApprovalPolicy` approves it).
+    None: the default, which asks for side-effecting tools and not for read-only ones."""
 
 
 class Usage(BaseModel):
@@ -163,6 +167,22 @@ class Limits(BaseModel):
     """Summed over the run; a run whose model has no price cannot be held to it, and fails."""
 
 
+class ToolApprovalPolicy(BaseModel):
+    """Which calls of tools that need approval run without asking a person; the rest wait.
+
+    A call is approved without asking when `approve_all` is set, when its tool is on `allow`,
+    or when any of the `predicates` (functions registered with `@approval_predicate`, named
+    here) accepts its arguments. Tools that need no approval never wait.
+    """
+
+    approve_all: bool = False
+    """For trusted batch jobs: no call waits."""
+    allow: list[str] = []
+    """Tools whose calls are approved without asking."""
+    predicates: list[str] = []
+    """Registered approval predicates; a call that any of them accepts is approved."""
+
+
 class AgentInput(BaseModel):
     prompt: str
     label: str | None = None
@@ -179,7 +199,10 @@ class AgentInput(BaseModel):
     """Plan mode: the model first submits a plan (read-only tools allowed before it), and the run
     waits, spending nothing, until a person approves or rejects it."""
     approval_timeout_seconds: float = Field(default=86_400.0, gt=0)
-    """How long a plan may wait for its decision before the run fails (AgentApprovalTimeout)."""
+    """How long a plan may wait for its decision before the run fails (AgentApprovalTimeout),
+    and how long a tool call may wait for its decision before it is denied."""
+    tool_approval: ToolApprovalPolicy = ToolApprovalPolicy()
+    """Which calls run without a person's approval; by default side-effecting ones wait."""
     compaction: Literal["none", "window", "summary"] = "none"
     """When the next call would exceed `limits.max_context_tokens`: "window" drops the oldest
     tool-call groups whole, "summary" replaces them with a model-made summary; both leave a
@@ -230,6 +253,12 @@ class CarriedState(BaseModel):
     externalised: bool
     runs: int
     """Runs so far in this chain, this one included."""
+    remembered: dict[str, ToolCallDecision] = {}
+    """Per tool: the decision a person asked to remember for the rest of the run."""
+    approvals: list[ToolApproval] = []
+    """Every call that asked a person, decided or not, oldest first."""
+    stream: WorkflowStreamState | None = None
+    """The progress stream's events, so subscribers keep their offsets across runs."""
 
 
 class PlanDecision(BaseModel):
@@ -241,6 +270,35 @@ class PlanDecision(BaseModel):
     waiting."""
     comment: str | None = None
     """With an approval, a note for the model; with a rejection, the feedback (required)."""
+
+
+class ToolCallDecision(BaseModel):
+    """Input of the `decide_tool_call` update and signal."""
+
+    call_id: str
+    approve: bool
+    reason: str | None = None
+    """Why: with a denial, the model sees it in the call's error result."""
+    remember: bool = False
+    """Apply this decision to every later call of the same tool in this run, and to the calls
+    of that tool still waiting."""
+
+
+ApprovalStatus = Literal["awaiting_approval", "approved", "denied", "timed_out", "not_run"]
+"""not_run: the run ended, or a call before it failed fatally, before it was decided."""
+
+
+class ToolApproval(BaseModel):
+    """A call that waited for a person, and what they decided."""
+
+    call_id: str
+    tool: str
+    arguments: str
+    """As the model wrote them (cut at 1,000 characters)."""
+    step: int
+    status: ApprovalStatus = "awaiting_approval"
+    reason: str | None = None
+    decided_by: Literal["person", "remembered", "timeout"] | None = None
 
 
 class PlanState(BaseModel):
@@ -345,9 +403,10 @@ class CompensationRecord(BaseModel):
     error: str | None = None
 
 
-ToolOutcome = Literal["ok", "error", "loop_detected", "refused", "not_run", "compensated"]
-"""error: failed, or bad arguments; refused: not offered now (plan mode); not_run: the run was
-ending; compensated: it succeeded and was undone when the run failed."""
+ToolOutcome = Literal["ok", "error", "loop_detected", "refused", "denied", "not_run", "compensated"]
+"""error: failed, or bad arguments; refused: not offered now (plan mode); denied: a person (or
+the approval timeout) said no; not_run: the run was ending; compensated: it succeeded and was
+undone when the run failed."""
 
 
 class ToolCallRecord(BaseModel):
@@ -431,6 +490,52 @@ class FailureDetails(BaseModel):
         return cls(steps=0, usage=Usage())
 
 
+EVENTS_TOPIC = "events"
+"""The progress stream's topic: every `AgentEvent` of a run, in order."""
+
+AgentEventKind = Literal[
+    "step_started",
+    "step_finished",
+    "tool_call_started",
+    "tool_call_finished",
+    "retry",
+    "approval_requested",
+    "approval_decided",
+    "plan_submitted",
+    "plan_decided",
+    "compaction",
+    "compensation",
+    "continued_as_new",
+    "completed",
+    "failed",
+]
+
+
+class AgentEvent(BaseModel):
+    """One entry of a run's progress stream, published as it happens (see agent_client.py
+    `AgentRun.events`). Fields that do not apply to an event's kind are None."""
+
+    kind: AgentEventKind
+    step: int
+    """The model call the event belongs to (0 before the first)."""
+    at: datetime
+    model: str | None = None
+    usage: Usage | None = None
+    """step_finished: that model call's tokens and cost; completed and failed: the run's."""
+    call_id: str | None = None
+    tool: str | None = None
+    arguments: str | None = None
+    """As the model wrote them, cut at 1,000 characters."""
+    outcome: str | None = None
+    """tool_call_finished: the ToolOutcome; approval_decided: the approval status;
+    plan_decided: approved or rejected; compensation: the CompensationStatus."""
+    latency_ms: int | None = None
+    attempts: int | None = None
+    text: str | None = None
+    """A line for people: the answer (completed), the error (failed), a retry's reason, a
+    person's reason, the plan's steps."""
+
+
 class RunStatus(BaseModel):
     """Answer of the `status` query: plain JSON, so `temporal workflow query` prints it."""
 
@@ -443,6 +548,8 @@ class RunStatus(BaseModel):
     step_records: list[StepRecord]
     pending_tool_calls: list[str]
     plan: PlanState | None = None
+    approvals: list[ToolApproval] = []
+    """Tool calls waiting for a person's decision (status awaiting_approval)."""
 
 
 AgentInput.model_rebuild()

@@ -1,0 +1,138 @@
+"""The progress stream: every run publishes its events as they happen (temporalio.contrib
+.workflow_streams); subscribers that start late, reconnect from an offset, or follow a run across
+continue-as-new see every event once, in order; a finished run's stream drains and ends."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from temporalio.client import Client
+
+from agent_client import AgentRun, AgentRunFailed
+from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
+from worker import build_worker
+from workflows.agent import AgentWorkflow
+from workflows.models import AgentEvent, AgentInput, Limits, ToolApprovalPolicy
+
+
+async def start(client: Client, task_queue: str, agent_input: AgentInput) -> AgentRun:
+    handle = await client.start_workflow(
+        AgentWorkflow.run, agent_input, id=f"stream-{uuid.uuid4()}", task_queue=task_queue
+    )
+    return AgentRun(handle, client)
+
+
+async def read_all(agent_run: AgentRun, from_offset: int = 0) -> list[tuple[int, AgentEvent]]:
+    return [(item.offset, item.data) async for item in agent_run.events(from_offset)]
+
+
+def kinds(events: list[tuple[int, AgentEvent]]) -> list[str]:
+    return [event.kind for _, event in events]
+
+
+def two_step_script() -> list[Any]:
+    return [
+        turn(call("get_order", order_id=1042), call("get_tracking", order_id=1042)),
+        turn(text="It is on its way."),
+    ]
+
+
+async def test_a_late_subscriber_reads_every_event_of_a_finished_run_in_order(
+    client: Client, task_queue: str
+) -> None:
+    agent_input = scripted_input(two_step_script(), tools=["get_order", "get_tracking"])
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        agent_run = await start(client, task_queue, agent_input)
+        result = await agent_run.result()
+        events = await read_all(agent_run)
+    assert [offset for offset, _ in events] == list(range(len(events)))
+    assert kinds(events) == [
+        "step_started",
+        "step_finished",
+        "tool_call_started",
+        "tool_call_started",
+        "tool_call_finished",
+        "tool_call_finished",
+        "step_started",
+        "step_finished",
+        "completed",
+    ]
+    by_kind = {event.kind: event for _, event in events}
+    assert by_kind["step_finished"].usage == result.step_records[-1].usage
+    assert by_kind["completed"].text == "It is on its way."
+    finished = [e for _, e in events if e.kind == "tool_call_finished"]
+    assert {(e.tool, e.call_id, e.outcome) for e in finished} == {
+        ("get_order", "call_1_1", "ok"),
+        ("get_tracking", "call_1_2", "ok"),
+    }
+    assert all(e.latency_ms is not None and e.attempts == 1 for e in finished)
+    started = [e for _, e in events if e.kind == "tool_call_started"]
+    assert started[0].arguments == '{"order_id":1042}'
+
+
+async def test_a_subscriber_that_reconnects_mid_run_resumes_where_it_left_off(
+    client: Client, task_queue: str
+) -> None:
+    """The run waits on a person mid-way: a first subscriber reads up to the question and goes
+    away (a page reload); a second one resumes from the next offset and reads to the end."""
+    script = [
+        turn(call("get_order", order_id=104999)),
+        turn(call("cancel_order", order_id=104999, reason="asked")),
+        turn(text="Cancelled."),
+    ]
+    agent_input = scripted_input(
+        script, tools=["get_order", "cancel_order"], tool_approval=ToolApprovalPolicy()
+    )
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        agent_run = await start(client, task_queue, agent_input)
+        first: list[tuple[int, AgentEvent]] = []
+        async for item in agent_run.events():
+            first.append((item.offset, item.data))
+            if item.data.kind == "approval_requested":
+                break
+        await agent_run.decide_tool_call("call_2_1", approve=True)
+        second = await read_all(agent_run, from_offset=first[-1][0] + 1)
+        whole = await read_all(agent_run)
+    assert first + second == whole, "every event once, in order, across the reconnect"
+    assert kinds(second)[:2] == ["approval_decided", "tool_call_started"]
+    assert kinds(whole)[-1] == "completed"
+
+
+async def test_a_run_that_continues_as_new_keeps_its_stream(
+    client: Client, task_queue: str
+) -> None:
+    script = [turn(call("get_order", order_id=1042)) for _ in range(2)]
+    script += [turn(call("get_tracking", order_id=1042)) for _ in range(2)]
+    script.append(turn(text="done"))
+    agent_input = scripted_input(
+        script, tools=["get_order", "get_tracking"], continue_as_new_after_steps=2
+    )
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        agent_run = await start(client, task_queue, agent_input)
+        # Subscribed from the start: it follows the chain of runs as they happen.
+        live = await read_all(agent_run)
+        result = await agent_run.result()
+        late = await read_all(agent_run)
+    assert result.steps == 5
+    assert kinds(live).count("continued_as_new") == 2
+    assert live == late
+    assert [offset for offset, _ in live] == list(range(len(live)))
+    assert [e.step for _, e in live if e.kind == "step_started"] == [1, 2, 3, 4, 5]
+
+
+async def test_a_failed_run_ends_its_stream_with_the_failure(
+    client: Client, task_queue: str
+) -> None:
+    script = [turn(call("get_order", order_id=1042)) for _ in range(3)]
+    agent_input = scripted_input(script, tools=["get_order"], limits=Limits(max_steps=2))
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        agent_run = await start(client, task_queue, agent_input)
+        events = await read_all(agent_run)
+        try:
+            await agent_run.result()
+        except AgentRunFailed as failure:
+            error = failure
+    last = events[-1][1]
+    assert last.kind == "failed" and last.outcome == "AgentStepLimitExceeded"
+    assert last.text == error.message
