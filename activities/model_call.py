@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import message_store, pricing, telemetry
+from activities import message_store, pricing, progress, telemetry
 from activities._heartbeat import heartbeating
 from activities.providers import anthropic_provider, openai_provider, scripted
 from workflows.errors import AgentConfigurationError
@@ -77,6 +77,7 @@ async def call_model(request: ModelRequest) -> ModelResponse:
     The call's cost is priced here, from the run's own price or the price table, so that the
     workflow only ever adds up figures recorded in its history.
     """
+    await progress.report_retry(request.step, f"model call ({request.settings.model})")
     request = _resolved(request)
     message_store.remember(request.messages, request.tools, request.settings.script)
     settings = request.settings

@@ -19,7 +19,7 @@ from typing import Any, get_type_hints
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from temporalio import activity
 
-from activities import telemetry
+from activities import progress, telemetry
 from activities._heartbeat import heartbeating
 from workflows.errors import AgentError
 from workflows.history import CONTENT_MIN_CHARS, content_ref
@@ -261,6 +261,7 @@ def _tool_activity(
             return result
 
     async def execute(call: ToolActivityInput, span: telemetry.ToolSpan) -> ToolActivityResult:
+        await progress.report_retry(call.step, tool_name, call_id=call.tool_call_id, tool=tool_name)
         try:
             arguments = arguments_model.model_validate(call.arguments)
         except ValidationError as error:

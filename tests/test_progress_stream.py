@@ -136,3 +136,21 @@ async def test_a_failed_run_ends_its_stream_with_the_failure(
     last = events[-1][1]
     assert last.kind == "failed" and last.outcome == "AgentStepLimitExceeded"
     assert last.text == error.message
+
+
+async def test_a_retry_is_reported_when_it_starts(client: Client, task_queue: str) -> None:
+    """The workflow learns of a retry only when the call returns; the retrying attempt itself
+    reports it on the stream, before the call's end."""
+    script = [turn(call("flaky", key=f"retry-{uuid.uuid4()}", failures=1)), turn(text="ok")]
+    agent_input = scripted_input(script, tools=["flaky"])
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        agent_run = await start(client, task_queue, agent_input)
+        await agent_run.result()
+        events = await read_all(agent_run)
+    names = kinds(events)
+    assert names.index("tool_call_started") < names.index("retry")
+    assert names.index("retry") < names.index("tool_call_finished")
+    retry = next(e for _, e in events if e.kind == "retry")
+    assert (retry.tool, retry.call_id, retry.attempts, retry.step) == ("flaky", "call_1_1", 2, 1)
+    finished = next(e for _, e in events if e.kind == "tool_call_finished")
+    assert finished.attempts == 2 and finished.outcome == "ok"
