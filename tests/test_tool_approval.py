@@ -253,3 +253,25 @@ async def test_an_unknown_predicate_fails_the_run_at_once(client: Client, task_q
         agent_run = await start(client, task_queue, approval_input(script, tool_approval=policy))
         with pytest.raises(Exception, match="no_such_rule"):
             await agent_run.result()
+
+
+async def test_a_remembered_decision_outlives_continue_as_new(
+    client: Client, task_queue: str
+) -> None:
+    test_tools.events.clear()
+    script = [
+        turn(call("write_thing", label="w1")),
+        turn(call("write_thing", label="w2")),
+        turn(text="done"),
+    ]
+    agent_input = approval_input(script, continue_as_new_after_steps=1)
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        agent_run = await start(client, task_queue, agent_input)
+        await until(agent_run, "approval_requested")
+        await agent_run.decide_tool_call("call_1_1", approve=True, remember=True)
+        result, _ = await finish(agent_run)
+        events = [item.data async for item in agent_run.events()]
+    assert [e.kind for e in events].count("continued_as_new") >= 1
+    assert [e.call_id for e in events if e.kind == "approval_requested"] == ["call_1_1"]
+    assert [label for kind, label in test_tools.events if kind == "start"] == ["w1", "w2"]
+    assert result.steps == 3
