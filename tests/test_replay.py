@@ -22,13 +22,24 @@ import pytest
 from temporalio import workflow
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.worker import Replayer
 
 from activities.demo_script import DEMO_PROMPT, support_demo_script
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 from worker import build_worker
 from workflows.agent import AgentWorkflow
-from workflows.models import AgentInput, AgentResult, Limits, ModelResponse, PlanDecision
+from workflows.models import (
+    EVENTS_TOPIC,
+    AgentEvent,
+    AgentInput,
+    AgentResult,
+    Limits,
+    ModelResponse,
+    PlanDecision,
+    ToolApprovalPolicy,
+    ToolCallDecision,
+)
 
 HISTORIES = Path(__file__).parent / "histories"
 
@@ -67,6 +78,24 @@ async def reject_by_update_then_approve_by_signal(handle: Handle) -> None:
     await handle.execute_update(AgentWorkflow.decide_plan, rejection)
     await plan_waiting(handle, version=2)
     await handle.signal(AgentWorkflow.approve_plan, "go ahead")
+
+
+async def decide_the_calls_while_watching(handle: Handle) -> None:
+    """A subscriber follows the progress stream (its polls are updates in the history) while a
+    person approves a call by update, remembering it for the tool, and denies one by signal."""
+    stream = WorkflowStreamClient(handle)
+    asked: list[str] = []
+    async for item in stream.subscribe(EVENTS_TOPIC):
+        event = AgentEvent.model_validate(item.data)
+        if event.kind == "approval_requested":
+            asked.append(event.call_id or "")
+            if asked == ["call_1_1"]:
+                decision = ToolCallDecision(call_id="call_1_1", approve=True, remember=True)
+                await handle.execute_update(AgentWorkflow.decide_tool_call, decision)
+            else:
+                denial = ToolCallDecision(call_id=asked[-1], approve=False, reason="no email")
+                await handle.signal("decide_tool_call", denial)
+    assert asked == ["call_1_1", "call_2_2"], asked
 
 
 def scenarios() -> dict[str, Scenario]:
@@ -124,6 +153,21 @@ def scenarios() -> dict[str, Scenario]:
                 continue_as_new_after_steps=2,
             ),
             runs=2,
+        ),
+        "tool_approval": Scenario(
+            scripted_input(
+                [
+                    turn(call("issue_refund", order_id=1042, amount=5)),
+                    turn(
+                        call("issue_refund", order_id=1041, amount=5),
+                        call("send_email", to="a@b.com", subject="Refunds", body="Done."),
+                    ),
+                    turn(text="Refunded twice; no email.", expect="no email"),
+                ],
+                tools=["issue_refund", "send_email"],
+                tool_approval=ToolApprovalPolicy(),
+            ),
+            drive=decide_the_calls_while_watching,
         ),
     }
 
