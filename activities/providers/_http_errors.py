@@ -55,12 +55,22 @@ def incomplete_reply(message: str) -> ApplicationError:
     return ApplicationError(message, type=INCOMPLETE_REPLY_TYPE, non_retryable=False)
 
 
+def unreadable_reply(provider: str, model: str, error: BaseException) -> ApplicationError:
+    """A reply the SDK could not decode: garbled JSON, or nesting past Python's recursion limit
+    (`RecursionError`, which no SDK turns into its own error class)."""
+    return incomplete_reply(
+        f"{provider} sent a reply for model {model!r} that could not be read: "
+        f"{type(error).__name__}: {str(error)[:300]}"
+    )
+
+
 def timeout_error(provider: str, timeout_seconds: float) -> ApplicationError:
     return transient_error(f"{provider} did not answer within {timeout_seconds:g}s")
 
 
 def connection_error(provider: str, cause: BaseException | None) -> ApplicationError:
-    detail = f": {cause}" if cause else ""
+    # A reset connection often has an empty message (httpx's ReadError('')): name its type.
+    detail = f": {str(cause) or type(cause).__name__}" if cause is not None else ""
     return transient_error(f"could not reach {provider}{detail}")
 
 

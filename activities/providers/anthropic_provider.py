@@ -31,6 +31,7 @@ from activities.providers._http_errors import (
     provider_message,
     status_error,
     timeout_error,
+    unreadable_reply,
 )
 from workflows.errors import AgentConfigurationError, AgentProviderError
 from workflows.models import ModelRequest, ModelResponse, ToolSpec, Usage
@@ -60,7 +61,13 @@ async def complete(request: ModelRequest) -> ModelResponse:
         ) as client:
             response = await client.messages.create(**params, extra_body=extra_body)
     except anthropic.AnthropicError as error:
-        raise provider_error(error, timeout_seconds=settings.timeout_seconds) from error
+        failure = provider_error(error, timeout_seconds=settings.timeout_seconds)
+        # httpx's frames on a connection error or timeout would push the attempt's failure past
+        # the server's 4 KB limit, and the history would show "Failure exceeds size limit."
+        # instead of its type: the message names the cause, so the chain is dropped.
+        raise failure from (None if isinstance(error, anthropic.APIConnectionError) else error)
+    except (ValueError, RecursionError) as error:  # the SDK decodes the body unguarded
+        raise unreadable_reply(PROVIDER, settings.model, error) from None
     return to_model_response(response, request)
 
 
@@ -178,7 +185,7 @@ def to_model_response(response: AnthropicMessage, request: ModelRequest) -> Mode
         stop_reason = response.stop_reason
     except ApplicationError:
         raise
-    except (AttributeError, TypeError, ValueError) as error:
+    except (AttributeError, TypeError, ValueError, RecursionError) as error:
         raise incomplete_reply(
             f"Anthropic sent a reply for model {model!r} that could not be read: "
             f"{type(error).__name__}: {error}"

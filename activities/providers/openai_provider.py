@@ -32,6 +32,7 @@ from activities.providers._http_errors import (
     retry_after,
     status_error,
     timeout_error,
+    unreadable_reply,
 )
 from workflows.errors import AgentConfigurationError, AgentProviderError
 from workflows.models import ModelRequest, ModelResponse, ToolSpec, Usage
@@ -60,13 +61,20 @@ async def complete(request: ModelRequest) -> ModelResponse:
             "OPENAI_BASE_URL for an OpenAI-compatible endpoint), or run with provider='scripted'"
         )
     settings = request.settings
+    params = request_params(request)
     try:
         async with openai.AsyncOpenAI(
             api_key=api_key, max_retries=0, timeout=settings.timeout_seconds
         ) as client:
-            response = await client.chat.completions.create(**request_params(request))
+            response = await client.chat.completions.create(**params)
     except openai.OpenAIError as error:
-        raise provider_error(error, timeout_seconds=settings.timeout_seconds) from error
+        failure = provider_error(error, timeout_seconds=settings.timeout_seconds)
+        # httpx's frames on a connection error or timeout would push the attempt's failure past
+        # the server's 4 KB limit, and the history would show "Failure exceeds size limit."
+        # instead of its type: the message names the cause, so the chain is dropped.
+        raise failure from (None if isinstance(error, openai.APIConnectionError) else error)
+    except (ValueError, RecursionError) as error:  # the SDK decodes the body unguarded
+        raise unreadable_reply(PROVIDER, settings.model, error) from None
     return to_model_response(response, request)
 
 
@@ -123,7 +131,7 @@ def to_model_response(response: ChatCompletion, request: ModelRequest) -> ModelR
         )
     except ApplicationError:
         raise
-    except (AttributeError, TypeError, ValueError) as error:
+    except (AttributeError, TypeError, ValueError, RecursionError) as error:
         raise incomplete_reply(
             f"OpenAI sent a reply for model {model!r} that could not be read: "
             f"{type(error).__name__}: {error}"
