@@ -12,15 +12,21 @@ shape). Like the real API, and without using the script, it answers 401 to a wro
 would refuse: roles that do not alternate, a `tool_use` not answered by a `tool_result` in the
 next user message, a `tool_result` for an id the previous assistant message did not use, blank
 text, more than four cache breakpoints. An exhausted script answers 500.
+
+Faults a network brings are scripted too: `Hangup()` resets the connection without an answer,
+`Slow(seconds, entry)` answers only after a delay, and `HttpReply(raw=...)` sends any bytes.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fake_openai import reset
 
 PATH = "/v1/messages"
 MAX_CACHE_BREAKPOINTS = 4
@@ -36,6 +42,9 @@ class Reply:
     """Defaults to "tool_use" when there are calls, else "end_turn"."""
     content: list[dict[str, Any]] | None = None
     """Raw content blocks, sent instead of those built from `text` and `tool_uses`."""
+    content_json: str | None = None
+    """The content array as JSON text, sent verbatim: for what Python's json cannot encode
+    (nesting deeper than its recursion limit)."""
     input_tokens: int | None = None
     """Uncached input tokens; defaults to an estimate from the request's size."""
     output_tokens: int | None = None
@@ -50,6 +59,23 @@ class HttpReply:
     status: int
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
+    delay_seconds: float = 0.0
+    """How long the fake waits before answering; a client that gave up meanwhile gets nothing."""
+    raw: bytes | None = None
+    """Sent instead of `body` encoded as JSON: a body JSON cannot encode, or not JSON at all."""
+
+
+@dataclass
+class Hangup:
+    """Read the request, then reset the connection without answering (a dropped link)."""
+
+
+@dataclass
+class Slow:
+    """Answer with `then`, but only after `seconds`: slower than the client's timeout, say."""
+
+    seconds: float
+    then: Reply | HttpReply
 
 
 def error(
@@ -185,7 +211,7 @@ def sent_key(headers: dict[str, str]) -> str | None:
 class FakeAnthropic:
     def __init__(
         self,
-        script: list[Reply | HttpReply] | None = None,
+        script: list[Reply | HttpReply | Hangup | Slow] | None = None,
         *,
         api_key: str = "sk-ant-test-fake",
     ) -> None:
@@ -218,7 +244,7 @@ class FakeAnthropic:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def answer(self, path: str, headers: dict[str, str], raw: bytes) -> HttpReply:
+    def answer(self, path: str, headers: dict[str, str], raw: bytes) -> HttpReply | Hangup:
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
@@ -241,9 +267,23 @@ class FakeAnthropic:
                     500, f"fake Anthropic: script exhausted at request #{number}", type="api_error"
                 )
             entry = self.script.pop(0)
-        if isinstance(entry, HttpReply):
+        delay = 0.0
+        if isinstance(entry, Slow):
+            delay, entry = entry.seconds, entry.then
+        if isinstance(entry, Hangup):
             return entry
-        return HttpReply(200, _message(entry, body, number, len(raw)))
+        if isinstance(entry, Reply):
+            message = _message(entry, body, number, len(raw))
+            raw_reply = None
+            if entry.content_json is not None:
+                message["content"] = _RAW_CONTENT
+                encoded = json.dumps(message)
+                raw_reply = encoded.replace(json.dumps(_RAW_CONTENT), entry.content_json).encode()
+            entry = HttpReply(200, message, raw=raw_reply)
+        return replace(entry, delay_seconds=entry.delay_seconds + delay) if delay else entry
+
+
+_RAW_CONTENT = "\u0000content_json\u0000"
 
 
 def _message(reply: Reply, request: dict[str, Any], number: int, size: int) -> dict[str, Any]:
@@ -286,15 +326,22 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
             raw = self.rfile.read(int(self.headers.get("content-length") or 0))
             headers = {name.lower(): value for name, value in self.headers.items()}
             reply = fake.answer(self.path, headers, raw)
-            payload = json.dumps(reply.body).encode()
-            self.send_response(reply.status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(payload)))
-            self.send_header("request-id", f"req_fake{len(fake.requests):04d}")
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(payload)
+            if isinstance(reply, Hangup):
+                reset(self)
+                return
+            time.sleep(reply.delay_seconds)
+            payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
+            try:
+                self.send_response(reply.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.send_header("request-id", f"req_fake{len(fake.requests):04d}")
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(payload)
+            except OSError:
+                self.close_connection = True  # the client gave up waiting
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

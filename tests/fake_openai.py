@@ -9,13 +9,19 @@ Each accepted request takes the next scripted entry: a `Reply` (an assistant mes
 `HttpReply` (any status, JSON body and headers, sent as is; `error()` builds the API's error
 shape). Like the real API, and without using the script, it answers 401 to a wrong key and 400
 to a transcript that breaks the tool-call pairing rule. An exhausted script answers 500.
+
+Faults a network brings are scripted too: `Hangup()` resets the connection without an answer,
+`Slow(seconds, entry)` answers only after a delay, and `HttpReply(raw=...)` sends any bytes.
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -27,6 +33,9 @@ class Reply:
     content: str | None = None
     tool_calls: list[tuple[str, str, str]] = field(default_factory=list)
     """(id, name, arguments as raw text) per call."""
+    tool_calls_json: list[dict[str, Any]] | None = None
+    """Raw tool call objects, sent instead of those built from `tool_calls` (one without an
+    id, say)."""
     finish_reason: str | None = None
     """Defaults to "tool_calls" when there are calls, else "stop"."""
     prompt_tokens: int | None = None
@@ -42,6 +51,23 @@ class HttpReply:
     status: int
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
+    delay_seconds: float = 0.0
+    """How long the fake waits before answering; a client that gave up meanwhile gets nothing."""
+    raw: bytes | None = None
+    """Sent instead of `body` encoded as JSON: a body JSON cannot encode, or not JSON at all."""
+
+
+@dataclass
+class Hangup:
+    """Read the request, then reset the connection without answering (a dropped link)."""
+
+
+@dataclass
+class Slow:
+    """Answer with `then`, but only after `seconds`: slower than the client's timeout, say."""
+
+    seconds: float
+    then: Reply | HttpReply
 
 
 def error(
@@ -97,7 +123,10 @@ def pairing_error(messages: list[dict[str, Any]]) -> HttpReply | None:
 
 class FakeOpenAI:
     def __init__(
-        self, script: list[Reply | HttpReply] | None = None, *, api_key: str = "sk-test-fake"
+        self,
+        script: list[Reply | HttpReply | Hangup | Slow] | None = None,
+        *,
+        api_key: str = "sk-test-fake",
     ) -> None:
         self.script = list(script or [])
         self.api_key = api_key
@@ -127,7 +156,7 @@ class FakeOpenAI:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def answer(self, path: str, headers: dict[str, str], raw: bytes) -> HttpReply:
+    def answer(self, path: str, headers: dict[str, str], raw: bytes) -> HttpReply | Hangup:
         body = json.loads(raw) if raw else None
         with self._lock:
             self.requests.append(Recorded(path, headers, raw, body))
@@ -148,9 +177,14 @@ class FakeOpenAI:
                     500, f"fake OpenAI: script exhausted at request #{number}", type="server_error"
                 )
             entry = self.script.pop(0)
-        if isinstance(entry, HttpReply):
+        delay = 0.0
+        if isinstance(entry, Slow):
+            delay, entry = entry.seconds, entry.then
+        if isinstance(entry, Hangup):
             return entry
-        return HttpReply(200, _completion(entry, body or {}, number, len(raw)))
+        if isinstance(entry, Reply):
+            entry = HttpReply(200, _completion(entry, body or {}, number, len(raw)))
+        return replace(entry, delay_seconds=entry.delay_seconds + delay) if delay else entry
 
 
 def _completion(reply: Reply, request: dict[str, Any], number: int, size: int) -> dict[str, Any]:
@@ -165,6 +199,8 @@ def _completion(reply: Reply, request: dict[str, Any], number: int, size: int) -
             {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
             for id, name, arguments in reply.tool_calls
         ]
+    if reply.tool_calls_json is not None:
+        message["tool_calls"] = reply.tool_calls_json
     prompt = reply.prompt_tokens if reply.prompt_tokens is not None else size // 4
     completion = reply.completion_tokens
     if completion is None:
@@ -180,7 +216,7 @@ def _completion(reply: Reply, request: dict[str, Any], number: int, size: int) -
                 "message": message,
                 "logprobs": None,
                 "finish_reason": reply.finish_reason
-                or ("tool_calls" if reply.tool_calls else "stop"),
+                or ("tool_calls" if reply.tool_calls or reply.tool_calls_json else "stop"),
             }
         ],
         "usage": {
@@ -195,21 +231,35 @@ def _completion(reply: Reply, request: dict[str, Any], number: int, size: int) -
     }
 
 
+def reset(handler: BaseHTTPRequestHandler) -> None:
+    """Close the handler's connection with a TCP reset (linger 0), not an orderly FIN."""
+    handler.close_connection = True
+    handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    handler.connection.close()  # before the server's orderly shutdown could send a FIN
+
+
 def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("content-length") or 0))
             headers = {name.lower(): value for name, value in self.headers.items()}
             reply = fake.answer(self.path, headers, raw)
-            payload = json.dumps(reply.body).encode()
-            self.send_response(reply.status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(payload)))
-            self.send_header("x-request-id", f"req_fake{len(fake.requests):04d}")
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(payload)
+            if isinstance(reply, Hangup):
+                reset(self)
+                return
+            time.sleep(reply.delay_seconds)
+            payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
+            try:
+                self.send_response(reply.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.send_header("x-request-id", f"req_fake{len(fake.requests):04d}")
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(payload)
+            except OSError:
+                self.close_connection = True  # the client gave up waiting
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import Counter, defaultdict
 
@@ -147,3 +148,18 @@ async def block(seconds: float) -> str:
 def huge(size: int) -> str:
     """Returns `size` characters, under a bound large enough to let them all through."""
     return "z" * size
+
+
+release_blocked = threading.Event()
+"""Set by a test to free the threads `hang_blocking` left waiting."""
+
+
+@tool(
+    timeout_seconds=0.3,
+    retry=RetrySettings(maximum_attempts=2, initial_interval_seconds=0.05, backoff_coefficient=1),
+)
+def hang_blocking(seconds: float) -> str:
+    """A sync tool stuck in a blocking call, which no cancellation can interrupt; two tries."""
+    executions["hang_blocking"] += 1
+    release_blocked.wait(seconds)
+    return "woke up"
