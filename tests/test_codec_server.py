@@ -24,6 +24,7 @@ import codec_server
 from codec_server import serving
 from payload_codec import ENCODING, KEY_ID_METADATA, EncryptionCodec, PayloadKey, data_converter
 from tests.helpers import TEST_WORKER_OPTIONS, scripted_input, turn
+from tests.test_privacy import in_isolated_namespace
 from worker import build_worker, temporal_binary
 from workflows.agent import AgentWorkflow
 
@@ -229,6 +230,7 @@ async def test_the_temporal_cli_shows_an_encrypted_run_through_it(
 ) -> None:
     """`temporal workflow show --codec-endpoint ... --codec-auth ...` against the session's
     server: every payload of an encrypted run comes back decrypted."""
+    client = await in_isolated_namespace(client)
     prompt = "Is my order on its way? (asked by CLI-READER-3141)"
     encrypted = Client(
         client.service_client, namespace=client.namespace, data_converter=data_converter(keys=[NEW])
@@ -252,6 +254,8 @@ async def test_the_temporal_cli_shows_an_encrypted_run_through_it(
                 handle.id,
                 "--address",
                 client.service_client.config.target_host,
+                "--namespace",
+                client.namespace,
                 "--codec-endpoint",
                 running.url,
                 "--codec-auth",

@@ -19,19 +19,22 @@ from typing import Any
 
 import pytest
 from google.protobuf import json_format
+from google.protobuf.duration_pb2 import Duration
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.api.common.v1 import Payload, WorkflowExecution
 from temporalio.api.query.v1 import WorkflowQuery
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.api.workflowservice.v1 import QueryWorkflowRequest
+from temporalio.api.workflowservice.v1 import QueryWorkflowRequest, RegisterNamespaceRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
+from temporalio.service import RPCError, RPCStatusCode
 
 import worker
 from activities import telemetry
+from agent_client import ensure_search_attributes
 from payload_codec import (
     ENCODING,
     EncryptionCodec,
@@ -65,11 +68,36 @@ SCRIPTED_SECRETS = (PROMPT, ARGUMENT, EMAIL, TRACKING_NUMBER, CUSTOMER_NAME, ANS
 ALLOWED_STATUSES = {"running", "awaiting_approval", "compensating", "completed", "failed"}
 
 
+ISOLATED_NAMESPACE = "encrypted-runs"
+
+
+async def in_isolated_namespace(client: Client) -> Client:
+    """The session's server, in a namespace of its own: other tests list every closed run of
+    `default`, and their clients, without the keys, cannot read encrypted ones."""
+    try:
+        await client.workflow_service.register_namespace(
+            RegisterNamespaceRequest(
+                namespace=ISOLATED_NAMESPACE,
+                workflow_execution_retention_period=Duration(seconds=86_400),
+            )
+        )
+    except RPCError as error:
+        if error.status != RPCStatusCode.ALREADY_EXISTS:
+            raise
+    isolated = with_converter(client, client.data_converter, namespace=ISOLATED_NAMESPACE)
+    await ensure_search_attributes(isolated)
+    return isolated
+
+
+@pytest.fixture
+async def client(client: Client) -> Client:
+    return await in_isolated_namespace(client)
+
+
 def with_converter(base: Client, converter: DataConverter, **options: Any) -> Client:
     """Another client on the session's server connection, with its own data converter."""
-    return Client(
-        base.service_client, namespace=base.namespace, data_converter=converter, **options
-    )
+    options.setdefault("namespace", base.namespace)
+    return Client(base.service_client, data_converter=converter, **options)
 
 
 def texts_of_history(history_json: str) -> list[str]:
