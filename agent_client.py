@@ -33,10 +33,10 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowStreamItem
 from temporalio.service import RPCError
 
+import payload_codec
 from activities import telemetry
 from workflows.agent import AgentWorkflow
 from workflows.models import (
@@ -226,7 +226,7 @@ class AgentClient:
         client = await Client.connect(
             address,
             namespace=namespace,
-            data_converter=pydantic_data_converter,
+            data_converter=payload_codec.data_converter(),
             interceptors=telemetry.interceptors(),
         )
         return cls(client, task_queue)
