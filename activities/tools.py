@@ -188,19 +188,40 @@ def render_result(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+MAX_PROBLEMS_SHOWN = 10
+"""Validation problems quoted back to the model; the rest are counted."""
+MAX_QUOTED_CHARS = 100
+"""A quoted argument (or field name) is cut to this: the model wrote it, it needs no copy."""
+
+
 def describe_validation_error(tool_name: str, error: ValidationError) -> str:
+    """What is wrong with the arguments, bounded however large or numerous they are."""
     problems = []
-    for item in error.errors(include_url=False):
-        field = ".".join(str(part) for part in item["loc"]) or "(arguments)"
-        got = (
-            "" if item["type"] == "missing" else f" (got {json.dumps(item['input'], default=str)})"
-        )
+    items = error.errors(include_url=False)
+    for item in items[:MAX_PROBLEMS_SHOWN]:
+        field = _quoted(".".join(str(part) for part in item["loc"])) or "(arguments)"
+        got = "" if item["type"] == "missing" else f" (got {_quoted(_json_text(item['input']))})"
         problems.append(f"{field}: {item['msg']}{got}")
+    if len(items) > MAX_PROBLEMS_SHOWN:
+        problems.append(f"and {len(items) - MAX_PROBLEMS_SHOWN} more problems")
     return (
         f"Error: invalid arguments for {tool_name}: "
         + "; ".join(problems)
         + ". The tool did not run; fix the arguments and call it again."
     )
+
+
+def _json_text(value: Any) -> str:
+    try:
+        return json.dumps(value, default=str)
+    except (ValueError, RecursionError):
+        return f"<{type(value).__name__}>"
+
+
+def _quoted(text: str) -> str:
+    if len(text) <= MAX_QUOTED_CHARS:
+        return text
+    return f"{text[:MAX_QUOTED_CHARS]}... ({len(text)} characters)"
 
 
 def _arguments_model(tool_name: str, fn: Callable[..., Any]) -> type[BaseModel]:
