@@ -133,6 +133,8 @@ class ScriptedTurn(BaseModel):
     fails the run (non-retryably) when they do not, so a test sees where it left the script."""
     usage: Usage | None = None
     """Reported usage; by default input is estimated from the request and output from the reply."""
+    delay_seconds: float = Field(default=0.0, ge=0)
+    """How long the scripted model takes to reply: a real model's latency, for benchmarks."""
 
 
 Provider = Literal["scripted", "openai", "anthropic"]

@@ -7,6 +7,7 @@ when the conversation leaves its script, saying where and how.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections import defaultdict
@@ -44,6 +45,8 @@ async def complete(request: ModelRequest) -> ModelResponse:
             f"the last message was: {_describe(request.messages[-1]) if request.messages else '-'}"
         )
     turn = script[turn_index]
+    if turn.delay_seconds:
+        await asyncio.sleep(turn.delay_seconds)
     since_last_reply = _messages_since_last_reply(request)
     if turn.expect is not None and turn.expect not in since_last_reply:
         raise ScriptedModelMismatch(

@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m bench [--quick] [--json PATH]` runs the suite and prints one table."""

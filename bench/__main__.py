@@ -1,0 +1,8 @@
+"""`python -m bench [--quick] [--json PATH]`: the benchmark suite (bench/suite.py)."""
+
+import asyncio
+
+from bench.suite import main
+from worker import exit_now
+
+exit_now(asyncio.run(main()))
