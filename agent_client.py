@@ -289,8 +289,9 @@ class AgentClient:
             result = await AgentRun(handle, self.client).result()
         except AgentRunFailed as failure:
             return ClosedRun(execution.id, label, failure=failure)
-        except (RPCError, ValueError, TypeError) as error:
-            # Gone since it was listed (retention), or a result of another shape: not counted.
+        except (RPCError, ValueError, TypeError, KeyError) as error:
+            # Gone since it was listed (retention), a result of another shape, or one encrypted
+            # with a key this client does not have (KeyError: unknown encoding): not counted.
             return ClosedRun(execution.id, label, error=f"{type(error).__name__}: {error}")
         return ClosedRun(execution.id, label, result=result)
 
@@ -298,7 +299,7 @@ class AgentClient:
 async def _memo_label(execution: WorkflowExecution) -> str | None:
     try:
         label = await execution.memo_value("label", None)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, KeyError):
         return None
     return label if isinstance(label, str) else None
 

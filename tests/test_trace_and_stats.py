@@ -14,13 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+import payload_codec
 import starter
-from agent_client import AgentClient, AgentRunFailed, percentile, step_stats
+from agent_client import AgentClient, AgentRunFailed, ClosedRun, percentile, step_stats
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 from tests.test_agent_client import end_leftovers
 from worker import build_worker
+from workflows.agent import AgentWorkflow
 from workflows.models import (
     AgentResult,
     CompactionRecord,
@@ -585,3 +588,40 @@ async def test_stats_with_no_run_of_the_label_says_so(
     assert err.strip() == f"no agent run with label '{label}' has completed or failed yet"
     code, out, _ = await cli("stats", "--label", label, "--json")
     assert json.loads(out) == {"label": label, "limit": 500, "unreadable": 0, "groups": []}
+
+
+async def test_a_run_this_client_cannot_decrypt_is_skipped_not_fatal(
+    temporal_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """A run encrypted with a key this client lacks (rotated out, another team's) is reported as
+    unreadable by `closed_runs`, and the others are still read."""
+    keyed = Client(
+        temporal_env.client.service_client,
+        namespace=temporal_env.client.namespace,
+        data_converter=payload_codec.data_converter(
+            keys=[payload_codec.PayloadKey("stats-test", bytes(range(32)))]
+        ),
+    )
+    async with build_worker(keyed, task_queue, **TEST_WORKER_OPTIONS):
+        handle = await keyed.start_workflow(
+            AgentWorkflow.run,
+            scripted_input([turn(text="secret")], label="encrypted"),
+            id=f"encrypted-{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+        await handle.result()
+    plain = AgentClient(temporal_env.client, task_queue)
+
+    async def seen() -> ClosedRun | None:
+        async for closed in plain.closed_runs(limit=50):
+            if closed.workflow_id == handle.id:
+                return closed
+        return None
+
+    deadline = asyncio.get_running_loop().time() + 15
+    while (closed := await seen()) is None:  # visibility is eventually consistent
+        assert asyncio.get_running_loop().time() < deadline, "the run was never listed"
+        await asyncio.sleep(0.1)
+    assert closed.result is None and closed.failure is None
+    assert closed.error is not None and "binary/encrypted" in closed.error
+    assert closed.label is None  # its memo is encrypted too
