@@ -265,10 +265,6 @@ async def test_huge_arguments_get_a_bounded_answer(
     assert all(len(c.arguments) <= 1000 for c in run.trace[0].tool_calls)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="workflows/agent.py quotes a tool name and schema errors whole (see the report)",
-)
 async def test_huge_names_and_answers_get_a_bounded_answer(
     client: Client, task_queue: str, model: Model
 ) -> None:
@@ -303,15 +299,9 @@ async def test_a_reply_too_large_for_the_history_fails_the_run(
     assert [m.role for m in run.transcript] == ["user"]
 
 
-NESTING_GAP = (
-    "workflows/agent.py parses the arguments unguarded (RecursionError past Python's limit) "
-    "and schedules arguments deeper than the data converter can encode (see the report)"
-)
-
-
 @pytest.mark.parametrize("depth", [300, 5_000])
 async def test_deeply_nested_arguments(
-    client: Client, task_queue: str, model: Model, depth: int, request: pytest.FixtureRequest
+    client: Client, task_queue: str, model: Model, depth: int
 ) -> None:
     nested = Raw('{"order_id": ' + "[" * depth + "]" * depth + "}")
     if model.provider == "anthropic" and depth > 1000:
@@ -325,7 +315,6 @@ async def test_deeply_nested_arguments(
         assert "could not be read: RecursionError" in run.failure.message
         assert [m.role for m in run.transcript] == ["user"]
         return
-    request.applymarker(pytest.mark.xfail(strict=True, reason=NESTING_GAP))
     # The model gets an error result it can act on, and the run goes on.
     run = await run_checked(
         client,
@@ -461,10 +450,6 @@ async def test_text_beside_tool_calls_is_not_the_answer(
     assert run.tool_results() == {"c_count": "m1 has run 1 times", "c_finish": ANSWER_RECORDED}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="workflows/agent.py runs calls that come after an accepted finish (see the report)",
-)
 async def test_nothing_called_after_finish_runs(
     client: Client, task_queue: str, model: Model
 ) -> None:

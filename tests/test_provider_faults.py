@@ -210,12 +210,10 @@ async def test_a_provider_that_never_answers_is_cut_by_the_wall_time_limit(
     # history may have no started event to count: an activity whose deadline passes between
     # attempts goes from scheduled to timed out.)
     assert 2 <= len(provider.fake.requests) < 20, outcome.error
-    assert outcome.error is not None
-    if outcome.error.type == "AgentBudgetExceeded":  # the deadline fell inside an attempt
-        assert "max_wall_seconds=3 exceeded" in outcome.error.message
-    else:  # the server saw that no further attempt could end before the deadline
-        assert outcome.error.type == "AgentProviderError"
-        assert "did not answer within 0.4s" in outcome.error.message
+    # Whether the deadline fell inside an attempt or the server saw that no further attempt
+    # could end before it, the run failed because its time ran out, and says so by name.
+    assert outcome.error is not None and outcome.error.type == "AgentBudgetExceeded"
+    assert "max_wall_seconds=3" in outcome.error.message
 
 
 async def test_a_tool_that_hangs_is_cut_by_its_timeout(

@@ -205,6 +205,7 @@ class AgentWorkflow:
         # Per-tool approval: every call that asked a person, by call id, and the decisions a
         # person asked to remember, by tool.
         self._gates_tools = False
+        self._bounded_dispatch = False
         self._approvals: dict[str, ToolApproval] = {}
         self._remembered: dict[str, ToolCallDecision] = {}
         self._asked_at: dict[str, Any] = {}
@@ -390,6 +391,9 @@ class AgentWorkflow:
         self._reports_status = workflow.patched("agent-status-search-attributes")
         # Runs recorded before per-tool approval existed ran every call without asking.
         self._gates_tools = workflow.patched("tool-approval")
+        # Runs recorded before these rules could run a call that came after finish, or one
+        # whose arguments were nested too deep to be sent to its activity.
+        self._bounded_dispatch = workflow.patched("bounded-dispatch")
         self._set_status("running", "starting")
         try:
             result = await self._loop(agent_input)
@@ -724,6 +728,15 @@ class AgentWorkflow:
             if isinstance(cause, ApplicationError) and cause.type == history.STORE_MISS:
                 raise _StoreMiss from None
             self._budget.check_spend(workflow.now())  # a wall-time cut says so, by name
+            limit = self._input.limits.max_wall_seconds
+            if error.retry_state == RetryState.TIMEOUT and limit is not None:
+                # The schedule-to-close timeout is what was left of max_wall_seconds: the
+                # retries ran out of the run's time, which is the budget's failure.
+                raise AgentBudgetExceeded(
+                    f"max_wall_seconds={limit:g} ran out while the model call was being "
+                    f"retried; its last failure: {_describe_failure(cause)}",
+                    self._budget.details(),
+                ) from None
             if isinstance(cause, ApplicationError) and cause.type in FATAL_ERROR_TYPES:
                 raise _ERROR_CLASSES.get(cause.type or "", AgentProviderError)(
                     cause.message, self._budget.details()
@@ -748,20 +761,10 @@ class AgentWorkflow:
         if call.name not in specs:
             refused = call.name in self._tools or call.name in (FINISH, SUBMIT_PLAN)
             return _Refuse(self._not_offered(call.name, offered), "refused" if refused else "error")
-        try:
-            arguments = json.loads(call.arguments) if call.arguments.strip() else {}
-        except ValueError as error:
-            return _Refuse(
-                f"Error: the arguments for {call.name} are not valid JSON ({error}). The tool did "
-                "not run; send a JSON object that matches its schema.",
-                "error",
-            )
-        if not isinstance(arguments, dict):
-            return _Refuse(
-                f"Error: the arguments for {call.name} must be a JSON object, not "
-                f"{type(arguments).__name__}. The tool did not run.",
-                "error",
-            )
+        parsed = self._parse_arguments(call)
+        if isinstance(parsed, _Refuse):
+            return parsed
+        arguments = parsed
         if call.name == FINISH:
             return _Finish(arguments)
         if call.name == SUBMIT_PLAN:
@@ -773,6 +776,34 @@ class AgentWorkflow:
         if self._loops.is_loop(times):
             return _Refuse(self._loops.feedback(call.name, times), "loop_detected")
         return _Execute(specs[call.name], arguments)
+
+    def _parse_arguments(self, call: ToolCall) -> dict[str, Any] | _Refuse:
+        """The call's arguments as an object, or why the model must send them again."""
+        try:
+            arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+        except (ValueError, RecursionError) as error:
+            reason = "nested too deep to read" if isinstance(error, RecursionError) else error
+            return _Refuse(
+                f"Error: the arguments for {call.name} are not valid JSON ({reason}). The tool "
+                "did not run; send a JSON object that matches its schema.",
+                "error",
+            )
+        if not isinstance(arguments, dict):
+            return _Refuse(
+                f"Error: the arguments for {call.name} must be a JSON object, not "
+                f"{type(arguments).__name__}. The tool did not run.",
+                "error",
+            )
+        depth = _nesting_depth(arguments)
+        if depth > MAX_ARGUMENT_DEPTH and self._bounded_dispatch:
+            # Deeper than this no tool needs, and past ~200 levels the activity's input cannot
+            # even be encoded: the workflow task would fail again and again.
+            return _Refuse(
+                f"Error: the arguments for {call.name} are nested {depth} levels deep (at most "
+                f"{MAX_ARGUMENT_DEPTH}). The tool did not run; send flatter arguments.",
+                "error",
+            )
+        return arguments
 
     def _not_offered(self, name: str, offered: list[str]) -> str:
         if self._input.plan and name in self._tools:
@@ -786,7 +817,10 @@ class AgentWorkflow:
             return f"Error: submit your plan with {SUBMIT_PLAN} first."
         available = ", ".join(sorted(n for n in offered if n not in (FINISH, SUBMIT_PLAN)))
         builtins = ", ".join(n for n in offered if n in (FINISH, SUBMIT_PLAN))
-        return f"Error: no tool named {name!r}. Available tools: {available}, {builtins}."
+        return (
+            f"Error: no tool named {_bounded(repr(name))}. Available tools: {available}, "
+            f"{builtins}."
+        )
 
     async def _run_tool_calls(
         self, calls: tuple[ToolCall, ...], record: StepRecord
@@ -818,6 +852,10 @@ class AgentWorkflow:
                 outcomes[call.id] = _Outcome.refused(
                     call, f"Not run: the run is ending because {reason}", "not_run"
                 )
+                continue
+            if answer is not None and self._bounded_dispatch:
+                # finish promises it: nothing called after it runs.
+                outcomes[call.id] = _Outcome.refused(call, _AFTER_FINISH, "not_run")
                 continue
             match self._dispose(call):
                 case _Refuse(content, kind):
@@ -913,16 +951,13 @@ class AgentWorkflow:
             spec = specs.get(call.name)
             if spec is None or call.name in (FINISH, SUBMIT_PLAN):
                 continue
+            arguments = self._parse_arguments(call)
+            if isinstance(arguments, _Refuse):
+                continue  # refused before it could run: nobody needs to decide on it
             # A call the loop detector will refuse does not bother a person.
             key = call_key(call.name, call.arguments)
             repeats[key] = repeats.get(key, 0) + 1
             if self._loops.is_loop(self._loops.counts[key] + repeats[key]):
-                continue
-            try:
-                arguments = json.loads(call.arguments) if call.arguments.strip() else {}
-            except ValueError:
-                continue
-            if not isinstance(arguments, dict):
                 continue
             if not approval.needs_approval(spec, plan_approved=plan_approved):
                 continue
@@ -1398,6 +1433,11 @@ def _attempts_made(error: ActivityError, spec: ToolSpec) -> int:
     return 1
 
 
+MAX_ARGUMENT_DEPTH = 32
+"""Nesting a tool's arguments may have (the object itself is level 1)."""
+MAX_QUOTED_CHARS = 200
+"""A tool name or schema message from the model is quoted back no longer than this."""
+_AFTER_FINISH = "Not run: finish came before it; the run ended with that answer."
 _MAX_CARRIED_BYTES = 1_800_000
 _MAX_CARRIED_EVENTS = 2_000
 """Progress events carried across continue-as-new; older ones stay in the earlier run."""
@@ -1425,9 +1465,30 @@ def _schema_problems(schema: dict[str, Any], instance: dict[str, Any]) -> str:
         key=lambda e: [str(part) for part in e.absolute_path],
     )
     return "; ".join(
-        f"{'.'.join(str(p) for p in e.absolute_path) or '(answer)'}: {e.message}"
+        f"{_bounded('.'.join(str(p) for p in e.absolute_path)) or '(answer)'}: "
+        f"{_bounded(e.message)}"
         for e in errors[:10]
     )
+
+
+def _bounded(text: str, limit: int = MAX_QUOTED_CHARS) -> str:
+    """What the model wrote, quoted back no longer than `limit` (it has the original)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def _nesting_depth(value: Any) -> int:
+    """How deep lists and objects nest in a parsed JSON value, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return deepest
 
 
 def _decision_text(decision: PlanDecision, plan: PlanState | None) -> str:

@@ -15,7 +15,7 @@ def call_key(name: str, arguments: str) -> str:
         canonical = json.dumps(
             json.loads(arguments), sort_keys=True, separators=(",", ":"), ensure_ascii=False
         )
-    except ValueError:
+    except (ValueError, RecursionError):
         canonical = arguments
     return f"{name}\n{canonical}"
 
