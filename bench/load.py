@@ -67,6 +67,7 @@ from workflows.models import (
     RetrySettings,
     ScriptedCall,
     ScriptedTurn,
+    ToolApprovalPolicy,
 )
 from workflows.transcript import Message, Transcript
 
@@ -149,9 +150,6 @@ def run_input(index: int) -> AgentInput:
         ),
         ScriptedTurn(text=f"Refunded 1.00 on order {order_id}; the customer has been told."),
     ]
-    options: dict[str, Any] = {}
-    if "tool_approval" in AgentInput.model_fields:
-        options["tool_approval"] = {"approve_all": True}  # an unattended batch job
     return AgentInput(
         prompt=f"Refund 1.00 on order {order_id} and tell the customer.",
         label="load",
@@ -160,7 +158,7 @@ def run_input(index: int) -> AgentInput:
             script=script,
             retry=RetrySettings(maximum_attempts=3, initial_interval_seconds=0.1),
         ),
-        **options,
+        tool_approval=ToolApprovalPolicy(approve_all=True),  # an unattended batch job
     )
 
 
