@@ -488,7 +488,17 @@ async def main(argv: list[str] | None = None) -> int:
         os.environ["AGENT_RESULT_STORE"] = str(Path(scratch) / "results.db")
         os.environ["AGENT_DEMO_DB"] = str(Path(scratch) / "demo.db")
         plan = PLANS["quick" if args.quick else "tiny" if args.tiny else "full"]
-        report = await run_suite(plan, peers=not args.no_peers)
+        # The SDK core logs its warnings (slow workflow tasks, say) on stdout: while the suite
+        # runs, stdout goes to stderr, so that stdout holds the table alone.
+        sys.stdout.flush()
+        saved_stdout = os.dup(1)
+        os.dup2(2, 1)
+        try:
+            report = await run_suite(plan, peers=not args.no_peers)
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved_stdout, 1)
+            os.close(saved_stdout)
     figures = report.figures
     print(
         f"{figures['mode']} run, {figures['seconds']:.0f} s; "
