@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 import activities.demo_tools
 import activities.result_store  # noqa: F401  (registers read_result)
+import payload_codec
 from activities import telemetry
 from activities.model_call import call_model
 from activities.tools import tool_activities
@@ -56,11 +56,12 @@ def temporal_address(explicit: str | None) -> str | None:
 
 
 async def connect(address: str, namespace: str = "default") -> Client:
-    """A client with the pydantic converter, and tracing when it is on (workers inherit it)."""
+    """A client with the pydantic converter (encrypting when AGENT_PAYLOAD_KEYS is set), and
+    tracing when it is on (workers inherit both)."""
     return await Client.connect(
         address,
         namespace=namespace,
-        data_converter=pydantic_data_converter,
+        data_converter=payload_codec.data_converter(),
         interceptors=telemetry.interceptors(),
     )
 
@@ -110,7 +111,7 @@ async def embedded_dev_server(
         with telemetry.hidden_from_child_processes():
             env = await WorkflowEnvironment.start_local(
                 dev_server_existing_path=temporal_binary(),
-                data_converter=pydantic_data_converter,
+                data_converter=payload_codec.data_converter(),
                 ui=ui_port is not None,
                 ui_port=ui_port,
                 dev_server_extra_args=list(extra_args),
@@ -148,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     address = temporal_address(args.address) or DEFAULT_ADDRESS
+    try:
+        payload_codec.data_converter()  # a malformed key configuration is a usage error
+    except payload_codec.PayloadKeyError as error:
+        sys.stderr.write(f"worker.py: error: {error}\n")
+        return 2
     try:
         if telemetry.configure_from_env():
             logging.info("tracing on (OTEL_* variables)")
