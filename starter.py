@@ -54,6 +54,7 @@ from pydantic import TypeAdapter
 from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
+import payload_codec
 from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
 from agent_client import AgentClient, AgentRun, AgentRunFailed, StepStats, step_stats
 from worker import (
@@ -124,9 +125,13 @@ APPROVALS = ("", "y", "yes")
 def parse_command_line(argv: Sequence[str] | None = None) -> Any:
     """A subcommand when the first word names one, else a run."""
     words = list(sys.argv[1:] if argv is None else argv)
-    if words and words[0] in SUBCOMMANDS:
-        return parse_subcommand(words)
-    return parse_args(words)
+    args = parse_subcommand(words) if words and words[0] in SUBCOMMANDS else parse_args(words)
+    try:
+        payload_codec.data_converter()  # a malformed key configuration is a usage error
+    except payload_codec.PayloadKeyError as error:
+        _say(f"starter.py: error: {error}")
+        raise CommandLineError(2) from None
+    return args
 
 
 def parse_args(argv: list[str] | None) -> Any:

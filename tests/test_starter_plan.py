@@ -377,3 +377,18 @@ def test_at_the_terminal_the_end_of_stdin_exits_1_in_one_line(tmp_path: Path) ->
     assert said[0].startswith(f"stdin ended before a decision on plan v1 of {out['workflow_id']}")
     assert out["status"] == "failed" and out["error"]["type"] == "NoDecision"
     assert out["steps"] == 1
+
+
+@pytest.mark.parametrize("argv", [[PROMPT], ["status", "some-run"]], ids=["run", "subcommand"])
+def test_a_malformed_key_configuration_exits_2_with_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
+    monkeypatch.setenv("AGENT_PAYLOAD_KEYS", "k1=not base64!")
+
+    assert starter.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "starter.py: error: AGENT_PAYLOAD_KEYS: the key of id 'k1' is not base64"
+    ], err
