@@ -3,6 +3,7 @@ in the test run, so the structure is what is tested (services, images, ports, de
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shlex
@@ -568,8 +569,38 @@ def test_dockerfile_copies_only_what_is_needed_and_it_is_in_the_context() -> Non
         assert source not in {".", "./", "*"}, "the Dockerfile copies the whole build context"
         assert (ROOT / source).exists(), f"COPY {source}: no such file in the project"
         assert not dockerignored(source, patterns), f"COPY {source}: .dockerignore excludes it"
-    for needed in ("pyproject.toml", "README.md", "worker.py", "workflows", "activities"):
-        assert needed in {s.rstrip("/").removeprefix("./") for s in copied}, f"{needed} not copied"
+    needed = {"pyproject.toml", "README.md", "workflows", "activities", *worker_modules()}
+    missing = needed - {s.rstrip("/").removeprefix("./") for s in copied}
+    assert not missing, f"the image lacks what the worker needs: {sorted(missing)}"
+
+
+def worker_modules() -> set[str]:
+    """worker.py and the project's top-level modules it imports, directly or through them."""
+    found: set[str] = set()
+    pending = ["worker.py"]
+    while pending:
+        name = pending.pop()
+        if name in found:
+            continue
+        found.add(name)
+        for node in ast.walk(ast.parse((ROOT / name).read_text())):
+            modules = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
+            for module in modules:
+                file = f"{module.split('.')[0]}.py"
+                if (ROOT / file).is_file():
+                    pending.append(file)
+    return found
+
+
+def test_the_worker_needs_more_than_itself() -> None:
+    """The helper above: it follows worker.py's imports of the project's own modules."""
+    assert {"worker.py", "agent_client.py", "payload_codec.py"} <= worker_modules()
 
 
 @pytest.mark.parametrize("path", [".venv", ".venv/bin/python", ".git/config"])
