@@ -10,11 +10,19 @@ listens on localhost unless told otherwise, and its CORS answers only the Web UI
 
     temporal workflow show -w ID --codec-endpoint http://127.0.0.1:8081 \\
         --codec-auth "Bearer $AGENT_CODEC_TOKEN"
+
+The Web UI cannot send that header (it sends only its own login's access token), so a person
+signs it in once: open http://localhost:8081/login in the browser, enter the token, and the
+server sets a session cookie. In the Web UI's codec settings, set the endpoint to
+http://localhost:8081 and turn on "include cross-origin credentials": its requests then carry the
+cookie. (Use `localhost` in both places: the cookie is sent to the same site only, and
+`localhost` and `127.0.0.1` are different sites to a browser.)
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import hmac
 import json
 import logging
@@ -26,6 +34,7 @@ from contextlib import contextmanager
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
@@ -46,6 +55,13 @@ DEFAULT_UI_ORIGIN = "http://localhost:8233"
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """A whole history's payloads at most; anything bigger is refused before it is read."""
 _ALLOWED_HEADERS = "authorization, content-type, x-namespace"
+SESSION_COOKIE = "agent_codec_session"
+_LOGIN_FORM = b"""<!doctype html><meta charset="utf-8"><title>Codec server sign-in</title>
+<form method="post" action="/login"><p>Token (AGENT_CODEC_TOKEN):
+<input name="token" type="password" autofocus> <button>Sign in</button></p></form>"""
+_SIGNED_IN = b"""<!doctype html><meta charset="utf-8"><title>Signed in</title>
+<p>Signed in. The Web UI decodes payloads through this server once its codec settings name it
+and include cross-origin credentials.</p>"""
 
 _log = logging.getLogger("codec_server")
 
@@ -62,6 +78,9 @@ class CodecServer(ThreadingHTTPServer):
         self.codec = codec
         self.token = token
         self.ui_origin = ui_origin.rstrip("/")
+        # The cookie proves the token was presented without being the token: a cookie that
+        # leaks (a browser profile, a HAR file) does not reveal it for the CLI or a new session.
+        self.session = hmac.new(token.encode(), b"web-ui-session", hashlib.sha256).hexdigest()
 
     @property
     def url(self) -> str:
@@ -89,8 +108,30 @@ class _Handler(BaseHTTPRequestHandler):
             },
         )
 
+    def do_GET(self) -> None:
+        if self._path() != "/login":
+            self._send_error(HTTPStatus.NOT_FOUND, "POST /encode or /decode; GET /login")
+            return
+        self._send(HTTPStatus.OK, _LOGIN_FORM, {"Content-Type": "text/html; charset=utf-8"})
+
+    def _login(self) -> None:
+        """The form's POST: the right token sets the session cookie the Web UI's requests
+        carry; a wrong one is a 401, like a wrong bearer token."""
+        length = min(int(self.headers.get("Content-Length") or 0), 4096)
+        form = parse_qs(self.rfile.read(length).decode(errors="replace"))
+        given = (form.get("token") or [""])[0].strip()
+        if not hmac.compare_digest(given.encode(), self.server.token.encode()):
+            self._send_error(HTTPStatus.UNAUTHORIZED, "wrong token")
+            return
+        cookie = f"{SESSION_COOKIE}={self.server.session}; HttpOnly; SameSite=Strict; Path=/"
+        headers = {"Content-Type": "text/html; charset=utf-8", "Set-Cookie": cookie}
+        self._send(HTTPStatus.OK, _SIGNED_IN, headers)
+
     def do_POST(self) -> None:
         path = self._path()
+        if path == "/login":
+            self._login()
+            return
         if path not in ("/encode", "/decode"):
             self._send_error(HTTPStatus.NOT_FOUND, "POST /encode or /decode")
             return
@@ -124,7 +165,21 @@ class _Handler(BaseHTTPRequestHandler):
     def _authorized(self) -> bool:
         given = self.headers.get("Authorization", "")
         expected = f"Bearer {self.server.token}"
-        return hmac.compare_digest(given.encode(), expected.encode())
+        if hmac.compare_digest(given.encode(), expected.encode()):
+            return True
+        # The Web UI's session cookie, on a JSON request only: a JSON body needs a CORS
+        # preflight, which only the UI's origin passes, so no other page can use the cookie.
+        json_body = self.headers.get("Content-Type", "").startswith("application/json")
+        return json_body and hmac.compare_digest(
+            self._cookie(SESSION_COOKIE).encode(), self.server.session.encode()
+        )
+
+    def _cookie(self, name: str) -> str:
+        for part in self.headers.get("Cookie", "").split(";"):
+            key, _, value = part.strip().partition("=")
+            if key == name:
+                return value
+        return ""
 
     def _cors_allowed(self) -> bool:
         return self.headers.get("Origin", "").rstrip("/") == self.server.ui_origin
@@ -137,6 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         if self._cors_allowed():
             self.send_header("Access-Control-Allow-Origin", self.server.ui_origin)
+            self.send_header("Access-Control-Allow-Credentials", "true")
             self.send_header("Vary", "Origin")
         for name, value in (headers or {}).items():
             self.send_header(name, value)

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -171,6 +172,60 @@ def test_cors_preflight_answers_only_the_ui_origin(server: codec_server.CodecSer
         server, "/decode", payloads_json(PLAIN), headers={**BEARER, "Origin": "http://evil.example"}
     )
     assert "Access-Control-Allow-Origin" not in headers
+
+
+def sign_in(server: codec_server.CodecServer, token: str) -> tuple[int, dict[str, str]]:
+    """The browser's form POST to /login."""
+    sent = urllib.request.Request(
+        server.url + "/login",
+        data=urllib.parse.urlencode({"token": token}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    try:
+        with urllib.request.urlopen(sent, timeout=5) as response:
+            return response.status, dict(response.headers)
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers)
+
+
+def test_the_web_ui_signs_in_once_and_its_cookie_decodes(
+    server: codec_server.CodecServer,
+) -> None:
+    """The Web UI cannot send the bearer token; a person signs it in at /login instead, and its
+    requests (with cross-origin credentials) carry the session cookie."""
+    with urllib.request.urlopen(server.url + "/login", timeout=5) as page:
+        assert page.status == 200 and b'name="token"' in page.read()
+
+    status, headers = sign_in(server, "not the token")
+    assert status == 401 and "Set-Cookie" not in headers
+    status, headers = sign_in(server, TOKEN)
+    assert status == 200
+    cookie = headers["Set-Cookie"]
+    attributes = {part.strip() for part in cookie.split(";")}
+    assert {"HttpOnly", "SameSite=Strict", "Path=/"} <= attributes
+    session = cookie.split(";")[0]
+    assert TOKEN not in session, "the cookie must not be the token itself"
+
+    encrypted = EncryptionCodec([NEW]).encrypt(PLAIN)
+    from_ui = {"Cookie": session, "Origin": UI_ORIGIN}
+    status, headers, body = request(server, "/decode", payloads_json(encrypted), headers=from_ui)
+    assert status == 200 and parsed(body) == [PLAIN]
+    assert headers["Access-Control-Allow-Credentials"] == "true"
+
+    # A forged cookie, or the right one on a request that would skip the CORS preflight, is
+    # refused like a missing token.
+    status, _, _ = request(
+        server, "/decode", payloads_json(encrypted), headers={"Cookie": session + "0"}
+    )
+    assert status == 401
+    status, _, _ = request(
+        server,
+        "/decode",
+        payloads_json(encrypted),
+        headers={"Cookie": session, "Content-Type": "text/plain"},
+    )
+    assert status == 401
 
 
 def test_it_refuses_to_start_without_a_token_or_keys(
