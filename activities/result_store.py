@@ -17,7 +17,7 @@ from typing import Annotated, Any, Protocol
 
 from pydantic import Field
 
-from activities.message_store import SqliteMessageStore
+from activities.message_store import sqlite_store
 from activities.tools import tool
 
 READ_RESULT = "read_result"
@@ -39,7 +39,7 @@ class SqliteResultStore:
     """A SQLite file, through the message store's key-value table."""
 
     def __init__(self, path: str | Path) -> None:
-        self._blobs = SqliteMessageStore(path)
+        self._blobs = sqlite_store(str(path))
 
     def put(self, text: str) -> str:
         ref = "r-" + hashlib.sha256(text.encode()).hexdigest()[:20]
