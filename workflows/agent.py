@@ -186,7 +186,8 @@ class AgentWorkflow:
         self._status: AgentStatus = "running"
         self._details = "starting"
         self._reports_status = False
-        self._reported: tuple[AgentStatus, int] | None = None
+        self._coarse_step = False
+        self._step_reported = 0
         self._plan: PlanState | None = None
         self._decision: PlanDecision | None = None
         # Compaction: the model is sent messages[0], the note, then messages[cut:].
@@ -389,11 +390,12 @@ class AgentWorkflow:
         """Run the loop; a run that ends without an answer undoes its side effects, then fails."""
         # Runs recorded before the search attributes existed replay without their upserts.
         self._reports_status = workflow.patched("agent-status-search-attributes")
-        # Runs recorded before per-tool approval existed ran every call without asking.
-        self._gates_tools = workflow.patched("tool-approval")
-        # Runs recorded before these rules could run a call that came after finish, or one
-        # whose arguments were nested too deep to be sent to its activity.
-        self._bounded_dispatch = workflow.patched("bounded-dispatch")
+        # One patch for the changes released together (each patch costs every new run a marker
+        # and a TemporalChangeVersion upsert). Runs recorded before it ran every call without
+        # asking (no per-tool approval), could run a call that came after finish or one whose
+        # arguments were nested too deep to send, and upserted AgentStep at every step.
+        released_2 = workflow.patched(RELEASE_2)
+        self._gates_tools = self._bounded_dispatch = self._coarse_step = released_2
         self._set_status("running", "starting")
         try:
             result = await self._loop(agent_input)
@@ -430,13 +432,17 @@ class AgentWorkflow:
     def _set_status(self, status: AgentStatus, details: str) -> None:
         """Keep the search attributes, the current details (the run's page in the Web UI) and the
         `status` query saying what the run is doing. No transcript content goes here."""
-        step_changed = self._reports_status and status == self._status == "running"
-        if self._reports_status and (
-            status != self._status or details == "starting" or step_changed
-        ):
+        if self._coarse_step:
+            # Every upsert is a history event and a visibility write: AgentStep moves with the
+            # status and at least every AGENT_STEP_EVERY steps; the status query has the step.
+            step_due = self._budget.steps - self._step_reported >= AGENT_STEP_EVERY
+        else:
+            step_due = status == self._status == "running"
+        if self._reports_status and (status != self._status or details == "starting" or step_due):
             workflow.upsert_search_attributes(
                 [AGENT_STATUS.value_set(status), AGENT_STEP.value_set(self._budget.steps)]
             )
+            self._step_reported = self._budget.steps
         self._status = status
         self._details = details
         workflow.set_current_details(details)
@@ -1433,6 +1439,11 @@ def _attempts_made(error: ActivityError, spec: ToolSpec) -> int:
     return 1
 
 
+RELEASE_2 = "approvals-bounded-dispatch-coarse-step"
+"""The patch id of the second release's behaviour (see `run`)."""
+AGENT_STEP_EVERY = 10
+"""The AgentStep search attribute is brought up to date at least this often (and whenever the
+status changes): a step then costs no search-attribute upsert of its own."""
 MAX_ARGUMENT_DEPTH = 32
 """Nesting a tool's arguments may have (the object itself is level 1)."""
 MAX_QUOTED_CHARS = 200
