@@ -14,7 +14,7 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from pydantic import TypeAdapter
 
@@ -169,14 +169,35 @@ def resolve_prefix(ref: str, count: int) -> list[Message] | None:
     return [message_adapter.validate_json(text) for text in texts]
 
 
-def resolve_tools(ref: str) -> list[ToolSpec] | None:
+_parsed: OrderedDict[str, list[ToolSpec] | list[ScriptedTurn]] = OrderedDict()
+_PARSED_KEPT = 64
+"""Tool lists and scripts kept parsed: a run names the same one on every call, and a reference
+is a hash of the content, so a parsed copy never goes stale."""
+_parsed_lock = threading.Lock()
+
+
+def _parse_once(ref: str, adapter: TypeAdapter[Any]) -> Any:
+    with _parsed_lock:
+        if (known := _parsed.get(ref)) is not None:
+            _parsed.move_to_end(ref)
+            return list(known)
     text = message_store().get_blob(ref)
-    return None if text is None else _tools_adapter.validate_json(text)
+    if text is None:
+        return None
+    value = adapter.validate_json(text)
+    with _parsed_lock:
+        _parsed[ref] = value
+        while len(_parsed) > _PARSED_KEPT:
+            _parsed.popitem(last=False)
+    return list(value)
+
+
+def resolve_tools(ref: str) -> list[ToolSpec] | None:
+    return cast(list[ToolSpec] | None, _parse_once(ref, _tools_adapter))
 
 
 def resolve_script(ref: str) -> list[ScriptedTurn] | None:
-    text = message_store().get_blob(ref)
-    return None if text is None else _script_adapter.validate_json(text)
+    return cast(list[ScriptedTurn] | None, _parse_once(ref, _script_adapter))
 
 
 def remember(

@@ -10,7 +10,7 @@ import pytest
 
 from activities import message_store
 from activities.message_store import SqliteMessageStore, remember, resolve_prefix
-from workflows.history import chain_refs
+from workflows.history import chain_refs, tools_ref
 from workflows.models import ToolSpec
 from workflows.transcript import AssistantMessage, Message, UserMessage
 
@@ -92,3 +92,21 @@ def test_one_open_store_per_file(tmp_path: Path) -> None:
     a = message_store.sqlite_store(str(tmp_path / "a.db"))
     assert message_store.sqlite_store(str(tmp_path / "a.db")) is a
     assert message_store.sqlite_store(str(tmp_path / "b.db")) is not a
+
+
+def test_a_tool_list_is_parsed_once_and_served_as_a_fresh_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENT_MESSAGE_STORE", str(tmp_path / "messages.db"))
+    remember(conversation(0), TOOLS)
+    reads: list[str] = []
+    store = message_store.message_store()
+    real_get_blob = store.get_blob
+    monkeypatch.setattr(store, "get_blob", lambda ref: reads.append(ref) or real_get_blob(ref))
+    ref = tools_ref(TOOLS)
+
+    first = message_store.resolve_tools(ref)
+    second = message_store.resolve_tools(ref)
+
+    assert first == second == TOOLS and first is not second
+    assert len(reads) <= 1, "the second call is served parsed, without reading the store"
