@@ -53,6 +53,7 @@ from workflows.models import (
     StepRecord,
     ToolApproval,
     ToolCallDecision,
+    TranscriptPageRequest,
 )
 from workflows.transcript import Message
 
@@ -66,6 +67,8 @@ READ_CONCURRENCY = 16
 CLOSED_QUERY_TIMEOUT = timedelta(seconds=10)
 """A closed run answers a query only when a worker of its task queue replays it."""
 
+TRANSCRIPT_PAGE_BYTES = 1_000_000
+"""The JSON a transcript page holds at most: half what a query may answer, for the envelope."""
 STREAM_POLL_COOLDOWN = timedelta(milliseconds=100)
 """How often a caught-up subscriber asks for more (each ask is an update in the run's history)."""
 
@@ -143,7 +146,16 @@ class AgentRun:
         return await self.handle.query(AgentWorkflow.status)
 
     async def transcript(self) -> list[Message]:
-        return await self.handle.query(AgentWorkflow.transcript)
+        """The whole transcript, read page by page (a query's answer may have at most 2 MB)."""
+        messages: list[Message] = []
+        while True:
+            page = await self.handle.query(
+                AgentWorkflow.transcript_page,
+                TranscriptPageRequest(start=len(messages), max_bytes=TRANSCRIPT_PAGE_BYTES),
+            )
+            messages.extend(page.messages)
+            if not page.messages or len(messages) >= page.total:
+                return messages
 
     async def trace(self) -> list[StepRecord]:
         """One record per step so far. A running run answers the `trace` query (a worker must

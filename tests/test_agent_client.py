@@ -8,7 +8,12 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 import pytest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
 from temporalio.service import RPCError
 
 from agent_client import AgentClient, AgentRun, AgentRunFailed
@@ -196,3 +201,21 @@ async def test_a_failed_run_raises_with_its_type_and_details(
         ("cancel_order", "call_1_1", "completed"),
     ]
     assert final.status == "failed"
+
+
+async def test_a_transcript_larger_than_a_query_may_answer_is_read_in_pages(
+    client: Client, task_queue: str
+) -> None:
+    """A query's answer may have at most 2 MB: the `transcript` query fails past it, and
+    AgentRun.transcript() reads the same messages page by page."""
+    script = [turn(call("huge", size=800_000 + n)) for n in range(3)] + [turn(text="done")]
+    agent_input = scripted_input(script, tools=["huge"], externalise_results=False)
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        run = await AgentClient(client, task_queue).start(agent_input)
+        await run.result()
+        with pytest.raises(WorkflowQueryFailedError, match="size exceeds limit"):
+            await run.handle.query("transcript")
+        transcript = await run.transcript()
+    assert [m.role for m in transcript] == ["user", *["assistant", "tool"] * 3, "assistant"]
+    results = [m for m in transcript if m.role == "tool"]
+    assert [len(m.content) for m in results] == [800_000, 800_001, 800_002]

@@ -75,6 +75,8 @@ with workflow.unsafe.imports_passed_through():
         ToolCallRecord,
         ToolOutcome,
         ToolSpec,
+        TranscriptPage,
+        TranscriptPageRequest,
     )
     from workflows.transcript import (
         AssistantMessage,
@@ -314,7 +316,22 @@ class AgentWorkflow:
 
     @workflow.query
     def transcript(self) -> list[Message]:
+        """The whole transcript: plain JSON for the CLI; over 2 MB, use transcript_page."""
         return list(self._transcript.messages)
+
+    @workflow.query
+    def transcript_page(self, request: TranscriptPageRequest) -> TranscriptPage:
+        """The transcript from `start`, as many messages as fit in `max_bytes` of JSON (one at
+        least), so a transcript of any size can be read, page by page."""
+        messages = self._transcript.messages
+        page: list[Message] = []
+        size = 0
+        for message in messages[request.start :]:
+            size += len(message.model_dump_json())
+            if page and size > request.max_bytes:
+                break
+            page.append(message)
+        return TranscriptPage(messages=page, start=request.start, total=len(messages))
 
     @workflow.query
     def trace(self) -> list[StepRecord]:

@@ -538,6 +538,22 @@ class AgentEvent(BaseModel):
     person's reason, the plan's steps."""
 
 
+class TranscriptPageRequest(BaseModel):
+    """Input of the `transcript_page` query."""
+
+    start: int = Field(default=0, ge=0)
+    max_bytes: int = Field(default=1_000_000, gt=0)
+    """The page's messages stop before this many bytes of JSON (one message at least): a query's
+    answer may have at most 2 MB."""
+
+
+class TranscriptPage(BaseModel):
+    messages: list[Message]
+    start: int
+    total: int
+    """Messages in the transcript; the next page starts at start + len(messages)."""
+
+
 class RunStatus(BaseModel):
     """Answer of the `status` query: plain JSON, so `temporal workflow query` prints it."""
 
