@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.contrib.workflow_streams import WorkflowStream
+from temporalio.contrib.workflow_streams import WorkflowStream, WorkflowStreamState
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -60,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         CompensationInput,
         CompensationRecord,
         CompensationStatus,
+        DecidedBy,
         FailureDetails,
         Limits,
         ModelRequest,
@@ -188,7 +189,6 @@ class AgentWorkflow:
         self._status: AgentStatus = "running"
         self._details = "starting"
         self._reports_status = False
-        self._coarse_step = False
         self._step_reported = 0
         self._plan: PlanState | None = None
         self._decision: PlanDecision | None = None
@@ -207,13 +207,14 @@ class AgentWorkflow:
         """Tool results the workers were asked to keep (the next call names them)."""
         # Per-tool approval: every call that asked a person, by call id, and the decisions a
         # person asked to remember, by tool.
-        self._gates_tools = False
-        self._bounded_dispatch = False
+        self._release_2 = False
+        """Set for runs started since RELEASE_2: per-tool approval, bounded dispatch, and
+        AgentStep every AGENT_STEP_EVERY steps. Runs recorded before replay without them."""
         self._approvals: dict[str, ToolApproval] = {}
         self._remembered: dict[str, ToolCallDecision] = {}
-        self._asked_at: dict[str, Any] = {}
         self._waiting_for_people = 0
         self._reported_calls: set[str] = set()
+        """Calls of the response being run whose tool_call_finished event is out already."""
         carried = agent_input.carried
         # The progress stream: publishing is workflow state only (no commands), so runs recorded
         # before it existed replay unchanged. Its log goes along on continue-as-new.
@@ -243,7 +244,7 @@ class AgentWorkflow:
         self._approvals = {a.call_id: a for a in carried.approvals}
         self._remembered = dict(carried.remembered)
 
-    def _carry(self, view_only: bool = False) -> CarriedState:
+    def _carry(self, stream: WorkflowStreamState, view_only: bool = False) -> CarriedState:
         """The state to continue as new with. `view_only`: instead of the whole transcript, only
         what the model is sent after the compactions (the first message, the note, the newest
         groups); the rest stays in the earlier runs' histories."""
@@ -269,7 +270,7 @@ class AgentWorkflow:
             runs=self._runs + 1,
             remembered=self._remembered,
             approvals=list(self._approvals.values()),
-            stream=self._stream.get_state(),
+            stream=stream,
         )
 
     def _should_continue_as_new(self, steps_this_run: int) -> bool:
@@ -288,15 +289,16 @@ class AgentWorkflow:
         # Subscribers' polls return now and follow the chain to the next run.
         self._stream.detach_pollers()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        state = self._stream.get_state()
-        if len(state.log) > _MAX_CARRIED_EVENTS:
+        stream = self._stream.get_state()
+        if len(stream.log) > _MAX_CARRIED_EVENTS:
             # Subscribers further behind resume at the oldest event kept.
-            self._stream.truncate(state.base_offset + len(state.log) - _MAX_CARRIED_EVENTS)
-        carried = agent_input.model_copy(update={"carried": self._carry()})
+            self._stream.truncate(stream.base_offset + len(stream.log) - _MAX_CARRIED_EVENTS)
+            stream = self._stream.get_state()
+        carried = agent_input.model_copy(update={"carried": self._carry(stream)})
         size = len(carried.model_dump_json())
         if size > _MAX_CARRIED_BYTES and self._note is not None:
             # Too large whole (a workflow input may have 2 MB): carry the compacted view.
-            carried = agent_input.model_copy(update={"carried": self._carry(True)})
+            carried = agent_input.model_copy(update={"carried": self._carry(stream, True)})
             size = len(carried.model_dump_json())
         if size > _MAX_CARRIED_BYTES:
             # A continue-as-new that cannot be sent would leave the run stuck forever.
@@ -411,8 +413,7 @@ class AgentWorkflow:
         # and a TemporalChangeVersion upsert). Runs recorded before it ran every call without
         # asking (no per-tool approval), could run a call that came after finish or one whose
         # arguments were nested too deep to send, and upserted AgentStep at every step.
-        released_2 = workflow.patched(RELEASE_2)
-        self._gates_tools = self._bounded_dispatch = self._coarse_step = released_2
+        self._release_2 = workflow.patched(RELEASE_2)
         self._set_status("running", "starting")
         try:
             result = await self._loop(agent_input)
@@ -449,7 +450,7 @@ class AgentWorkflow:
     def _set_status(self, status: AgentStatus, details: str) -> None:
         """Keep the search attributes, the current details (the run's page in the Web UI) and the
         `status` query saying what the run is doing. No transcript content goes here."""
-        if self._coarse_step:
+        if self._release_2:
             # Every upsert is a history event and a visibility write: AgentStep moves with the
             # status and at least every AGENT_STEP_EVERY steps; the status query has the step.
             step_due = self._budget.steps - self._step_reported >= AGENT_STEP_EVERY
@@ -818,7 +819,7 @@ class AgentWorkflow:
                 "error",
             )
         depth = _nesting_depth(arguments)
-        if depth > MAX_ARGUMENT_DEPTH and self._bounded_dispatch:
+        if depth > MAX_ARGUMENT_DEPTH and self._release_2:
             # Deeper than this no tool needs, and past ~200 levels the activity's input cannot
             # even be encoded: the workflow task would fail again and again.
             return _Refuse(
@@ -876,7 +877,7 @@ class AgentWorkflow:
                     call, f"Not run: the run is ending because {reason}", "not_run"
                 )
                 continue
-            if answer is not None and self._bounded_dispatch:
+            if answer is not None and self._release_2:
                 # finish promises it: nothing called after it runs.
                 outcomes[call.id] = _Outcome.refused(call, _AFTER_FINISH, "not_run")
                 continue
@@ -923,6 +924,7 @@ class AgentWorkflow:
             self._transcript.append(outcome.result)
             record.tool_calls.append(outcome.record)
             self._report_outcome(outcome)
+        self._reported_calls.clear()
         self._withdraw_approvals()
         if reason := fatal():
             raise AgentFatalToolError(reason, self._budget.details())
@@ -964,7 +966,7 @@ class AgentWorkflow:
 
     def _ask_for_approvals(self, calls: tuple[ToolCall, ...]) -> None:
         """Record an approval request for each call the run's policy does not let run at once."""
-        if not self._gates_tools:
+        if not self._release_2:
             return
         specs = {spec.name: spec for spec in self._offered()}
         plan_approved = self._plan is not None and self._plan.status == "approved"
@@ -994,6 +996,7 @@ class AgentWorkflow:
                 tool=call.name,
                 arguments=call.arguments[:1000],
                 step=self._budget.steps,
+                asked_at=workflow.now(),
             )
             self._approvals[call.id] = entry
             self._publish(
@@ -1002,7 +1005,6 @@ class AgentWorkflow:
             if remembered is not None:
                 self._decide(entry, remembered, "remembered")
             else:
-                self._asked_at[call.id] = workflow.now()
                 asked += 1
         if asked:
             self._set_status("awaiting_approval", self._approval_details())
@@ -1018,7 +1020,7 @@ class AgentWorkflow:
             "update or signal decide_tool_call"
         )
 
-    def _decide(self, entry: ToolApproval, decision: ToolCallDecision, by: Any) -> None:
+    def _decide(self, entry: ToolApproval, decision: ToolCallDecision, by: DecidedBy) -> None:
         entry.status = (
             "approved" if decision.approve else "timed_out" if by == "timeout" else "denied"
         )
@@ -1091,7 +1093,7 @@ class AgentWorkflow:
         entry = self._approvals[call.id]
         timeout = self._input.approval_timeout_seconds
         if entry.status == "awaiting_approval":
-            waited = (workflow.now() - self._asked_at[call.id]).total_seconds()
+            waited = (workflow.now() - entry.asked_at).total_seconds()
             self._waiting_for_people += 1
             if self._waiting_for_people == 1:
                 self._budget.pause(workflow.now())

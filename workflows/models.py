@@ -286,6 +286,8 @@ class ToolCallDecision(BaseModel):
     of that tool still waiting."""
 
 
+DecidedBy = Literal["person", "remembered", "timeout"]
+
 ApprovalStatus = Literal["awaiting_approval", "approved", "denied", "timed_out", "not_run"]
 """not_run: the run ended, or a call before it failed fatally, before it was decided."""
 
@@ -300,7 +302,9 @@ class ToolApproval(BaseModel):
     step: int
     status: ApprovalStatus = "awaiting_approval"
     reason: str | None = None
-    decided_by: Literal["person", "remembered", "timeout"] | None = None
+    asked_at: datetime
+    """When the run asked (a call waits approval_timeout_seconds from then)."""
+    decided_by: DecidedBy | None = None
 
 
 class PlanState(BaseModel):
