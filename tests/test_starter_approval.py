@@ -4,16 +4,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.test_starter_plan import PROMPT, REPO, eventually, serving
+from tests.test_starter_plan import PROMPT, eventually, serving
+from tests.test_starter_plan import run_in_terminal as run_plan_in_terminal
 
 CANCEL_THEN_EMAIL = [
     {"calls": [{"name": "cancel_order", "arguments": {"order_id": 104999, "reason": "asked"}}]},
@@ -120,21 +118,9 @@ def run_in_terminal(
     *args: str, stdin: str, tmp_path: Path, script: list[Any] = CANCEL_THEN_EMAIL
 ) -> tuple[int, dict[str, Any], str]:
     """A self-contained run in a child process, its tool calls decided through stdin."""
-    hidden = ("TEMPORAL_ADDRESS", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
-    env = {k: v for k, v in os.environ.items() if k not in hidden}
-    env["AGENT_DEMO_DB"] = str(tmp_path / "demo.db")
-    path = tmp_path / "script.json"
-    path.write_text(json.dumps(script))
-    done = subprocess.run(
-        [sys.executable, "starter.py", PROMPT, "--json", "--script", str(path), *args],
-        cwd=REPO,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=90,
+    return run_plan_in_terminal(
+        *args, stdin=stdin, db=tmp_path / "demo.db", script=script, tmp_path=tmp_path, plan=False
     )
-    return done.returncode, json.loads(done.stdout), done.stderr
 
 
 def test_at_the_terminal_enter_approves_and_text_denies_with_a_reason(tmp_path: Path) -> None:

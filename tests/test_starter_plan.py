@@ -319,9 +319,10 @@ def test_the_plan_demo_submits_its_plan_first_and_then_plays_the_demo() -> None:
 
 
 def run_in_terminal(
-    *args: str, stdin: str, db: Path, script: Any = None, tmp_path: Path
+    *args: str, stdin: str, db: Path, script: Any = None, tmp_path: Path, plan: bool = True
 ) -> tuple[int, dict[str, Any], str]:
-    """A self-contained plan run in a child process, answered through stdin."""
+    """A self-contained run (a plan run by default) in a child process, answered through
+    stdin."""
     hidden = ("TEMPORAL_ADDRESS", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
     env = {k: v for k, v in os.environ.items() if k not in hidden}
     env["AGENT_DEMO_DB"] = str(db)
@@ -331,7 +332,7 @@ def run_in_terminal(
         path.write_text(json.dumps(script))
         extra = ["--script", str(path)]
     done = subprocess.run(
-        [sys.executable, "starter.py", PROMPT, "--plan", "--json", *extra, *args],
+        [sys.executable, "starter.py", PROMPT, *(["--plan"] * plan), "--json", *extra, *args],
         cwd=REPO,
         env=env,
         input=stdin,
