@@ -207,6 +207,10 @@ def interceptors() -> list[TracingInterceptor]:
 
 def worker_interceptors(client: Client) -> list[TracingInterceptor]:
     """The tracing interceptor for a worker whose client lacks one (and none when it has one)."""
+    if not enabled():
+        return []
+    # Only now: temporalio.contrib.opentelemetry imports the OpenTelemetry SDK (the `otel`
+    # extra) when it is imported, and a plain install must run with tracing off.
     from temporalio.contrib.opentelemetry import TracingInterceptor
 
     if any(isinstance(i, TracingInterceptor) for i in client.config()["interceptors"]):
