@@ -1301,5 +1301,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
+def console_main() -> None:
+    """The `durable-agent` console script that an installed project puts on the PATH."""
     exit_now(main())
+
+
+if __name__ == "__main__":
+    console_main()
