@@ -27,7 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 import activities.demo_tools
-import activities.result_store  # noqa: F401  (registers read_result)
+import activities.read_result  # noqa: F401  (registers read_result)
 import payload_codec
 from activities import telemetry
 from activities.model_call import call_model

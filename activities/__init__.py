@@ -1,6 +1,31 @@
-"""The side that does I/O: model providers and tools, each called as a Temporal activity."""
+"""The side that does I/O: model providers and tools, each called as a Temporal activity.
 
-from activities.model_call import call_model
-from activities.tools import registered_tools, tool, tool_activities, tool_specs
+Nothing is imported until it is asked for: `import activities.telemetry` (the client's tracing)
+must not load the provider SDKs, which only `activities.model_call` needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from activities.model_call import call_model
+    from activities.tools import registered_tools, tool, tool_activities, tool_specs
+
+_HOMES = {
+    "call_model": "activities.model_call",
+    "registered_tools": "activities.tools",
+    "tool": "activities.tools",
+    "tool_activities": "activities.tools",
+    "tool_specs": "activities.tools",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module 'activities' has no attribute {name!r}")
+
 
 __all__ = ["call_model", "registered_tools", "tool", "tool_activities", "tool_specs"]

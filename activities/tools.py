@@ -19,8 +19,12 @@ from typing import Any, get_type_hints
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from temporalio import activity
 
+import workflows.tool_catalog as tool_catalog
 from activities import progress, telemetry
 from activities._heartbeat import heartbeating
+from activities.message_store import message_store
+from activities.result_store import result_store
+from workflows.builtin_tools import DELEGATE, FINISH, READ_RESULT, SUBMIT_PLAN
 from workflows.errors import AgentError
 from workflows.history import CONTENT_MIN_CHARS, content_ref
 from workflows.models import (
@@ -31,10 +35,11 @@ from workflows.models import (
     ToolActivityResult,
     ToolSpec,
 )
+from workflows.outcomes import bounded
 
 logger = logging.getLogger(__name__)
 
-RESERVED_TOOL_NAMES = frozenset({"finish"})
+RESERVED_TOOL_NAMES = frozenset({FINISH, SUBMIT_PLAN, DELEGATE})
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,7 @@ def tool(
             activity=_tool_activity(tool_name, fn, arguments_model, keep_value=bool(compensation)),
             compensation_activity=_compensation_activity(compensation) if compensation else None,
         )
+        tool_catalog.register(spec)
         return fn
 
     return register(function) if function is not None else register
@@ -139,12 +145,7 @@ def tool_specs(names: list[str] | None = None) -> list[ToolSpec]:
 
     Raises KeyError naming the tools that are not registered.
     """
-    if names is None:
-        return [_registry[n].spec for n in sorted(_registry)]
-    unknown = [n for n in names if n not in _registry]
-    if unknown:
-        raise KeyError(f"not registered on this worker: {', '.join(unknown)}")
-    return [_registry[n].spec for n in names]
+    return tool_catalog.specs(names)
 
 
 def tool_activities() -> list[Callable[..., Any]]:
@@ -190,8 +191,6 @@ def render_result(value: Any) -> str:
 
 MAX_PROBLEMS_SHOWN = 10
 """Validation problems quoted back to the model; the rest are counted."""
-MAX_QUOTED_CHARS = 100
-"""A quoted argument (or field name) is cut to this: the model wrote it, it needs no copy."""
 
 
 def describe_validation_error(tool_name: str, error: ValidationError) -> str:
@@ -199,8 +198,8 @@ def describe_validation_error(tool_name: str, error: ValidationError) -> str:
     problems = []
     items = error.errors(include_url=False)
     for item in items[:MAX_PROBLEMS_SHOWN]:
-        field = _quoted(".".join(str(part) for part in item["loc"])) or "(arguments)"
-        got = "" if item["type"] == "missing" else f" (got {_quoted(_json_text(item['input']))})"
+        field = bounded(".".join(str(part) for part in item["loc"])) or "(arguments)"
+        got = "" if item["type"] == "missing" else f" (got {bounded(_json_text(item['input']))})"
         problems.append(f"{field}: {item['msg']}{got}")
     if len(items) > MAX_PROBLEMS_SHOWN:
         problems.append(f"and {len(items) - MAX_PROBLEMS_SHOWN} more problems")
@@ -216,12 +215,6 @@ def _json_text(value: Any) -> str:
         return json.dumps(value, default=str)
     except (ValueError, RecursionError):
         return f"<{type(value).__name__}>"
-
-
-def _quoted(text: str) -> str:
-    if len(text) <= MAX_QUOTED_CHARS:
-        return text
-    return f"{text[:MAX_QUOTED_CHARS]}... ({len(text)} characters)"
 
 
 def _arguments_model(tool_name: str, fn: Callable[..., Any]) -> type[BaseModel]:
@@ -322,8 +315,6 @@ def _tool_activity(
         rendered = render_result(value)
         read_more, ref = "", None
         if call.externalise and len(rendered) > call.max_result_chars:
-            from activities.result_store import READ_RESULT, result_store
-
             ref = result_store().put(rendered)
             read_more = (
                 f" of {len(rendered)}; the whole result is stored: "
@@ -332,8 +323,6 @@ def _tool_activity(
         content, omitted = truncate_middle(rendered, call.max_result_chars, read_more)
         stored = None
         if call.store_content and len(content) >= CONTENT_MIN_CHARS:
-            from activities.message_store import message_store
-
             stored = content_ref(content)
             message_store().put_blob(stored, content)
         return ToolActivityResult(

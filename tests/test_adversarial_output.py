@@ -258,7 +258,7 @@ async def test_huge_arguments_get_a_bounded_answer(
 
     results = run.tool_results()
     assert results["c_wrong"].startswith("Error: invalid arguments for get_order: order_id:")
-    assert len(results["c_wrong"]) < 500 and "(300002 characters)" in results["c_wrong"]
+    assert len(results["c_wrong"]) < 500 and "(300,002 characters)" in results["c_wrong"]
     # The echo is a result like any other: cut to its bound, the whole kept in the result store.
     assert len(results["c_echo"]) <= DEFAULT_MAX_RESULT_CHARS
     assert "characters omitted" in results["c_echo"]

@@ -29,6 +29,7 @@ from activities.demo_script import DEMO_PROMPT, support_demo_script
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 from worker import build_worker
 from workflows.agent import AgentWorkflow
+from workflows.model_gateway import ModelGateway
 from workflows.models import (
     EVENTS_TOPIC,
     AgentEvent,
@@ -281,41 +282,41 @@ def test_the_committed_histories_cover_what_they_are_named_for() -> None:
 # Not sandboxed: the sandbox would re-import this test module and all it imports. What is
 # checked here is the replayer's matching of commands to events, which does not need it.
 @workflow.defn(name="AgentWorkflow", sandboxed=False)
-class LooksUpBeforeEachModelCall(AgentWorkflow):
-    """Today's workflow with one change that is not versioned: an extra activity (a look-up of
-    the customer) before each model call. A history recorded before it has the model call
-    where this code now schedules the look-up."""
-
-    versioned = False
-
+class UnsandboxedAgentWorkflow(AgentWorkflow):
     @workflow.run
     async def run(self, agent_input: AgentInput) -> AgentResult:
         return await super().run(agent_input)
 
-    async def _execute_model_call(self, request: Any, summary: str) -> ModelResponse:
-        if not self.versioned or workflow.patched("look-up-before-each-model-call"):
+
+_MODEL_CALL = ModelGateway._execute
+
+
+def looking_up_before_each_model_call(*, versioned: bool) -> Any:
+    """The model gateway with one change: an extra activity (a look-up of the customer) before
+    each model call, behind `workflow.patched` or not. A history recorded before it has the
+    model call where this code now schedules the look-up."""
+
+    async def execute(self: ModelGateway, request: Any, summary: str) -> ModelResponse:
+        if not versioned or workflow.patched("look-up-before-each-model-call"):
             await workflow.execute_activity(
                 "get_customer", {"email": "a@b.com"}, start_to_close_timeout=timedelta(seconds=5)
             )
-        return await super()._execute_model_call(request, summary)
+        return await _MODEL_CALL(self, request, summary)
+
+    return execute
 
 
-@workflow.defn(name="AgentWorkflow", sandboxed=False)
-class LooksUpBeforeEachModelCallVersioned(LooksUpBeforeEachModelCall):
-    """The same change behind `workflow.patched`: old histories take the old path."""
-
-    versioned = True
-
-    @workflow.run
-    async def run(self, agent_input: AgentInput) -> AgentResult:
-        return await super().run(agent_input)
-
-
-async def test_an_unversioned_change_fails_the_replay_and_a_patched_one_does_not() -> None:
+async def test_an_unversioned_change_fails_the_replay_and_a_patched_one_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     path = HISTORIES / "support_demo.json"
     history = WorkflowHistory.from_json(path.stem, path.read_text())
 
+    monkeypatch.setattr(
+        ModelGateway, "_execute", looking_up_before_each_model_call(versioned=False)
+    )
     with pytest.raises(workflow.NondeterminismError) as failure:
-        await replayer(LooksUpBeforeEachModelCall).replay_workflow(history)
+        await replayer(UnsandboxedAgentWorkflow).replay_workflow(history)
     assert "get_customer" in str(failure.value) and "call_model" in str(failure.value)
-    await replayer(LooksUpBeforeEachModelCallVersioned).replay_workflow(history)
+    monkeypatch.setattr(ModelGateway, "_execute", looking_up_before_each_model_call(versioned=True))
+    await replayer(UnsandboxedAgentWorkflow).replay_workflow(history)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from workflows.errors import (
     AgentBudgetExceeded,
     AgentConfigurationError,
     AgentStepLimitExceeded,
 )
-from workflows.models import FailureDetails, Limits, StepRecord, ToolSpec, Usage
+from workflows.models import Limits, ToolSpec
+from workflows.state import FailureDetails, RunState, Usage
 from workflows.transcript import Message
 
 
@@ -24,18 +25,23 @@ def estimate_message_tokens(messages: list[Message]) -> int:
 
 
 class Budget:
-    """What the run has spent, checked against its limits at every step boundary."""
+    """What the run has spent, checked against its limits at every step boundary.
 
-    def __init__(self, limits: Limits, started_at: datetime) -> None:
+    Its counts live in the run's state (steps, usage, paused time, the last call's context);
+    only a pause in progress is its own."""
+
+    def __init__(self, limits: Limits, state: RunState) -> None:
         self.limits = limits
-        self.started_at = started_at
-        self.steps = 0
-        self.usage = Usage()
-        self.step_records: list[StepRecord] = []
-        self._last_context_tokens: int | None = None
-        """Input plus output tokens of the last call: the context the next call starts from."""
-        self._paused_seconds = 0.0
+        self._state = state
         self._paused_at: datetime | None = None
+
+    @property
+    def steps(self) -> int:
+        return self._state.steps
+
+    @property
+    def usage(self) -> Usage:
+        return self._state.usage
 
     def pause(self, now: datetime) -> None:
         """Stop the wall clock: time spent waiting for a person is not the agent's."""
@@ -43,16 +49,22 @@ class Budget:
 
     def resume(self, now: datetime) -> None:
         if self._paused_at is not None:
-            self._paused_seconds += (now - self._paused_at).total_seconds()
+            self._state.paused_seconds += (now - self._paused_at).total_seconds()
             self._paused_at = None
 
     def elapsed_seconds(self, now: datetime) -> float:
-        return (now - self.started_at).total_seconds() - self._paused_seconds
+        state = self._state
+        return (now - state.started_at).total_seconds() - state.paused_seconds
 
     def remaining_seconds(self, now: datetime) -> float | None:
         if self.limits.max_wall_seconds is None:
             return None
         return self.limits.max_wall_seconds - self.elapsed_seconds(now)
+
+    def deadline(self, now: datetime) -> timedelta | None:
+        """What is left of max_wall_seconds, as an activity's schedule-to-close timeout."""
+        remaining = self.remaining_seconds(now)
+        return None if remaining is None else timedelta(seconds=max(remaining, 0.001))
 
     def context_estimate(
         self,
@@ -61,10 +73,11 @@ class Budget:
         messages: list[Message],
         appended_since_last_call: list[Message],
     ) -> int:
-        if self._last_context_tokens is None:
+        last = self._state.last_context_tokens
+        if last is None:
             prefix = (system or "") + json.dumps([t.model_dump(mode="json") for t in tools])
             return estimate_tokens(prefix) + estimate_message_tokens(messages)
-        return self._last_context_tokens + estimate_message_tokens(appended_since_last_call)
+        return last + estimate_message_tokens(appended_since_last_call)
 
     def check_before_model_call(self, now: datetime, context_tokens: int) -> None:
         limits = self.limits
@@ -115,38 +128,18 @@ class Budget:
             )
 
     def record_model_call(self, usage: Usage) -> None:
-        self.steps += 1
-        self.usage = self.usage + usage
-        self._last_context_tokens = usage.input_tokens + usage.output_tokens
+        state = self._state
+        state.steps += 1
+        state.usage = state.usage + usage
+        state.last_context_tokens = usage.input_tokens + usage.output_tokens
 
     def record_side_call(self, usage: Usage) -> None:
         """A model call that is not a step (a compaction's summary): it costs, it counts."""
-        self.usage = self.usage + usage
+        self._state.usage = self._state.usage + usage
 
     def forget_reported_context(self) -> None:
         """After a compaction the last reported input no longer describes what will be sent."""
-        self._last_context_tokens = None
-
-    def restore(
-        self,
-        steps: int,
-        usage: Usage,
-        step_records: list[StepRecord],
-        paused_seconds: float,
-        last_context_tokens: int | None,
-    ) -> None:
-        """Pick up where a run that continued as new left off."""
-        self.steps, self.usage, self.step_records = steps, usage, step_records
-        self._paused_seconds = paused_seconds
-        self._last_context_tokens = last_context_tokens
-
-    @property
-    def paused_seconds(self) -> float:
-        return self._paused_seconds
-
-    @property
-    def last_context_tokens(self) -> int | None:
-        return self._last_context_tokens
+        self._state.last_context_tokens = None
 
     def details(self) -> FailureDetails:
-        return FailureDetails(steps=self.steps, usage=self.usage, step_records=self.step_records)
+        return self._state.failure_details()

@@ -58,3 +58,26 @@ FATAL_ERROR_TYPES = [
     )
 ]
 """Error types that end a run at once, whatever an activity's retry policy says."""
+
+
+def error_class(type_name: str | None) -> type[AgentError]:
+    """The class of an error that crossed an activity boundary by its type name."""
+    return _ERROR_CLASSES.get(type_name or "", AgentProviderError)
+
+
+_ERROR_CLASSES: dict[str, type[AgentError]] = {
+    cls.__name__: cls for cls in AgentError.__subclasses__()
+}
+
+
+def failure_type(cause: BaseException | None) -> str:
+    """An activity failure's type as the model may see it (never its message)."""
+    if isinstance(cause, ApplicationError) and cause.type:
+        return cause.type
+    return type(cause).__name__ if cause is not None else "unknown error"
+
+
+def describe_failure(cause: BaseException | None) -> str:
+    if isinstance(cause, ApplicationError):
+        return f"{cause.type or 'ApplicationError'}: {cause.message}"
+    return str(cause) if cause is not None else "unknown error"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 
 MAX_IDENTICAL_CALLS = 2
 """A call already made this many times with the same arguments is not executed again."""
@@ -21,13 +20,14 @@ def call_key(name: str, arguments: str) -> str:
 
 
 class LoopDetector:
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
+    def __init__(self, counts: dict[str, int] | None = None) -> None:
+        self.counts: dict[str, int] = {} if counts is None else counts
+        """By call_key; the run's state holds it, so it goes along on continue-as-new."""
 
     def record(self, name: str, arguments: str) -> int:
         """Count this call and return how many times it has now been made, this one included."""
         key = call_key(name, arguments)
-        self.counts[key] += 1
+        self.counts[key] = self.counts.get(key, 0) + 1
         return self.counts[key]
 
     @staticmethod

@@ -7,10 +7,59 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.contrib.workflow_streams import WorkflowStreamState
-from temporalio.exceptions import ApplicationError
 
-from workflows.transcript import AssistantMessage, Message, UserMessage
+from workflows.state import (
+    AppliedEffect as AppliedEffect,
+)
+from workflows.state import (
+    ApprovalStatus as ApprovalStatus,
+)
+from workflows.state import (
+    CompactionRecord as CompactionRecord,
+)
+from workflows.state import (
+    CompensationInput as CompensationInput,
+)
+from workflows.state import (
+    CompensationRecord as CompensationRecord,
+)
+from workflows.state import (
+    CompensationStatus as CompensationStatus,
+)
+from workflows.state import (
+    DecidedBy as DecidedBy,
+)
+from workflows.state import (
+    FailureDetails as FailureDetails,
+)
+from workflows.state import (
+    PlanState as PlanState,
+)
+from workflows.state import (
+    RunState as RunState,
+)
+from workflows.state import (
+    StepRecord as StepRecord,
+)
+from workflows.state import (
+    ToolApproval as ToolApproval,
+)
+from workflows.state import (
+    ToolCallDecision as ToolCallDecision,
+)
+from workflows.state import (
+    ToolCallRecord as ToolCallRecord,
+)
+from workflows.state import (
+    ToolOutcome as ToolOutcome,
+)
+
+# The records a run is made of live with the run's state (workflows/state.py); they are
+# re-exported here, where every input and output of the loop is.
+from workflows.state import (
+    Usage as Usage,
+)
+from workflows.transcript import AssistantMessage, Message
 
 DEFAULT_TASK_QUEUE = "agent-loop"
 
@@ -68,38 +117,6 @@ class ToolSpec(BaseModel):
     needs_approval: bool | None = None
     """Whether a call waits for a person (unless the run's `ToolApprovalPolicy` approves it).
     None: the default, which asks for side-effecting tools and not for read-only ones."""
-
-
-class Usage(BaseModel):
-    """Tokens as the provider reported them, in one neutral shape for every provider."""
-
-    input_tokens: int = 0
-    """Every input token of the call, those read from or written to a cache included."""
-    output_tokens: int = 0
-    cached_input_tokens: int = 0
-    """Input tokens read from the provider's prompt cache."""
-    cache_write_tokens: int = 0
-    """Input tokens written to the prompt cache (Anthropic bills them above the input rate)."""
-    cost_usd: float | None = 0.0
-    """None when a call's model has no price: an unknown cost is not a zero cost."""
-
-    def __add__(self, other: Usage) -> Usage:
-        cost = (
-            None
-            if self.cost_usd is None or other.cost_usd is None
-            else round(self.cost_usd + other.cost_usd, 10)
-        )
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
-            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
-            cost_usd=cost,
-        )
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
 
 
 class Price(BaseModel):
@@ -228,39 +245,16 @@ class AgentInput(BaseModel):
     continue_as_new_after_steps: int | None = Field(default=None, gt=0)
     """Continue as new after this many steps in one run, besides whenever Temporal suggests it
     (its history is getting long). Always at a step boundary; nothing a caller sees changes."""
-    carried: CarriedState | None = None
+    carried: RunState | None = None
     """Set by the run itself when it continues as new: everything it had."""
     heartbeat_timeout_seconds: float | None = Field(default=10.0, gt=0)
     """Model, tool and compensation activities heartbeat; an attempt whose worker died is retried
     after this long rather than after its whole start-to-close timeout. None turns it off."""
 
-
-class CarriedState(BaseModel):
-    """A run's state at a step boundary, carried across continue-as-new."""
-
-    messages: list[Message]
-    steps: int
-    usage: Usage
-    step_records: list[StepRecord]
-    started_at: datetime
-    paused_seconds: float
-    last_context_tokens: int | None
-    loop_counts: dict[str, int]
-    call_ids: list[str]
-    effects: list[AppliedEffect]
-    cut: int
-    note: UserMessage | None
-    compactions: list[CompactionRecord]
-    plan: PlanState | None
-    externalised: bool
-    runs: int
-    """Runs so far in this chain, this one included."""
-    remembered: dict[str, ToolCallDecision] = {}
-    """Per tool: the decision a person asked to remember for the rest of the run."""
-    approvals: list[ToolApproval] = []
-    """Every call that asked a person, decided or not, oldest first."""
-    stream: WorkflowStreamState | None = None
-    """The progress stream's events, so subscribers keep their offsets across runs."""
+    @property
+    def heartbeat_timeout(self) -> timedelta | None:
+        seconds = self.heartbeat_timeout_seconds
+        return None if seconds is None else timedelta(seconds=seconds)
 
 
 class PlanDecision(BaseModel):
@@ -272,46 +266,6 @@ class PlanDecision(BaseModel):
     waiting."""
     comment: str | None = None
     """With an approval, a note for the model; with a rejection, the feedback (required)."""
-
-
-class ToolCallDecision(BaseModel):
-    """Input of the `decide_tool_call` update and signal."""
-
-    call_id: str
-    approve: bool
-    reason: str | None = None
-    """Why: with a denial, the model sees it in the call's error result."""
-    remember: bool = False
-    """Apply this decision to every later call of the same tool in this run, and to the calls
-    of that tool still waiting."""
-
-
-DecidedBy = Literal["person", "remembered", "timeout"]
-
-ApprovalStatus = Literal["awaiting_approval", "approved", "denied", "timed_out", "not_run"]
-"""not_run: the run ended, or a call before it failed fatally, before it was decided."""
-
-
-class ToolApproval(BaseModel):
-    """A call that waited for a person, and what they decided."""
-
-    call_id: str
-    tool: str
-    arguments: str
-    """As the model wrote them (cut at 1,000 characters)."""
-    step: int
-    status: ApprovalStatus = "awaiting_approval"
-    reason: str | None = None
-    asked_at: datetime
-    """When the run asked (a call waits approval_timeout_seconds from then)."""
-    decided_by: DecidedBy | None = None
-
-
-class PlanState(BaseModel):
-    version: int
-    steps: list[str]
-    status: Literal["awaiting_approval", "approved", "rejected"]
-    comment: str | None = None
 
 
 class ModelRequest(BaseModel):
@@ -378,91 +332,6 @@ class ToolActivityResult(BaseModel):
     """Which attempt of the tool's activity produced this result."""
 
 
-class CompensationInput(BaseModel):
-    """What a compensating activity gets: everything about the effect it must undo."""
-
-    tool: str
-    tool_call_id: str
-    arguments: dict[str, Any]
-    result: Any
-    """The tool's own return value (not the bounded text the model saw)."""
-    idempotency_key: str
-    """The original call's key; derive the undo's own key from it to undo once."""
-
-
-class AppliedEffect(BaseModel):
-    """One entry of the compensation log: a side effect that succeeded."""
-
-    call: CompensationInput
-    compensation: str | None
-
-
-CompensationStatus = Literal["completed", "failed", "not_undone"]
-
-
-class CompensationRecord(BaseModel):
-    tool: str
-    tool_call_id: str
-    status: CompensationStatus
-    """completed or failed (after its retries); not_undone when the tool has no compensation."""
-    compensation: str | None = None
-    error: str | None = None
-
-
-ToolOutcome = Literal["ok", "error", "loop_detected", "refused", "denied", "not_run", "compensated"]
-"""error: failed, or bad arguments; refused: not offered now (plan mode); denied: a person (or
-the approval timeout) said no; not_run: the run was ending; compensated: it succeeded and was
-undone when the run failed."""
-
-
-class ToolCallRecord(BaseModel):
-    id: str
-    name: str
-    arguments: str
-    """As the model wrote them (cut at 1,000 characters)."""
-    outcome: ToolOutcome
-    error: str | None = None
-    """What the model was told, when the outcome is not ok (cut at 300 characters)."""
-    result_chars: int = 0
-    """Size of the result the model saw."""
-    truncated: bool = False
-    """The tool's output was cut to its bound before the model saw it."""
-    externalised: bool = False
-    attempts: int = 0
-    """Activity attempts; 0 when no activity ran (refused, loop-detected, built-in)."""
-    latency_ms: int = 0
-
-
-class StepRecord(BaseModel):
-    """One model call and what came of it: the run's own trace, one record per step."""
-
-    step: int
-    provider: str = ""
-    model: str
-    messages_sent: int = 0
-    model_latency_ms: int
-    model_attempts: int = 1
-    usage: Usage
-    finish_reason: str | None = None
-    tool_calls: list[ToolCallRecord] = []
-
-
-class CompactionRecord(BaseModel):
-    """One compaction, with both sides of its trade (seed 000): what it saved, and what it cost
-    in prefix cache on the next call."""
-
-    step: int
-    """The model call it was made before."""
-    policy: Literal["window", "summary"]
-    messages_removed: int
-    """Messages of the transcript no longer sent, in all (the first message always stays)."""
-    tokens_removed: int
-    """Estimated input tokens the next call is spared, the note's own tokens deducted."""
-    cached_tokens_lost: int | None = None
-    """Input tokens of the call before that the next call could have read from cache had the
-    transcript only grown, minus those it did read: set once the next call has answered."""
-
-
 class AgentResult(BaseModel):
     answer: str
     output: dict[str, Any] | None = None
@@ -473,27 +342,6 @@ class AgentResult(BaseModel):
     compactions: list[CompactionRecord] = []
     side_effects: list[AppliedEffect] = []
     """The run's compensation log: what a parent must undo if it fails after delegating here."""
-
-
-class FailureDetails(BaseModel):
-    """Carried as the details of a failed run's error, so callers still see what it spent."""
-
-    steps: int
-    usage: Usage
-    step_records: list[StepRecord] = []
-    compensations: list[CompensationRecord] = []
-    """Newest effect first, in the order the compensations ran."""
-
-    @classmethod
-    def of_error(cls, error: BaseException | None) -> FailureDetails:
-        """What a failed run's error carried; empty when it carried nothing (a cancellation)."""
-        if (
-            isinstance(error, ApplicationError)
-            and error.details
-            and isinstance(error.details[0], dict)
-        ):
-            return cls.model_validate(error.details[0])
-        return cls(steps=0, usage=Usage())
 
 
 EVENTS_TOPIC = "events"

@@ -1,0 +1,51 @@
+"""read_result: the tool that pages through a result too large to show whole.
+
+The loop offers it once a result was externalised (workflows/builtin_tools.py names it); the
+text comes from the worker's result store (activities/result_store.py).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from activities.result_store import result_store
+from activities.tools import tool
+from workflows.builtin_tools import READ_RESULT
+
+MAX_READ = 6_000
+"""The most characters one read_result call returns: always under a result's own bound."""
+
+
+@tool(name=READ_RESULT, max_result_chars=MAX_READ + 500)
+def read_result(
+    ref: Annotated[str, Field(description="The reference a shortened result gave, e.g. r-3f2a...")],
+    offset: Annotated[int, Field(ge=0, description="First character to return, from 0.")] = 0,
+    length: Annotated[
+        int, Field(gt=0, le=MAX_READ, description=f"How many characters, at most {MAX_READ}.")
+    ] = 4_000,
+) -> dict[str, Any]:
+    """Read part of a tool result that was too large to show whole.
+
+    A shortened result shows its start and end, its full size and a ref. Use this to read the
+    part you need: characters offset to offset+length (at most 6,000 at a time). Returns ref,
+    offset, length (as returned), total_chars and text. Page forward by calling again with
+    offset increased by length. An unknown ref gives found=false and a message.
+    """
+    text = result_store().get(ref)
+    if text is None:
+        return {
+            "found": False,
+            "ref": ref,
+            "message": f"no stored result {ref!r}; use the ref exactly as the result gave it.",
+        }
+    part = text[offset : offset + length]
+    return {
+        "found": True,
+        "ref": ref,
+        "offset": offset,
+        "length": len(part),
+        "total_chars": len(text),
+        "text": part,
+    }

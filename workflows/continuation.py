@@ -1,0 +1,74 @@
+"""Continue-as-new: when a run hands on to a fresh history, and what it hands on.
+
+Only at a step boundary (every call has its result, so the transcript is valid for a provider),
+when Temporal suggests it or after `continue_as_new_after_steps`. The run's state goes whole,
+with the progress stream's tail; when the whole would not fit in a workflow input, the
+compacted view goes instead (the rest stays in the earlier runs' histories). A state that does
+not fit either fails the run loudly rather than leaving it stuck.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.contrib.workflow_streams import WorkflowStream
+
+import workflows.compaction as compaction
+from workflows.budget import Budget
+from workflows.errors import AgentBudgetExceeded
+from workflows.models import AgentInput
+from workflows.reporting import Reporter
+from workflows.state import RunState
+from workflows.transcript import pending_calls
+
+MAX_CARRIED_BYTES = 1_800_000
+"""Under Temporal's 2 MB payload limit, with room for the encoding around it."""
+MAX_CARRIED_EVENTS = 2_000
+"""Progress events carried across continue-as-new; older ones stay in the earlier run."""
+
+
+def is_due(agent_input: AgentInput, state: RunState, steps_this_run: int) -> bool:
+    """At a step boundary only, with every call answered."""
+    limit = agent_input.continue_as_new_after_steps
+    wanted = workflow.info().is_continue_as_new_suggested() or (
+        limit is not None and steps_this_run >= limit
+    )
+    # Handlers still running (a subscriber's poll, say) are waited for in `hand_on`.
+    return wanted and not pending_calls(state.messages)
+
+
+async def hand_on(
+    agent_input: AgentInput,
+    state: RunState,
+    stream: WorkflowStream,
+    reporter: Reporter,
+    budget: Budget,
+) -> None:
+    """Continue as new with the run's state; never returns."""
+    reporter.publish("continued_as_new", text=f"run {state.runs + 1} of this workflow starts")
+    # Subscribers' polls return now and follow the chain to the next run.
+    stream.detach_pollers()
+    await workflow.wait_condition(workflow.all_handlers_finished)
+    events = stream.get_state()
+    if len(events.log) > MAX_CARRIED_EVENTS:
+        # Subscribers further behind resume at the oldest event kept.
+        stream.truncate(events.base_offset + len(events.log) - MAX_CARRIED_EVENTS)
+        events = stream.get_state()
+    handed = state.model_copy(update={"runs": state.runs + 1, "stream": events})
+    next_input = agent_input.model_copy(update={"carried": handed})
+    size = len(next_input.model_dump_json())
+    if size > MAX_CARRIED_BYTES and state.note is not None:
+        # Too large whole (a workflow input may have 2 MB): carry the compacted view.
+        view = compaction.view(state.messages, state.cut, state.note)
+        handed = handed.model_copy(update={"messages": view, "cut": 1, "note": None})
+        next_input = agent_input.model_copy(update={"carried": handed})
+        size = len(next_input.model_dump_json())
+    if size > MAX_CARRIED_BYTES:
+        # A continue-as-new that cannot be sent would leave the run stuck forever.
+        raise AgentBudgetExceeded(
+            f"the run cannot continue as new: its state is {size:,} bytes, over the "
+            f"{MAX_CARRIED_BYTES:,} a workflow input may have; turn on compaction "
+            "(with max_context_tokens) or bound the tools' results",
+            budget.details(),
+        )
+    workflow.logger.info("continuing as new after step %d", state.steps)
+    workflow.continue_as_new(next_input)

@@ -1,0 +1,280 @@
+"""Dispatch: one model reply becomes a plan of what happens to each call, before anything runs.
+
+For every call the plan says one thing: run it (and whether a person must decide first), refuse
+it with a result the model can act on (seed 003), take it as the answer (finish), or submit it
+as the plan a person reviews (submit_plan). The gates ask for the approvals the plan names and
+the tool runner carries out the rest; neither decides anything again. Also which tools are
+offered at a step, and unique call ids.
+
+Pure and deterministic: no Temporal API, no clock. It counts repeated calls in the run's loop
+counts, which is its only effect. Tested without a server (tests/test_dispatch.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import jsonschema
+
+import workflows.approval as approval
+from workflows.builtin_tools import (
+    DELEGATE_SPEC,
+    FINISH,
+    LOOP_TOOLS,
+    SUBMIT_PLAN,
+    SUBMIT_PLAN_PARAMETERS,
+    SUBMIT_PLAN_SPEC,
+    finish_spec,
+)
+from workflows.loop_detection import LoopDetector
+from workflows.models import ToolApprovalPolicy, ToolCallDecision, ToolSpec
+from workflows.outcomes import Outcome, bounded
+from workflows.transcript import AssistantMessage, ToolCall
+from workflows.versioning import Behaviours
+
+MAX_ARGUMENT_DEPTH = 32
+"""Nesting a tool's arguments may have (the object itself is level 1)."""
+AFTER_FINISH = "Not run: finish came before it; the run ended with that answer."
+
+
+# What happens to one call: a small union, matched exhaustively by the tool runner.
+@dataclass(frozen=True)
+class Run:
+    spec: ToolSpec
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Refuse:
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class Finish:
+    arguments: dict[str, Any]
+    """Checked against the run's output schema already: they are the answer."""
+
+
+@dataclass(frozen=True)
+class SubmitPlan:
+    steps: list[str]
+
+
+Action = Run | Refuse | Finish | SubmitPlan
+
+Ask = Literal["person", "remembered_denial"]
+"""A call that waits for a decision: from a person, or denied at once by one they remembered."""
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    call: ToolCall
+    action: Action
+    ask: Ask | None = None
+    """Set when the call's approval request is opened before anything runs."""
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What dispatch reads of the run: its input, its tools and where its plan stands."""
+
+    tools: Mapping[str, ToolSpec]
+    """The run's own tools (without the loop's built-ins)."""
+    offered: Sequence[ToolSpec]
+    plan_mode: bool
+    plan_approved: bool
+    output_schema: dict[str, Any] | None
+    policy: ToolApprovalPolicy
+    remembered: Mapping[str, ToolCallDecision]
+    behaviours: Behaviours
+
+
+def offered_tools(
+    tools: Mapping[str, ToolSpec],
+    *,
+    sub_agents: bool,
+    read_result: ToolSpec | None,
+    plan_mode: bool,
+    plan_approved: bool,
+    output_schema: dict[str, Any] | None,
+) -> list[ToolSpec]:
+    """What the model may call now: until a plan is approved, read-only tools and submit_plan;
+    then every tool and finish. read_result is offered once there is something to read."""
+    offered = list(tools.values())
+    if sub_agents:
+        offered.append(DELEGATE_SPEC)
+    if read_result is not None:
+        offered.append(read_result)
+    if plan_mode and not plan_approved:
+        return [*(spec for spec in offered if not spec.side_effects), SUBMIT_PLAN_SPEC]
+    return [*offered, finish_spec(output_schema)]
+
+
+def plan_reply(
+    calls: Sequence[ToolCall], facts: RunFacts, loops: LoopDetector
+) -> list[PlannedCall]:
+    """What happens to each call of one reply, in call order."""
+    planned: list[PlannedCall] = []
+    finished = planned_plan = False
+    for call in calls:
+        action = _dispose(call, facts, loops)
+        ask = _asks(call, action, facts) if facts.behaviours.per_tool_approval else None
+        if finished and facts.behaviours.bounded_dispatch:
+            # finish promises it: nothing called after it runs. (Its approval request is
+            # still opened, then withdrawn, as runs have always done.)
+            action = Refuse(Outcome.not_run(call, AFTER_FINISH))
+        elif isinstance(action, SubmitPlan):
+            if planned_plan:
+                text = "Error: one plan at a time; this one was not submitted."
+                action = Refuse(Outcome.error(call, text))
+            planned_plan = True
+        finished = finished or isinstance(action, Finish)
+        planned.append(PlannedCall(call, action, ask))
+    return planned
+
+
+def parse_arguments(call: ToolCall, behaviours: Behaviours) -> dict[str, Any] | Refuse:
+    """The call's arguments as an object, or why the model must send them again."""
+    try:
+        arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+    except (ValueError, RecursionError) as error:
+        reason = "nested too deep to read" if isinstance(error, RecursionError) else error
+        return Refuse(
+            Outcome.error(
+                call,
+                f"Error: the arguments for {call.name} are not valid JSON ({reason}). The tool "
+                "did not run; send a JSON object that matches its schema.",
+            )
+        )
+    if not isinstance(arguments, dict):
+        return Refuse(
+            Outcome.error(
+                call,
+                f"Error: the arguments for {call.name} must be a JSON object, not "
+                f"{type(arguments).__name__}. The tool did not run.",
+            )
+        )
+    depth = nesting_depth(arguments)
+    if depth > MAX_ARGUMENT_DEPTH and behaviours.bounded_dispatch:
+        # Deeper than this no tool needs, and past ~200 levels the activity's input cannot even
+        # be encoded: the workflow task would fail again and again.
+        return Refuse(
+            Outcome.error(
+                call,
+                f"Error: the arguments for {call.name} are nested {depth} levels deep (at most "
+                f"{MAX_ARGUMENT_DEPTH}). The tool did not run; send flatter arguments.",
+            )
+        )
+    return arguments
+
+
+def schema_problems(schema: dict[str, Any], instance: dict[str, Any]) -> str:
+    """Every way `instance` fails `schema`, path by path, in a stable order; '' if none."""
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema).iter_errors(instance),
+        key=lambda e: [str(part) for part in e.absolute_path],
+    )
+    return "; ".join(
+        f"{bounded('.'.join(str(p) for p in e.absolute_path)) or '(answer)'}: {bounded(e.message)}"
+        for e in errors[:10]
+    )
+
+
+def nesting_depth(value: Any) -> int:
+    """How deep lists and objects nest in a parsed JSON value, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return deepest
+
+
+def with_unique_call_ids(
+    message: AssistantMessage, step: int, earlier: set[str]
+) -> AssistantMessage:
+    """Models sometimes repeat or omit call ids; every call of a run needs its own, for its
+    result and for its idempotency key."""
+    ids = [call.id for call in message.tool_calls]
+    if all(ids) and len(set(ids)) == len(ids) and not earlier.intersection(ids):
+        return message
+    seen = set(earlier)
+    calls = []
+    for position, call in enumerate(message.tool_calls):
+        call_id = call.id
+        if not call_id or call_id in seen:
+            call_id = f"call_{step}_{position + 1}"
+            while call_id in seen:
+                call_id += "_"
+        seen.add(call_id)
+        calls.append(call.model_copy(update={"id": call_id}))
+    return message.model_copy(update={"tool_calls": tuple(calls)})
+
+
+def _dispose(call: ToolCall, facts: RunFacts, loops: LoopDetector) -> Action:
+    specs = {spec.name: spec for spec in facts.offered}
+    if call.name not in specs:
+        text = _not_offered(call.name, list(specs), facts)
+        if call.name in facts.tools or call.name in LOOP_TOOLS:
+            return Refuse(Outcome.refused(call, text))
+        return Refuse(Outcome.error(call, text))
+    arguments = parse_arguments(call, facts.behaviours)
+    if isinstance(arguments, Refuse):
+        return arguments
+    if call.name == FINISH:
+        problems = schema_problems(finish_spec(facts.output_schema).parameters, arguments)
+        if problems:
+            return Refuse(
+                Outcome.error(
+                    call,
+                    f"Error: the answer does not match the required schema: {problems}. "
+                    "Call finish again with corrected arguments.",
+                )
+            )
+        return Finish(arguments)
+    if call.name == SUBMIT_PLAN:
+        problem = schema_problems(SUBMIT_PLAN_PARAMETERS, arguments)
+        if problem:
+            return Refuse(Outcome.error(call, f"Error: the plan is not valid: {problem}."))
+        return SubmitPlan([str(step) for step in arguments["steps"]])
+    times = loops.record(call.name, call.arguments)
+    if loops.is_loop(times):
+        return Refuse(Outcome.loop(call, loops.feedback(call.name, times)))
+    return Run(specs[call.name], arguments)
+
+
+def _asks(call: ToolCall, action: Action, facts: RunFacts) -> Ask | None:
+    """Whether the call waits for a decision before it runs, under the run's policy."""
+    if not isinstance(action, Run):
+        return None  # refused before it could run, or the loop's own: nobody needs to decide
+    if not approval.needs_approval(action.spec, plan_approved=facts.plan_approved):
+        return None
+    if approval.approved_by_policy(facts.policy, call.name, action.arguments):
+        return None
+    remembered = facts.remembered.get(call.name)
+    if remembered is None:
+        return "person"
+    return None if remembered.approve else "remembered_denial"
+
+
+def _not_offered(name: str, offered: list[str], facts: RunFacts) -> str:
+    if facts.plan_mode and name in facts.tools:
+        return (
+            f"Error: {name} changes data and is not available until a person approves your "
+            f"plan; call {SUBMIT_PLAN} first."
+        )
+    if name == SUBMIT_PLAN and facts.plan_mode:
+        return "Error: your plan is approved already; carry it out."
+    if name == FINISH and facts.plan_mode:
+        return f"Error: submit your plan with {SUBMIT_PLAN} first."
+    available = ", ".join(sorted(n for n in offered if n not in LOOP_TOOLS))
+    loop_tools = ", ".join(n for n in offered if n in LOOP_TOOLS)
+    return (
+        f"Error: no tool named {bounded(repr(name))}. Available tools: {available}, {loop_tools}."
+    )

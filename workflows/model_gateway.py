@@ -1,0 +1,163 @@
+"""The model gateway: the only place that calls the model.
+
+One `call_model` activity per model call, called by name (the workflow imports no activity
+code), with the model's own timeout and retries and what is left of the run's wall time as its
+deadline. With linear history, a request names by reference what earlier calls sent (the
+previous request when it is a prefix of this one, the tool results a worker keeps, the tool
+list and the script), so the event history grows linearly. A worker whose store lacks a
+reference answers StoreMiss, and the request goes again whole. Errors are mapped here, once:
+a provider's refusal fails the run with the provider's reason, a wall-time cut is the budget's.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
+
+import workflows.history as history
+from workflows.budget import Budget
+from workflows.errors import (
+    FATAL_ERROR_TYPES,
+    AgentBudgetExceeded,
+    AgentProviderError,
+    describe_failure,
+    error_class,
+)
+from workflows.models import AgentInput, ModelRequest, ModelResponse, ToolSpec
+from workflows.transcript import Message, ToolResult
+
+MODEL_ACTIVITY = "call_model"
+"""The activity type of every model call (activities/model_call.py)."""
+
+
+class _StoreMiss(Exception):
+    """The worker's message store lacked what a request named; the request goes again whole."""
+
+
+class ModelGateway:
+    def __init__(self, agent_input: AgentInput, budget: Budget) -> None:
+        self._input = agent_input
+        self._budget = budget
+        # Linear history: what the last call sent, and the chain reference naming it.
+        self._last_sent: list[Message] = []
+        self._last_ref = ""
+        self._last_tools: list[ToolSpec] = []
+        self._stored_contents: set[str] = set()
+        """Tool results the workers were asked to keep (the next call names them)."""
+
+    def keep_reference(self, content_ref: str) -> None:
+        """A tool result a worker stored: later requests may name it instead of sending it."""
+        self._stored_contents.add(content_ref)
+
+    async def reply(
+        self, offered: list[ToolSpec], step: int, messages: list[Message]
+    ) -> ModelResponse:
+        """The model's reply to `messages` (the view of the transcript for this step)."""
+        settings = self._input.model
+        request = ModelRequest(
+            settings=settings,
+            system=self._input.system,
+            messages=messages,
+            tools=offered,
+            step=step,
+        )
+        summary = f"model {settings.model}, step {step}"
+        by_reference = self._by_reference(request)
+        response: ModelResponse | None = None
+        if by_reference is not None:
+            try:
+                response = await self._execute(by_reference, summary)
+            except _StoreMiss:
+                workflow.logger.info("store miss at step %d: sending the whole request", step)
+        if response is None:
+            response = await self._execute(request, summary)
+        # Either way the worker now holds this request: the next call may name it.
+        if by_reference is not None and by_reference.prefix_ref is not None:
+            new = messages[by_reference.prefix_count :]
+            self._last_ref = history.chain_refs(new, self._last_ref)[-1] if new else self._last_ref
+        else:
+            self._last_ref = history.chain_refs(messages)[-1]
+        self._last_sent, self._last_tools = messages, offered
+        return response
+
+    async def summary(self, system: str, prompt: Message, step: int, what: str) -> ModelResponse:
+        """A model call that is not a step: a compaction's summary."""
+        request = ModelRequest(
+            settings=self._input.model,
+            system=system,
+            messages=[prompt],
+            tools=[],
+            step=step,
+            purpose="summary",
+        )
+        return await self._execute(request, what)
+
+    def _by_reference(self, request: ModelRequest) -> ModelRequest | None:
+        """The request with what earlier calls sent named by reference: the previous request
+        when it is a prefix of this one, and any tool result a worker was asked to keep."""
+        sent = self._last_sent
+        if not self._input.linear_history or not sent:
+            return None
+        messages = request.messages
+        head = messages[: len(sent)]
+        # After a compaction rewrote the start, the view goes again, but its results by hash.
+        extends = len(head) == len(sent) and all(a is b for a, b in zip(sent, head, strict=True))
+        start = len(sent) if extends else 0
+        same_tools = self._last_tools == request.tools
+        script = request.settings.script
+        new: list[Message] = []
+        content_refs: dict[int, str] = {}
+        for position, message in enumerate(messages[start:]):
+            ref = history.content_ref(message.content) if isinstance(message, ToolResult) else ""
+            if ref in self._stored_contents:
+                content_refs[position] = ref
+                message = message.model_copy(update={"content": ""})
+            new.append(message)
+        return request.model_copy(
+            update={
+                "content_refs": content_refs,
+                "settings": request.settings.model_copy(update={"script": []}),
+                "script_ref": history.script_ref(script) if script else None,
+                "prefix_ref": self._last_ref if extends else None,
+                "prefix_count": start,
+                "messages": new,
+                "tools_ref": history.tools_ref(request.tools) if same_tools else None,
+                "tools": [] if same_tools else request.tools,
+            }
+        )
+
+    async def _execute(self, request: ModelRequest, summary: str) -> ModelResponse:
+        settings = request.settings
+        try:
+            return await workflow.execute_activity(
+                MODEL_ACTIVITY,
+                request,
+                result_type=ModelResponse,
+                start_to_close_timeout=timedelta(seconds=settings.timeout_seconds),
+                schedule_to_close_timeout=self._budget.deadline(workflow.now()),
+                retry_policy=settings.retry.to_policy(FATAL_ERROR_TYPES),
+                heartbeat_timeout=self._input.heartbeat_timeout,
+                summary=summary,
+            )
+        except ActivityError as error:
+            cause = error.cause
+            if isinstance(cause, ApplicationError) and cause.type == history.STORE_MISS:
+                raise _StoreMiss from None
+            self._budget.check_spend(workflow.now())  # a wall-time cut says so, by name
+            limit = self._input.limits.max_wall_seconds
+            if error.retry_state == RetryState.TIMEOUT and limit is not None:
+                # The schedule-to-close timeout is what was left of max_wall_seconds: the
+                # retries ran out of the run's time, which is the budget's failure.
+                raise AgentBudgetExceeded(
+                    f"max_wall_seconds={limit:g} ran out while the model call was being "
+                    f"retried; its last failure: {describe_failure(cause)}",
+                    self._budget.details(),
+                ) from None
+            if isinstance(cause, ApplicationError) and cause.type in FATAL_ERROR_TYPES:
+                raise error_class(cause.type)(cause.message, self._budget.details()) from None
+            raise AgentProviderError(
+                f"model call failed after its retries: {describe_failure(cause)}",
+                self._budget.details(),
+            ) from None

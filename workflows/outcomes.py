@@ -1,0 +1,149 @@
+"""What came of one tool call: the result the model reads and the record the trace keeps.
+
+Every result of a call is built here, with the constructor that says what happened (`ok`,
+`error`, `refused`, `loop`, `denied`, `not_run`), so the text a model gets and the outcome the
+trace records cannot disagree. Also the bounded quoting of what the model wrote. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workflows.models import ToolCallRecord, ToolOutcome
+from workflows.transcript import ToolCall, ToolResult
+
+MAX_QUOTED_CHARS = 200
+"""What the model wrote (a tool name, a field, a value, a schema message) is quoted back no
+longer than this: it has the original."""
+RECORDED_ARGUMENT_CHARS = 1_000
+"""Arguments kept in a call's trace record and approval request."""
+RECORDED_ERROR_CHARS = 300
+
+
+def bounded(text: str, limit: int = MAX_QUOTED_CHARS) -> str:
+    """`text` quoted back no longer than `limit`, saying how long it was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def count(n: int, thing: str) -> str:
+    return f"{n} {thing}" + ("" if n == 1 else "s")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: ToolResult
+    record: ToolCallRecord
+    fatal: str | None = None
+    """Set when the call failed in a way that must end the run."""
+
+    @classmethod
+    def ok(
+        cls,
+        call: ToolCall,
+        content: str,
+        *,
+        latency_ms: int = 0,
+        attempts: int = 0,
+        truncated: bool = False,
+        externalised: bool = False,
+    ) -> Outcome:
+        return cls(
+            ToolResult(tool_call_id=call.id, tool_name=call.name, content=content),
+            call_record(
+                call,
+                "ok",
+                content,
+                latency_ms=latency_ms,
+                attempts=attempts,
+                truncated=truncated,
+                externalised=externalised,
+            ),
+        )
+
+    @classmethod
+    def error(
+        cls,
+        call: ToolCall,
+        content: str,
+        *,
+        latency_ms: int = 0,
+        attempts: int = 0,
+        fatal: str | None = None,
+        truncated: bool = False,
+        externalised: bool = False,
+    ) -> Outcome:
+        """The call ran and failed, or its arguments or reply were wrong: the model can fix it."""
+        return cls._not_ok(
+            call, content, "error", latency_ms, attempts, fatal, truncated, externalised
+        )
+
+    @classmethod
+    def refused(cls, call: ToolCall, content: str) -> Outcome:
+        """The tool exists but is not offered now (plan mode)."""
+        return cls._not_ok(call, content, "refused")
+
+    @classmethod
+    def loop(cls, call: ToolCall, content: str) -> Outcome:
+        return cls._not_ok(call, content, "loop_detected")
+
+    @classmethod
+    def denied(cls, call: ToolCall, content: str) -> Outcome:
+        """A person, or the approval timeout, said no."""
+        return cls._not_ok(call, content, "denied")
+
+    @classmethod
+    def not_run(cls, call: ToolCall, content: str) -> Outcome:
+        """The run was ending (a fatal failure, finish, a limit) before the call's turn."""
+        return cls._not_ok(call, content, "not_run")
+
+    @classmethod
+    def _not_ok(
+        cls,
+        call: ToolCall,
+        content: str,
+        outcome: ToolOutcome,
+        latency_ms: int = 0,
+        attempts: int = 0,
+        fatal: str | None = None,
+        truncated: bool = False,
+        externalised: bool = False,
+    ) -> Outcome:
+        return cls(
+            ToolResult(tool_call_id=call.id, tool_name=call.name, content=content, is_error=True),
+            call_record(
+                call,
+                outcome,
+                content,
+                latency_ms=latency_ms,
+                attempts=attempts,
+                truncated=truncated,
+                externalised=externalised,
+            ),
+            fatal,
+        )
+
+
+def call_record(
+    call: ToolCall,
+    outcome: ToolOutcome,
+    content: str,
+    *,
+    latency_ms: int = 0,
+    attempts: int = 0,
+    truncated: bool = False,
+    externalised: bool = False,
+) -> ToolCallRecord:
+    return ToolCallRecord(
+        id=call.id,
+        name=call.name,
+        arguments=call.arguments[:RECORDED_ARGUMENT_CHARS],
+        outcome=outcome,
+        error=None if outcome == "ok" else content[:RECORDED_ERROR_CHARS],
+        result_chars=len(content),
+        truncated=truncated,
+        externalised=externalised,
+        attempts=attempts,
+        latency_ms=latency_ms,
+    )

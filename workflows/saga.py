@@ -1,0 +1,110 @@
+"""The saga: the compensation log of a run's side effects, and undoing them when it fails.
+
+An effect enters the log when its call succeeds (a sub-agent's effects join its parent's). A
+run that ends without an answer undoes them newest first, each compensation its own activity
+with its tool's own timeout and retries. A compensation that still fails is recorded and the
+others still run. No wall-time deadline applies: undoing is what a run that ran out of time
+needs most.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+import workflows.tool_catalog as tool_catalog
+from workflows.errors import FATAL_ERROR_TYPES, AgentError, describe_failure
+from workflows.models import AppliedEffect, CompensationRecord, CompensationStatus
+from workflows.outcomes import count
+from workflows.reporting import Reporter
+from workflows.state import RunState
+
+
+class Saga:
+    def __init__(self, state: RunState, reporter: Reporter, heartbeat: timedelta | None):
+        self._state = state
+        self._reporter = reporter
+        self._heartbeat = heartbeat
+        self.compensations: list[CompensationRecord] = []
+        """What undoing did, newest effect first (filled when the run fails)."""
+
+    @property
+    def effects(self) -> list[AppliedEffect]:
+        return self._state.effects
+
+    def record(self, effect: AppliedEffect) -> None:
+        self._state.effects.append(effect)
+
+    def adopt(self, effects: list[AppliedEffect]) -> None:
+        """A sub-agent's effects: undone by this run if it fails after delegating."""
+        self._state.effects.extend(effects)
+
+    async def compensate(self) -> None:
+        """Undo the run's side effects, newest first, each as its own activity."""
+        effects = self._state.effects
+        if effects:
+            self._reporter.set_status(
+                "compensating", f"undoing {count(len(effects), 'side effect')}"
+            )
+        for effect in reversed(effects):
+            call = effect.call
+            if effect.compensation is None:
+                self.compensations.append(
+                    CompensationRecord(
+                        tool=call.tool, tool_call_id=call.tool_call_id, status="not_undone"
+                    )
+                )
+                continue
+            # A sub-agent's effects may come from tools this run was not offered.
+            spec = tool_catalog.specs([call.tool])[0]
+            try:
+                await workflow.execute_activity(
+                    effect.compensation,
+                    call,
+                    start_to_close_timeout=timedelta(seconds=spec.compensation_timeout_seconds),
+                    retry_policy=spec.compensation_retry.to_policy(FATAL_ERROR_TYPES),
+                    heartbeat_timeout=self._heartbeat,
+                    summary=f"undo {call.tool} {call.tool_call_id}",
+                )
+                status: CompensationStatus = "completed"
+                error = None
+                self._state.mark_compensated(call.tool_call_id)
+            except ActivityError as failure:
+                status, error = "failed", describe_failure(failure.cause)
+            self.compensations.append(
+                CompensationRecord(
+                    tool=call.tool,
+                    tool_call_id=call.tool_call_id,
+                    status=status,
+                    compensation=effect.compensation,
+                    error=error,
+                )
+            )
+            self._reporter.publish(
+                "compensation",
+                call_id=call.tool_call_id,
+                tool=call.tool,
+                outcome=status,
+                text=effect.compensation if error is None else error,
+            )
+
+    def explain(self, error: AgentError) -> AgentError:
+        """The error that ends the run, saying what was undone and what was not."""
+        details = self._state.failure_details()
+        details.compensations = self.compensations
+        message = error.message
+        if self.compensations:
+            outcomes = "; ".join(_describe(r) for r in self.compensations)
+            message += f". Side effects undone newest first: {outcomes}"
+        return type(error)(message, details)
+
+
+def _describe(record: CompensationRecord) -> str:
+    what = f"{record.tool} {record.tool_call_id}"
+    if record.status == "not_undone":
+        return f"{what} not undone (it has no compensation)"
+    if record.status == "failed":
+        return f"{what} FAILED to undo ({record.error})"
+    return f"{what} undone by {record.compensation}"

@@ -1,0 +1,261 @@
+"""A run's state: one pydantic model of everything a run carries, and the records it is made of.
+
+`RunState` is the live state of a run, not a copy of it. The rooms of the workflow (budget,
+gates, saga, compaction, continuation) read and write its fields, and continue-as-new hands it
+on whole, so a new piece of state touches this file and the room that uses it, nothing else.
+Deterministic data only.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from temporalio.contrib.workflow_streams import WorkflowStreamState
+from temporalio.exceptions import ApplicationError
+
+from workflows.transcript import Message, UserMessage
+
+
+class Usage(BaseModel):
+    """Tokens as the provider reported them, in one neutral shape for every provider."""
+
+    input_tokens: int = 0
+    """Every input token of the call, those read from or written to a cache included."""
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    """Input tokens read from the provider's prompt cache."""
+    cache_write_tokens: int = 0
+    """Input tokens written to the prompt cache (Anthropic bills them above the input rate)."""
+    cost_usd: float | None = 0.0
+    """None when a call's model has no price: an unknown cost is not a zero cost."""
+
+    def __add__(self, other: Usage) -> Usage:
+        cost = (
+            None
+            if self.cost_usd is None or other.cost_usd is None
+            else round(self.cost_usd + other.cost_usd, 10)
+        )
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            cost_usd=cost,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class ToolCallDecision(BaseModel):
+    """Input of the `decide_tool_call` update and signal."""
+
+    call_id: str
+    approve: bool
+    reason: str | None = None
+    """Why: with a denial, the model sees it in the call's error result."""
+    remember: bool = False
+    """Apply this decision to every later call of the same tool in this run, and to the calls
+    of that tool still waiting."""
+
+
+DecidedBy = Literal["person", "remembered", "timeout"]
+
+
+ApprovalStatus = Literal["awaiting_approval", "approved", "denied", "timed_out", "not_run"]
+"""not_run: the run ended, or a call before it failed fatally, before it was decided."""
+
+
+class ToolApproval(BaseModel):
+    """A call that waited for a person, and what they decided."""
+
+    call_id: str
+    tool: str
+    arguments: str
+    """As the model wrote them (cut at 1,000 characters)."""
+    step: int
+    status: ApprovalStatus = "awaiting_approval"
+    reason: str | None = None
+    asked_at: datetime
+    """When the run asked (a call waits approval_timeout_seconds from then)."""
+    decided_by: DecidedBy | None = None
+
+
+class PlanState(BaseModel):
+    version: int
+    steps: list[str]
+    status: Literal["awaiting_approval", "approved", "rejected"]
+    comment: str | None = None
+
+
+class CompensationInput(BaseModel):
+    """What a compensating activity gets: everything about the effect it must undo."""
+
+    tool: str
+    tool_call_id: str
+    arguments: dict[str, Any]
+    result: Any
+    """The tool's own return value (not the bounded text the model saw)."""
+    idempotency_key: str
+    """The original call's key; derive the undo's own key from it to undo once."""
+
+
+class AppliedEffect(BaseModel):
+    """One entry of the compensation log: a side effect that succeeded."""
+
+    call: CompensationInput
+    compensation: str | None
+
+
+CompensationStatus = Literal["completed", "failed", "not_undone"]
+
+
+class CompensationRecord(BaseModel):
+    tool: str
+    tool_call_id: str
+    status: CompensationStatus
+    """completed or failed (after its retries); not_undone when the tool has no compensation."""
+    compensation: str | None = None
+    error: str | None = None
+
+
+ToolOutcome = Literal["ok", "error", "loop_detected", "refused", "denied", "not_run", "compensated"]
+"""error: failed, or bad arguments; refused: not offered now (plan mode); denied: a person (or
+the approval timeout) said no; not_run: the run was ending; compensated: it succeeded and was
+undone when the run failed."""
+
+
+class ToolCallRecord(BaseModel):
+    id: str
+    name: str
+    arguments: str
+    """As the model wrote them (cut at 1,000 characters)."""
+    outcome: ToolOutcome
+    error: str | None = None
+    """What the model was told, when the outcome is not ok (cut at 300 characters)."""
+    result_chars: int = 0
+    """Size of the result the model saw."""
+    truncated: bool = False
+    """The tool's output was cut to its bound before the model saw it."""
+    externalised: bool = False
+    attempts: int = 0
+    """Activity attempts; 0 when no activity ran (refused, loop-detected, built-in)."""
+    latency_ms: int = 0
+
+
+class StepRecord(BaseModel):
+    """One model call and what came of it: the run's own trace, one record per step."""
+
+    step: int
+    provider: str = ""
+    model: str
+    messages_sent: int = 0
+    model_latency_ms: int
+    model_attempts: int = 1
+    usage: Usage
+    finish_reason: str | None = None
+    tool_calls: list[ToolCallRecord] = []
+
+
+class CompactionRecord(BaseModel):
+    """One compaction, with both sides of its trade (seed 000): what it saved, and what it cost
+    in prefix cache on the next call."""
+
+    step: int
+    """The model call it was made before."""
+    policy: Literal["window", "summary"]
+    messages_removed: int
+    """Messages of the transcript no longer sent, in all (the first message always stays)."""
+    tokens_removed: int
+    """Estimated input tokens the next call is spared, the note's own tokens deducted."""
+    cached_tokens_lost: int | None = None
+    """Input tokens of the call before that the next call could have read from cache had the
+    transcript only grown, minus those it did read: set once the next call has answered."""
+
+
+class RunState(BaseModel):
+    """Everything a run carries: the workflow keeps its live state here, and continue-as-new
+    passes it whole as `AgentInput.carried`. A new field needs a default, so that runs started
+    before it existed still load their carried state.
+
+    The field names are the wire format of runs already in flight: rename none."""
+
+    messages: list[Message]
+    steps: int
+    usage: Usage
+    step_records: list[StepRecord]
+    started_at: datetime
+    paused_seconds: float
+    last_context_tokens: int | None
+    loop_counts: dict[str, int]
+    call_ids: list[str]
+    effects: list[AppliedEffect]
+    cut: int
+    note: UserMessage | None
+    compactions: list[CompactionRecord]
+    plan: PlanState | None
+    externalised: bool
+    runs: int
+    """Runs so far in this chain, this one included."""
+    remembered: dict[str, ToolCallDecision] = {}
+    """Per tool: the decision a person asked to remember for the rest of the run."""
+    approvals: list[ToolApproval] = []
+    """Every call that asked a person, decided or not, oldest first."""
+    stream: WorkflowStreamState | None = None
+    """The progress stream's events, so subscribers keep their offsets across runs."""
+
+    @classmethod
+    def start(cls, started_at: datetime) -> RunState:
+        """The state of a run that starts from nothing."""
+        return cls(
+            messages=[],
+            steps=0,
+            usage=Usage(),
+            step_records=[],
+            started_at=started_at,
+            paused_seconds=0.0,
+            last_context_tokens=None,
+            loop_counts={},
+            call_ids=[],
+            effects=[],
+            cut=1,
+            note=None,
+            compactions=[],
+            plan=None,
+            externalised=False,
+            runs=1,
+        )
+
+    def failure_details(self) -> FailureDetails:
+        return FailureDetails(steps=self.steps, usage=self.usage, step_records=self.step_records)
+
+    def mark_compensated(self, tool_call_id: str) -> None:
+        """The trace says so of a call whose effect was undone."""
+        for step in self.step_records:
+            for index, record in enumerate(step.tool_calls):
+                if record.id == tool_call_id:
+                    step.tool_calls[index] = record.model_copy(update={"outcome": "compensated"})
+
+
+class FailureDetails(BaseModel):
+    """Carried as the details of a failed run's error, so callers still see what it spent."""
+
+    steps: int
+    usage: Usage
+    step_records: list[StepRecord] = []
+    compensations: list[CompensationRecord] = []
+    """Newest effect first, in the order the compensations ran."""
+
+    @classmethod
+    def of_error(cls, error: BaseException | None) -> FailureDetails:
+        """What a failed run's error carried; empty when it carried nothing (a cancellation)."""
+        if (
+            isinstance(error, ApplicationError)
+            and error.details
+            and isinstance(error.details[0], dict)
+        ):
+            return cls.model_validate(error.details[0])
+        return cls(steps=0, usage=Usage())

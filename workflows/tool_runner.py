@@ -1,0 +1,285 @@
+"""The tool runner: the only place that starts tool activities and sub-agents.
+
+It carries out a reply's dispatch plan. Read-only calls run concurrently; a side-effecting call
+runs alone, after everything the model asked for before it and before everything after it.
+That ordering is the only difference between them: every call goes through one path, with the
+same approval wait, error, timeout and cancellation handling. One failure never cancels the
+others; a fatal one leaves the calls after it not run. One activity per call, named after the
+tool, with the tool's own timeout and retries and what is left of the run's wall time as its
+deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    RetryState,
+    TimeoutError,
+)
+
+from workflows.budget import Budget
+from workflows.builtin_tools import DELEGATE, DELEGATE_PARAMETERS, READ_RESULT
+from workflows.dispatch import Finish, PlannedCall, Refuse, Run, SubmitPlan, schema_problems
+from workflows.errors import FATAL_ERROR_TYPES, describe_failure, failure_type
+from workflows.gates import ToolCallGate
+from workflows.model_gateway import ModelGateway
+from workflows.models import (
+    AgentInput,
+    AgentResult,
+    AppliedEffect,
+    CompensationInput,
+    FailureDetails,
+    Limits,
+    ToolActivityInput,
+    ToolActivityResult,
+    ToolApprovalPolicy,
+    ToolSpec,
+)
+from workflows.outcomes import Outcome
+from workflows.reporting import Reporter
+from workflows.saga import Saga
+from workflows.state import RunState
+from workflows.transcript import ToolCall
+
+ANSWER_RECORDED = "Answer recorded; the run ends here."
+SUMMARY_CHARS = 120
+"""An activity's summary in the Web UI: the tool and its arguments, cut to this."""
+
+
+@dataclass
+class ReplyOutcome:
+    """What came of one reply's calls, before the transcript gets their results."""
+
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    answer: dict[str, Any] | None = None
+    """finish's arguments, when it was accepted."""
+    plan: tuple[ToolCall, list[str]] | None = None
+    """The submit_plan call and its steps, for the plan gate."""
+
+    @property
+    def fatal(self) -> str | None:
+        return next((o.fatal for o in self.outcomes.values() if o.fatal), None)
+
+
+def not_run_because(call: ToolCall, reason: str) -> Outcome:
+    return Outcome.not_run(call, f"Not run: the run is ending because {reason}")
+
+
+class ToolRunner:
+    def __init__(
+        self,
+        agent_input: AgentInput,
+        state: RunState,
+        budget: Budget,
+        gate: ToolCallGate,
+        gateway: ModelGateway,
+        saga: Saga,
+        reporter: Reporter,
+    ) -> None:
+        self._input = agent_input
+        self._state = state
+        self._budget = budget
+        self._gate = gate
+        self._gateway = gateway
+        self._saga = saga
+        self._reporter = reporter
+        self.tools: dict[str, ToolSpec] = {}
+        """The run's own tools, by name (set when the run resolves them)."""
+
+    async def run(self, planned: list[PlannedCall]) -> ReplyOutcome:
+        """Carry out a reply's plan, in its order; every call gets an outcome."""
+        reply = ReplyOutcome()
+        batch: list[tuple[ToolCall, Run]] = []
+
+        async def run_batch() -> None:
+            done = await asyncio.gather(*(self._run_one(call, run) for call, run in batch))
+            reply.outcomes.update({c.id: o for (c, _), o in zip(batch, done, strict=True)})
+            batch.clear()
+
+        for entry in planned:
+            call = entry.call
+            if reason := reply.fatal:
+                reply.outcomes[call.id] = not_run_because(call, reason)
+                continue
+            match entry.action:
+                case Refuse(outcome):
+                    reply.outcomes[call.id] = outcome
+                case Finish(arguments):
+                    reply.answer = arguments
+                    reply.outcomes[call.id] = Outcome.ok(call, ANSWER_RECORDED)
+                case SubmitPlan(steps):
+                    reply.plan = (call, steps)
+                case Run(spec) as run if spec.side_effects:
+                    await run_batch()
+                    if reason := reply.fatal:
+                        reply.outcomes[call.id] = not_run_because(call, reason)
+                        continue
+                    batch.append((call, run))
+                    await run_batch()
+                case Run() as run:
+                    batch.append((call, run))
+        await run_batch()
+        return reply
+
+    async def _run_one(self, call: ToolCall, run: Run) -> Outcome:
+        """One call: its approval (when it asked one), then its activity, reported as it goes."""
+        if self._gate.asked(call.id):
+            denial = await self._gate.wait(call)
+            if denial is not None:
+                return Outcome.denied(call, denial)
+        self._reporter.publish(
+            "tool_call_started", call_id=call.id, tool=call.name, arguments=call.arguments[:1000]
+        )
+        if run.spec.name == DELEGATE:
+            outcome = await self._delegate(call, run.arguments)
+        else:
+            outcome = await self._execute(call, run)
+        self._reporter.call_finished(outcome)
+        return outcome
+
+    async def _execute(self, call: ToolCall, run: Run) -> Outcome:
+        spec = run.spec
+        started = workflow.now()
+        info = workflow.info()
+        # The first run id tells apart two runs that reuse one workflow id; call ids are unique
+        # within a run (see dispatch.with_unique_call_ids).
+        idempotency_key = f"{info.workflow_id}/{info.first_execution_run_id}/{call.id}"
+        try:
+            output = await workflow.execute_activity(
+                spec.name,
+                ToolActivityInput(
+                    tool_call_id=call.id,
+                    arguments=run.arguments,
+                    idempotency_key=idempotency_key,
+                    max_result_chars=spec.max_result_chars,
+                    externalise=self._input.externalise_results and spec.name != READ_RESULT,
+                    store_content=self._input.linear_history,
+                    step=self._state.steps,
+                ),
+                result_type=ToolActivityResult,
+                start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
+                schedule_to_close_timeout=self._budget.deadline(workflow.now()),
+                retry_policy=spec.retry.to_policy(FATAL_ERROR_TYPES),
+                heartbeat_timeout=self._input.heartbeat_timeout,
+                summary=_call_summary(call),
+            )
+        except ActivityError as error:
+            cause = error.cause
+            latency = _ms_since(started)
+            attempts = _attempts_made(error, spec)
+            if isinstance(cause, ApplicationError) and cause.type in FATAL_ERROR_TYPES:
+                reason = f"{spec.name} failed fatally: {cause.message}"
+                content = f"Error: {spec.name} failed: {cause.type}"
+                return Outcome.error(
+                    call, content, latency_ms=latency, attempts=attempts, fatal=reason
+                )
+            if isinstance(cause, TimeoutError):
+                content = f"Error: {spec.name} timed out (limit {spec.timeout_seconds:g} s a try)."
+            else:
+                content = f"Error: {spec.name} failed: {failure_type(cause)}"
+            return Outcome.error(call, content, latency_ms=latency, attempts=attempts)
+        self._state.externalised = self._state.externalised or output.externalised_ref is not None
+        if output.content_ref is not None:
+            self._gateway.keep_reference(output.content_ref)
+        if spec.side_effects and not output.is_error:
+            self._saga.record(
+                AppliedEffect(
+                    call=CompensationInput(
+                        tool=spec.name,
+                        tool_call_id=call.id,
+                        arguments=run.arguments,
+                        result=output.value,
+                        idempotency_key=idempotency_key,
+                    ),
+                    compensation=spec.compensation,
+                )
+            )
+        make = Outcome.error if output.is_error else Outcome.ok
+        return make(
+            call,
+            output.content,
+            latency_ms=_ms_since(started),
+            attempts=output.attempt,
+            truncated=output.omitted_chars > 0,
+            externalised=output.externalised_ref is not None,
+        )
+
+    async def _delegate(self, call: ToolCall, arguments: dict[str, Any]) -> Outcome:
+        """Run a subtask as a child AgentWorkflow with a fresh context and what is left of this
+        run's budget; only its conclusion comes back."""
+        problem = schema_problems(DELEGATE_PARAMETERS, arguments)
+        if problem:
+            return Outcome.error(call, f"Error: invalid arguments for delegate: {problem}.")
+        started = workflow.now()
+        try:
+            result = await workflow.execute_child_workflow(
+                "AgentWorkflow",
+                self._child_input(arguments),
+                result_type=AgentResult,
+                id=f"{workflow.info().workflow_id}/{call.id}",
+                static_summary=f"sub-agent for {call.id}",
+            )
+        except ChildWorkflowError as error:
+            cause = error.cause
+            # A failed sub-agent undid its own effects; what it spent still counts here.
+            self._budget.record_side_call(FailureDetails.of_error(cause).usage)
+            content = f"Error: the sub-agent failed: {describe_failure(cause)}"
+            return Outcome.error(call, content[:2000], latency_ms=_ms_since(started), attempts=1)
+        self._budget.record_side_call(result.usage)
+        self._saga.adopt(result.side_effects)
+        return Outcome.ok(call, result.answer, latency_ms=_ms_since(started), attempts=1)
+
+    def _child_input(self, arguments: dict[str, Any]) -> AgentInput:
+        parent = self._input
+        limits = parent.limits
+        used = self._budget.usage
+        remaining_wall = self._budget.remaining_seconds(workflow.now())
+        policy: ToolApprovalPolicy = parent.tool_approval
+        remembered = [tool for tool, d in self._state.remembered.items() if d.approve]
+        return AgentInput(
+            prompt=str(arguments["task"]),
+            system=parent.system,
+            tools=arguments.get("tools") or list(self.tools),
+            model=parent.sub_agent_model or parent.model,
+            limits=Limits(
+                max_steps=limits.max_steps,
+                max_context_tokens=limits.max_context_tokens,
+                max_total_tokens=None
+                if limits.max_total_tokens is None
+                else max(limits.max_total_tokens - used.total_tokens, 1),
+                max_cost_usd=None
+                if limits.max_cost_usd is None or used.cost_usd is None
+                else max(limits.max_cost_usd - used.cost_usd, 1e-9),
+                max_wall_seconds=None if remaining_wall is None else max(remaining_wall, 0.001),
+            ),
+            compaction=parent.compaction,
+            linear_history=parent.linear_history,
+            externalise_results=parent.externalise_results,
+            heartbeat_timeout_seconds=parent.heartbeat_timeout_seconds,
+            approval_timeout_seconds=parent.approval_timeout_seconds,
+            tool_approval=policy.model_copy(update={"allow": [*policy.allow, *remembered]}),
+        )
+
+
+def _attempts_made(error: ActivityError, spec: ToolSpec) -> int:
+    """Attempts of a failed activity: all of them when its retries ran out, else at least one."""
+    if error.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
+        return spec.retry.maximum_attempts
+    return 1
+
+
+def _call_summary(call: ToolCall) -> str:
+    summary = f"{call.name} {call.arguments}"
+    return summary if len(summary) <= SUMMARY_CHARS else summary[: SUMMARY_CHARS - 3] + "..."
+
+
+def _ms_since(started: datetime) -> int:
+    return int((workflow.now() - started).total_seconds() * 1000)

@@ -1,0 +1,48 @@
+"""The only place that calls `workflow.patched`: each behaviour a release changed, by name.
+
+A run records a marker for each patch the first time it asks; a history recorded before the
+patch has none, and replays the old behaviour. So the rooms of the workflow read named flags
+from `Behaviours` and never a patch id. Retire a patch (samples-python `patching/`) only when
+no run that lacks its marker can still be replayed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from temporalio import workflow
+
+STATUS_SEARCH_ATTRIBUTES = "agent-status-search-attributes"
+"""Runs upsert the AgentStatus and AgentStep search attributes."""
+RELEASE_2 = "approvals-bounded-dispatch-coarse-step"
+"""One patch for the changes released together (each patch costs every new run a marker and a
+TemporalChangeVersion upsert): per-tool approval, bounded dispatch, and a coarse AgentStep."""
+
+
+@dataclass(frozen=True)
+class Behaviours:
+    """What this run does, as its history decides. Every flag is True for a new run."""
+
+    reports_status: bool = True
+    """Upsert AgentStatus and AgentStep (older runs replay without the upserts)."""
+    per_tool_approval: bool = True
+    """Calls of tools that need a person wait for a decision (older runs ran every call)."""
+    bounded_dispatch: bool = True
+    """Nothing called after an accepted finish runs, and arguments nested deeper than
+    MAX_ARGUMENT_DEPTH are refused (older runs ran both)."""
+    coarse_step_attribute: bool = True
+    """AgentStep moves with the status and every AGENT_STEP_EVERY steps (older runs upserted it
+    at every step)."""
+
+
+def decide() -> Behaviours:
+    """Ask the history, once, at the start of `AgentWorkflow.run` (the order of the patches is
+    part of the history: keep it)."""
+    reports_status = workflow.patched(STATUS_SEARCH_ATTRIBUTES)
+    release_2 = workflow.patched(RELEASE_2)
+    return Behaviours(
+        reports_status=reports_status,
+        per_tool_approval=release_2,
+        bounded_dispatch=release_2,
+        coarse_step_attribute=release_2,
+    )
