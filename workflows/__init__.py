@@ -1,6 +1,8 @@
-"""The deterministic side: the transcript, limits, loop detection and the data the loop passes
-around. The workflow itself is `workflows.agent.AgentWorkflow` (imported from there, so that the
-activities can import this package's data without importing the workflow)."""
+"""The deterministic side: the workflow, its rooms, and the data the loop passes around.
+
+The workflow itself is `workflows.agent.AgentWorkflow` (imported from there, so that the
+activities can import this package's data without importing the workflow). Each other module is
+one concern (docs/architecture.md); a module's docstring states its rule."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from workflows.errors import (
+        AgentApprovalTimeout,
         AgentBudgetExceeded,
         AgentConfigurationError,
         AgentError,
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
 _HOMES = {
     **dict.fromkeys(
         [
+            "AgentApprovalTimeout",
             "AgentBudgetExceeded",
             "AgentConfigurationError",
             "AgentError",
@@ -88,6 +92,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AgentApprovalTimeout",
     "AgentBudgetExceeded",
     "AgentConfigurationError",
     "AgentError",

@@ -1,0 +1,89 @@
+"""The run's state as pure code: one model that the rooms share and continue-as-new hands on.
+
+No server. The committed history of a continued run holds a real carried state: today's RunState
+must still load it, or runs in flight could not continue."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from workflows.budget import Budget
+from workflows.loop_detection import LoopDetector
+from workflows.models import AgentInput, Limits, ToolCallRecord, Usage
+from workflows.state import RunState, StepRecord
+from workflows.transcript import Transcript, UserMessage
+
+HISTORIES = Path(__file__).parent / "histories"
+START = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def carried_in_history() -> dict[str, Any]:
+    """The `carried` JSON that a run recorded when it continued as new."""
+    history = json.loads((HISTORIES / "continue_as_new.run2.json").read_text())
+    started = history["events"][0]["workflowExecutionStartedEventAttributes"]
+    payload = started["input"]["payloads"][0]
+    carried: dict[str, Any] = json.loads(base64.b64decode(payload["data"]))["carried"]
+    return carried
+
+
+def test_a_carried_state_recorded_by_an_earlier_release_still_loads() -> None:
+    recorded = carried_in_history()
+    state = RunState.model_validate(recorded)
+    assert state.steps == recorded["steps"] > 0
+    assert len(state.messages) == len(recorded["messages"])
+    Transcript(messages=state.messages)  # still obeys the pairing rule
+    # What the earlier release did not carry starts from its default.
+    assert state.approvals == [] and state.remembered == {} and state.stream is None
+
+
+def test_every_field_added_since_has_a_default() -> None:
+    """A field without a default would fail every run in flight at its next continue-as-new."""
+    recorded = set(carried_in_history())
+    added = {name: f for name, f in RunState.model_fields.items() if name not in recorded}
+    assert added, "the history predates approvals and the stream"
+    assert all(not field.is_required() for field in added.values()), sorted(added)
+    assert recorded <= set(RunState.model_fields), "a carried field was renamed or dropped"
+
+
+def test_the_state_goes_whole_through_a_workflow_input_and_back() -> None:
+    state = RunState.start(START)
+    state.messages.append(UserMessage(content="hi"))
+    state.loop_counts["get_order\n{}"] = 2
+    state.call_ids.append("c1")
+    agent_input = AgentInput(prompt="hi", carried=state)
+    again = AgentInput.model_validate_json(agent_input.model_dump_json()).carried
+    assert again == state
+
+
+def test_the_rooms_write_into_the_state_itself() -> None:
+    state = RunState.start(START)
+    budget = Budget(Limits(max_steps=5), state)
+    budget.record_model_call(Usage(input_tokens=10, output_tokens=2))
+    budget.pause(START)
+    budget.resume(START + timedelta(seconds=3))
+    LoopDetector(state.loop_counts).record("get_order", "{}")
+    assert state.steps == 1 and state.usage.total_tokens == 12
+    assert state.last_context_tokens == 12
+    assert state.paused_seconds == 3.0
+    assert budget.elapsed_seconds(START + timedelta(seconds=10)) == 7.0
+    assert state.loop_counts == {"get_order\n{}": 1}
+    transcript = Transcript(messages=state.messages)
+    state.messages = transcript.messages
+    transcript.append(UserMessage(content="hello"))
+    assert state.messages[-1].content == "hello"
+
+
+def test_undoing_marks_the_trace_and_a_failure_carries_what_was_spent() -> None:
+    state = RunState.start(START)
+    record = ToolCallRecord(id="c1", name="cancel_order", arguments="{}", outcome="ok")
+    state.step_records.append(
+        StepRecord(step=1, model="m", model_latency_ms=1, usage=Usage(), tool_calls=[record])
+    )
+    state.mark_compensated("c1")
+    assert state.step_records[0].tool_calls[0].outcome == "compensated"
+    details = state.failure_details()
+    assert details.steps == 0 and details.step_records == state.step_records
