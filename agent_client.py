@@ -7,7 +7,7 @@
     result = await run.result()
 
 A thin, typed layer over the Temporal client: everything it does can also be done with the
-`temporal` CLI or the Web UI (see the README).
+`temporal` CLI or the Web UI (docs/client.md, docs/people-in-the-loop.md).
 """
 
 from __future__ import annotations

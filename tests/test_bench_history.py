@@ -1,4 +1,4 @@
-"""The history benchmark runs, and shows what the README claims: linear history stays within
+"""The history benchmark runs, and shows what docs/long-runs.md claims: linear history stays within
 3x the run's distinct messages as the run grows, while whole transcripts grow past it."""
 
 from __future__ import annotations
