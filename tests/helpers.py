@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,3 +98,25 @@ async def run_agent(client: Client, task_queue: str, agent_input: AgentInput) ->
     # Whatever happened, what the run holds must be a transcript a provider accepts.
     assert Transcript(messages=transcript).is_complete(), "a tool call was left without result"
     return Run(handle, result, error, transcript, trace)
+
+
+async def eventually(
+    check: Callable[[], bool | Awaitable[bool]],
+    timeout: float = 15,
+    what: str | None = None,
+    *,
+    interval: float = 0.05,
+) -> None:
+    """Return as soon as `check()` holds, calling it every `interval` seconds; fail once `timeout`
+    seconds have passed, saying what was awaited (`what`, else the check's name). `check` may be
+    a plain function or a coroutine function: it reads state, and never waits for it itself."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        outcome = check()
+        if await outcome if inspect.isawaitable(outcome) else outcome:
+            return
+        if loop.time() >= deadline:
+            awaited = what or f"{getattr(check, '__name__', repr(check))}() to hold"
+            raise AssertionError(f"gave up after {timeout:g} s waiting for {awaited}")
+        await asyncio.sleep(interval)

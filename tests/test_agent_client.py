@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 
 import pytest
 from temporalio.client import (
@@ -17,7 +17,7 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from agent_client import AgentClient, AgentRun, AgentRunFailed
-from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
+from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
 from worker import build_worker
 from workflows.models import AgentInput, Limits, PlanState
 from workflows.transcript import AssistantMessage, UserMessage
@@ -28,13 +28,6 @@ PLAN = ["Check order 104999", "Cancel it"]
 
 def plan_input(script: list, **options: object) -> AgentInput:
     return scripted_input(script, tools=TOOLS, plan=True, **options)  # type: ignore[arg-type]
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 15) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out waiting"
-        await asyncio.sleep(0.05)
 
 
 async def end_leftovers(agents: AgentClient, workflow_ids: Iterable[str]) -> None:
@@ -79,7 +72,7 @@ async def waiting_plan(run: AgentRun, version: int = 1) -> PlanState:
             status.plan is not None and status.plan.version == version
         )
 
-    await eventually(waits)
+    await eventually(waits, 15, f"plan v{version} to await approval")
     plan = (await run.status()).plan
     assert plan is not None
     return plan
@@ -101,7 +94,7 @@ async def test_a_plan_is_found_read_approved_and_carried_out(
         async def listed() -> bool:
             return run.id in [r.id async for r in agents.awaiting_approval()]
 
-        await eventually(listed)
+        await eventually(listed, 15, "the run among those awaiting approval")
         status = await run.status()
         assert status.plan == PlanState(version=1, steps=PLAN, status="awaiting_approval")
         # Both results are appended once the plan is decided, in call order.

@@ -33,7 +33,7 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from activities import demo_tools
-from tests.helpers import TRUSTED, call, turn
+from tests.helpers import TRUSTED, call, eventually, turn
 from worker import connect, free_port, temporal_binary
 from workflows.agent import AgentWorkflow
 from workflows.models import (
@@ -99,14 +99,6 @@ INPUTS = {
 # --- processes ----------------------------------------------------------------------------------
 
 
-async def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {timeout:g} s waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 @dataclass
 class WorkerProcess:
     process: subprocess.Popen[bytes]
@@ -144,7 +136,7 @@ class Processes:
             command += ["--crash-at", crash_at, "--crash-file", str(crash_file)]
         log = self.start(name, command, {**os.environ, "AGENT_DEMO_DB": str(db)})
         worker = WorkerProcess(self.started[-1], log, crash_file)
-        await wait_until(
+        await eventually(
             lambda: ready.exists() or worker.process.poll() is not None, 30, f"{name} to poll"
         )
         assert ready.exists(), f"{name} died before polling:\n{worker.output()}"
@@ -367,7 +359,7 @@ async def test_a_run_survives_its_worker_being_killed(
     doomed = await processes.worker("doomed", address_of(client), task_queue, db, crash.at)
     handle = await start_run(client, crash.script, task_queue)
 
-    await wait_until(lambda: doomed.process.poll() is not None, 30, f"the crash at {crash.at}")
+    await eventually(lambda: doomed.process.poll() is not None, 30, f"the crash at {crash.at}")
     assert doomed.process.returncode == -signal.SIGKILL, doomed.output()
     assert doomed.crash_file is not None and doomed.crash_file.read_text() == crash.at
     if crash.committed is not None:
@@ -437,7 +429,7 @@ async def test_a_run_survives_a_restart_of_the_temporal_server(
         task_queue=task_queue,
     )
     # The second step's tool is running on the worker: take the server away under it.
-    await wait_until(Path(f"{gate}.started").exists, 30, "the tool to start")
+    await eventually(Path(f"{gate}.started").exists, 30, "the tool to start")
     server.kill()
     assert server.wait(timeout=10) == -signal.SIGKILL
     processes.start("server-again", server_command)
@@ -483,7 +475,7 @@ async def test_a_heartbeat_notices_a_dead_worker_long_before_the_attempt_timeout
         task_queue=task_queue,
         task_timeout=ATTEMPT_TIMEOUT,
     )
-    await wait_until(lambda: doomed.process.poll() is not None, 30, "the crash")
+    await eventually(lambda: doomed.process.poll() is not None, 30, "the crash")
     await processes.worker("fresh", address_of(client), task_queue, db)
 
     result = await handle.result()

@@ -9,7 +9,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from temporalio.client import (
 )
 
 from activities.providers.scripted import recorded_requests
-from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
+from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
 from worker import build_worker, embedded_dev_server, free_port
 from workflows.agent import AgentWorkflow
 from workflows.models import AgentInput, AgentResult, PlanDecision, RunStatus
@@ -33,13 +32,6 @@ PLAN = ["Check order 104999", "Cancel it"]
 
 def plan_input(script: list, **options: Any) -> AgentInput:
     return scripted_input(script, tools=TOOLS, plan=True, **options)
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 10) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out waiting"
-        await asyncio.sleep(0.05)
 
 
 async def status_of(handle: WorkflowHandle[Any, AgentResult]) -> RunStatus:
@@ -55,7 +47,7 @@ async def awaiting(handle: WorkflowHandle[Any, AgentResult], version: int = 1) -
             and (status.plan.version == version)
         )
 
-    await eventually(waiting)
+    await eventually(waiting, 10, f"plan v{version} to await approval")
     return await status_of(handle)
 
 
@@ -183,10 +175,14 @@ async def test_the_waiting_run_is_found_by_its_search_attributes(
         async def listed(query: str) -> bool:
             return handle.id in [w.id async for w in client.list_workflows(query)]
 
-        await eventually(lambda: listed("AgentStatus='awaiting_approval'"))
+        await eventually(
+            lambda: listed("AgentStatus='awaiting_approval'"), 10, "the listing as awaiting"
+        )
         await handle.signal(AgentWorkflow.approve_plan)
         await handle.result()
-        await eventually(lambda: listed("AgentStatus='completed' AND AgentStep=2"))
+        await eventually(
+            lambda: listed("AgentStatus='completed' AND AgentStep=2"), 10, "the listing as done"
+        )
         assert not await listed("AgentStatus='awaiting_approval'")
 
 
@@ -213,6 +209,6 @@ async def test_the_web_ui_api_lists_the_waiting_run() -> None:
             executions = json.loads(body).get("executions") or []
             return handle.id in [e["execution"]["workflowId"] for e in executions]
 
-        await eventually(in_ui, seconds=20)
+        await eventually(in_ui, 20, "the Web UI to list the waiting run")
         await handle.signal(AgentWorkflow.approve_plan)
         await handle.result()

@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 import starter
 from activities.demo_script import support_demo_script
 from agent_client import AgentClient
-from tests.helpers import TEST_WORKER_OPTIONS
+from tests.helpers import TEST_WORKER_OPTIONS, eventually
 from tests.test_agent_client import end_leftovers
 from worker import build_worker
 from workflows.models import ScriptedCall
@@ -38,13 +38,6 @@ REJECT_THEN_APPROVE = [
 
 def step_lines(stderr: str) -> list[str]:
     return [line.split(":")[0] for line in stderr.splitlines() if line.startswith("step ")]
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 15) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out waiting"
-        await asyncio.sleep(0.1)
 
 
 class Cli:

@@ -8,8 +8,9 @@ import asyncio
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 import payload_codec
 import starter
 from agent_client import AgentClient, AgentRunFailed, ClosedRun, percentile, step_stats
+from tests import helpers
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 from tests.test_agent_client import end_leftovers
 from worker import build_worker
@@ -68,11 +70,9 @@ async def serving(env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[No
         yield
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 30) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out waiting"
-        await asyncio.sleep(0.2)
+# Listings catch up late, and `stats` reads every closed run of the session on each call: a
+# longer wait than the others here, polled less often.
+eventually = partial(helpers.eventually, timeout=30, interval=0.2)
 
 
 def table_of(text: str) -> list[str]:
