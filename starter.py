@@ -57,15 +57,8 @@ from temporalio.service import RPCError
 import payload_codec
 from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
 from agent_client import AgentClient, AgentRun, AgentRunFailed, StepStats, step_stats
-from worker import (
-    CommandLineError,
-    OneLineArgumentParser,
-    build_worker,
-    embedded_dev_server,
-    exit_now,
-    free_port,
-    temporal_address,
-)
+from cli.plumbing import CommandLineError, OneLineArgumentParser, exit_now, temporal_address
+from worker import build_worker, embedded_dev_server, free_port
 from workflows.models import (
     DEFAULT_TASK_QUEUE,
     AgentEvent,

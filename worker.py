@@ -2,15 +2,14 @@
 
     python worker.py [--address HOST:PORT] [--namespace NS] [--task-queue QUEUE]
 
-Also home of the helpers that the starter and the tests share: connecting with the pydantic data
-converter, building the worker, and starting an embedded Temporal dev server.
+Also home of what serves runs, which the starter, the benchmarks and the tests share:
+connecting with the pydantic data converter, building the worker, and starting an embedded
+Temporal dev server. The command-line plumbing comes from cli.plumbing.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import logging
 import os
 import shutil
@@ -33,26 +32,11 @@ from activities import telemetry
 from activities.model_call import call_model
 from activities.tools import tool_activities
 from agent_client import ensure_search_attributes
+from cli.plumbing import CommandLineError, OneLineArgumentParser, exit_now, temporal_address
 from workflows.agent import AgentWorkflow
 from workflows.models import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES
 
 DEFAULT_ADDRESS = "localhost:7233"
-
-
-class CommandLineError(SystemExit):
-    pass
-
-
-class OneLineArgumentParser(argparse.ArgumentParser):
-    """Bad command lines get one line on stderr and exit status 2, not a usage dump."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        raise CommandLineError(2)
-
-
-def temporal_address(explicit: str | None) -> str | None:
-    return explicit or os.environ.get("TEMPORAL_ADDRESS") or None
 
 
 async def connect(address: str, namespace: str = "default") -> Client:
@@ -176,17 +160,6 @@ def main(argv: list[str] | None = None) -> int:
         logging.error("%s", error)
         return 1
     return 0
-
-
-def exit_now(code: int) -> None:
-    """Exit without the interpreter's teardown, once everything is printed: the Temporal SDK's
-    Rust threads can abort that teardown with "PyGILState_Release: thread state ... must be
-    current" (temporalio/sdk-python#300), turning a clean exit into status 134."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    logging.shutdown()
-    os._exit(code)
 
 
 if __name__ == "__main__":
