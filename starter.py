@@ -56,15 +56,15 @@ from temporalio.service import RPCError
 
 import payload_codec
 from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
-from agent_client import AgentClient, AgentRun, AgentRunFailed, StepStats, step_stats
+from agent_client import AgentClient, AgentRun, AgentRunFailed, step_stats
 from cli.plumbing import CommandLineError, OneLineArgumentParser, exit_now, temporal_address
+from cli.tables import shorten, stats_table, trace_table
 from worker import build_worker, embedded_dev_server, free_port
 from workflows.models import (
     DEFAULT_TASK_QUEUE,
     AgentEvent,
     AgentInput,
     AgentResult,
-    CompactionRecord,
     CompensationRecord,
     Limits,
     ModelSettings,
@@ -84,13 +84,6 @@ KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 LIST_QUERY_TIMEOUT_SECONDS = 5.0
 """`list` asks each waiting run for its plan; a run whose worker is gone does not answer."""
 CANCEL_WAIT_SECONDS = 10.0
-TABLE_WIDTH = 100
-"""`trace` and `stats` tables fit a terminal this wide (long tool lists wrap)."""
-MODEL_COLUMN = 20
-LABEL_COLUMN = 16
-FINISH_COLUMN = 12
-MIN_TOOLS_COLUMN = 28
-"""Narrower than this, the tool calls go on lines of their own under each row."""
 NO_LABEL = "(no label)"
 DEFAULT_STATS_LIMIT = 500
 WATCHER_STOP_SECONDS = 10.0
@@ -911,7 +904,7 @@ def event_line(event: AgentEvent) -> str:
             calls = f"; calls {event.text}" if event.text else "; answered"
             return f"{head}: {event.model} {event.latency_ms} ms, {usage}{calls}"
         case "tool_call_started" | "approval_requested":
-            return f"{head}:{call} {_shorten(event.arguments or '', 200)}"
+            return f"{head}:{call} {shorten(event.arguments or '', 200)}"
         case "tool_call_finished":
             error = f": {event.text}" if event.text else ""
             return f"{head}:{call} {event.outcome} in {event.latency_ms} ms{error}"
@@ -919,10 +912,10 @@ def event_line(event: AgentEvent) -> str:
             reason = f" ({event.text})" if event.text else ""
             return f"{head}:{call} {event.outcome}{reason}"
         case "completed":
-            return f"{head}: {_shorten(event.text or '', 300)}"
+            return f"{head}: {shorten(event.text or '', 300)}"
         case _:
             detail = " ".join(part for part in (event.outcome, event.text) if part)
-            return f"{head}: {_shorten(detail, 300)}" if detail else head
+            return f"{head}: {shorten(detail, 300)}" if detail else head
 
 
 async def _list_waiting(client: AgentClient, args: Any) -> int:
@@ -993,141 +986,6 @@ def _usage_text(usage: Usage) -> str:
     return f"{usage.input_tokens} in{cached} / {usage.output_tokens} out{cost}"
 
 
-def trace_table(
-    records: Sequence[StepRecord],
-    *,
-    compactions: Sequence[CompactionRecord] = (),
-    width: int = TABLE_WIDTH,
-) -> str:
-    """The steps of a run, one row each, then a totals row: the model call (model, latency,
-    attempts, tokens, cost, why it stopped) and its tool calls (`name outcome latency`, `xN`
-    for N attempts, [cut] for a result cut to its bound, [ext] for one kept whole in the result
-    store). The tools column wraps to keep the table within `width`. Cost is "-" when unknown."""
-    header = ["step", "model", "ms", "att", "input", "cached", "output", "cost", "finish"]
-    right = {0, 2, 3, 4, 5, 6, 7}
-    rows: list[tuple[list[str], list[str]]] = []
-    for record in records:
-        usage = record.usage
-        cells = [
-            str(record.step),
-            _shorten(record.model, MODEL_COLUMN),
-            str(record.model_latency_ms),
-            str(record.model_attempts),
-            str(usage.input_tokens),
-            str(usage.cached_input_tokens),
-            str(usage.output_tokens),
-            _money(usage.cost_usd),
-            _shorten(record.finish_reason or "-", FINISH_COLUMN),
-        ]
-        rows.append((cells, [_tool_entry(call) for call in record.tool_calls] or ["-"]))
-    total = sum((r.usage for r in records), Usage())
-    calls = [call for record in records for call in record.tool_calls]
-    outcomes = Counter(call.outcome for call in calls)
-    totals = [
-        "total",
-        f"{len(records)} step" + ("" if len(records) == 1 else "s"),
-        str(sum(r.model_latency_ms for r in records)),
-        str(sum(r.model_attempts for r in records)),
-        str(total.input_tokens),
-        str(total.cached_input_tokens),
-        str(total.output_tokens),
-        _money(total.cost_usd) if records else "-",
-        "",
-    ]
-    by_outcome = [f"{outcome} {count}" for outcome, count in outcomes.items()]
-    tools_total = (
-        [f"{len(calls)} call{'' if len(calls) == 1 else 's'}: {by_outcome[0]}", *by_outcome[1:]]
-        if calls
-        else ["no tool calls"]
-    )
-    widths = [
-        max(len(cells[i]) for cells in [header, totals, *(c for c, _ in rows)])
-        for i in range(len(header))
-    ]
-    indent = sum(widths) + 2 * len(widths)
-    beside = width - indent >= MIN_TOOLS_COLUMN
-    if not beside:  # a long model name, large numbers: the tools go under the row, full width
-        indent = widths[0] + 2
-
-    def line(cells: list[str], tools: list[str]) -> list[str]:
-        fixed = "  ".join(
-            cell.rjust(w) if i in right else cell.ljust(w)
-            for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
-        )
-        wrapped = _wrap(tools, width - indent)
-        if not beside:
-            return [fixed.rstrip(), *(" " * indent + more for more in wrapped if more != "-")]
-        return [
-            (fixed + "  " + wrapped[0]).rstrip(),
-            *((" " * indent + more).rstrip() for more in wrapped[1:]),
-        ]
-
-    lines = line(header, ["tools"])
-    if not beside:
-        lines = [lines[0], " " * indent + "tools"]
-    for cells, tools in rows:
-        lines += line(cells, tools)
-    body = line(totals, tools_total)
-    lines.append("-" * min(width, max(len(text) for text in lines + body)))
-    lines += body
-    notes = []
-    if any(call.attempts > 1 for call in calls):
-        notes.append("xN: N attempts")
-    if any(call.truncated and not call.externalised for call in calls):
-        notes.append("[cut]: result cut to its bound")
-    if any(call.externalised for call in calls):
-        notes.append("[ext]: whole result kept in the result store")
-    if notes:
-        lines.append("; ".join(notes))
-    for compaction in compactions:
-        lost = (
-            ""
-            if compaction.cached_tokens_lost is None
-            else f", {compaction.cached_tokens_lost} cached tokens lost"
-        )
-        lines.append(
-            f"compaction before step {compaction.step} ({compaction.policy}): "
-            f"{compaction.messages_removed} messages, ~{compaction.tokens_removed} tokens "
-            f"removed{lost}"
-        )
-    return "\n".join(lines)
-
-
-def _tool_entry(call: ToolCallRecord) -> str:
-    entry = f"{call.name} {call.outcome}"
-    if call.attempts:  # 0: no activity ran (refused, loop-detected, built-in)
-        entry += f" {call.latency_ms}ms"
-    if call.attempts > 1:
-        entry += f" x{call.attempts}"
-    if call.externalised:
-        entry += " [ext]"
-    elif call.truncated:
-        entry += " [cut]"
-    return entry
-
-
-def _wrap(entries: list[str], width: int) -> list[str]:
-    """Comma-separated entries, as many a line as fit; an entry too long alone is shortened."""
-    lines: list[str] = []
-    current = ""
-    for index, entry in enumerate(entries):
-        item = _shorten(entry + ("," if index < len(entries) - 1 else ""), width)
-        if current and len(current) + 1 + len(item) > width:
-            lines.append(current)
-            current = item
-        else:
-            current = f"{current} {item}" if current else item
-    return [*lines, current]
-
-
-def _shorten(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _money(cost: float | None) -> str:
-    return "-" if cost is None else f"${cost:.6f}"
-
-
 async def _stats(client: AgentClient, args: Any) -> int:
     """Read the runs that ended, group them by label, print each group's statistics."""
     completed: defaultdict[str, list[AgentResult]] = defaultdict(list)
@@ -1164,55 +1022,6 @@ async def _stats(client: AgentClient, args: Any) -> int:
         return 0
     print(stats_table(groups))
     return 0
-
-
-def stats_table(groups: Sequence[StepStats]) -> str:
-    """One row per label: the completed runs' steps (p50, p95, max), tokens and cost, the
-    max_steps they suggest and how many of them it would have cut short."""
-    header = [
-        "label",
-        "runs",
-        "failed",
-        "p50",
-        "p95",
-        "max",
-        "mean tok",
-        "p95 tok",
-        "mean cost",
-        "max_steps",
-        "cut short",
-    ]
-    rows = [header]
-    for g in groups:
-        rows.append(
-            [
-                _shorten(g.label, LABEL_COLUMN),
-                str(g.runs),
-                str(g.failed),
-                *(
-                    "-" if value is None else str(value)
-                    for value in (g.steps_p50, g.steps_p95, g.steps_max)
-                ),
-                "-" if g.tokens_mean is None else str(round(g.tokens_mean)),
-                "-" if g.tokens_p95 is None else str(g.tokens_p95),
-                _money(g.cost_mean_usd),
-                "-" if g.recommended_max_steps is None else str(g.recommended_max_steps),
-                str(g.cut_short) if g.runs else "-",
-            ]
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(
-            cell.ljust(w) if i == 0 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-        for row in rows
-    ]
-    lines += [
-        "p50/p95/max: steps of the completed runs (nearest rank); tok: input + output tokens",
-        "max_steps: twice the p95; cut short: the completed runs that took more steps than that",
-    ]
-    return "\n".join(lines)
 
 
 def _report_failure(failure: AgentRunFailed, lines: _StepLines, args: Any) -> int:
