@@ -15,6 +15,8 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 import starter
+from cli.args import RunArgs, parse_run
+from cli.run import run
 from worker import build_worker, free_port
 from workflows.agent import AgentWorkflow
 
@@ -91,10 +93,10 @@ def test_bad_command_line_exits_2_with_one_line(
     assert len(err.splitlines()) == 1 and err.startswith("starter.py: error:"), err
 
 
-def server_args(env: WorkflowEnvironment, task_queue: str, *extra: str) -> Any:
+def server_args(env: WorkflowEnvironment, task_queue: str, *extra: str) -> RunArgs:
     """Arguments for a run against the session's dev server, served by the test's worker."""
     address = env.client.service_client.config.target_host
-    return starter.parse_args([PROMPT, "--address", address, "--task-queue", task_queue, *extra])
+    return parse_run([PROMPT, "--address", address, "--task-queue", task_queue, *extra])
 
 
 async def test_run_against_a_server_reports_json(
@@ -102,7 +104,7 @@ async def test_run_against_a_server_reports_json(
 ) -> None:
     args = server_args(temporal_env, task_queue, "--json")
     async with build_worker(temporal_env.client, task_queue):
-        code = await starter.run(args)
+        code = await run(args)
 
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -118,7 +120,7 @@ async def test_run_against_a_server_prints_only_the_answer_on_stdout(
 ) -> None:
     args = server_args(temporal_env, task_queue)
     async with build_worker(temporal_env.client, task_queue):
-        code = await starter.run(args)
+        code = await run(args)
 
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -131,7 +133,7 @@ async def test_no_wait_returns_a_running_workflow_id(
 ) -> None:
     args = server_args(temporal_env, task_queue, "--no-wait", "--json")
     # No worker yet: --no-wait must not wait for the run.
-    assert await asyncio.wait_for(starter.run(args), timeout=10) == 0
+    assert await asyncio.wait_for(run(args), timeout=10) == 0
     started = json.loads(capsys.readouterr().out)
     assert started["status"] == "running" and started["steps"] == 0
 
@@ -142,9 +144,9 @@ async def test_no_wait_returns_a_running_workflow_id(
 
 
 async def test_closed_port_cannot_connect(capsys: pytest.CaptureFixture[str]) -> None:
-    args = starter.parse_args(["hi", "--address", f"127.0.0.1:{free_port()}"])
+    args = parse_run(["hi", "--address", f"127.0.0.1:{free_port()}"])
 
-    assert await starter.run(args) == 1
+    assert await run(args) == 1
     out, err = capsys.readouterr()
     assert out == ""
     failures = [line for line in err.splitlines() if "cannot connect" in line]
@@ -153,9 +155,9 @@ async def test_closed_port_cannot_connect(capsys: pytest.CaptureFixture[str]) ->
 
 
 async def test_closed_port_still_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
-    args = starter.parse_args(["hi", "--address", f"127.0.0.1:{free_port()}", "--json"])
+    args = parse_run(["hi", "--address", f"127.0.0.1:{free_port()}", "--json"])
 
-    assert await starter.run(args) == 1
+    assert await run(args) == 1
     printed = json.loads(capsys.readouterr().out)
     assert printed["status"] == "failed" and printed["workflow_id"] is None
     assert printed["error"]["type"] == "ConnectionError"
@@ -203,7 +205,7 @@ async def test_json_lists_the_compensations_of_a_failed_run(
         "--approve-all",
     )
     async with build_worker(temporal_env.client, task_queue):
-        code = await starter.run(args)
+        code = await run(args)
 
     out, err = capsys.readouterr()
     assert code == 1, err
