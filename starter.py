@@ -14,6 +14,7 @@
     python starter.py result WORKFLOW_ID [--json] [--trace]
     python starter.py trace WORKFLOW_ID [--json]
     python starter.py stats [--label TEXT] [--limit N] [--json]
+    python starter.py worker [--address HOST:PORT] [--namespace NS] [--task-queue QUEUE]
 
 Without --address (and without $TEMPORAL_ADDRESS) a run is self-contained: it starts an embedded
 Temporal dev server with the Web UI and an in-process worker, runs the agent, and stops both. It
@@ -21,8 +22,9 @@ follows the run's progress stream, and shows each plan (--plan) and each tool ca
 a person (the calls of tools that change data, unless --approve-all or --allow) at the terminal,
 reading the decision from stdin. With an address it only starts the run; a `worker.py` must serve
 it. `watch` follows the progress stream of a run started anywhere, one line per event. The
-subcommands always need an address, and take --namespace. A prompt that is a subcommand's name
-goes after `--`.
+subcommands always need an address, and take --namespace. `worker` serves runs, as `python
+worker.py` does, so that an installed project has one command (`durable-agent`). A prompt that is
+a subcommand's name goes after `--`.
 
 --trace prints the run's steps as a table once it has ended (on stderr; with --json, as the
 `trace` key instead). `trace` prints that table on stdout for a running or ended run. `stats` reads
@@ -45,6 +47,7 @@ from typing import assert_never
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
+import worker
 from agent_client import AgentClient
 from cli import decide, read
 from cli.args import (
@@ -57,6 +60,7 @@ from cli.args import (
     RejectPlan,
     Result,
     RunArgs,
+    Serve,
     Stats,
     Status,
     Subcommand,
@@ -73,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parse_command_line(argv)
     except CommandLineError as stop:
         return int(stop.code or 2)
+    if isinstance(args, Serve):
+        return worker.main(list(args.argv), prog=f"starter.py {Serve.command}")
     try:
         return asyncio.run(dispatch(args))
     except KeyboardInterrupt:
@@ -81,11 +87,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def main_async(argv: Sequence[str] | None = None) -> int:
-    """`main` inside a running event loop (the tests use it)."""
+    """`main` inside a running event loop (the tests use it), for a run or a subcommand."""
     try:
         args = parse_command_line(argv)
     except CommandLineError as stop:
         return int(stop.code or 2)
+    if isinstance(args, Serve):
+        say(f"starter.py {Serve.command}: error: a worker runs its own event loop: use main()")
+        return 2
     return await dispatch(args)
 
 

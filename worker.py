@@ -1,6 +1,7 @@
 """Run a worker: the agent workflow, the model activity and every registered tool.
 
     python worker.py [--address HOST:PORT] [--namespace NS] [--task-queue QUEUE]
+    durable-agent worker [...]   (the same, from an installed project)
 
 Also home of what serves runs, which the starter, the benchmarks and the tests share:
 connecting with the pydantic data converter, building the worker, and starting an embedded
@@ -130,8 +131,10 @@ async def _serve(address: str, namespace: str, task_queue: str) -> None:
     await worker.run()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineArgumentParser(prog="worker.py", description="Serve agent runs.")
+def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
+    """Serve runs until interrupted: 0 on Ctrl-C, 1 when the server cannot be used, 2 for a bad
+    command line. `prog` names the command in its messages (`starter.py worker`)."""
+    parser = OneLineArgumentParser(prog=prog, description="Serve agent runs.")
     parser.add_argument(
         "--address", help="Temporal frontend (default: $TEMPORAL_ADDRESS, else localhost:7233)"
     )
@@ -148,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         payload_codec.data_converter()  # a malformed key configuration is a usage error
     except payload_codec.PayloadKeyError as error:
-        sys.stderr.write(f"worker.py: error: {error}\n")
+        sys.stderr.write(f"{prog}: error: {error}\n")
         return 2
     try:
         if telemetry.configure_from_env():

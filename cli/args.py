@@ -1,5 +1,5 @@
-"""The command line, parsed into one frozen object per command: a run (`RunArgs`) and each
-subcommand (`ApprovePlan`, ..., `Stats`). Every check of the command line
+"""The command line, parsed into one frozen object per command: a run (`RunArgs`), each
+subcommand (`ApprovePlan`, ..., `Stats`) and `Serve` (`worker`). Every check of the command line
 happens here, so a command never sees an argument it cannot use: a bad one is one line on stderr
 and exit status 2 (`CommandLineError`). Nothing here connects to a server."""
 
@@ -26,6 +26,8 @@ DEFAULT_MODELS: dict[Provider, str] = {"openai": "gpt-4o-mini", "anthropic": "cl
 SCRIPTED_MODEL = "scripted-demo"
 KEY_VARIABLES: dict[Provider, str] = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 DEFAULT_STATS_LIMIT = 500
+SERVE = "worker"
+"""The first word that serves runs instead (`durable-agent worker`, `starter.py worker`)."""
 _SCRIPT_ADAPTER = TypeAdapter(list[ScriptedTurn])
 
 
@@ -143,6 +145,14 @@ class Stats(OnServer):
     limit: int
 
 
+@dataclass(frozen=True)
+class Serve:
+    """`worker [--address ...]`: serve runs; worker.py parses the rest."""
+
+    command: ClassVar[str] = SERVE
+    argv: tuple[str, ...]
+
+
 Subcommand = (
     ApprovePlan
     | RejectPlan
@@ -156,7 +166,7 @@ Subcommand = (
     | Trace
     | Stats
 )
-Command = RunArgs | Subcommand
+Command = RunArgs | Subcommand | Serve
 _SUBCOMMAND_TYPES: tuple[type[OnServer], ...] = (
     ApprovePlan,
     RejectPlan,
@@ -174,9 +184,11 @@ SUBCOMMANDS = tuple(kind.command for kind in _SUBCOMMAND_TYPES)
 
 
 def parse_command_line(argv: Sequence[str] | None = None) -> Command:
-    """A subcommand when the first word names one, else a run (a prompt that is a subcommand's
-    name goes after `--`)."""
+    """`worker` serves runs; a subcommand when the first word names one, else a run (a prompt
+    that is a command's name goes after `--`)."""
     words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == [SERVE]:
+        return Serve(tuple(words[1:]))
     args = parse_subcommand(words) if words and words[0] in SUBCOMMANDS else parse_run(words)
     try:
         payload_codec.data_converter()  # a malformed key configuration is a usage error
@@ -192,7 +204,7 @@ def parse_run(argv: list[str]) -> RunArgs:
         description="Start an agent run.",
         epilog="To decide on and follow runs on a server: starter.py {"
         + ",".join(SUBCOMMANDS)
-        + "} ... (each with --help).",
+        + "} ... (each with --help). To serve runs: starter.py worker (see worker --help).",
     )
     parser.add_argument("prompt", help="what the agent should do")
     parser.add_argument(

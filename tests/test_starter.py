@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -227,3 +228,29 @@ def test_a_script_that_is_not_valid_is_a_command_line_error(
     assert starter.main([PROMPT, "--script", str(script)]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and f"--script {script}" in err
+
+
+def test_the_console_script_serves_runs_with_worker(tmp_path: Path) -> None:
+    """`durable-agent worker` is worker.py's command line, so an installed project has one
+    command; run from elsewhere, it is the installed script, not this checkout's file."""
+    script = Path(sysconfig.get_path("scripts")) / "durable-agent"
+    done = subprocess.run(
+        [str(script), "worker", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: starter.py worker") and "--task-queue" in done.stdout
+
+
+def test_a_bad_worker_command_line_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert starter.main(["worker", "--nope"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "starter.py worker: error: unrecognized arguments: --nope (see --help)"
+    ], err

@@ -308,6 +308,8 @@ def test_a_prompt_named_like_a_subcommand_goes_after_a_double_dash() -> None:
     args = starter.parse_command_line(["--plan", "--", "list"])
     assert isinstance(args, RunArgs)
     assert args.command == "run" and args.prompt == "list" and args.plan
+    args = starter.parse_command_line(["--", "worker"])  # `worker` alone serves runs
+    assert isinstance(args, RunArgs) and args.prompt == "worker"
 
 
 def test_the_plan_demo_submits_its_plan_first_and_then_plays_the_demo() -> None:
