@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast, get_args
 
 from pydantic import TypeAdapter
 
@@ -167,19 +167,8 @@ Subcommand = (
     | Stats
 )
 Command = RunArgs | Subcommand | Serve
-_SUBCOMMAND_TYPES: tuple[type[OnServer], ...] = (
-    ApprovePlan,
-    RejectPlan,
-    ApproveCall,
-    DenyCall,
-    ListCalls,
-    Watch,
-    Status,
-    ListWaiting,
-    Result,
-    Trace,
-    Stats,
-)
+_SUBCOMMAND_TYPES: tuple[type[OnServer], ...] = get_args(Subcommand)
+"""In the order that --help lists them."""
 SUBCOMMANDS = tuple(kind.command for kind in _SUBCOMMAND_TYPES)
 
 
@@ -423,8 +412,7 @@ def parse_subcommand(argv: list[str]) -> Subcommand:
     kind = next(kind for kind in _SUBCOMMAND_TYPES if kind.command == args.command)
     # Each type's fields are the destinations of its arguments, so this takes exactly those.
     fields: dict[str, Any] = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind)}
-    parsed: Subcommand = kind(**fields)  # type: ignore[assignment]
-    return parsed
+    return cast(Subcommand, kind(**fields))  # kind is one of the Subcommand types
 
 
 def _non_negative_int(text: str) -> int:
