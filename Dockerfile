@@ -12,6 +12,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY workflows ./workflows
 COPY activities ./activities
+COPY cli ./cli
 COPY worker.py starter.py agent_client.py payload_codec.py codec_server.py ./
 RUN pip install --no-cache-dir . \
     && rm -rf build *.egg-info

@@ -1,16 +1,16 @@
 """Run a worker: the agent workflow, the model activity and every registered tool.
 
     python worker.py [--address HOST:PORT] [--namespace NS] [--task-queue QUEUE]
+    durable-agent worker [...]   (the same, from an installed project)
 
-Also home of the helpers that the starter and the tests share: connecting with the pydantic data
-converter, building the worker, and starting an embedded Temporal dev server.
+Also home of what serves runs, which the starter, the benchmarks and the tests share:
+connecting with the pydantic data converter, building the worker, and starting an embedded
+Temporal dev server. The command-line plumbing comes from cli.plumbing.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import logging
 import os
 import shutil
@@ -33,26 +33,11 @@ from activities import telemetry
 from activities.model_call import call_model
 from activities.tools import tool_activities
 from agent_client import ensure_search_attributes
+from cli.plumbing import CommandLineError, OneLineArgumentParser, exit_now, temporal_address
 from workflows.agent import AgentWorkflow
 from workflows.models import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES
 
 DEFAULT_ADDRESS = "localhost:7233"
-
-
-class CommandLineError(SystemExit):
-    pass
-
-
-class OneLineArgumentParser(argparse.ArgumentParser):
-    """Bad command lines get one line on stderr and exit status 2, not a usage dump."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        raise CommandLineError(2)
-
-
-def temporal_address(explicit: str | None) -> str | None:
-    return explicit or os.environ.get("TEMPORAL_ADDRESS") or None
 
 
 async def connect(address: str, namespace: str = "default") -> Client:
@@ -146,8 +131,10 @@ async def _serve(address: str, namespace: str, task_queue: str) -> None:
     await worker.run()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineArgumentParser(prog="worker.py", description="Serve agent runs.")
+def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
+    """Serve runs until interrupted: 0 on Ctrl-C, 1 when the server cannot be used, 2 for a bad
+    command line. `prog` names the command in its messages (`starter.py worker`)."""
+    parser = OneLineArgumentParser(prog=prog, description="Serve agent runs.")
     parser.add_argument(
         "--address", help="Temporal frontend (default: $TEMPORAL_ADDRESS, else localhost:7233)"
     )
@@ -164,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         payload_codec.data_converter()  # a malformed key configuration is a usage error
     except payload_codec.PayloadKeyError as error:
-        sys.stderr.write(f"worker.py: error: {error}\n")
+        sys.stderr.write(f"{prog}: error: {error}\n")
         return 2
     try:
         if telemetry.configure_from_env():
@@ -176,17 +163,6 @@ def main(argv: list[str] | None = None) -> int:
         logging.error("%s", error)
         return 1
     return 0
-
-
-def exit_now(code: int) -> None:
-    """Exit without the interpreter's teardown, once everything is printed: the Temporal SDK's
-    Rust threads can abort that teardown with "PyGILState_Release: thread state ... must be
-    current" (temporalio/sdk-python#300), turning a clean exit into status 134."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    logging.shutdown()
-    os._exit(code)
 
 
 if __name__ == "__main__":

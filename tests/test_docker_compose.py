@@ -575,7 +575,8 @@ def test_dockerfile_copies_only_what_is_needed_and_it_is_in_the_context() -> Non
 
 
 def worker_modules() -> set[str]:
-    """worker.py and the project's top-level modules it imports, directly or through them."""
+    """worker.py and the project's top-level modules and packages it imports, directly or through
+    them. A package is followed through every module in it, since the image holds it whole."""
     found: set[str] = set()
     pending = ["worker.py"]
     while pending:
@@ -583,24 +584,31 @@ def worker_modules() -> set[str]:
         if name in found:
             continue
         found.add(name)
-        for node in ast.walk(ast.parse((ROOT / name).read_text())):
-            modules = (
-                [alias.name for alias in node.names]
-                if isinstance(node, ast.Import)
-                else [node.module or ""]
-                if isinstance(node, ast.ImportFrom) and node.level == 0
-                else []
-            )
-            for module in modules:
-                file = f"{module.split('.')[0]}.py"
-                if (ROOT / file).is_file():
-                    pending.append(file)
+        path = ROOT / name
+        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            for node in ast.walk(ast.parse(file.read_text())):
+                modules = (
+                    [alias.name for alias in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom) and node.level == 0
+                    else []
+                )
+                for module in modules:
+                    top = module.split(".")[0]
+                    if (ROOT / f"{top}.py").is_file():
+                        pending.append(f"{top}.py")
+                    elif (ROOT / top / "__init__.py").is_file():
+                        pending.append(top)
     return found
 
 
 def test_the_worker_needs_more_than_itself() -> None:
-    """The helper above: it follows worker.py's imports of the project's own modules."""
-    assert {"worker.py", "agent_client.py", "payload_codec.py"} <= worker_modules()
+    """The helper above: it follows worker.py's imports of the project's own modules, and of its
+    packages (the command-line plumbing in cli/ is one)."""
+    needs = worker_modules()
+    assert {"worker.py", "agent_client.py", "payload_codec.py"} <= needs
+    assert {"workflows", "activities", "cli"} <= needs
 
 
 @pytest.mark.parametrize("path", [".venv", ".venv/bin/python", ".git/config"])

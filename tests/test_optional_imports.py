@@ -48,7 +48,7 @@ def run_base(
 
 def project_modules() -> list[str]:
     names = list(ENTRY_POINTS)
-    for package in ("workflows", "activities"):
+    for package in ("workflows", "activities", "cli"):
         names.append(package)
         names += [m.name for m in pkgutil.walk_packages([str(REPO / package)], f"{package}.")]
     return names

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 import starter
+from cli.args import RunArgs, parse_run
+from cli.run import run
 from worker import build_worker, free_port
 from workflows.agent import AgentWorkflow
 
@@ -91,10 +94,10 @@ def test_bad_command_line_exits_2_with_one_line(
     assert len(err.splitlines()) == 1 and err.startswith("starter.py: error:"), err
 
 
-def server_args(env: WorkflowEnvironment, task_queue: str, *extra: str) -> Any:
+def server_args(env: WorkflowEnvironment, task_queue: str, *extra: str) -> RunArgs:
     """Arguments for a run against the session's dev server, served by the test's worker."""
     address = env.client.service_client.config.target_host
-    return starter.parse_args([PROMPT, "--address", address, "--task-queue", task_queue, *extra])
+    return parse_run([PROMPT, "--address", address, "--task-queue", task_queue, *extra])
 
 
 async def test_run_against_a_server_reports_json(
@@ -102,7 +105,7 @@ async def test_run_against_a_server_reports_json(
 ) -> None:
     args = server_args(temporal_env, task_queue, "--json")
     async with build_worker(temporal_env.client, task_queue):
-        code = await starter.run(args)
+        code = await run(args)
 
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -118,7 +121,7 @@ async def test_run_against_a_server_prints_only_the_answer_on_stdout(
 ) -> None:
     args = server_args(temporal_env, task_queue)
     async with build_worker(temporal_env.client, task_queue):
-        code = await starter.run(args)
+        code = await run(args)
 
     out, err = capsys.readouterr()
     assert code == 0, err
@@ -131,7 +134,7 @@ async def test_no_wait_returns_a_running_workflow_id(
 ) -> None:
     args = server_args(temporal_env, task_queue, "--no-wait", "--json")
     # No worker yet: --no-wait must not wait for the run.
-    assert await asyncio.wait_for(starter.run(args), timeout=10) == 0
+    assert await asyncio.wait_for(run(args), timeout=10) == 0
     started = json.loads(capsys.readouterr().out)
     assert started["status"] == "running" and started["steps"] == 0
 
@@ -142,9 +145,9 @@ async def test_no_wait_returns_a_running_workflow_id(
 
 
 async def test_closed_port_cannot_connect(capsys: pytest.CaptureFixture[str]) -> None:
-    args = starter.parse_args(["hi", "--address", f"127.0.0.1:{free_port()}"])
+    args = parse_run(["hi", "--address", f"127.0.0.1:{free_port()}"])
 
-    assert await starter.run(args) == 1
+    assert await run(args) == 1
     out, err = capsys.readouterr()
     assert out == ""
     failures = [line for line in err.splitlines() if "cannot connect" in line]
@@ -153,9 +156,9 @@ async def test_closed_port_cannot_connect(capsys: pytest.CaptureFixture[str]) ->
 
 
 async def test_closed_port_still_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
-    args = starter.parse_args(["hi", "--address", f"127.0.0.1:{free_port()}", "--json"])
+    args = parse_run(["hi", "--address", f"127.0.0.1:{free_port()}", "--json"])
 
-    assert await starter.run(args) == 1
+    assert await run(args) == 1
     printed = json.loads(capsys.readouterr().out)
     assert printed["status"] == "failed" and printed["workflow_id"] is None
     assert printed["error"]["type"] == "ConnectionError"
@@ -203,7 +206,7 @@ async def test_json_lists_the_compensations_of_a_failed_run(
         "--approve-all",
     )
     async with build_worker(temporal_env.client, task_queue):
-        code = await starter.run(args)
+        code = await run(args)
 
     out, err = capsys.readouterr()
     assert code == 1, err
@@ -225,3 +228,29 @@ def test_a_script_that_is_not_valid_is_a_command_line_error(
     assert starter.main([PROMPT, "--script", str(script)]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and f"--script {script}" in err
+
+
+def test_the_console_script_serves_runs_with_worker(tmp_path: Path) -> None:
+    """`durable-agent worker` is worker.py's command line, so an installed project has one
+    command; run from elsewhere, it is the installed script, not this checkout's file."""
+    script = Path(sysconfig.get_path("scripts")) / "durable-agent"
+    done = subprocess.run(
+        [str(script), "worker", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: starter.py worker") and "--task-queue" in done.stdout
+
+
+def test_a_bad_worker_command_line_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert starter.main(["worker", "--nope"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "starter.py worker: error: unrecognized arguments: --nope (see --help)"
+    ], err

@@ -19,6 +19,8 @@ from temporalio.testing import WorkflowEnvironment
 import starter
 from activities.demo_script import support_demo_script
 from agent_client import AgentClient
+from cli.args import RunArgs, parse_run
+from cli.run import DEMO_PLAN, demo_plan_script, run
 from tests.helpers import TEST_WORKER_OPTIONS, eventually
 from tests.test_agent_client import end_leftovers
 from worker import build_worker
@@ -105,7 +107,7 @@ async def test_a_plan_run_is_listed_shown_refused_approved_and_followed(
         assert status["workflow_id"] == workflow_id
         assert status["plan"] == {
             "version": 1,
-            "steps": starter.DEMO_PLAN,
+            "steps": DEMO_PLAN,
             "status": "awaiting_approval",
             "comment": None,
         }
@@ -121,11 +123,11 @@ async def test_a_plan_run_is_listed_shown_refused_approved_and_followed(
 
         await eventually(listed)
         line = next(line for line in listing.splitlines() if line.startswith(workflow_id))
-        assert line == f"{workflow_id}  plan v1: " + " | ".join(starter.DEMO_PLAN)
+        assert line == f"{workflow_id}  plan v1: " + " | ".join(DEMO_PLAN)
         code, out, _ = await cli("list", "--awaiting-approval", "--json")
         assert code == 0
         rows = {row["workflow_id"]: row for row in json.loads(out)}
-        assert rows[workflow_id]["plan"]["steps"] == starter.DEMO_PLAN
+        assert rows[workflow_id]["plan"]["steps"] == DEMO_PLAN
         assert rows[workflow_id]["plan"]["version"] == 1
 
         code, out, err = await cli("approve", workflow_id, "--version", "2")
@@ -197,11 +199,9 @@ async def test_a_run_followed_through_an_address_shows_its_plan_and_how_to_decid
     temporal_env: WorkflowEnvironment, task_queue: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     async with serving(temporal_env, task_queue, capsys) as cli:
-        args = starter.parse_args(
-            [PROMPT, "--plan", "--address", cli.address, "--task-queue", task_queue]
-        )
+        args = parse_run([PROMPT, "--plan", "--address", cli.address, "--task-queue", task_queue])
         capsys.readouterr()
-        following = asyncio.create_task(starter.run(args))
+        following = asyncio.create_task(run(args))
         said = ""
 
         async def hint_shown() -> bool:
@@ -215,7 +215,7 @@ async def test_a_run_followed_through_an_address_shows_its_plan_and_how_to_decid
         )
         cli.started.append(workflow_id)
         assert f"plan v1 of {workflow_id} waits for approval:" in said
-        assert f"  3. {starter.DEMO_PLAN[2]}" in said
+        assert f"  3. {DEMO_PLAN[2]}" in said
         where = f"--address {cli.address}"
         assert (
             f"decide with: starter.py approve {workflow_id} {where} [--comment TEXT], or "
@@ -296,16 +296,20 @@ def test_a_bad_subcommand_line_exits_2_with_one_line(
 
 def test_a_prompt_named_like_a_subcommand_goes_after_a_double_dash() -> None:
     args = starter.parse_command_line(["--", "status"])
+    assert isinstance(args, RunArgs)
     assert args.command == "run" and args.prompt == "status" and not args.plan
     args = starter.parse_command_line(["--plan", "--", "list"])
+    assert isinstance(args, RunArgs)
     assert args.command == "run" and args.prompt == "list" and args.plan
+    args = starter.parse_command_line(["--", "worker"])  # `worker` alone serves runs
+    assert isinstance(args, RunArgs) and args.prompt == "worker"
 
 
 def test_the_plan_demo_submits_its_plan_first_and_then_plays_the_demo() -> None:
-    first, second, *rest = starter.demo_plan_script()
+    first, second, *rest = demo_plan_script()
     demo = support_demo_script()
 
-    assert first.calls == [ScriptedCall(name="submit_plan", arguments={"steps": starter.DEMO_PLAN})]
+    assert first.calls == [ScriptedCall(name="submit_plan", arguments={"steps": DEMO_PLAN})]
     assert second.expect == "approved"
     assert second.model_copy(update={"expect": None}) == demo[0]
     assert rest == demo[1:]
@@ -358,7 +362,7 @@ def test_at_the_terminal_y_approves_the_demo_plan(tmp_path: Path) -> None:
 
     assert code == 0, err
     assert out["steps"] == 4 and "14:20" in out["answer"]
-    assert all(f"  {n}. {step}" in err for n, step in enumerate(starter.DEMO_PLAN, start=1))
+    assert all(f"  {n}. {step}" in err for n, step in enumerate(DEMO_PLAN, start=1))
     assert step_lines(err) == ["step 1", "step 2", "step 3", "step 4"]
 
 

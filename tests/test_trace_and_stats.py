@@ -21,6 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 import payload_codec
 import starter
 from agent_client import AgentClient, AgentRunFailed, ClosedRun, percentile, step_stats
+from cli.tables import TABLE_WIDTH, stats_table, trace_table
 from tests import helpers
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 from tests.test_agent_client import end_leftovers
@@ -148,7 +149,7 @@ async def test_trace_prints_one_row_per_step_and_totals_on_stderr(
     assert code == 0, err
     assert out == "all done\n"  # the table is not on stdout
     table = table_of(err)
-    assert all(len(line) <= starter.TABLE_WIDTH for line in table), table
+    assert all(len(line) <= TABLE_WIDTH for line in table), table
     rows = table_rows(table)
     assert list(rows) == ["1", "2", "3", "4", "5", "total"]
     first = rows["1"]
@@ -336,14 +337,14 @@ def tool(name: str, outcome: Any = "ok", **fields: Any) -> ToolCallRecord:
 def test_the_table_totals_the_cost_only_when_every_step_has_one() -> None:
     known = [record(1, 0.0012, finish_reason="tool_calls"), record(2, 0.0003)]
 
-    rows = table_rows(starter.trace_table(known).splitlines())
+    rows = table_rows(trace_table(known).splitlines())
     assert rows["1"].split()[7] == "$0.001200"
     assert rows["total"].split()[3:9] == ["30", "2", "3000", "1000", "40", "$0.001500"]
     assert rows["total"].endswith("no tool calls")
     assert rows["2"].split()[8:] == ["-"]  # no finish reason, and no tools under the row
 
     unknown = [record(1, 0.0012), record(2, None)]
-    rows = table_rows(starter.trace_table(unknown).splitlines())
+    rows = table_rows(trace_table(unknown).splitlines())
     assert rows["2"].split()[7] == "-" and rows["total"].split()[8] == "-"
 
 
@@ -362,7 +363,7 @@ def test_the_tools_column_marks_attempts_and_cuts_and_wraps_within_the_width() -
         CompactionRecord(step=2, policy="window", messages_removed=4, tokens_removed=900)
     ]
 
-    text = starter.trace_table(records, compactions=compactions)
+    text = trace_table(records, compactions=compactions)
     lines = text.splitlines()
     assert all(len(line) <= 100 for line in lines), text
     assert max(len(line) for line in lines) > 90, text  # it uses the width it has
@@ -391,7 +392,7 @@ def test_without_room_beside_the_row_the_tools_go_under_it() -> None:
         record(2, 0.5, model=long_model, model_latency_ms=1_234_567),
     ]
 
-    text = starter.trace_table(records)
+    text = trace_table(records)
     lines = text.splitlines()
     assert all(len(line) <= 100 for line in lines), text
     assert lines[0].split()[-1] == "finish" and lines[1].strip() == "tools"
@@ -464,7 +465,7 @@ def test_the_stats_table_has_a_row_per_label() -> None:
         step_stats("(no label)", [], failed=1),
     ]
 
-    lines = starter.stats_table(groups).splitlines()
+    lines = stats_table(groups).splitlines()
     assert lines[0].split() == [
         "label",
         "runs",

@@ -1,0 +1,451 @@
+"""The command line, parsed into one frozen object per command: a run (`RunArgs`), each
+subcommand (`ApprovePlan`, ..., `Stats`) and `Serve` (`worker`). Every check of the command line
+happens here, so a command never sees an argument it cannot use: a bad one is one line on stderr
+and exit status 2 (`CommandLineError`). Nothing here connects to a server."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal, cast, get_args
+
+from pydantic import TypeAdapter
+
+import payload_codec
+from cli.plumbing import CommandLineError, OneLineArgumentParser, say, temporal_address
+from workflows.models import DEFAULT_TASK_QUEUE, Limits, ScriptedTurn
+
+Provider = Literal["scripted", "openai", "anthropic"]
+PROVIDERS: tuple[Provider, ...] = ("scripted", "openai", "anthropic")
+DEFAULT_MODELS: dict[Provider, str] = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-6"}
+SCRIPTED_MODEL = "scripted-demo"
+KEY_VARIABLES: dict[Provider, str] = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+DEFAULT_STATS_LIMIT = 500
+SERVE = "worker"
+"""The first word that serves runs instead (`durable-agent worker`, `starter.py worker`)."""
+_SCRIPT_ADAPTER = TypeAdapter(list[ScriptedTurn])
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunArgs:
+    """A run to start and follow: `starter.py "PROMPT" [options]`."""
+
+    command: ClassVar[str] = "run"
+    prompt: str
+    provider: Provider
+    """--provider, else the provider whose key is set, else the scripted demo."""
+    model: str
+    """--model, else the provider's default model."""
+    script: tuple[ScriptedTurn, ...] | None
+    """The scripted provider's conversation from --script; None plays the built-in demo."""
+    max_steps: int
+    max_cost_usd: float | None
+    plan: bool
+    approve_all: bool
+    allow: tuple[str, ...]
+    label: str | None
+    address: str | None
+    """None: self-contained, on an embedded dev server with an in-process worker."""
+    namespace: str
+    task_queue: str
+    no_wait: bool
+    json: bool
+    trace: bool
+    linger: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class OnServer:
+    """What every subcommand has: the server its runs live on, and whether to print JSON."""
+
+    command: ClassVar[str]
+    address: str
+    namespace: str
+    json: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class OfRun(OnServer):
+    """A subcommand about one run."""
+
+    workflow_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovePlan(OfRun):
+    command: ClassVar[str] = "approve"
+    comment: str | None
+    version: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RejectPlan(OfRun):
+    command: ClassVar[str] = "reject"
+    feedback: str
+    version: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApproveCall(OfRun):
+    command: ClassVar[str] = "approve-call"
+    call_id: str
+    remember: bool
+    reason: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DenyCall(OfRun):
+    command: ClassVar[str] = "deny-call"
+    call_id: str
+    remember: bool
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListCalls(OfRun):
+    command: ClassVar[str] = "calls"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Watch(OfRun):
+    command: ClassVar[str] = "watch"
+    from_offset: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Status(OfRun):
+    command: ClassVar[str] = "status"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListWaiting(OnServer):
+    command: ClassVar[str] = "list"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result(OfRun):
+    command: ClassVar[str] = "result"
+    trace: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trace(OfRun):
+    command: ClassVar[str] = "trace"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stats(OnServer):
+    command: ClassVar[str] = "stats"
+    label: str | None
+    limit: int
+
+
+@dataclass(frozen=True)
+class Serve:
+    """`worker [--address ...]`: serve runs; worker.py parses the rest."""
+
+    command: ClassVar[str] = SERVE
+    argv: tuple[str, ...]
+
+
+Subcommand = (
+    ApprovePlan
+    | RejectPlan
+    | ApproveCall
+    | DenyCall
+    | ListCalls
+    | Watch
+    | Status
+    | ListWaiting
+    | Result
+    | Trace
+    | Stats
+)
+Command = RunArgs | Subcommand | Serve
+_SUBCOMMAND_TYPES: tuple[type[OnServer], ...] = get_args(Subcommand)
+"""In the order that --help lists them."""
+SUBCOMMANDS = tuple(kind.command for kind in _SUBCOMMAND_TYPES)
+
+
+def parse_command_line(argv: Sequence[str] | None = None) -> Command:
+    """`worker` serves runs; a subcommand when the first word names one, else a run (a prompt
+    that is a command's name goes after `--`)."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == [SERVE]:
+        return Serve(tuple(words[1:]))
+    args = parse_subcommand(words) if words and words[0] in SUBCOMMANDS else parse_run(words)
+    try:
+        payload_codec.data_converter()  # a malformed key configuration is a usage error
+    except payload_codec.PayloadKeyError as error:
+        say(f"starter.py: error: {error}")
+        raise CommandLineError(2) from None
+    return args
+
+
+def parse_run(argv: list[str]) -> RunArgs:
+    parser = OneLineArgumentParser(
+        prog="starter.py",
+        description="Start an agent run.",
+        epilog="To decide on and follow runs on a server: starter.py {"
+        + ",".join(SUBCOMMANDS)
+        + "} ... (each with --help). To serve runs: starter.py worker (see worker --help).",
+    )
+    parser.add_argument("prompt", help="what the agent should do")
+    parser.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        help="default: the provider whose key is set (OPENAI_API_KEY first, then "
+        "ANTHROPIC_API_KEY), else the scripted offline demo",
+    )
+    parser.add_argument(
+        "--model",
+        help="model name (defaults: "
+        + ", ".join(f"{p} {m}" for p, m in DEFAULT_MODELS.items())
+        + ")",
+    )
+    parser.add_argument(
+        "--script",
+        type=Path,
+        help="scripted provider: play this conversation (a JSON list of ScriptedTurn objects) "
+        "instead of the built-in support demo",
+    )
+    parser.add_argument("--max-steps", type=_positive_int, default=Limits().max_steps)
+    parser.add_argument(
+        "--max-cost-usd", type=_positive_float, help="fail the run once it has cost more"
+    )
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="plan mode: the model submits a plan and the run waits for a person to approve it "
+        "(self-contained: asked here, on stdin; with --address: `starter.py approve`)",
+    )
+    parser.add_argument(
+        "--approve-all",
+        action="store_true",
+        help="a trusted job: no tool call waits for a person (by default the calls of tools "
+        "that change data do: self-contained, asked here; with --address, `approve-call`)",
+    )
+    parser.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="TOOL",
+        help="the calls of this tool run without asking (repeatable)",
+    )
+    parser.add_argument(
+        "--label",
+        help="the kind of task (e.g. order-status), kept in the run's memo: "
+        "`starter.py stats` groups runs by it",
+    )
+    parser.add_argument("--address", help="Temporal frontend; without it the run is self-contained")
+    parser.add_argument("--namespace", default="default")
+    parser.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
+    parser.add_argument("--no-wait", action="store_true", help="print the workflow id and return")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="once the run has ended, print its steps as a table on stderr (with --json: the "
+        "step records, as the `trace` key)",
+    )
+    parser.add_argument(
+        "--linger",
+        action="store_true",
+        help="self-contained only: keep the dev server and its Web UI up after the run, "
+        "until Ctrl-C, to inspect the run's history",
+    )
+    args = parser.parse_args(argv)
+    if not args.prompt.strip():
+        parser.error("the prompt is empty")
+    if args.label is not None and not args.label.strip():
+        parser.error("--label is empty")
+    address = temporal_address(args.address)
+    if args.linger and address is not None:
+        parser.error("--linger is for self-contained runs; with --address the server is yours")
+    if args.no_wait and address is None:
+        parser.error(
+            "--no-wait needs --address (or TEMPORAL_ADDRESS): a self-contained run "
+            "stops its server when it returns"
+        )
+    if args.no_wait and args.trace:
+        parser.error(
+            "--trace prints the steps once the run has ended; with --no-wait, use "
+            "`starter.py trace WORKFLOW_ID` later"
+        )
+    keyed = (p for p, variable in KEY_VARIABLES.items() if os.environ.get(variable))
+    provider: Provider = args.provider or next(keyed, None) or "scripted"
+    script: list[ScriptedTurn] | None = None
+    if args.script is not None:
+        if provider != "scripted":
+            parser.error("--script is for the scripted provider")
+        try:
+            script = _SCRIPT_ADAPTER.validate_json(args.script.read_bytes())
+        except (OSError, ValueError) as error:
+            parser.error(f"--script {args.script}: {str(error).splitlines()[0]}")
+    return RunArgs(
+        prompt=args.prompt,
+        provider=provider,
+        model=args.model or DEFAULT_MODELS.get(provider, SCRIPTED_MODEL),
+        script=None if script is None else tuple(script),
+        max_steps=args.max_steps,
+        max_cost_usd=args.max_cost_usd,
+        plan=args.plan,
+        approve_all=args.approve_all,
+        allow=tuple(args.allow),
+        label=args.label,
+        address=address,
+        namespace=args.namespace,
+        task_queue=args.task_queue,
+        no_wait=args.no_wait,
+        json=args.json,
+        trace=args.trace,
+        linger=args.linger,
+    )
+
+
+def parse_subcommand(argv: list[str]) -> Subcommand:
+    common = OneLineArgumentParser(add_help=False)
+    common.add_argument(
+        "--address", help="Temporal frontend (default: $TEMPORAL_ADDRESS; one is needed)"
+    )
+    common.add_argument("--namespace", default="default")
+    common.add_argument("--json", action="store_true", help="print JSON on stdout")
+    parser = OneLineArgumentParser(
+        prog="starter.py", description="Decide on and follow agent runs on a Temporal server."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(kind: type[OnServer], help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(kind.command, parents=[common], help=help, description=help)
+        if issubclass(kind, OfRun):
+            sub.add_argument("workflow_id", help="the run's workflow id")
+        if kind in (ApproveCall, DenyCall):
+            sub.add_argument("call_id", help="the tool call's id (see `calls`)")
+            sub.add_argument(
+                "--remember",
+                action="store_true",
+                help="decide the run's later calls of the same tool the same way",
+            )
+        return sub
+
+    approve = command(ApprovePlan, "approve the plan a run waits with")
+    approve.add_argument("--comment", help="a note for the model, passed on with the approval")
+    reject = command(RejectPlan, "reject the plan a run waits with; the model plans again")
+    reject.add_argument("--feedback", required=True, help="what the model should change")
+    for decide in (approve, reject):
+        decide.add_argument(
+            "--version",
+            type=_positive_int,
+            help="decide only if plan version N is the one waiting (default: whichever waits)",
+        )
+    approve_call = command(ApproveCall, "let a tool call that waits for a person run")
+    approve_call.add_argument("--reason", help="a note kept with the decision")
+    deny_call = command(
+        DenyCall, "deny a tool call that waits; the model gets the reason as its result"
+    )
+    deny_call.add_argument("--reason", required=True, help="what the model is told")
+    command(ListCalls, "list the run's tool calls that wait for a person")
+    watch = command(
+        Watch,
+        "follow the run's progress stream, one line per event, to the run's end (a run "
+        "started elsewhere, or one that has ended: then what it published)",
+    )
+    watch.add_argument(
+        "--from",
+        dest="from_offset",
+        type=_non_negative_int,
+        default=0,
+        metavar="OFFSET",
+        help="start at this event (each line starts with its offset; resume at the next one)",
+    )
+    command(Status, "print the run's status query as JSON")
+    listing = command(ListWaiting, "list the runs whose plan or tool calls wait for approval")
+    listing.add_argument(
+        "--awaiting-approval",
+        action="store_true",
+        required=True,
+        help="runs waiting on a person",
+    )
+    result = command(Result, "wait for the run's answer and print it like a run started here")
+    result.add_argument(
+        "--trace",
+        action="store_true",
+        help="then print its steps as a table on stderr (with --json: as the `trace` key)",
+    )
+    command(
+        Trace,
+        "print the run's steps as a table, one row per step, with totals (a running run needs "
+        "its worker; an ended run does not)",
+    )
+    stats = command(
+        Stats,
+        "per label, the steps, tokens and cost of the runs that completed, and the max_steps "
+        "their distribution suggests (twice the p95 of the steps)",
+    )
+    stats.add_argument("--label", help="only the runs started with this --label")
+    stats.add_argument(
+        "--limit",
+        type=_positive_int,
+        default=DEFAULT_STATS_LIMIT,
+        help=f"read at most N runs, newest first (default {DEFAULT_STATS_LIMIT})",
+    )
+
+    args = parser.parse_args(argv)
+    chosen = commands.choices[args.command]
+    args.address = temporal_address(args.address)
+    if args.address is None:
+        chosen.error(
+            f"{args.command} needs --address (or TEMPORAL_ADDRESS): the runs live on a "
+            "Temporal server"
+        )
+    if getattr(args, "workflow_id", "x").strip() == "":
+        chosen.error("the workflow id is empty")
+    if args.command == "reject" and not args.feedback.strip():
+        chosen.error("--feedback is empty: the model needs to know what to change")
+    if args.command == "deny-call" and not args.reason.strip():
+        chosen.error("--reason is empty: the model needs to know why")
+    kind = next(kind for kind in _SUBCOMMAND_TYPES if kind.command == args.command)
+    # Each type's fields are the destinations of its arguments, so this takes exactly those.
+    fields: dict[str, Any] = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind)}
+    return cast(Subcommand, kind(**fields))  # kind is one of the Subcommand types
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"not a non-negative integer: {text!r}")
+    return value
+
+
+_non_negative_int.__name__ = "non-negative integer"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"not a positive integer: {text!r}")
+    return value
+
+
+_positive_int.__name__ = "positive integer"
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError(f"not a positive number: {text!r}")
+    return value
+
+
+_positive_float.__name__ = "positive number"

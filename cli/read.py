@@ -1,0 +1,155 @@
+"""The subcommands that only read runs on a server, and never change one: `watch`, `status`,
+`calls`, `list --awaiting-approval`, `trace` and `stats`. Each prints on stdout (JSON with
+--json) and returns its exit status; a server that refuses raises, and the caller reports it."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections import Counter, defaultdict
+from typing import Any
+
+from temporalio.client import WorkflowQueryFailedError
+from temporalio.service import RPCError
+
+from agent_client import AgentClient, AgentRun, step_stats
+from cli.args import ListCalls, ListWaiting, Stats, Status, Trace, Watch
+from cli.plumbing import one_line, say
+from cli.progress import event_line
+from cli.tables import stats_table, trace_table
+from workflows.models import AgentEvent, AgentResult
+
+LIST_QUERY_TIMEOUT_SECONDS = 5.0
+"""`list` asks each waiting run for its plan; a run whose worker is gone does not answer."""
+NO_LABEL = "(no label)"
+
+
+async def watch(agent_run: AgentRun, args: Watch) -> int:
+    """Print each event as it comes; 0 when the run completed, 1 when it ended otherwise."""
+    last: AgentEvent | None = None
+    async for item in agent_run.events(args.from_offset):
+        last = item.data
+        if args.json:
+            print(json.dumps({"offset": item.offset, **last.model_dump(mode="json")}), flush=True)
+        else:
+            print(f"{item.offset:>5}  {event_line(last)}", flush=True)
+    return 0 if last is not None and last.kind == "completed" else 1
+
+
+async def status(agent_run: AgentRun, args: Status) -> int:
+    """The run's status query, as one JSON object (with or without --json)."""
+    answer = await agent_run.status()
+    print(json.dumps({"workflow_id": agent_run.id, **answer.model_dump(mode="json")}))
+    return 0
+
+
+async def list_calls(agent_run: AgentRun, args: ListCalls) -> int:
+    """The run's tool calls that wait for a person, one line each."""
+    calls = await agent_run.pending_tool_calls()
+    if args.json:
+        print(json.dumps([c.model_dump(mode="json") for c in calls]))
+        return 0
+    for waiting in calls:
+        print(f"{waiting.call_id}  step {waiting.step}  {waiting.tool} {waiting.arguments}")
+    if not calls:
+        say(f"no tool call of {agent_run.id} waits for a decision")
+    return 0
+
+
+async def list_waiting(client: AgentClient, args: ListWaiting) -> int:
+    """One line (or JSON object) per run that waits for a person, with its plan or its tool
+    calls from its status query."""
+    rows: list[dict[str, Any]] = []
+    async for agent_run in client.awaiting_approval():
+        row: dict[str, Any] = {
+            "workflow_id": agent_run.id,
+            "plan": None,
+            "calls": [],
+            "error": None,
+        }
+        try:
+            answer = await asyncio.wait_for(agent_run.status(), LIST_QUERY_TIMEOUT_SECONDS)
+        except (RPCError, WorkflowQueryFailedError, TimeoutError) as error:
+            row["error"] = one_line(error) or "no worker answered the status query"
+        else:
+            plan = (
+                answer.plan if answer.plan and answer.plan.status == "awaiting_approval" else None
+            )
+            if answer.status != "awaiting_approval" or (plan is None and not answer.approvals):
+                continue  # decided since the list was indexed
+            row["plan"] = plan.model_dump(mode="json") if plan else None
+            row["calls"] = [c.model_dump(mode="json") for c in answer.approvals]
+        rows.append(row)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    for row in rows:
+        plan = row["plan"]
+        if row["error"] is not None:
+            print(f"{row['workflow_id']}  unknown: {row['error']}")
+        if plan is not None:
+            print(f"{row['workflow_id']}  plan v{plan['version']}: " + " | ".join(plan["steps"]))
+        for waiting in row["calls"]:
+            print(
+                f"{row['workflow_id']}  tool call {waiting['call_id']}: "
+                f"{waiting['tool']} {waiting['arguments']}"
+            )
+    if not rows:
+        say("no run is waiting for approval")
+    return 0
+
+
+async def trace(agent_run: AgentRun, args: Trace) -> int:
+    """The run's steps as a table on stdout (its step records with --json)."""
+    records = await agent_run.trace()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "workflow_id": agent_run.id,
+                    "trace": [r.model_dump(mode="json") for r in records],
+                }
+            )
+        )
+    else:
+        print(trace_table(records))
+    return 0
+
+
+async def stats(client: AgentClient, args: Stats) -> int:
+    """Read the runs that ended, group them by label, print each group's statistics."""
+    completed: defaultdict[str, list[AgentResult]] = defaultdict(list)
+    failed: Counter[str] = Counter()
+    unreadable = 0
+    async for closed in client.closed_runs(args.limit, label=args.label):
+        group = closed.label if closed.label is not None else NO_LABEL
+        if closed.result is not None:
+            completed[group].append(closed.result)
+        elif closed.failure is not None:
+            failed[group] += 1
+        else:
+            unreadable += 1
+            say(f"{closed.workflow_id}: its outcome could not be read: {closed.error}")
+    groups = [
+        step_stats(label, completed[label], failed[label])
+        for label in sorted({*completed, *failed}, key=lambda g: (g == NO_LABEL, g))
+    ]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "label": args.label,
+                    "limit": args.limit,
+                    "unreadable": unreadable,
+                    "groups": [dataclasses.asdict(g) for g in groups],
+                }
+            )
+        )
+        return 0
+    if not groups:
+        where = f" with label {args.label!r}" if args.label is not None else ""
+        say(f"no agent run{where} has completed or failed yet")
+        return 0
+    print(stats_table(groups))
+    return 0

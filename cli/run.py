@@ -1,0 +1,377 @@
+"""Starting a run and following it to its end: the one place that reports a run's outcome.
+
+Without an address a run is self-contained: an embedded dev server (with the Web UI) and an
+in-process worker live as long as this process, so a plan or a tool call that waits is asked at
+this terminal. With an address the run is only started here (a worker elsewhere serves it) and
+what waits is shown with the subcommands that decide it. Either way, and for `result`, the run
+is followed the same way: a line per finished step on stderr, then the answer on stdout (or one
+JSON object with --json), and exit status 0 for an answer, 1 for anything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.client import WorkflowQueryFailedError
+from temporalio.service import RPCError
+
+from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
+from agent_client import AgentClient, AgentRun, AgentRunFailed
+from cli import decide
+from cli.args import Result, RunArgs
+from cli.plumbing import say
+from cli.progress import StepLines, StepsFromEvents, usage_text
+from cli.tables import trace_table
+from worker import build_worker, embedded_dev_server, free_port
+from workflows.models import (
+    AgentInput,
+    CompensationRecord,
+    Limits,
+    ModelSettings,
+    RunStatus,
+    ScriptedCall,
+    ScriptedTurn,
+    StepRecord,
+    ToolApprovalPolicy,
+    Usage,
+)
+
+DEMO_PLAN = [
+    "Look up the customer's orders by their email.",
+    "Check the customer and the tracking of the latest order.",
+    "Tell the customer where that order is.",
+]
+CANCEL_WAIT_SECONDS = 10.0
+WATCHER_STOP_SECONDS = 10.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Following:
+    """How a run is followed and its outcome printed."""
+
+    ask: bool
+    """Put the questions at this terminal (a self-contained run: nothing else can decide)."""
+    json: bool
+    trace: bool
+    address: str | None
+    """The server, for the subcommands shown when a question is not asked here."""
+    namespace: str
+
+    @classmethod
+    def of(cls, args: RunArgs | Result) -> Following:
+        ask = isinstance(args, RunArgs) and args.address is None
+        return cls(
+            ask=ask,
+            json=args.json,
+            trace=args.trace,
+            address=args.address,
+            namespace=args.namespace,
+        )
+
+    def traced(self, records: Sequence[StepRecord]) -> Sequence[StepRecord] | None:
+        """The `trace` of the JSON object: the records with --trace, else no such key."""
+        return records if self.trace else None
+
+
+def demo_plan_script() -> list[ScriptedTurn]:
+    """The support demo in plan mode: submit a plan first, carry it out once approved."""
+    first, *rest = support_demo_script()
+    return [
+        ScriptedTurn(
+            text="I will look the order up and tell the customer where it is.",
+            calls=[ScriptedCall(name="submit_plan", arguments={"steps": DEMO_PLAN})],
+        ),
+        first.model_copy(update={"expect": "approved"}),
+        *rest,
+    ]
+
+
+def build_input(args: RunArgs) -> AgentInput:
+    if args.provider == "scripted":
+        demo = demo_plan_script() if args.plan else support_demo_script()
+        script = list(args.script) if args.script is not None else demo
+        model = ModelSettings(provider="scripted", model=args.model, script=script)
+    else:
+        model = ModelSettings(provider=args.provider, model=args.model)
+    return AgentInput(
+        prompt=args.prompt,
+        system=SUPPORT_DEMO_SYSTEM,
+        model=model,
+        limits=Limits(max_steps=args.max_steps, max_cost_usd=args.max_cost_usd),
+        plan=args.plan,
+        label=args.label,
+        tool_approval=ToolApprovalPolicy(approve_all=args.approve_all, allow=list(args.allow)),
+    )
+
+
+async def run(args: RunArgs) -> int:
+    """Start the run (on an embedded server without --address) and follow it to its end."""
+    agent_input = build_input(args)
+    following = Following.of(args)
+    if args.provider == "scripted" and args.script is None and not args.json:
+        say(
+            "scripted model: it replays the seeds' support conversation whatever the prompt"
+            + ("; its plan expects to be approved" if args.plan else "")
+            + "; set OPENAI_API_KEY or ANTHROPIC_API_KEY for a real model"
+        )
+    if args.address is not None:
+        try:
+            client = await AgentClient.connect(
+                args.address, namespace=args.namespace, task_queue=args.task_queue
+            )
+        except RuntimeError as error:
+            return unreachable(args.address, error, None, following)
+        return await _start_and_report(client, agent_input, args, following)
+
+    ui_port = free_port()
+    async with embedded_dev_server(ui_port=ui_port) as env:
+        say(f"embedded Temporal dev server; Web UI: http://127.0.0.1:{ui_port}")
+        async with build_worker(env.client, args.task_queue):
+            client = AgentClient(env.client, args.task_queue)
+            status = await _start_and_report(client, agent_input, args, following)
+            if args.linger:
+                say(f"the run is in the Web UI at http://127.0.0.1:{ui_port}; Ctrl-C to stop")
+                await _wait_for_interrupt()
+            return status
+
+
+def unreachable(
+    address: str, error: BaseException, workflow_id: str | None, following: Following | None
+) -> int:
+    """The server could not be reached: one line, and the run's JSON object when one is due."""
+    message = f"cannot connect to Temporal at {address}: {error}"
+    say(message)
+    if following is not None and following.json:
+        print_run_json(
+            workflow_id,
+            "failed",
+            error={"type": "ConnectionError", "message": message},
+            trace=following.traced([]),
+        )
+    return 1
+
+
+async def _wait_for_interrupt() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for signum in signals:
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+
+
+async def _start_and_report(
+    client: AgentClient, agent_input: AgentInput, args: RunArgs, following: Following
+) -> int:
+    workflow_id = f"agent-{uuid.uuid4().hex[:12]}"
+    try:
+        agent_run = await client.start(agent_input, workflow_id=workflow_id)
+    except RPCError as error:
+        message = f"could not start the run: {error}"
+        say(message)
+        if args.json:
+            print_run_json(
+                workflow_id,
+                "failed",
+                error={"type": "StartError", "message": message},
+                trace=following.traced([]),
+            )
+        return 1
+    if args.no_wait:
+        if args.json:
+            print_run_json(workflow_id, "running")
+        else:
+            print(workflow_id)
+        return 0
+    if not args.json:
+        say(f"workflow {workflow_id} started")
+    return await follow(agent_run, following)
+
+
+async def follow(agent_run: AgentRun, following: Following) -> int:
+    """Wait for the run's end, printing its steps and its plans; print the outcome."""
+    lines = StepLines()
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(_watch(agent_run, lines, stop, following))
+    outcome = asyncio.create_task(agent_run.result())
+    try:
+        await asyncio.wait({watcher, outcome}, return_when=asyncio.FIRST_COMPLETED)
+        if not outcome.done():
+            # The progress lines may stop early (a stream that cannot be read is not fatal);
+            # only a question left undecided at the terminal ends the wait.
+            undecided = None if watcher.exception() else watcher.result()
+            if undecided is not None:
+                return await _no_decision(agent_run, undecided, outcome, following)
+            await asyncio.wait({outcome})
+    finally:
+        # Let the watcher finish the call it is making rather than cancel it half-way.
+        stop.set()
+        await asyncio.wait({watcher}, timeout=WATCHER_STOP_SECONDS)
+        for task in (watcher, outcome):
+            task.cancel()  # nothing happens to a task that is done
+        await asyncio.gather(watcher, outcome, return_exceptions=True)
+    workflow_id = agent_run.id
+    try:
+        result = outcome.result()
+    except AgentRunFailed as failure:
+        return _report_failure(failure, lines, following)
+    except RPCError as error:
+        message = f"run {workflow_id}: {error.message}"
+        say(message)
+        if following.json:
+            print_run_json(
+                workflow_id,
+                "failed",
+                error={"type": "RPCError", "message": message},
+                trace=following.traced([]),
+            )
+        return 1
+    lines.show(result.step_records)
+    if following.json:
+        print_run_json(
+            workflow_id,
+            "completed",
+            answer=result.answer,
+            steps=result.steps,
+            usage=result.usage,
+            trace=following.traced(result.step_records),
+        )
+    else:
+        print(result.answer)
+        say(f"{result.steps} steps, {usage_text(result.usage)}")
+        if following.trace:
+            say(trace_table(result.step_records, compactions=result.compactions))
+    return 0
+
+
+async def _watch(
+    agent_run: AgentRun, lines: StepLines, stop: asyncio.Event, following: Following
+) -> str | None:
+    """Follow the run's progress stream to its end: one line per finished step, and each plan
+    and tool call that waits for a person, once. When `following.ask`, the question is put
+    here; returns what was left undecided when stdin ended, else None."""
+    steps = StepsFromEvents()
+    async for item in agent_run.events():
+        event = item.data
+        lines.show(steps.add(event))
+        question = await decide.question_in(agent_run, event)
+        if question is None:
+            continue
+        decide.show(
+            agent_run.id,
+            question,
+            ask=following.ask,
+            address=following.address,
+            namespace=following.namespace,
+        )
+        if not following.ask:
+            continue
+        line = await decide.read_line(stop)
+        if stop.is_set():
+            break
+        if line is None:
+            return str(question)
+        await decide.answer(agent_run, question, line)
+    return None
+
+
+async def _no_decision(
+    agent_run: AgentRun, undecided: str, outcome: asyncio.Task[Any], following: Following
+) -> int:
+    """stdin ended with a question undecided (asked only when self-contained)."""
+    message = (
+        f"stdin ended before a decision on {undecided} of {agent_run.id}; nothing here can "
+        "decide it (run at a terminal, or use --address and the approve subcommands)"
+    )
+    say(message)
+    try:
+        last: RunStatus | None = await agent_run.status()
+    except (RPCError, WorkflowQueryFailedError):
+        last = None
+    # The run cannot outlive this process's server: cancel it, so that it ends as a run, not as
+    # a workflow torn down mid-wait, and let the wait for its result end with it.
+    with contextlib.suppress(RPCError):
+        await agent_run.handle.cancel()
+        await asyncio.wait({outcome}, timeout=CANCEL_WAIT_SECONDS)
+    records = last.step_records if last is not None else []
+    if following.json:
+        print_run_json(
+            agent_run.id,
+            "failed",
+            steps=last.step if last is not None else 0,
+            usage=last.usage if last is not None else None,
+            error={"type": "NoDecision", "message": message},
+            trace=following.traced(records),
+        )
+    elif following.trace:
+        say(trace_table(records))
+    return 1
+
+
+def _report_failure(failure: AgentRunFailed, lines: StepLines, following: Following) -> int:
+    details = failure.details
+    lines.show(details.step_records)
+    say(str(failure))
+    if following.json:
+        print_run_json(
+            failure.workflow_id,
+            "failed",
+            steps=details.steps,
+            usage=details.usage,
+            error={"type": failure.type, "message": failure.message},
+            compensations=details.compensations,
+            trace=following.traced(details.step_records),
+        )
+    elif following.trace:
+        say(trace_table(details.step_records))
+    return 1
+
+
+def print_run_json(
+    workflow_id: str | None,
+    status: str,
+    *,
+    answer: str | None = None,
+    steps: int = 0,
+    usage: Usage | None = None,
+    error: dict[str, str] | None = None,
+    compensations: Sequence[CompensationRecord] = (),
+    trace: Sequence[StepRecord] | None = None,
+) -> None:
+    """A run's one JSON object on stdout. `compensations` lists the undos that ran, in their
+    order; `not_undone` the side effects that have no compensation; `trace`, when asked for,
+    the step records."""
+    print(
+        json.dumps(
+            {
+                "workflow_id": workflow_id,
+                "status": status,
+                "answer": answer,
+                "steps": steps,
+                "usage": (usage or Usage()).model_dump(),
+                "error": error,
+                "compensations": [
+                    {"tool": c.tool, "tool_call_id": c.tool_call_id, "status": c.status}
+                    for c in compensations
+                    if c.status != "not_undone"
+                ],
+                "not_undone": [
+                    {"tool": c.tool, "tool_call_id": c.tool_call_id}
+                    for c in compensations
+                    if c.status == "not_undone"
+                ],
+                **({} if trace is None else {"trace": [r.model_dump(mode="json") for r in trace]}),
+            }
+        )
+    )
