@@ -3,6 +3,6 @@
 import asyncio
 
 from bench.suite import main
-from worker import exit_now
+from cli.plumbing import exit_now
 
 exit_now(asyncio.run(main()))

@@ -56,7 +56,8 @@ from temporalio.worker import (
 
 from activities import demo_tools
 from activities.providers.scripted import recorded_requests
-from worker import build_worker, embedded_dev_server, exit_now
+from cli.plumbing import exit_now
+from worker import build_worker, embedded_dev_server
 from workflows.agent import AgentWorkflow
 from workflows.errors import AgentError
 from workflows.models import (

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.test_starter_plan import PROMPT, eventually, serving
+from tests.helpers import eventually
+from tests.test_starter_plan import PROMPT, serving
 from tests.test_starter_plan import run_in_terminal as run_plan_in_terminal
 
 CANCEL_THEN_EMAIL = [
