@@ -8,6 +8,7 @@ trace records cannot disagree. Also the bounded quoting of what the model wrote.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from workflows.models import ToolCallRecord, ToolOutcome
 from workflows.transcript import ToolCall, ToolResult
@@ -39,90 +40,54 @@ class Outcome:
     """Set when the call failed in a way that must end the run."""
 
     @classmethod
-    def ok(
-        cls,
-        call: ToolCall,
-        content: str,
-        *,
-        latency_ms: int = 0,
-        attempts: int = 0,
-        truncated: bool = False,
-        externalised: bool = False,
-    ) -> Outcome:
-        return cls(
-            ToolResult(tool_call_id=call.id, tool_name=call.name, content=content),
-            call_record(
-                call,
-                "ok",
-                content,
-                latency_ms=latency_ms,
-                attempts=attempts,
-                truncated=truncated,
-                externalised=externalised,
-            ),
-        )
+    def ok(cls, call: ToolCall, content: str, **activity: Any) -> Outcome:
+        """The call did what it was asked (`activity`: latency_ms, attempts, truncated,
+        externalised, as call_record takes them)."""
+        return cls._of(call, content, "ok", **activity)
 
     @classmethod
     def error(
-        cls,
-        call: ToolCall,
-        content: str,
-        *,
-        latency_ms: int = 0,
-        attempts: int = 0,
-        fatal: str | None = None,
-        truncated: bool = False,
-        externalised: bool = False,
+        cls, call: ToolCall, content: str, *, fatal: str | None = None, **activity: Any
     ) -> Outcome:
         """The call ran and failed, or its arguments or reply were wrong: the model can fix it."""
-        return cls._not_ok(
-            call, content, "error", latency_ms, attempts, fatal, truncated, externalised
-        )
+        return cls._of(call, content, "error", fatal=fatal, **activity)
 
     @classmethod
     def refused(cls, call: ToolCall, content: str) -> Outcome:
         """The tool exists but is not offered now (plan mode)."""
-        return cls._not_ok(call, content, "refused")
+        return cls._of(call, content, "refused")
 
     @classmethod
     def loop(cls, call: ToolCall, content: str) -> Outcome:
-        return cls._not_ok(call, content, "loop_detected")
+        return cls._of(call, content, "loop_detected")
 
     @classmethod
     def denied(cls, call: ToolCall, content: str) -> Outcome:
         """A person, or the approval timeout, said no."""
-        return cls._not_ok(call, content, "denied")
+        return cls._of(call, content, "denied")
 
     @classmethod
     def not_run(cls, call: ToolCall, content: str) -> Outcome:
         """The run was ending (a fatal failure, finish, a limit) before the call's turn."""
-        return cls._not_ok(call, content, "not_run")
+        return cls._of(call, content, "not_run")
 
     @classmethod
-    def _not_ok(
+    def _of(
         cls,
         call: ToolCall,
         content: str,
         outcome: ToolOutcome,
-        latency_ms: int = 0,
-        attempts: int = 0,
+        *,
         fatal: str | None = None,
-        truncated: bool = False,
-        externalised: bool = False,
+        **activity: Any,
     ) -> Outcome:
-        return cls(
-            ToolResult(tool_call_id=call.id, tool_name=call.name, content=content, is_error=True),
-            call_record(
-                call,
-                outcome,
-                content,
-                latency_ms=latency_ms,
-                attempts=attempts,
-                truncated=truncated,
-                externalised=externalised,
-            ),
-            fatal,
+        result = ToolResult(
+            tool_call_id=call.id,
+            tool_name=call.name,
+            content=content,
+            is_error=outcome != "ok",
         )
+        return cls(result, call_record(call, outcome, content, **activity), fatal)
 
 
 def call_record(
