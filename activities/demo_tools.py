@@ -619,9 +619,22 @@ def applied_calls(path: str | Path | None = None) -> list[dict[str, Any]]:
     ]
 
 
+def _what_was_done(undo: CompensationInput) -> dict[str, Any]:
+    """The call's own result, or, when its outcome is unknown (cancelled, timed out, failed
+    after starting), what the database recorded under its idempotency key: nothing if the
+    effect never happened."""
+    if undo.result:
+        return dict(undo.result)
+    with connect() as connection:
+        done = connection.execute(
+            "SELECT result FROM applied_calls WHERE idempotency_key = ?", (undo.idempotency_key,)
+        ).fetchone()
+    return dict(json.loads(done["result"])) if done is not None else {}
+
+
 def reinstate_order(undo: CompensationInput) -> dict[str, Any]:
     """Undo cancel_order: the order gets back the status it had before the cancellation."""
-    result = undo.result or {}
+    result = _what_was_done(undo)
     if not result.get("cancelled"):
         return {"reinstated": False, "message": "the call cancelled nothing; nothing to undo"}
     order_id, previous = result["order_id"], result["previous_status"]
@@ -645,7 +658,7 @@ def reinstate_order(undo: CompensationInput) -> dict[str, Any]:
 
 def reverse_refund(undo: CompensationInput) -> dict[str, Any]:
     """Undo issue_refund: the refund is marked reversed and no longer counts as paid back."""
-    result = undo.result or {}
+    result = _what_was_done(undo)
     if not result.get("refunded"):
         return {"reversed": False, "message": "the call refunded nothing; nothing to undo"}
     refund_id = result["refund_id"]
@@ -662,7 +675,7 @@ def reverse_refund(undo: CompensationInput) -> dict[str, Any]:
 
 def send_correction(undo: CompensationInput) -> dict[str, Any]:
     """Follow up send_email: an email cannot be unsent, so a correction goes to the same address."""
-    result = undo.result or {}
+    result = _what_was_done(undo)
     if not result.get("sent"):
         return {"corrected": False, "message": "no email was sent; nothing to correct"}
     to, subject = result["to"], result["subject"]

@@ -16,7 +16,7 @@ from activities.tools import registered_tools
 from tests.helpers import TEST_WORKER_OPTIONS, Run, call, run_agent, scripted_input, turn
 from worker import build_worker
 from workflows.agent import AgentWorkflow
-from workflows.models import Limits, ToolActivityInput
+from workflows.models import CompensationInput, Limits, ToolActivityInput
 
 EFFECTS = ["cancel_order", "issue_refund", "send_email", "count_me"]
 
@@ -165,3 +165,58 @@ async def test_a_cancelled_run_undoes_its_side_effects(client: Client, task_queu
     assert demo_tools.get_order(104998)["status"] == "processing"
     assert transcript[-1].role == "tool"
     assert transcript[-1].content == "Not run: the run was cancelled."
+
+
+async def test_a_call_that_failed_after_it_started_is_undone_as_outcome_unknown(
+    client: Client, task_queue: str
+) -> None:
+    """It may have taken effect before it failed: the model is told so, and a failed run
+    undoes it too (its compensation tolerates an effect that never happened)."""
+    script = [
+        turn(call("failing_effect", label="e")),
+        turn(call("count_me", key="after-failure")),
+        turn(text="never reached"),
+    ]
+    agent_input = scripted_input(
+        script, tools=["failing_effect", "count_me"], limits=Limits(max_steps=2)
+    )
+    run = await run_agent(client, task_queue, agent_input)
+
+    result = run.tool_results()["call_1_1"]
+    assert result.startswith("Error: failing_effect failed: ConnectionError.")
+    assert "may have taken effect" in result
+    records = run.failure.details[0]["compensations"]
+    assert [(r["tool"], r["status"], r["outcome_unknown"]) for r in records] == [
+        ("failing_effect", "completed", True)
+    ]
+    assert "failing_effect call_1_1 (outcome unknown" in run.failure.message
+
+
+async def test_an_effect_whose_outcome_is_unknown_is_found_by_its_key_and_undone() -> None:
+    """The demo's compensations look the effect up by the call's idempotency key when the call
+    never reported its result: undone if it happened, left alone if it did not."""
+    env = ActivityEnvironment()
+    key = f"unknown-{uuid.uuid4()}"
+    applied = registered_tools()["cancel_order"]
+    done = await env.run(
+        applied.activity,
+        ToolActivityInput(
+            tool_call_id="c1",
+            arguments={"order_id": 104997, "reason": "customer asked"},
+            idempotency_key=key,
+        ),
+    )
+    assert not done.is_error
+    assert demo_tools.get_order(104997)["status"] == "cancelled"
+    unknown = CompensationInput(
+        tool="cancel_order",
+        tool_call_id="c1",
+        arguments={"order_id": 104997},
+        result=None,
+        idempotency_key=key,
+        outcome_unknown=True,
+    )
+    assert demo_tools.reinstate_order(unknown)["reinstated"] is True
+    assert demo_tools.get_order(104997)["status"] == "processing"
+    never = unknown.model_copy(update={"idempotency_key": f"never-{uuid.uuid4()}"})
+    assert demo_tools.reinstate_order(never)["reinstated"] is False

@@ -134,6 +134,19 @@ def scenarios() -> dict[str, Scenario]:
             ),
             ends="failed",
         ),
+        # Recorded before the faults release: the failed side-effecting call is not undone.
+        "failed_effect_then_limit": Scenario(
+            scripted_input(
+                [
+                    turn(call("failing_effect", label="e")),
+                    turn(call("count_me", key="after-failure")),
+                    turn(text="never reached"),
+                ],
+                tools=["failing_effect", "count_me"],
+                limits=Limits(max_steps=2),
+            ),
+            ends="failed",
+        ),
         "plan_approval": Scenario(
             scripted_input(
                 [

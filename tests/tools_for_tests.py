@@ -163,3 +163,38 @@ def hang_blocking(seconds: float) -> str:
     executions["hang_blocking"] += 1
     release_blocked.wait(seconds)
     return "woke up"
+
+
+applied: dict[str, str] = {}
+"""Effects of `slow_effect` that are in place, by idempotency key."""
+slow_effect_started = threading.Event()
+slow_effect_finished = threading.Event()
+
+
+def undo_slow_effect(undo: CompensationInput) -> str:
+    """Tolerates an effect that never happened: its outcome may be unknown when undone."""
+    label = applied.pop(undo.idempotency_key, None)
+    return f"undid {label}" if label is not None else "nothing to undo"
+
+
+@tool(side_effects=True, timeout_seconds=30, retry=FAST_RETRY, compensation=undo_slow_effect)
+def slow_effect(label: str, seconds: float) -> dict[str, str]:
+    """Side-effecting and slow: a sync tool (no cancellation interrupts it) that applies its
+    effect at the end, after `seconds`."""
+    call = current_call()
+    assert call is not None
+    slow_effect_started.set()
+    time.sleep(seconds)
+    applied[call.idempotency_key] = label
+    slow_effect_finished.set()
+    return {"label": label}
+
+
+def undo_failing_effect(undo: CompensationInput) -> str:
+    return "nothing to undo"
+
+
+@tool(side_effects=True, retry=FAST_RETRY, compensation=undo_failing_effect)
+def failing_effect(label: str) -> str:
+    """Side-effecting, and fails on every attempt after it started: its outcome is unknown."""
+    raise ConnectionError(f"lost the connection while applying {label}")

@@ -188,13 +188,18 @@ class AgentWorkflow:
     @workflow.run
     async def run(self, agent_input: AgentInput) -> AgentResult:
         """Run the loop; a run that ends without an answer undoes its side effects, then fails."""
-        self._reporter.behaviours = versioning.decide()
+        behaviours = versioning.decide()
+        self._reporter.behaviours = self._gateway.behaviours = behaviours
         self._reporter.set_status("running", "starting")
         try:
             result = await self._loop()
         except AgentError as error:
             self._close_pending_calls(f"Not run: the run stopped ({error.type}).")
-            await self._saga.compensate()
+            if behaviours.cancels_end_the_run:
+                if await self._saga.undo_all():
+                    return await self._end_cancelled()
+            else:
+                await self._saga.compensate()
             self._reporter.set_status("failed", f"failed: {error.type}")
             final = self._saga.explain(error)
             self._reporter.publish(
@@ -203,20 +208,27 @@ class AgentWorkflow:
             await self._close_stream()
             raise final from None
         except asyncio.CancelledError:
-            # Activities started after catching the cancellation are not cancelled: the
-            # compensations run to the end before the run reports itself cancelled.
+            # Wherever the cancel landed (a model call, a tool, a person's decision, a
+            # sub-agent), the compensations run to the end before the run reports itself
+            # cancelled.
             self._close_pending_calls("Not run: the run was cancelled.")
-            await self._saga.compensate()
-            self._reporter.set_status("failed", "cancelled")
-            self._reporter.publish(
-                "failed", usage=self._state.usage, outcome="cancelled", text="cancelled"
-            )
-            await self._close_stream()
-            raise
+            if behaviours.cancels_end_the_run:
+                await self._saga.undo_all()
+            else:
+                await self._saga.compensate()
+            return await self._end_cancelled()
         self._reporter.set_status("completed", f"completed in {result.steps} steps")
         self._reporter.publish("completed", usage=result.usage, text=result.answer)
         await self._close_stream()
         return result
+
+    async def _end_cancelled(self) -> AgentResult:
+        self._reporter.set_status("failed", "cancelled")
+        self._reporter.publish(
+            "failed", usage=self._state.usage, outcome="cancelled", text="cancelled"
+        )
+        await self._close_stream()
+        raise asyncio.CancelledError("the run was cancelled")
 
     async def _loop(self) -> AgentResult:
         agent_input, state = self._input, self._state

@@ -11,12 +11,14 @@ a provider's refusal fails the run with the provider's reason, a wall-time cut i
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, RetryState
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 
 import workflows.history as history
+import workflows.versioning as versioning
 from workflows.budget import Budget
 from workflows.errors import (
     FATAL_ERROR_TYPES,
@@ -46,6 +48,8 @@ class ModelGateway:
         self._last_tools: list[ToolSpec] = []
         self._stored_contents: set[str] = set()
         """Tool results the workers were asked to keep (the next call names them)."""
+        self.behaviours = versioning.LEGACY
+        """Set by the run from its history (see versioning)."""
 
     def keep_reference(self, content_ref: str) -> None:
         """A tool result a worker stored: later requests may name it instead of sending it."""
@@ -143,6 +147,10 @@ class ModelGateway:
             )
         except ActivityError as error:
             cause = error.cause
+            if isinstance(cause, CancelledError) and self.behaviours.cancels_end_the_run:
+                # The run was cancelled while the model (or a summary) was being asked: the run
+                # ends CANCELED, after its compensations, not as a provider's failure.
+                raise asyncio.CancelledError("the run was cancelled during a model call") from None
             if isinstance(cause, ApplicationError) and cause.type == history.STORE_MISS:
                 raise _StoreMiss from None
             self._budget.check_spend(workflow.now())  # a wall-time cut says so, by name

@@ -13,6 +13,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 
+import workflows.versioning as versioning
 from workflows.models import (
     AGENT_STATUS,
     AGENT_STEP,
@@ -23,7 +24,6 @@ from workflows.models import (
 )
 from workflows.outcomes import Outcome
 from workflows.state import RunState
-from workflows.versioning import Behaviours
 
 AGENT_STEP_EVERY = 10
 """The AgentStep search attribute is brought up to date at least this often (and whenever the
@@ -34,7 +34,7 @@ class Reporter:
     def __init__(self, state: RunState, stream: WorkflowStream) -> None:
         self._state = state
         self._events = stream.topic(EVENTS_TOPIC, type=AgentEvent)
-        self.behaviours = Behaviours(reports_status=False)
+        self.behaviours = versioning.LEGACY
         """Set by the run from its history before the first status (see versioning)."""
         self.status: AgentStatus = "running"
         self.details = "starting"

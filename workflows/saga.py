@@ -1,14 +1,17 @@
 """The saga: the compensation log of a run's side effects, and undoing them when it fails.
 
-An effect enters the log when its call succeeds (a sub-agent's effects join its parent's). A
-run that ends without an answer undoes them newest first, each compensation its own activity
+An effect enters the log when its call succeeds (a sub-agent's effects join its parent's), and
+also, marked "outcome unknown", when a call that changes data was cancelled, timed out or failed
+after it started: it may have taken effect. A run that ends without an answer undoes them newest
+first, each compensation its own activity
 with its tool's own timeout and retries. A compensation that still fails is recorded and the
 others still run. No wall-time deadline applies: undoing is what a run that ran out of time
-needs most.
+needs most, and a cancel that arrives meanwhile does not stop it (see `undo_all`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
@@ -53,7 +56,10 @@ class Saga:
             if effect.compensation is None:
                 self.compensations.append(
                     CompensationRecord(
-                        tool=call.tool, tool_call_id=call.tool_call_id, status="not_undone"
+                        tool=call.tool,
+                        tool_call_id=call.tool_call_id,
+                        status="not_undone",
+                        outcome_unknown=effect.outcome_unknown,
                     )
                 )
                 continue
@@ -80,6 +86,7 @@ class Saga:
                     status=status,
                     compensation=effect.compensation,
                     error=error,
+                    outcome_unknown=effect.outcome_unknown,
                 )
             )
             self._reporter.publish(
@@ -89,6 +96,20 @@ class Saga:
                 outcome=status,
                 text=effect.compensation if error is None else error,
             )
+
+    async def undo_all(self) -> bool:
+        """Compensate to the end, shielded from a cancel that arrives meanwhile (an undo cut
+        short would be recorded as failed when it may have completed). True when one did."""
+        undoing = asyncio.ensure_future(self.compensate())
+        cancelled = False
+        while True:
+            try:
+                await asyncio.shield(undoing)
+                return cancelled
+            except asyncio.CancelledError:
+                if undoing.done():
+                    raise
+                cancelled = True
 
     def explain(self, error: AgentError) -> AgentError:
         """The error that ends the run, saying what was undone and what was not."""
@@ -103,6 +124,8 @@ class Saga:
 
 def _describe(record: CompensationRecord) -> str:
     what = f"{record.tool} {record.tool_call_id}"
+    if record.outcome_unknown:
+        what += " (outcome unknown: it stopped before reporting)"
     if record.status == "not_undone":
         return f"{what} not undone (it has no compensation)"
     if record.status == "failed":

@@ -101,6 +101,10 @@ class CompensationInput(BaseModel):
     """The tool's own return value (not the bounded text the model saw)."""
     idempotency_key: str
     """The original call's key; derive the undo's own key from it to undo once."""
+    outcome_unknown: bool = False
+    """The call was cancelled, timed out or failed after it started: its effect may or may not
+    have happened, and `result` is None. A compensation must then tolerate an effect that never
+    happened (look it up by the idempotency key)."""
 
 
 class AppliedEffect(BaseModel):
@@ -108,6 +112,8 @@ class AppliedEffect(BaseModel):
 
     call: CompensationInput
     compensation: str | None
+    outcome_unknown: bool = False
+    """Entered the log without a result: see CompensationInput.outcome_unknown."""
 
 
 CompensationStatus = Literal["completed", "failed", "not_undone"]
@@ -120,6 +126,8 @@ class CompensationRecord(BaseModel):
     """completed or failed (after its retries); not_undone when the tool has no compensation."""
     compensation: str | None = None
     error: str | None = None
+    outcome_unknown: bool = False
+    """The effect's outcome was unknown when it was undone (see AppliedEffect)."""
 
 
 ToolOutcome = Literal["ok", "error", "loop_detected", "refused", "denied", "not_run", "compensated"]

@@ -20,9 +20,11 @@ from temporalio import workflow
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
+    CancelledError,
     ChildWorkflowError,
     RetryState,
     TimeoutError,
+    TimeoutType,
 )
 
 from workflows.budget import Budget
@@ -122,8 +124,12 @@ class ToolRunner:
                     if reason := reply.fatal:
                         reply.outcomes[call.id] = not_run_because(call, reason)
                         continue
-                    batch.append((call, run))
-                    await run_batch()
+                    if self._reporter.behaviours.cancels_end_the_run:
+                        batch.append((call, run))
+                        await run_batch()
+                    else:
+                        # Older runs awaited it alone, taking a cancel as its failure.
+                        reply.outcomes[call.id] = await self._run_one(call, run)
                 case Run() as run:
                     batch.append((call, run))
         await run_batch()
@@ -147,6 +153,7 @@ class ToolRunner:
 
     async def _execute(self, call: ToolCall, run: Run) -> Outcome:
         spec = run.spec
+        behaviours = self._reporter.behaviours
         started = workflow.now()
         info = workflow.info()
         # The first run id tells apart two runs that reuse one workflow id; call ids are unique
@@ -170,22 +177,42 @@ class ToolRunner:
                 retry_policy=spec.retry.to_policy(FATAL_ERROR_TYPES),
                 heartbeat_timeout=self._input.heartbeat_timeout,
                 summary=_call_summary(call),
+                # A call that changes data is never abandoned: on a cancel the run waits for
+                # it to finish or to acknowledge the cancel, so its outcome is known (or known
+                # to be unknown) before anything is undone.
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+                if spec.side_effects and behaviours.cancels_end_the_run
+                else workflow.ActivityCancellationType.TRY_CANCEL,
             )
         except ActivityError as error:
             cause = error.cause
             latency = _ms_since(started)
             attempts = _attempts_made(error, spec)
-            if isinstance(cause, ApplicationError) and cause.type in FATAL_ERROR_TYPES:
-                reason = f"{spec.name} failed fatally: {cause.message}"
-                content = f"Error: {spec.name} failed: {cause.type}"
-                return Outcome.error(
-                    call, content, latency_ms=latency, attempts=attempts, fatal=reason
+            content = self._failure_text(spec, cause)
+            if spec.side_effects and behaviours.records_unknown_outcomes:
+                # Cancelled, timed out or failed after it started: it may have taken effect.
+                self._saga.record(
+                    AppliedEffect(
+                        call=CompensationInput(
+                            tool=spec.name,
+                            tool_call_id=call.id,
+                            arguments=run.arguments,
+                            result=None,
+                            idempotency_key=idempotency_key,
+                            outcome_unknown=True,
+                        ),
+                        compensation=spec.compensation,
+                        outcome_unknown=True,
+                    )
                 )
-            if isinstance(cause, TimeoutError):
-                content = f"Error: {spec.name} timed out (limit {spec.timeout_seconds:g} s a try)."
-            else:
-                content = f"Error: {spec.name} failed: {failure_type(cause)}"
-            return Outcome.error(call, content, latency_ms=latency, attempts=attempts)
+                content = (
+                    content.rstrip(".")
+                    + ". It may have taken effect before it stopped: check before calling it again."
+                )
+            fatal = None
+            if isinstance(cause, ApplicationError) and cause.type in FATAL_ERROR_TYPES:
+                fatal = f"{spec.name} failed fatally: {cause.message}"
+            return Outcome.error(call, content, latency_ms=latency, attempts=attempts, fatal=fatal)
         self._state.externalised = self._state.externalised or output.externalised_ref is not None
         if output.content_ref is not None:
             self._gateway.keep_reference(output.content_ref)
@@ -212,6 +239,22 @@ class ToolRunner:
             externalised=output.externalised_ref is not None,
         )
 
+    def _failure_text(self, spec: ToolSpec, cause: BaseException | None) -> str:
+        """What the model is told of a failed call: the truth, without the error's message."""
+        if isinstance(cause, ApplicationError) and cause.type in FATAL_ERROR_TYPES:
+            return f"Error: {spec.name} failed: {cause.type}"
+        if isinstance(cause, TimeoutError):
+            limit = self._input.limits.max_wall_seconds
+            if cause.type == TimeoutType.SCHEDULE_TO_CLOSE and limit is not None:
+                return (
+                    f"Error: {spec.name} was stopped: the run's time budget "
+                    f"(max_wall_seconds={limit:g}) ran out while it ran."
+                )
+            return f"Error: {spec.name} timed out (limit {spec.timeout_seconds:g} s a try)."
+        if isinstance(cause, CancelledError):
+            return f"Error: {spec.name} was cancelled: the run was cancelled while it ran."
+        return f"Error: {spec.name} failed: {failure_type(cause)}"
+
     async def _delegate(self, call: ToolCall, arguments: dict[str, Any]) -> Outcome:
         """Run a subtask as a child AgentWorkflow with a fresh context and what is left of this
         run's budget; only its conclusion comes back."""
@@ -229,6 +272,10 @@ class ToolRunner:
             )
         except ChildWorkflowError as error:
             cause = error.cause
+            if isinstance(cause, CancelledError) and self._reporter.behaviours.cancels_end_the_run:
+                raise asyncio.CancelledError(
+                    "the sub-agent was cancelled with its parent"
+                ) from None
             # A failed sub-agent undid its own effects; what it spent still counts here.
             self._budget.record_side_call(FailureDetails.of_error(cause).usage)
             content = f"Error: the sub-agent failed: {describe_failure(cause)}"

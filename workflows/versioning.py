@@ -18,6 +18,10 @@ RELEASE_2 = "approvals-bounded-dispatch-coarse-step"
 """One patch for the changes released together (each patch costs every new run a marker and a
 TemporalChangeVersion upsert): per-tool approval, bounded dispatch, and a coarse AgentStep."""
 
+FAULTS_RELEASE = "cancels-end-runs-unknown-outcomes-undone"
+"""A cancel ends the run wherever it lands, and a call that changes data whose outcome is
+unknown is undone too (issue 16's release)."""
+
 
 @dataclass(frozen=True)
 class Behaviours:
@@ -33,6 +37,18 @@ class Behaviours:
     coarse_step_attribute: bool = True
     """AgentStep moves with the status and every AGENT_STEP_EVERY steps (older runs upserted it
     at every step)."""
+    cancels_end_the_run: bool = True
+    """A cancel during a model call, a sub-agent or a call that changes data ends the run
+    CANCELED after its compensations; the call that changes data is waited for, not abandoned,
+    and compensating is shielded from a second cancel. (Older runs took a cancel during a
+    side-effecting call or a model call as that call's failure.)"""
+    records_unknown_outcomes: bool = True
+    """A call that changes data and was cancelled, timed out or failed after it started enters
+    the compensation log as "outcome unknown" (older runs logged only calls that succeeded)."""
+
+
+LEGACY = Behaviours(*(False,) * 6)
+"""The first release's behaviour: what a run does before it has asked its history."""
 
 
 def decide() -> Behaviours:
@@ -40,9 +56,12 @@ def decide() -> Behaviours:
     part of the history: keep it)."""
     reports_status = workflow.patched(STATUS_SEARCH_ATTRIBUTES)
     release_2 = workflow.patched(RELEASE_2)
+    faults = workflow.patched(FAULTS_RELEASE)
     return Behaviours(
         reports_status=reports_status,
         per_tool_approval=release_2,
         bounded_dispatch=release_2,
         coarse_step_attribute=release_2,
+        cancels_end_the_run=faults,
+        records_unknown_outcomes=faults,
     )
