@@ -361,3 +361,23 @@ async def test_worker_logs_name_the_run_the_step_and_the_call(
     assert (
         step_lines and step_lines[0].__dict__["temporal_workflow"]["workflow_id"] == run.handle.id
     )
+
+
+async def test_an_output_schema_that_refers_outside_itself_is_refused_at_the_start(
+    client: Client, task_queue: str
+) -> None:
+    """Checking finish's arguments would need the referenced schema, which a workflow cannot
+    fetch: refused before step 1, with the reason, instead of wedging the run at its answer."""
+    schema = {
+        "type": "object",
+        "properties": {"order": {"$ref": "https://example.com/order.json"}},
+    }
+    script = [turn(call("finish", order={"id": 1}))]
+    run = await run_agent(
+        client, task_queue, scripted_input(script, tools=[], output_schema=schema)
+    )
+
+    assert run.failure.type == "AgentConfigurationError"
+    assert "https://example.com/order.json" in run.failure.message
+    assert "inline them under $defs" in run.failure.message
+    assert run.trace == []

@@ -212,3 +212,27 @@ async def test_the_web_ui_api_lists_the_waiting_run() -> None:
         await eventually(in_ui, 20, "the Web UI to list the waiting run")
         await handle.signal(AgentWorkflow.approve_plan)
         await handle.result()
+
+
+async def test_a_plan_that_times_out_keeps_the_results_of_the_calls_that_ran(
+    client: Client, task_queue: str
+) -> None:
+    """The read-only call in the same reply ran: its result and its trace record stay as they
+    were, and only the plan's call says it timed out (not "Not run")."""
+    script = [
+        turn(call("get_order", order_id=1042), call("submit_plan", steps=PLAN)),
+        turn(text="never"),
+    ]
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        handle = await start(client, task_queue, plan_input(script, approval_timeout_seconds=0.5))
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        transcript = await handle.query(AgentWorkflow.transcript)
+        trace = await handle.query(AgentWorkflow.trace)
+
+    results = {m.tool_call_id: m for m in transcript if m.role == "tool"}
+    looked_up, plan = results["call_1_1"], results["call_1_2"]
+    assert not looked_up.is_error and "1042" in looked_up.content
+    assert plan.is_error and "waited 0.5 s for a decision" in plan.content
+    outcomes = [(c.name, c.outcome) for c in trace[0].tool_calls]
+    assert outcomes == [("get_order", "ok"), ("submit_plan", "error")]

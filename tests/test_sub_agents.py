@@ -3,6 +3,8 @@ its spending counts against the parent, and a failing parent undoes the child's 
 
 from __future__ import annotations
 
+import json
+
 from temporalio.client import Client
 
 from activities import demo_tools
@@ -29,7 +31,7 @@ async def test_the_parent_sees_only_the_conclusion_and_pays_for_it(
         turn(text="Done: the sub-agent cancelled it.", expect="104999 is cancelled"),
     ]
     agent_input = scripted_input(
-        script, tools=["get_order"], sub_agents=True, sub_agent_model=child
+        script, tools=["get_order", "cancel_order"], sub_agents=True, sub_agent_model=child
     )
     run = await run_agent(client, task_queue, agent_input)
 
@@ -60,6 +62,7 @@ async def test_a_parent_at_its_limit_undoes_the_childs_side_effects(
     script = [
         turn(call("delegate", task=TASK)),
         turn(call("get_order", order_id=104999)),
+        turn(call("get_order", order_id=1042)),
         turn(text="never"),
     ]
     agent_input = scripted_input(
@@ -67,7 +70,8 @@ async def test_a_parent_at_its_limit_undoes_the_childs_side_effects(
         tools=["get_order", "cancel_order"],
         sub_agents=True,
         sub_agent_model=child,
-        limits=Limits(max_steps=2),
+        # The sub-agent's two steps come out of these three.
+        limits=Limits(max_steps=3),
     )
     run = await run_agent(client, task_queue, agent_input)
 
@@ -101,3 +105,38 @@ async def test_a_failed_sub_agent_is_an_error_result_and_its_cost_still_counts(
     message = run.tool_results()["call_1_1"]
     assert message.startswith("Error: the sub-agent failed: AgentStepLimitExceeded")
     assert run.result.usage.input_tokens >= 800
+
+
+async def test_a_sub_agent_gets_no_tool_its_parent_lacks_and_only_the_steps_left(
+    client: Client, task_queue: str
+) -> None:
+    """A run given only get_order cannot reach issue_refund through a sub-agent, and the
+    sub-agent's step limit is what its parent has left."""
+    child = child_model(turn(text="Looked: it is on its way."))
+    script = [
+        turn(call("delegate", task="Refund order 1042.", tools=["issue_refund"])),
+        turn(call("delegate", task="Look up order 1042.")),
+        turn(text="Done."),
+    ]
+    agent_input = scripted_input(
+        script,
+        tools=["get_order"],
+        sub_agents=True,
+        sub_agent_model=child,
+        limits=Limits(max_steps=5),
+    )
+    run = await run_agent(client, task_queue, agent_input)
+
+    assert run.result is not None
+    refused = run.tool_results()["call_1_1"]
+    assert refused.startswith("Error: a sub-agent can only use tools this run has (get_order)")
+    assert "not issue_refund" in refused
+    assert demo_tools.get_order(1042)["refundable"]["amount"] == 129.99
+    # The second sub-agent started at the parent's step 2: 5 - 2 = 3 steps were left for it.
+    child_id = f"{run.handle.id}/call_2_1"
+    first_child_request = recorded_requests(child_id)[0]
+    assert [t.name for t in first_child_request.tools] == ["get_order", "finish"]
+    history = await client.get_workflow_handle(child_id).fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    child_input = json.loads(started.input.payloads[0].data)
+    assert child_input["limits"]["max_steps"] == 3

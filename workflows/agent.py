@@ -34,7 +34,12 @@ with workflow.unsafe.imports_passed_through():
     import workflows.versioning as versioning
     from workflows.budget import Budget
     from workflows.context_window import ContextWindow
-    from workflows.errors import AgentConfigurationError, AgentError, AgentFatalToolError
+    from workflows.errors import (
+        AgentApprovalTimeout,
+        AgentConfigurationError,
+        AgentError,
+        AgentFatalToolError,
+    )
     from workflows.gates import PlanGate, ToolCallGate
     from workflows.loop_detection import LoopDetector
     from workflows.model_gateway import ModelGateway
@@ -320,16 +325,17 @@ class AgentWorkflow:
             if reason := reply.fatal:
                 reply.outcomes[plan_call.id] = not_run_because(plan_call, reason)
             else:
-                decision = await self._plan_gate.wait(steps)
+                try:
+                    decision = await self._plan_gate.wait(steps)
+                except AgentApprovalTimeout as timeout:
+                    # The calls that ran keep their results and records; only the plan failed.
+                    reply.outcomes[plan_call.id] = Outcome.error(plan_call, f"Error: {timeout}")
+                    self._append_results(calls, reply.outcomes, record)
+                    raise
                 text = _decision_text(decision, self._state.plan)
                 reply.outcomes[plan_call.id] = Outcome.ok(plan_call, text)
                 feedback = None if decision.approve else decision.comment
-        for call in calls:
-            outcome = reply.outcomes[call.id]
-            self._transcript.append(outcome.result)
-            record.tool_calls.append(outcome.record)
-            self._reporter.call_finished(outcome)
-        self._reporter.reply_done()
+        self._append_results(calls, reply.outcomes, record)
         self._tool_gate.withdraw()
         if reason := reply.fatal:
             raise AgentFatalToolError(reason, self._budget.details())
@@ -338,6 +344,17 @@ class AgentWorkflow:
         if reply.answer is None:
             return None
         return self._result(_answer_text(reply.answer, self._input), reply.answer)
+
+    def _append_results(
+        self, calls: tuple[ToolCall, ...], outcomes: dict[str, Outcome], record: StepRecord
+    ) -> None:
+        """One result per call, in call order, and the calls' trace records."""
+        for call in calls:
+            outcome = outcomes[call.id]
+            self._transcript.append(outcome.result)
+            record.tool_calls.append(outcome.record)
+            self._reporter.call_finished(outcome)
+        self._reporter.reply_done()
 
     def _resolve_tools(self) -> None:
         """The run's tools, checked with its output schema and approval policy before step 1."""
@@ -353,6 +370,14 @@ class AgentWorkflow:
                 raise AgentConfigurationError(
                     f"output_schema is not a valid JSON schema: {error.message}"
                 ) from None
+            external = dispatch.external_refs(agent_input.output_schema)
+            if external and self._reporter.behaviours.bounded_sub_agents:
+                # Checking finish's arguments would need to fetch them, which a workflow
+                # cannot: the run would wedge at its answer. Refused before step 1.
+                raise AgentConfigurationError(
+                    f"output_schema refers outside itself ($ref {', '.join(external)}); a "
+                    "workflow cannot fetch schemas: inline them under $defs"
+                )
         if unknown := approval.unknown_predicates(agent_input.tool_approval):
             raise AgentConfigurationError(
                 f"the run's approval policy names predicates that are not registered: {unknown}"

@@ -183,6 +183,22 @@ def schema_problems(schema: dict[str, Any], instance: dict[str, Any]) -> str:
     )
 
 
+def external_refs(schema: Any) -> list[str]:
+    """Every `$ref` in a schema that points outside it (anything but `#...`)."""
+    found: list[str] = []
+    stack = [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            ref = item.get("$ref")
+            if isinstance(ref, str) and not ref.startswith("#"):
+                found.append(ref)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return sorted(set(found))
+
+
 def nesting_depth(value: Any) -> int:
     """How deep lists and objects nest in a parsed JSON value, counted without recursion."""
     deepest, stack = 0, [(value, 1)]

@@ -261,6 +261,10 @@ class ToolRunner:
         problem = schema_problems(DELEGATE_PARAMETERS, arguments)
         if problem:
             return Outcome.error(call, f"Error: invalid arguments for delegate: {problem}.")
+        if self._reporter.behaviours.bounded_sub_agents:
+            refusal = self._out_of_bounds(arguments)
+            if refusal is not None:
+                return Outcome.error(call, refusal)
         started = workflow.now()
         try:
             result = await workflow.execute_child_workflow(
@@ -284,9 +288,26 @@ class ToolRunner:
         self._saga.adopt(result.side_effects)
         return Outcome.ok(call, result.answer, latency_ms=_ms_since(started), attempts=1)
 
+    def _out_of_bounds(self, arguments: dict[str, Any]) -> str | None:
+        """Why a sub-agent cannot have what the model asked for it, if it cannot: its tools are
+        a subset of this run's, and its steps come out of what this run has left."""
+        allowed = sorted(self.tools)
+        outside = [name for name in arguments.get("tools") or [] if name not in self.tools]
+        if outside:
+            return (
+                f"Error: a sub-agent can only use tools this run has ({', '.join(allowed)}); "
+                f"not {', '.join(outside)}. The sub-agent did not start."
+            )
+        if self._input.limits.max_steps - self._state.steps < 1:
+            return "Error: this run has no steps left for a sub-agent. It did not start."
+        return None
+
     def _child_input(self, arguments: dict[str, Any]) -> AgentInput:
         parent = self._input
         limits = parent.limits
+        max_steps = limits.max_steps
+        if self._reporter.behaviours.bounded_sub_agents:
+            max_steps = limits.max_steps - self._state.steps
         used = self._budget.usage
         remaining_wall = self._budget.remaining_seconds(workflow.now())
         policy: ToolApprovalPolicy = parent.tool_approval
@@ -297,7 +318,7 @@ class ToolRunner:
             tools=arguments.get("tools") or list(self.tools),
             model=parent.sub_agent_model or parent.model,
             limits=Limits(
-                max_steps=limits.max_steps,
+                max_steps=max_steps,
                 max_context_tokens=limits.max_context_tokens,
                 max_total_tokens=None
                 if limits.max_total_tokens is None

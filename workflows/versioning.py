@@ -45,9 +45,13 @@ class Behaviours:
     records_unknown_outcomes: bool = True
     """A call that changes data and was cancelled, timed out or failed after it started enters
     the compensation log as "outcome unknown" (older runs logged only calls that succeeded)."""
+    bounded_sub_agents: bool = True
+    """A sub-agent gets a subset of its parent's tools and the steps the parent has left, and
+    an output schema with an external $ref is refused at the start (older runs let a sub-agent
+    have any registered tool and the parent's whole max_steps, and took any schema)."""
 
 
-LEGACY = Behaviours(*(False,) * 6)
+LEGACY = Behaviours(*(False,) * 7)
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
@@ -64,4 +68,5 @@ def decide() -> Behaviours:
         coarse_step_attribute=release_2,
         cancels_end_the_run=faults,
         records_unknown_outcomes=faults,
+        bounded_sub_agents=faults,
     )
