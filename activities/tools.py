@@ -181,6 +181,24 @@ def _json_data(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
+MAX_KEPT_VALUE_CHARS = 256_000
+"""A compensable tool's return value is kept for its compensation up to this size (as JSON).
+Larger, it would push the activity's result past Temporal's 2 MB payload limit, failing every
+attempt after the effect was applied; the compensation then gets result=None and finds the
+effect by its idempotency key, as for an outcome that is unknown."""
+
+
+def _kept_value(value: Any, tool_name: str) -> Any:
+    data = _json_data(value)
+    size = len(json.dumps(data))
+    if size <= MAX_KEPT_VALUE_CHARS:
+        return data
+    logger.warning(
+        "tool %s returned %d characters: too large to keep for its compensation", tool_name, size
+    )
+    return None
+
+
 def render_result(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -330,7 +348,7 @@ def _tool_activity(
             omitted_chars=omitted,
             externalised_ref=ref,
             content_ref=stored,
-            value=_json_data(value) if keep_value else None,
+            value=_kept_value(value, tool_name) if keep_value else None,
             attempt=info.attempt,
         )
 

@@ -220,3 +220,25 @@ async def test_an_effect_whose_outcome_is_unknown_is_found_by_its_key_and_undone
     assert demo_tools.get_order(104997)["status"] == "processing"
     never = unknown.model_copy(update={"idempotency_key": f"never-{uuid.uuid4()}"})
     assert demo_tools.reinstate_order(never)["reinstated"] is False
+
+
+async def test_a_huge_return_value_cannot_fail_a_call_after_its_effect(
+    client: Client, task_queue: str
+) -> None:
+    """3 MB kept for the compensation would fail every attempt at the 2 MB payload limit, after
+    the effect was applied: the value is not kept, and the call succeeds once."""
+    before = test_tools.executions["huge_effect"]
+    script = [
+        turn(call("huge_effect", size=3_000_000)),
+        turn(call("count_me", key="huge-after")),
+        turn(text="never reached"),
+    ]
+    agent_input = scripted_input(
+        script, tools=["huge_effect", "count_me"], limits=Limits(max_steps=2)
+    )
+    run = await run_agent(client, task_queue, agent_input)
+
+    assert test_tools.executions["huge_effect"] == before + 1
+    assert not run.transcript[2].is_error  # type: ignore[union-attr]
+    records = run.failure.details[0]["compensations"]
+    assert [(r["tool"], r["status"]) for r in records] == [("huge_effect", "completed")]

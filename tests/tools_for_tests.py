@@ -198,3 +198,14 @@ def undo_failing_effect(undo: CompensationInput) -> str:
 def failing_effect(label: str) -> str:
     """Side-effecting, and fails on every attempt after it started: its outcome is unknown."""
     raise ConnectionError(f"lost the connection while applying {label}")
+
+
+def undo_huge_effect(undo: CompensationInput) -> str:
+    return "undone" if undo.result is None else "undone with its value"
+
+
+@tool(side_effects=True, retry=FAST_RETRY, compensation=undo_huge_effect, max_result_chars=500)
+def huge_effect(size: int) -> dict[str, str]:
+    """Side-effecting, with a return value of `size` characters."""
+    executions["huge_effect"] += 1
+    return {"blob": "h" * size}
