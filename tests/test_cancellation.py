@@ -17,7 +17,7 @@ import tests.tools_for_tests as test_tools
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
 from worker import build_worker
 from workflows.agent import AgentWorkflow
-from workflows.models import AgentInput, AgentResult
+from workflows.models import AgentInput, AgentResult, Limits
 
 
 async def cancelled(handle: WorkflowHandle[Any, AgentResult]) -> list[Any]:
@@ -97,3 +97,41 @@ async def test_a_cancel_during_a_sub_agent_ends_both_canceled(
 async def _has_started_step(handle: WorkflowHandle[Any, AgentResult], step: int) -> bool:
     status = await handle.query(AgentWorkflow.status)
     return status.details.startswith(f"step {step}: waiting for")
+
+
+async def test_a_cancel_during_the_undo_lets_it_finish_and_ends_canceled(
+    client: Client, task_queue: str
+) -> None:
+    """The run fails at its step limit and starts undoing; a cancel then does not cut the undo
+    short (which would record an undo that completed as failed): it completes, is recorded as
+    completed, and the run ends CANCELED."""
+    test_tools.slow_undo_started.clear()
+    script = [
+        turn(call("effect_with_slow_undo", label="u")),
+        turn(call("count_me", key="undo-cancel")),
+        turn(text="never reached"),
+    ]
+    agent_input = scripted_input(
+        script, tools=["effect_with_slow_undo", "count_me"], limits=Limits(max_steps=2)
+    )
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        handle = await start(client, task_queue, agent_input)
+        await eventually(test_tools.slow_undo_started.is_set, timeout=15, what="the undo")
+        await cancelled(handle)
+        status = await handle.query(AgentWorkflow.status)
+        events = [e async for e in handle.fetch_history_events()]
+
+    assert any(k.endswith("/call_1_1") for k in test_tools.slow_undos)
+    assert status.status == "failed" and status.details == "cancelled"
+    scheduled = {
+        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    }
+    completed = [
+        scheduled[e.activity_task_completed_event_attributes.scheduled_event_id]
+        for e in events
+        if e.HasField("activity_task_completed_event_attributes")
+    ]
+    assert completed[-1] == "slow_undo"
+    assert not any(e.HasField("activity_task_canceled_event_attributes") for e in events)

@@ -209,3 +209,21 @@ def huge_effect(size: int) -> dict[str, str]:
     """Side-effecting, with a return value of `size` characters."""
     executions["huge_effect"] += 1
     return {"blob": "h" * size}
+
+
+slow_undo_started = threading.Event()
+slow_undos: list[str] = []
+
+
+def slow_undo(undo: CompensationInput) -> str:
+    """A compensation that takes a while: something to cancel in the middle of."""
+    slow_undo_started.set()
+    time.sleep(1.0)
+    slow_undos.append(undo.idempotency_key)
+    return "undone"
+
+
+@tool(side_effects=True, retry=FAST_RETRY, compensation=slow_undo)
+def effect_with_slow_undo(label: str) -> dict[str, str]:
+    """Side-effecting; its compensation is slow."""
+    return {"label": label}
