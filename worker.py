@@ -31,7 +31,7 @@ import activities.read_result  # noqa: F401  (registers read_result)
 import payload_codec
 from activities import telemetry
 from activities.model_call import call_model
-from activities.tools import tool_activities
+from activities.tools import resolve_tools, tool_activities
 from agent_client import ensure_search_attributes
 from cli.plumbing import CommandLineError, OneLineArgumentParser, exit_now, temporal_address
 from workflows.agent import AgentWorkflow
@@ -60,7 +60,7 @@ def build_worker(client: Client, task_queue: str = DEFAULT_TASK_QUEUE, **options
         client,
         task_queue=task_queue,
         workflows=[AgentWorkflow],
-        activities=[call_model, *tool_activities()],
+        activities=[call_model, resolve_tools, *tool_activities()],
         **options,
     )
 

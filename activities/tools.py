@@ -18,6 +18,7 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 import workflows.tool_catalog as tool_catalog
 from activities import progress, telemetry
@@ -31,8 +32,10 @@ from workflows.models import (
     DEFAULT_MAX_RESULT_CHARS,
     CompensationInput,
     RetrySettings,
+    RunTools,
     ToolActivityInput,
     ToolActivityResult,
+    ToolSelection,
     ToolSpec,
 )
 from workflows.outcomes import bounded
@@ -146,6 +149,21 @@ def tool_specs(names: list[str] | None = None) -> list[ToolSpec]:
     Raises KeyError naming the tools that are not registered.
     """
     return tool_catalog.specs(names)
+
+
+@activity.defn(name=tool_catalog.RESOLVE_TOOLS)
+async def resolve_tools(selection: ToolSelection) -> RunTools:
+    """The specs of a run's tools, read from this worker's registry when the run starts (a
+    local activity: the workflow records the answer and replays from it, so a tool redeployed
+    with other specs cannot change what a run in flight replays)."""
+    try:
+        return tool_catalog.for_run(selection.names)
+    except KeyError as error:
+        raise ApplicationError(
+            f"the run asks for tools {error.args[0]}",
+            type="AgentConfigurationError",
+            non_retryable=True,
+        ) from None
 
 
 def tool_activities() -> list[Callable[..., Any]]:

@@ -25,6 +25,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.worker import Replayer
 
+import workflows.tool_catalog as tool_catalog
 from activities.demo_script import DEMO_PROMPT, support_demo_script
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 from worker import build_worker
@@ -333,3 +334,25 @@ async def test_an_unversioned_change_fails_the_replay_and_a_patched_one_does_not
     assert "get_customer" in str(failure.value) and "call_model" in str(failure.value)
     monkeypatch.setattr(ModelGateway, "_execute", looking_up_before_each_model_call(versioned=True))
     await replayer(UnsandboxedAgentWorkflow).replay_workflow(history)
+
+
+async def test_a_tool_redeployed_with_other_specs_does_not_change_what_a_run_replays(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The specs are recorded when the run starts (the resolve_tools local activity), so a
+    worker whose registry now says the tool changes data (and so waits for a person) still
+    replays the run as it ran."""
+    script = [turn(call("count_me", key=f"redeploy-{uuid.uuid4()}")), turn(text="done")]
+    agent_input = scripted_input(script, tools=["count_me"], tool_approval=ToolApprovalPolicy())
+    (history,) = await record(client, task_queue, Scenario(agent_input))
+    markers = [e for e in history.events if e.HasField("marker_recorded_event_attributes")]
+    assert any(
+        m.marker_recorded_event_attributes.marker_name == "core_local_activity" for m in markers
+    )
+
+    spec = tool_catalog.get("count_me")
+    assert spec is not None and not spec.side_effects
+    monkeypatch.setitem(
+        tool_catalog._specs, "count_me", spec.model_copy(update={"side_effects": True})
+    )
+    await replayer().replay_workflow(history)

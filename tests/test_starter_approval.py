@@ -11,8 +11,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.helpers import eventually
-from tests.test_starter_plan import PROMPT, serving
-from tests.test_starter_plan import run_in_terminal as run_plan_in_terminal
+from tests.test_starter_plan import PROMPT, run_in_terminal as run_plan_in_terminal, serving
 
 CANCEL_THEN_EMAIL = [
     {"calls": [{"name": "cancel_order", "arguments": {"order_id": 104999, "reason": "asked"}}]},

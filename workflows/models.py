@@ -6,57 +6,34 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import SearchAttributeKey
 
+# Tool specs (workflows/specs.py) and the records a run is made of (workflows/state.py) live
+# apart, since the run's state carries them; they are re-exported here, where every input and
+# output of the loop is.
+from workflows.specs import (
+    DEFAULT_MAX_RESULT_CHARS as DEFAULT_MAX_RESULT_CHARS,
+    RetrySettings as RetrySettings,
+    ToolSpec as ToolSpec,
+)
 from workflows.state import (
     AppliedEffect as AppliedEffect,
-)
-from workflows.state import (
     ApprovalStatus as ApprovalStatus,
-)
-from workflows.state import (
     CompactionRecord as CompactionRecord,
-)
-from workflows.state import (
     CompensationInput as CompensationInput,
-)
-from workflows.state import (
     CompensationRecord as CompensationRecord,
-)
-from workflows.state import (
     CompensationStatus as CompensationStatus,
-)
-from workflows.state import (
     DecidedBy as DecidedBy,
-)
-from workflows.state import (
     FailureDetails as FailureDetails,
-)
-from workflows.state import (
     PlanState as PlanState,
-)
-from workflows.state import (
     RunState as RunState,
-)
-from workflows.state import (
+    RunTools as RunTools,
     StepRecord as StepRecord,
-)
-from workflows.state import (
     ToolApproval as ToolApproval,
-)
-from workflows.state import (
     ToolCallDecision as ToolCallDecision,
-)
-from workflows.state import (
     ToolCallRecord as ToolCallRecord,
-)
-from workflows.state import (
     ToolOutcome as ToolOutcome,
-)
-
-# The records a run is made of live with the run's state (workflows/state.py); they are
-# re-exported here, where every input and output of the loop is.
-from workflows.state import (
+    ToolSelection as ToolSelection,
     Usage as Usage,
 )
 from workflows.transcript import AssistantMessage, Message
@@ -71,52 +48,6 @@ AGENT_STEP = SearchAttributeKey.for_int("AgentStep")
 SEARCH_ATTRIBUTES = (AGENT_STATUS, AGENT_STEP)
 
 AgentStatus = Literal["running", "awaiting_approval", "compensating", "completed", "failed"]
-DEFAULT_MAX_RESULT_CHARS = 8_000
-
-
-class RetrySettings(BaseModel):
-    """A Temporal retry policy as plain data, so it can travel in a run's input."""
-
-    model_config = ConfigDict(frozen=True)
-
-    maximum_attempts: int = 3
-    initial_interval_seconds: float = 1.0
-    backoff_coefficient: float = 2.0
-    maximum_interval_seconds: float = 30.0
-
-    def to_policy(self, non_retryable_error_types: list[str] | None = None) -> RetryPolicy:
-        return RetryPolicy(
-            maximum_attempts=self.maximum_attempts,
-            initial_interval=timedelta(seconds=self.initial_interval_seconds),
-            backoff_coefficient=self.backoff_coefficient,
-            maximum_interval=timedelta(seconds=self.maximum_interval_seconds),
-            non_retryable_error_types=non_retryable_error_types,
-        )
-
-
-class ToolSpec(BaseModel):
-    """What the model is told about a tool, and how the workflow schedules it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    """JSON schema of the arguments object."""
-    side_effects: bool = False
-    """Side-effecting calls never run concurrently with anything; they keep the model's order."""
-    timeout_seconds: float = 30.0
-    """start-to-close timeout of one attempt."""
-    retry: RetrySettings = RetrySettings()
-    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
-    compensation: str | None = None
-    """Activity that undoes this tool's effect when the run ends without an answer; None for a
-    side-effecting tool means its effect cannot be undone, and a failed run says so."""
-    compensation_timeout_seconds: float = 30.0
-    compensation_retry: RetrySettings = RetrySettings(maximum_attempts=5)
-    needs_approval: bool | None = None
-    """Whether a call waits for a person (unless the run's `ToolApprovalPolicy` approves it).
-    None: the default, which asks for side-effecting tools and not for read-only ones."""
 
 
 class Price(BaseModel):

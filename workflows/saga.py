@@ -63,8 +63,10 @@ class Saga:
                     )
                 )
                 continue
-            # A sub-agent's effects may come from tools this run was not offered.
-            spec = tool_catalog.specs([call.tool])[0]
+            # The specs the run recorded; a sub-agent's effects of older runs may come from
+            # tools this run was not given, which only the registry knows.
+            recorded = self._state.tools.spec(call.tool) if self._state.tools else None
+            spec = recorded or tool_catalog.specs([call.tool])[0]
             try:
                 await workflow.execute_activity(
                     effect.compensation,

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 from temporalio.exceptions import ApplicationError
 
+from workflows.specs import ToolSpec
 from workflows.transcript import Message, UserMessage
 
 
@@ -184,6 +185,26 @@ class CompactionRecord(BaseModel):
     transcript only grown, minus those it did read: set once the next call has answered."""
 
 
+class ToolSelection(BaseModel):
+    """Input of the `resolve_tools` activity: the tools a run asks for (None: all)."""
+
+    names: list[str] | None
+
+
+class RunTools(BaseModel):
+    """A run's tools, as specs: its own, and read_result when it did not ask for it (offered
+    once a result was externalised)."""
+
+    tools: list[ToolSpec]
+    read_result: ToolSpec | None = None
+
+    def spec(self, name: str) -> ToolSpec | None:
+        found = [s for s in self.tools if s.name == name]
+        if found:
+            return found[0]
+        return self.read_result if self.read_result and self.read_result.name == name else None
+
+
 class RunState(BaseModel):
     """Everything a run carries: the workflow keeps its live state here, and continue-as-new
     passes it whole as `AgentInput.carried`. A new field needs a default, so that runs started
@@ -214,6 +235,10 @@ class RunState(BaseModel):
     """Every call that asked a person, decided or not, oldest first."""
     stream: WorkflowStreamState | None = None
     """The progress stream's events, so subscribers keep their offsets across runs."""
+    tools: RunTools | None = None
+    """The tool specs the run was given, as the worker reported them when it started (recorded
+    in the history, so replay never reads a worker's registry again). None: a run from before
+    they were recorded, which reads the registry."""
 
     @classmethod
     def start(cls, started_at: datetime) -> RunState:

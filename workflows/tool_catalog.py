@@ -9,7 +9,11 @@ reads. Deterministic: a dict of data, no I/O.
 from __future__ import annotations
 
 from workflows.builtin_tools import READ_RESULT
-from workflows.models import ToolSpec
+from workflows.models import RunTools, ToolSpec
+
+RESOLVE_TOOLS = "resolve_tools"
+"""The activity (activities/tools.py) that reads a run's specs from the worker when it starts;
+its result is recorded in the history, and replay reads that instead of this catalog."""
 
 _specs: dict[str, ToolSpec] = {}
 
@@ -35,11 +39,10 @@ def get(name: str) -> ToolSpec | None:
     return _specs.get(name)
 
 
-def for_run(names: list[str] | None) -> tuple[dict[str, ToolSpec], ToolSpec | None]:
-    """The run's tools by name, and read_result when the run did not ask for it (it is then
-    offered only once a result was externalised). Raises KeyError as `specs` does."""
-    tools = {spec.name: spec for spec in specs(names)}
+def for_run(names: list[str] | None) -> RunTools:
+    """The run's tools, and read_result when the run did not ask for it (it is then offered
+    only once a result was externalised). Raises KeyError as `specs` does."""
+    tools = specs(names)
     if names is not None and READ_RESULT in names:
-        return tools, None
-    tools.pop(READ_RESULT, None)
-    return tools, get(READ_RESULT)
+        return RunTools(tools=tools)
+    return RunTools(tools=[s for s in tools if s.name != READ_RESULT], read_result=get(READ_RESULT))

@@ -45,13 +45,16 @@ class Behaviours:
     records_unknown_outcomes: bool = True
     """A call that changes data and was cancelled, timed out or failed after it started enters
     the compensation log as "outcome unknown" (older runs logged only calls that succeeded)."""
+    records_tool_specs: bool = True
+    """The run's tool specs are read once, by the `resolve_tools` local activity, and replayed
+    from its recorded result (older runs read the worker's registry on every replay)."""
     bounded_sub_agents: bool = True
     """A sub-agent gets a subset of its parent's tools and the steps the parent has left, and
     an output schema with an external $ref is refused at the start (older runs let a sub-agent
     have any registered tool and the parent's whole max_steps, and took any schema)."""
 
 
-LEGACY = Behaviours(*(False,) * 7)
+LEGACY = Behaviours(*(False,) * 8)
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
@@ -68,5 +71,6 @@ def decide() -> Behaviours:
         coarse_step_attribute=release_2,
         cancels_end_the_run=faults,
         records_unknown_outcomes=faults,
+        records_tool_specs=faults,
         bounded_sub_agents=faults,
     )

@@ -1,0 +1,60 @@
+"""Tool specs as data: what the model is told about a tool and how the workflow schedules it.
+
+A leaf module (the run's state carries the specs a run was given, and the models use them), so
+it imports nothing of the project. Pure.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from temporalio.common import RetryPolicy
+
+DEFAULT_MAX_RESULT_CHARS = 8_000
+
+
+class RetrySettings(BaseModel):
+    """A Temporal retry policy as plain data, so it can travel in a run's input."""
+
+    model_config = ConfigDict(frozen=True)
+
+    maximum_attempts: int = 3
+    initial_interval_seconds: float = 1.0
+    backoff_coefficient: float = 2.0
+    maximum_interval_seconds: float = 30.0
+
+    def to_policy(self, non_retryable_error_types: list[str] | None = None) -> RetryPolicy:
+        return RetryPolicy(
+            maximum_attempts=self.maximum_attempts,
+            initial_interval=timedelta(seconds=self.initial_interval_seconds),
+            backoff_coefficient=self.backoff_coefficient,
+            maximum_interval=timedelta(seconds=self.maximum_interval_seconds),
+            non_retryable_error_types=non_retryable_error_types,
+        )
+
+
+class ToolSpec(BaseModel):
+    """What the model is told about a tool, and how the workflow schedules it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    """JSON schema of the arguments object."""
+    side_effects: bool = False
+    """Side-effecting calls never run concurrently with anything; they keep the model's order."""
+    timeout_seconds: float = 30.0
+    """start-to-close timeout of one attempt."""
+    retry: RetrySettings = RetrySettings()
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+    compensation: str | None = None
+    """Activity that undoes this tool's effect when the run ends without an answer; None for a
+    side-effecting tool means its effect cannot be undone, and a failed run says so."""
+    compensation_timeout_seconds: float = 30.0
+    compensation_retry: RetrySettings = RetrySettings(maximum_attempts=5)
+    needs_approval: bool | None = None
+    """Whether a call waits for a person (unless the run's `ToolApprovalPolicy` approves it).
+    None: the default, which asks for side-effecting tools and not for read-only ones."""
