@@ -17,13 +17,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.client import Client
 
 import codec_server
 from codec_server import serving
-from payload_codec import ENCODING, KEY_ID_METADATA, EncryptionCodec, PayloadKey, data_converter
+from payload_codec import (
+    AAD_METADATA,
+    ENCODING,
+    KEY_ID_METADATA,
+    EncryptionCodec,
+    PayloadKey,
+    PayloadKeyError,
+    associated_data,
+    associated_data_from_env,
+    data_converter,
+)
 from tests.helpers import TEST_WORKER_OPTIONS, scripted_input, turn
 from tests.test_privacy import in_isolated_namespace
 from worker import build_worker, temporal_binary
@@ -328,3 +340,64 @@ async def test_the_temporal_cli_shows_an_encrypted_run_through_it(
     assert base64.b64decode(started["metadata"]["encoding"]) == b"json/plain"
     assert prompt in base64.b64decode(started["data"]).decode()
     assert base64.b64encode(ENCODING).decode() not in shown.stdout
+
+
+# --- associated data -----------------------------------------------------------------------------
+
+
+def sealed_without_associated_data(key: PayloadKey, payload: Payload) -> Payload:
+    """A payload as releases before associated data wrote it."""
+    nonce = bytes(12)
+    sealed = AESGCM(key.key).encrypt(nonce, payload.SerializeToString(), None)
+    return Payload(
+        metadata={"encoding": ENCODING, KEY_ID_METADATA: key.id.encode()}, data=nonce + sealed
+    )
+
+
+def test_payloads_are_sealed_with_associated_data_and_older_ones_still_open() -> None:
+    codec = EncryptionCodec([NEW, OLD])
+    sealed = codec.encrypt(PLAIN)
+    assert sealed.metadata[AAD_METADATA] == b"v1"
+    data = sealed.data
+    with pytest.raises(InvalidTag):  # it really is bound: without the data it does not open
+        AESGCM(NEW.key).decrypt(data[:12], data[12:], None)
+    assert AESGCM(NEW.key).decrypt(data[:12], data[12:], associated_data("new"))
+    assert codec.decrypt(sealed) == PLAIN
+    assert codec.decrypt(sealed_without_associated_data(OLD, PLAIN)) == PLAIN
+
+
+def test_moving_the_marker_on_or_off_a_payload_fails_it() -> None:
+    codec = EncryptionCodec([NEW])
+    stripped = codec.encrypt(PLAIN)
+    del stripped.metadata[AAD_METADATA]
+    added = sealed_without_associated_data(NEW, PLAIN)
+    added.metadata[AAD_METADATA] = b"v1"
+    relabelled = codec.encrypt(PLAIN)
+    relabelled.metadata[AAD_METADATA] = b"v9"
+    for altered in (stripped, added):
+        with pytest.raises(PayloadKeyError, match="does not decrypt"):
+            codec.decrypt(altered)
+    with pytest.raises(PayloadKeyError, match="'v9', which this release does not know"):
+        codec.decrypt(relabelled)
+
+
+def test_associated_data_can_be_held_back_for_a_fleet_mid_upgrade() -> None:
+    """AGENT_PAYLOAD_AAD=off: what an older release can open, read back all the same."""
+    converter = data_converter({"AGENT_PAYLOAD_AAD": "off"}, keys=[NEW])
+    codec = converter.payload_codec
+    assert isinstance(codec, EncryptionCodec) and not codec.associated_data
+    sealed = codec.encrypt(PLAIN)
+    assert AAD_METADATA not in sealed.metadata
+    assert Payload.FromString(AESGCM(NEW.key).decrypt(sealed.data[:12], sealed.data[12:], None))
+    assert EncryptionCodec([NEW]).decrypt(sealed) == PLAIN
+    assert associated_data_from_env({}) and associated_data_from_env({"AGENT_PAYLOAD_AAD": "ON"})
+    with pytest.raises(PayloadKeyError, match="AGENT_PAYLOAD_AAD is 'yes'; expected on or off"):
+        associated_data_from_env({"AGENT_PAYLOAD_AAD": "yes"})
+
+
+def test_the_codec_server_decodes_both_forms(server: codec_server.CodecServer) -> None:
+    both = payloads_json(
+        EncryptionCodec([NEW]).encrypt(PLAIN), sealed_without_associated_data(OLD, PLAIN)
+    )
+    status, _, body = request(server, "/decode", both, headers=BEARER)
+    assert status == 200 and parsed(body) == [PLAIN, PLAIN]
