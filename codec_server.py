@@ -1,7 +1,10 @@
 """A codec server, so the Web UI and the `temporal` CLI show decrypted payloads.
 
     AGENT_PAYLOAD_KEYS=... AGENT_CODEC_TOKEN=... python codec_server.py \\
-        [--host 127.0.0.1] [--port 8081] [--ui-origin http://localhost:8233]
+        [--host 127.0.0.1] [--port 8081] [--ui-origin http://localhost:8233] \\
+        [--session-hours 8] [--behind-tls]
+
+(or AGENT_PAYLOAD_KEYS_FILE and AGENT_CODEC_TOKEN_FILE, files holding the same).
 
 Temporal's remote codec protocol: POST /encode and /decode with `{"payloads": [...]}` (payloads
 as protobuf JSON, base64 data and metadata), answered in the same shape. Every POST needs
@@ -16,7 +19,13 @@ signs it in once: open http://localhost:8081/login in the browser, enter the tok
 server sets a session cookie. In the Web UI's codec settings, set the endpoint to
 http://localhost:8081 and turn on "include cross-origin credentials": its requests then carry the
 cookie. (Use `localhost` in both places: the cookie is sent to the same site only, and
-`localhost` and `127.0.0.1` are different sites to a browser.)
+`localhost` and `127.0.0.1` are different sites to a browser.) Each sign-in gets its own random
+session, which ends after --session-hours or when the server restarts; behind a TLS proxy,
+--behind-tls marks the cookie Secure.
+
+Nothing is read before it is known to be wanted: an unknown path or a missing token is answered
+without reading the body, and a body without a plain Content-Length within the limit is refused
+(411, 400, 413) before a byte of it is read, on a connection that is then closed.
 """
 
 from __future__ import annotations
@@ -27,12 +36,16 @@ import hmac
 import json
 import logging
 import os
+import re
+import secrets
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -45,15 +58,26 @@ from payload_codec import (
     KEYS_VARIABLE,
     EncryptionCodec,
     PayloadKeyError,
+    associated_data_from_env,
     keys_from_env,
 )
 
 TOKEN_VARIABLE = "AGENT_CODEC_TOKEN"
+TOKEN_FILE_VARIABLE = "AGENT_CODEC_TOKEN_FILE"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8081
 DEFAULT_UI_ORIGIN = "http://localhost:8233"
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """A whole history's payloads at most; anything bigger is refused before it is read."""
+MAX_LOGIN_BYTES = 4096
+"""The sign-in form: a token and its field name."""
+DEFAULT_SESSION_HOURS = 8.0
+MAX_SESSIONS = 1024
+"""Sign-ins kept at once; past it the one nearest its end is dropped (that browser signs in
+again)."""
+READ_TIMEOUT_SECONDS = 30.0
+"""A client that stops sending mid-request loses its connection after this long."""
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,19}")
 _ALLOWED_HEADERS = "authorization, content-type, x-namespace"
 SESSION_COOKIE = "agent_codec_session"
 _LOGIN_FORM = b"""<!doctype html><meta charset="utf-8"><title>Codec server sign-in</title>
@@ -70,27 +94,80 @@ class CodecServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(
-        self, address: tuple[str, int], codec: EncryptionCodec, token: str, ui_origin: str
+        self,
+        address: tuple[str, int],
+        codec: EncryptionCodec,
+        token: str,
+        ui_origin: str,
+        *,
+        session_seconds: float = DEFAULT_SESSION_HOURS * 3600,
+        secure_cookie: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not token:
             raise ValueError(f"the codec server needs a token ({TOKEN_VARIABLE})")
+        if session_seconds <= 0:
+            raise ValueError("a session must last longer than 0 seconds")
         super().__init__(address, _Handler)
         self.codec = codec
         self.token = token
         self.ui_origin = ui_origin.rstrip("/")
-        # The cookie proves the token was presented without being the token: a cookie that
-        # leaks (a browser profile, a HAR file) does not reveal it for the CLI or a new session.
-        self.session = hmac.new(token.encode(), b"web-ui-session", hashlib.sha256).hexdigest()
+        self.session_seconds = session_seconds
+        self.secure_cookie = secure_cookie
+        self._clock = clock
+        # Each sign-in's session: its SHA-256 (the cookie itself is not kept, so the table
+        # reveals none) and when it ends. In memory: a restart signs every browser out.
+        self._sessions: dict[bytes, float] = {}
+        self._sessions_lock = threading.Lock()
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
         return f"http://{host!s}:{port}"
 
+    def new_session(self) -> str:
+        """A fresh random session value, valid for session_seconds."""
+        value = secrets.token_urlsafe(32)
+        now = self._clock()
+        with self._sessions_lock:
+            self._sessions = {k: end for k, end in self._sessions.items() if end > now}
+            while len(self._sessions) >= MAX_SESSIONS:
+                del self._sessions[min(self._sessions, key=self._sessions.__getitem__)]
+            self._sessions[_digest(value)] = now + self.session_seconds
+        return value
+
+    def session_valid(self, value: str) -> bool:
+        if not value:
+            return False
+        key = _digest(value)
+        with self._sessions_lock:
+            end = self._sessions.get(key)
+            if end is None:
+                return False
+            if end <= self._clock():
+                del self._sessions[key]
+                return False
+            return True
+
+
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode(errors="replace")).digest()
+
+
+class _Refused(Exception):
+    """A request refused for its body: answered without reading (the rest of) it, on a
+    connection that then closes."""
+
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: CodecServer
     protocol_version = "HTTP/1.1"
+    timeout = READ_TIMEOUT_SECONDS
+    _body_read = False
 
     def do_OPTIONS(self) -> None:
         """A CORS preflight: allowed only from the Web UI's origin (no token: browsers send
@@ -115,19 +192,34 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, _LOGIN_FORM, {"Content-Type": "text/html; charset=utf-8"})
 
     def _login(self) -> None:
-        """The form's POST: the right token sets the session cookie the Web UI's requests
+        """The form's POST: the right token starts a session, whose cookie the Web UI's requests
         carry; a wrong one is a 401, like a wrong bearer token."""
-        length = min(int(self.headers.get("Content-Length") or 0), 4096)
-        form = parse_qs(self.rfile.read(length).decode(errors="replace"))
+        body = self._body(MAX_LOGIN_BYTES)
+        form = parse_qs(body.decode(errors="replace"))
         given = (form.get("token") or [""])[0].strip()
         if not hmac.compare_digest(given.encode(), self.server.token.encode()):
             self._send_error(HTTPStatus.UNAUTHORIZED, "wrong token")
             return
-        cookie = f"{SESSION_COOKIE}={self.server.session}; HttpOnly; SameSite=Strict; Path=/"
-        headers = {"Content-Type": "text/html; charset=utf-8", "Set-Cookie": cookie}
+        attributes = [
+            f"{SESSION_COOKIE}={self.server.new_session()}",
+            "HttpOnly",
+            "SameSite=Strict",
+            "Path=/",
+            f"Max-Age={int(self.server.session_seconds)}",
+        ]
+        if self.server.secure_cookie:
+            attributes.append("Secure")
+        headers = {"Content-Type": "text/html; charset=utf-8", "Set-Cookie": "; ".join(attributes)}
         self._send(HTTPStatus.OK, _SIGNED_IN, headers)
 
     def do_POST(self) -> None:
+        try:
+            self._post()
+        except _Refused as refused:
+            # Whatever the client sent is unread, or its extent unknown: close after the answer.
+            self._send_error(refused.status, str(refused), close=True)
+
+    def _post(self) -> None:
         path = self._path()
         if path == "/login":
             self._login()
@@ -138,12 +230,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             self._send_error(HTTPStatus.UNAUTHORIZED, "a bearer token is required")
             return
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY_BYTES:
-            self._send_error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too many payloads at once")
-            return
         try:
-            payloads = json_format.Parse(self.rfile.read(length), Payloads())
+            payloads = json_format.Parse(self._body(MAX_BODY_BYTES), Payloads())
         except (json_format.ParseError, DecodeError, UnicodeDecodeError) as error:
             self._send_error(HTTPStatus.BAD_REQUEST, f"not a Payloads JSON body: {error}")
             return
@@ -159,6 +247,34 @@ class _Handler(BaseHTTPRequestHandler):
         body = json_format.MessageToJson(Payloads(payloads=converted)).encode()
         self._send(HTTPStatus.OK, body, {"Content-Type": "application/json"})
 
+    def _body(self, limit: int) -> bytes:
+        """The request's body, read only once its Content-Length is one plain number within
+        `limit`; raises _Refused (411, 400 or 413) before reading a byte otherwise."""
+        if "Transfer-Encoding" in self.headers:
+            raise _Refused(HTTPStatus.LENGTH_REQUIRED, "send a Content-Length, not chunks")
+        lengths = self.headers.get_all("Content-Length") or []
+        if not lengths:
+            raise _Refused(HTTPStatus.LENGTH_REQUIRED, "a Content-Length is required")
+        if len(lengths) > 1 or not _CONTENT_LENGTH.fullmatch(lengths[0].strip()):
+            raise _Refused(HTTPStatus.BAD_REQUEST, "Content-Length is not one number of bytes")
+        length = int(lengths[0])
+        if length > limit:
+            raise _Refused(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"the body may have at most {limit} bytes"
+            )
+        if self.headers.get("Expect", "").strip().lower() == "100-continue":
+            self.send_response_only(HTTPStatus.CONTINUE)
+            self.end_headers()
+        try:
+            body = self.rfile.read(length)
+        except OSError:  # the read timed out, or the client went away
+            body = b""
+        if len(body) != length:
+            self._body_read = True  # as much as there will be: the connection closes anyway
+            raise _Refused(HTTPStatus.BAD_REQUEST, "the body ended before its Content-Length")
+        self._body_read = True
+        return body
+
     def _path(self) -> str:
         return self.path.split("?", 1)[0].rstrip("/")
 
@@ -170,9 +286,7 @@ class _Handler(BaseHTTPRequestHandler):
         # The Web UI's session cookie, on a JSON request only: a JSON body needs a CORS
         # preflight, which only the UI's origin passes, so no other page can use the cookie.
         json_body = self.headers.get("Content-Type", "").startswith("application/json")
-        return json_body and hmac.compare_digest(
-            self._cookie(SESSION_COOKIE).encode(), self.server.session.encode()
-        )
+        return json_body and self.server.session_valid(self._cookie(SESSION_COOKIE))
 
     def _cookie(self, name: str) -> str:
         for part in self.headers.get("Cookie", "").split(";"):
@@ -184,11 +298,34 @@ class _Handler(BaseHTTPRequestHandler):
     def _cors_allowed(self) -> bool:
         return self.headers.get("Origin", "").rstrip("/") == self.server.ui_origin
 
-    def _send_error(self, status: HTTPStatus, message: str) -> None:
-        body = json.dumps({"error": message}).encode()
-        self._send(status, body, {"Content-Type": "application/json"})
+    def _unread_body(self) -> bool:
+        """Whether the request announced a body this handler has not read: the connection must
+        close then, or the rest of that body would be read as the next request."""
+        if self._body_read:
+            return False
+        announced = self.headers.get("Content-Length", "0").strip()
+        return "Transfer-Encoding" in self.headers or announced != "0"
 
-    def _send(self, status: HTTPStatus, body: bytes, headers: dict[str, str] | None = None) -> None:
+    def _send_error(self, status: HTTPStatus, message: str, *, close: bool = False) -> None:
+        body = json.dumps({"error": message}).encode()
+        self._send(status, body, {"Content-Type": "application/json"}, close=close)
+
+    def parse_request(self) -> bool:
+        self._body_read = False  # per request: one handler serves a whole kept-alive connection
+        return super().parse_request()
+
+    def handle_expect_100(self) -> bool:
+        # "100 Continue" invites the body: sent by _body, once the body is wanted.
+        return True
+
+    def _send(
+        self,
+        status: HTTPStatus,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+        *,
+        close: bool = False,
+    ) -> None:
         self.send_response(status)
         if self._cors_allowed():
             self.send_header("Access-Control-Allow-Origin", self.server.ui_origin)
@@ -197,6 +334,9 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
+        if close or self._unread_body():
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
 
@@ -213,10 +353,17 @@ def serving(
     host: str = DEFAULT_HOST,
     port: int = 0,
     ui_origin: str = DEFAULT_UI_ORIGIN,
+    **options: Any,
 ) -> Iterator[CodecServer]:
-    """A codec server in a background thread, for the tests and for embedding."""
-    server = CodecServer((host, port), codec, token, ui_origin)
-    thread = threading.Thread(target=server.serve_forever, name="codec-server", daemon=True)
+    """A codec server in a background thread, for the tests and for embedding. `options` go to
+    CodecServer (session_seconds, secure_cookie, clock)."""
+    server = CodecServer((host, port), codec, token, ui_origin, **options)
+    thread = threading.Thread(
+        target=server.serve_forever,
+        kwargs={"poll_interval": 0.05},
+        name="codec-server",
+        daemon=True,
+    )
     thread.start()
     try:
         yield server
@@ -224,6 +371,30 @@ def serving(
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def token_from_env(environ: Mapping[str, str] | None = None) -> str:
+    """AGENT_CODEC_TOKEN, or the contents of the file AGENT_CODEC_TOKEN_FILE names; raises
+    ValueError (one line, without the token) when neither gives one."""
+    env = os.environ if environ is None else environ
+    inline = env.get(TOKEN_VARIABLE, "").strip()
+    path = env.get(TOKEN_FILE_VARIABLE, "").strip()
+    if inline and path:
+        raise ValueError(f"set {TOKEN_VARIABLE} or {TOKEN_FILE_VARIABLE}, not both")
+    if path:
+        try:
+            inline = Path(path).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as error:
+            reason = getattr(error, "strerror", None) or type(error).__name__
+            raise ValueError(f"{TOKEN_FILE_VARIABLE}: cannot read {path}: {reason}") from None
+        if not inline:
+            raise ValueError(f"{TOKEN_FILE_VARIABLE}: {path} is empty")
+    if not inline:
+        raise ValueError(
+            f"{TOKEN_VARIABLE} is not set: the server does not start without one "
+            f"(or {TOKEN_FILE_VARIABLE}, a file that holds it)"
+        )
+    return inline
 
 
 class _OneLineArgumentParser(argparse.ArgumentParser):
@@ -247,27 +418,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--ui-origin",
         default=DEFAULT_UI_ORIGIN,
-        help="the Web UI's origin, the only one CORS allows (default: http://localhost:8233)",
+        help="the Web UI's origin as the browser shows it, the only one CORS allows (default: "
+        "http://localhost:8233, the dev server's UI; docker-compose's is http://localhost:8080)",
+    )
+    parser.add_argument(
+        "--session-hours",
+        type=float,
+        default=DEFAULT_SESSION_HOURS,
+        help=f"how long a browser's sign-in lasts (default: {DEFAULT_SESSION_HOURS:g})",
+    )
+    parser.add_argument(
+        "--behind-tls",
+        action="store_true",
+        help="browsers reach this server over HTTPS (a TLS proxy in front): mark the cookie Secure",
     )
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:
         return int(stop.code or 0)
-    token = os.environ.get(TOKEN_VARIABLE, "").strip()
-    if not token:
-        return _usage_error(f"{TOKEN_VARIABLE} is not set: the server does not start without one")
+    if not args.session_hours > 0:
+        return _usage_error(f"--session-hours must be more than 0, not {args.session_hours:g}")
     try:
+        token = token_from_env()
         keys = keys_from_env()
-    except PayloadKeyError as error:
+        associated_data = associated_data_from_env()
+    except (ValueError, PayloadKeyError) as error:
         return _usage_error(str(error))
     if not keys:
         return _usage_error(f"no keys: set {KEYS_VARIABLE} or {KEYS_FILE_VARIABLE}")
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    codec = EncryptionCodec(keys)
+    codec = EncryptionCodec(keys, associated_data=associated_data)
     try:
-        server = CodecServer((args.host, args.port), codec, token, args.ui_origin)
+        server = CodecServer(
+            (args.host, args.port),
+            codec,
+            token,
+            args.ui_origin,
+            session_seconds=args.session_hours * 3600,
+            secure_cookie=args.behind_tls,
+        )
     except OSError as error:
         _log.error("cannot listen on %s:%d: %s", args.host, args.port, error.strerror)
         return 1

@@ -7,6 +7,13 @@ comment). The first key encrypts; every key listed decrypts the payloads that na
 rotation is "new,old": runs started before it still read. Keys are 16, 24 or 32 bytes (AES-128,
 -192 or -256); `python payload_codec.py` prints a fresh pair.
 
+Each payload is sealed with associated data that names this format and the key id, and says so
+in its metadata (`encryption-aad: v1`), so a payload is opened the way it was sealed: those from
+before associated data (no such metadata) still read, and moving the marker on or off a payload
+makes it fail to decrypt. Releases before associated data cannot read the new payloads: while a
+fleet still runs one, set `AGENT_PAYLOAD_AAD=off` on the new releases (they read both and write
+the old form), and remove it once every worker, client and codec server is upgraded.
+
 What the codec covers (temporalio's payload visitor): workflow and activity inputs and results,
 query and update payloads, memos, activity summaries (user metadata) and, with the failure
 converter below, failure messages and stack traces. Search attributes are never encoded: the
@@ -38,6 +45,9 @@ KEYS_VARIABLE = "AGENT_PAYLOAD_KEYS"
 KEYS_FILE_VARIABLE = "AGENT_PAYLOAD_KEYS_FILE"
 ENCODING = b"binary/encrypted"
 KEY_ID_METADATA = "encryption-key-id"
+AAD_METADATA = "encryption-aad"
+AAD_VERSION = b"v1"
+AAD_VARIABLE = "AGENT_PAYLOAD_AAD"
 NONCE_BYTES = 12
 _KEY_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
@@ -109,16 +119,36 @@ def keys_from_env(environ: Mapping[str, str] | None = None) -> list[PayloadKey] 
     return None
 
 
+def associated_data_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether new payloads are sealed with associated data: yes unless AGENT_PAYLOAD_AAD=off
+    (for a fleet that still runs a release that cannot read them)."""
+    env = os.environ if environ is None else environ
+    value = env.get(AAD_VARIABLE, "").strip().lower()
+    if value in ("", "on"):
+        return True
+    if value == "off":
+        return False
+    raise PayloadKeyError(f"{AAD_VARIABLE} is {value[:20]!r}; expected on or off")
+
+
+def associated_data(key_id: str) -> bytes:
+    """What a v1 payload is sealed with besides its contents: the format and the key id."""
+    return b"durable-agent-loop payload v1 key " + key_id.encode()
+
+
 class EncryptionCodec(PayloadCodec):
-    """AES-GCM over each whole serialized payload, with the key id in the metadata.
+    """AES-GCM over each whole serialized payload, with the key id in the metadata, and the
+    associated data of `associated_data` unless told otherwise.
 
     Decoding passes payloads without the `binary/encrypted` encoding through unchanged: runs
-    started before encryption was turned on still read."""
+    started before encryption was turned on still read; and opens payloads without the
+    associated-data marker without associated data, as they were sealed."""
 
-    def __init__(self, keys: Sequence[PayloadKey]) -> None:
+    def __init__(self, keys: Sequence[PayloadKey], *, associated_data: bool = True) -> None:
         if not keys:
             raise PayloadKeyError("an encryption codec needs at least one key")
         self.key_id = keys[0].id
+        self.associated_data = associated_data
         self._encryptor = AESGCM(keys[0].key)
         self._decryptors = {k.id: AESGCM(k.key) for k in keys}
 
@@ -130,11 +160,13 @@ class EncryptionCodec(PayloadCodec):
 
     def encrypt(self, payload: Payload) -> Payload:
         nonce = secrets.token_bytes(NONCE_BYTES)
-        sealed = self._encryptor.encrypt(nonce, payload.SerializeToString(), None)
-        return Payload(
-            metadata={"encoding": ENCODING, KEY_ID_METADATA: self.key_id.encode()},
-            data=nonce + sealed,
-        )
+        metadata = {"encoding": ENCODING, KEY_ID_METADATA: self.key_id.encode()}
+        aad = None
+        if self.associated_data:
+            aad = associated_data(self.key_id)
+            metadata[AAD_METADATA] = AAD_VERSION
+        sealed = self._encryptor.encrypt(nonce, payload.SerializeToString(), aad)
+        return Payload(metadata=metadata, data=nonce + sealed)
 
     def decrypt(self, payload: Payload) -> Payload:
         if payload.metadata.get("encoding") != ENCODING:
@@ -147,9 +179,16 @@ class EncryptionCodec(PayloadCodec):
                 f"(known: {', '.join(self._decryptors)}); add it back to {KEYS_VARIABLE} after "
                 "the new key to read runs from before a rotation"
             )
+        marker = payload.metadata.get(AAD_METADATA)
+        if marker is not None and marker != AAD_VERSION:
+            raise PayloadKeyError(
+                f"a payload with key id {key_id!r} is sealed with associated data "
+                f"{marker[:16].decode(errors='replace')!r}, which this release does not know"
+            )
+        aad = None if marker is None else associated_data(key_id)
         data = payload.data
         try:
-            plain = decryptor.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], None)
+            plain = decryptor.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], aad)
         except InvalidTag:
             raise PayloadKeyError(
                 f"a payload with key id {key_id!r} does not decrypt: the key configured for "
@@ -167,9 +206,10 @@ def data_converter(
     configured = list(keys) if keys is not None else keys_from_env(environ)
     if not configured:
         return pydantic_data_converter
+    codec = EncryptionCodec(configured, associated_data=associated_data_from_env(environ))
     return dataclasses.replace(
         pydantic_data_converter,
-        payload_codec=EncryptionCodec(configured),
+        payload_codec=codec,
         failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
     )
 

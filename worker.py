@@ -31,6 +31,7 @@ import activities.read_result  # noqa: F401  (registers read_result)
 import payload_codec
 from activities import telemetry
 from activities.model_call import call_model
+from activities.store_check import StoreNotWritable, check_stores
 from activities.tools import resolve_tools, tool_activities
 from agent_client import ensure_search_attributes
 from cli.plumbing import CommandLineError, OneLineArgumentParser, exit_now, temporal_address
@@ -52,6 +53,9 @@ async def connect(address: str, namespace: str = "default") -> Client:
 
 
 def build_worker(client: Client, task_queue: str = DEFAULT_TASK_QUEUE, **options: Any) -> Worker:
+    """The worker of every run. Raises StoreNotWritable (one line) before anything is served
+    when a store's file cannot be written: better now than after a model call was paid for."""
+    check_stores()
     # Tracing comes with the client; a client without it gets it here, when tracing is on.
     tracing = telemetry.worker_interceptors(client)
     if tracing:
@@ -133,7 +137,8 @@ async def _serve(address: str, namespace: str, task_queue: str) -> None:
 
 def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
     """Serve runs until interrupted: 0 on Ctrl-C, 1 when the server cannot be used, 2 for a bad
-    command line. `prog` names the command in its messages (`starter.py worker`)."""
+    command line or configuration (a malformed key, a store that cannot be written). `prog` names
+    the command in its messages (`starter.py worker`)."""
     parser = OneLineArgumentParser(prog=prog, description="Serve agent runs.")
     parser.add_argument(
         "--address", help="Temporal frontend (default: $TEMPORAL_ADDRESS, else localhost:7233)"
@@ -150,7 +155,8 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
     address = temporal_address(args.address) or DEFAULT_ADDRESS
     try:
         payload_codec.data_converter()  # a malformed key configuration is a usage error
-    except payload_codec.PayloadKeyError as error:
+        check_stores()  # before connecting: nothing is served that could not be stored
+    except (payload_codec.PayloadKeyError, StoreNotWritable) as error:
         sys.stderr.write(f"{prog}: error: {error}\n")
         return 2
     try:

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import http.client
 import json
+import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -17,13 +21,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.client import Client
 
 import codec_server
 from codec_server import serving
-from payload_codec import ENCODING, KEY_ID_METADATA, EncryptionCodec, PayloadKey, data_converter
+from payload_codec import (
+    AAD_METADATA,
+    ENCODING,
+    KEY_ID_METADATA,
+    EncryptionCodec,
+    PayloadKey,
+    PayloadKeyError,
+    associated_data,
+    associated_data_from_env,
+    data_converter,
+)
 from tests.helpers import TEST_WORKER_OPTIONS, scripted_input, turn
 from tests.test_privacy import in_isolated_namespace
 from worker import build_worker, temporal_binary
@@ -328,3 +344,382 @@ async def test_the_temporal_cli_shows_an_encrypted_run_through_it(
     assert base64.b64decode(started["metadata"]["encoding"]) == b"json/plain"
     assert prompt in base64.b64decode(started["data"]).decode()
     assert base64.b64encode(ENCODING).decode() not in shown.stdout
+
+
+# --- what is read, and when ----------------------------------------------------------------------
+
+
+def raw_exchange(
+    server: codec_server.CodecServer, head: str, body: bytes = b"", *, wait: float = 1.0
+) -> tuple[int, dict[str, str], bool]:
+    """Send `head` (request line and headers, without the blank line) and `body` over a socket
+    that stays open for writing, and read the answer for at most `wait` seconds: (status, headers,
+    whether the server closed the connection after it). A server still reading a body it should
+    have refused gives no answer, and the socket's timeout fails the test."""
+    host, port = server.server_address[:2]
+    with socket.create_connection((str(host), port), timeout=wait) as conn:
+        conn.sendall(head.replace("\n", "\r\n").encode() + b"\r\n\r\n" + body)
+        received = b""
+        while b"\r\n\r\n" not in received:
+            chunk = conn.recv(65536)
+            assert chunk, f"the server closed without answering: {received!r}"
+            received += chunk
+        header_block, _, rest = received.partition(b"\r\n\r\n")
+        status_line, *lines = header_block.decode().split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines)}
+        length = int(headers.get("content-length", "0"))
+        while len(rest) < length:
+            rest += conn.recv(65536)
+        try:
+            closed = conn.recv(1) == b""
+        except (TimeoutError, ConnectionResetError):
+            closed = False
+    return int(status_line.split()[1]), headers, closed
+
+
+def post_head(path: str, *headers: str) -> str:
+    return "\n".join([f"POST {path} HTTP/1.1", "Host: localhost", *headers])
+
+
+AUTHORIZED = ("Content-Type: application/json", f"Authorization: Bearer {TOKEN}")
+LOGIN = ("Content-Type: application/x-www-form-urlencoded",)
+HUGE = str(200 * 1024 * 1024)
+
+
+@pytest.mark.parametrize(
+    ("path", "extra"),
+    [("/login", LOGIN), ("/encode", AUTHORIZED), ("/decode", AUTHORIZED)],
+    ids=["login", "encode", "decode"],
+)
+@pytest.mark.parametrize(
+    ("length_headers", "status"),
+    [
+        ((), 411),
+        (("Transfer-Encoding: chunked",), 411),
+        (("Content-Length: -1",), 400),
+        (("Content-Length: abc",), 400),
+        (("Content-Length: 1e3",), 400),
+        (("Content-Length: +5",), 400),
+        (("Content-Length: 5", "Content-Length: 500"), 400),
+        ((f"Content-Length: {HUGE}",), 413),
+        (("Content-Length: 99999999999999999999999",), 400),
+    ],
+    ids=[
+        "missing",
+        "chunked",
+        "negative",
+        "garbage",
+        "exponent",
+        "signed",
+        "twice",
+        "huge",
+        "long",
+    ],
+)
+def test_a_body_is_refused_before_a_byte_of_it_is_read(
+    server: codec_server.CodecServer,
+    path: str,
+    extra: tuple[str, ...],
+    length_headers: tuple[str, ...],
+    status: int,
+) -> None:
+    """-1 was once rfile.read(-1): the server read until the client hung up, 200 MiB of it into
+    memory, before any reply. Now the answer comes at once, the body unread, and the connection
+    closes (what was sent would otherwise be read as the next request)."""
+    started = time.monotonic()
+    got, headers, closed = raw_exchange(
+        server, post_head(path, *extra, *length_headers), b'{"payloads": ['
+    )
+    assert (got, headers.get("connection"), closed) == (status, "close", True)
+    assert time.monotonic() - started < 1.0
+
+
+def test_the_login_form_is_small(server: codec_server.CodecServer) -> None:
+    status, _, closed = raw_exchange(server, post_head("/login", *LOGIN, "Content-Length: 4097"))
+    assert (status, closed) == (413, True)
+
+
+@pytest.mark.parametrize("path", ["/encode", "/decode", "/elsewhere"])
+def test_no_body_is_read_without_the_token(server: codec_server.CodecServer, path: str) -> None:
+    """A caller without the token is answered before its body: 200 MiB announced, none sent."""
+    head = post_head(path, "Content-Type: application/json", f"Content-Length: {HUGE}")
+    status, headers, closed = raw_exchange(server, head)
+    assert (status, headers.get("connection"), closed) == (
+        401 if path != "/elsewhere" else 404,
+        "close",
+        True,
+    )
+
+
+def test_a_body_shorter_than_its_length_is_a_400(server: codec_server.CodecServer) -> None:
+    host, port = server.server_address[:2]
+    with socket.create_connection((str(host), port), timeout=2) as conn:
+        head = post_head("/decode", *AUTHORIZED, "Content-Length: 100")
+        conn.sendall(head.replace("\n", "\r\n").encode() + b"\r\n\r\n" + b'{"payloads"')
+        conn.shutdown(socket.SHUT_WR)
+        answer = b"".join(iter(lambda: conn.recv(65536), b""))
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"ended before its Content-Length" in answer
+
+
+def test_a_body_is_invited_only_once_it_is_wanted(server: codec_server.CodecServer) -> None:
+    """`Expect: 100-continue` (curl sends it for large bodies): a refused request gets its error
+    without the "100 Continue" that would invite the body; an accepted one gets it, then 200."""
+    refused = post_head("/decode", *AUTHORIZED, "Expect: 100-continue", f"Content-Length: {HUGE}")
+    assert raw_exchange(server, refused)[0] == 413
+    unauthorized = post_head("/decode", "Expect: 100-continue", "Content-Length: 10")
+    assert raw_exchange(server, unauthorized)[0] == 401
+
+    body = json.dumps(payloads_json(PLAIN)).encode()
+    host, port = server.server_address[:2]
+    with socket.create_connection((str(host), port), timeout=2) as conn:
+        head = post_head(
+            "/decode", *AUTHORIZED, "Expect: 100-continue", f"Content-Length: {len(body)}"
+        )
+        conn.sendall(head.replace("\n", "\r\n").encode() + b"\r\n\r\n")
+        assert conn.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        conn.sendall(body)
+        assert conn.recv(65536).startswith(b"HTTP/1.1 200 OK")
+
+
+def test_a_kept_alive_connection_still_serves_request_after_request(
+    server: codec_server.CodecServer,
+) -> None:
+    """Refusals close their connection; answers to whole requests do not."""
+    host, port = server.server_address[:2]
+    connection = http.client.HTTPConnection(str(host), port, timeout=5)
+    try:
+        body = json.dumps(payloads_json(PLAIN))
+        for _ in range(3):
+            connection.request(
+                "POST", "/encode", body, {**BEARER, "Content-Type": "application/json"}
+            )
+            response = connection.getresponse()
+            assert response.status == 200 and response.getheader("Connection") is None
+            response.read()
+        connection.request("POST", "/decode", body, {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        # Refused unread, the body would be taken for the next request: the 401 closes, and
+        # the client opens a new connection for what follows.
+        assert response.status == 401 and response.getheader("Connection") == "close"
+        response.read()
+        connection.request("POST", "/encode", body, {**BEARER, "Content-Type": "application/json"})
+        assert connection.getresponse().status == 200
+    finally:
+        connection.close()
+
+
+def resident_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_the_server_does_not_grow_on_an_unbounded_login(tmp_path: Path) -> None:
+    """The issue's reproduction against `python codec_server.py`: Content-Length -1 on /login
+    and 200 MiB behind it. The answer comes before the body, and the process stays its size."""
+    key_text = base64.b64encode(NEW.key).decode()
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "codec_server.py"), "--port", "0"],
+        cwd=tmp_path,
+        env={"AGENT_PAYLOAD_KEYS": f"new={key_text}", "AGENT_CODEC_TOKEN": TOKEN},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        host, port = line.split("codec server on http://", 1)[1].split()[0].split(":")
+        before = resident_bytes(process.pid)
+        chunk = b"token=" + b"x" * (1024 * 1024)
+        with socket.create_connection((host, int(port)), timeout=2) as conn:
+            head = post_head("/login", *LOGIN, "Content-Length: -1")
+            conn.sendall(head.replace("\n", "\r\n").encode() + b"\r\n\r\n" + chunk)
+            assert conn.recv(65536).startswith(b"HTTP/1.1 400 ")
+            sent = 0
+            with contextlib.suppress(OSError):  # the server has closed: the pipe breaks
+                while sent < 200:
+                    conn.sendall(chunk)
+                    sent += 1
+            assert sent < 200, "the server took 200 MiB it had already refused"
+        grown = resident_bytes(process.pid) - before
+        assert grown < 16 * 1024 * 1024, f"the server grew by {grown / 2**20:.0f} MiB"
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+
+
+# --- sessions ------------------------------------------------------------------------------------
+
+
+def cookie_of(headers: dict[str, str]) -> tuple[str, set[str]]:
+    """(name=value, the attributes) of a Set-Cookie header."""
+    value, *attributes = (part.strip() for part in headers["Set-Cookie"].split(";"))
+    return value, set(attributes)
+
+
+def decodes_with(server: codec_server.CodecServer, session: str) -> int:
+    encrypted = EncryptionCodec([NEW]).encrypt(PLAIN)
+    headers = {"Cookie": session, "Origin": UI_ORIGIN}
+    status, _, _ = request(server, "/decode", payloads_json(encrypted), headers=headers)
+    return status
+
+
+def test_each_sign_in_is_its_own_random_session(server: codec_server.CodecServer) -> None:
+    """Once, the cookie was derived from the token: the same in every browser, forever, and
+    valid on any server with that token. Now each sign-in draws its own."""
+    first, attributes = cookie_of(sign_in(server, TOKEN)[1])
+    second, _ = cookie_of(sign_in(server, TOKEN)[1])
+    assert first != second
+    assert f"Max-Age={codec_server.DEFAULT_SESSION_HOURS * 3600:.0f}" in attributes
+    assert "Secure" not in attributes  # plain HTTP on localhost: a Secure cookie would not stick
+    assert decodes_with(server, first) == 200 and decodes_with(server, second) == 200
+    with serving(EncryptionCodec([NEW]), TOKEN, ui_origin=UI_ORIGIN) as restarted:
+        assert decodes_with(restarted, first) == 401, "a session outlived its server"
+
+
+def test_a_session_ends_on_the_server_too() -> None:
+    """Max-Age asks the browser to forget the cookie; the server does not rely on it."""
+    now = [1000.0]
+    with serving(
+        EncryptionCodec([NEW]), TOKEN, ui_origin=UI_ORIGIN, session_seconds=60, clock=lambda: now[0]
+    ) as short:
+        session, attributes = cookie_of(sign_in(short, TOKEN)[1])
+        assert "Max-Age=60" in attributes
+        now[0] += 59
+        assert decodes_with(short, session) == 200
+        now[0] += 1
+        assert decodes_with(short, session) == 401
+        now[0] -= 30  # gone for good once seen expired, whatever the clock says next
+        assert decodes_with(short, session) == 401
+
+
+def test_sign_ins_past_the_limit_push_out_the_oldest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codec_server, "MAX_SESSIONS", 2)
+    now = [0.0]
+    with serving(EncryptionCodec([NEW]), TOKEN, ui_origin=UI_ORIGIN, clock=lambda: now[0]) as srv:
+        sessions = []
+        for _ in range(3):
+            now[0] += 1
+            sessions.append(cookie_of(sign_in(srv, TOKEN)[1])[0])
+        assert [decodes_with(srv, s) for s in sessions] == [401, 200, 200]
+
+
+def test_behind_tls_the_cookie_is_secure() -> None:
+    with serving(EncryptionCodec([NEW]), TOKEN, ui_origin=UI_ORIGIN, secure_cookie=True) as srv:
+        _, attributes = cookie_of(sign_in(srv, TOKEN)[1])
+    assert {"Secure", "HttpOnly", "SameSite=Strict"} <= attributes
+
+
+def test_the_command_reads_its_token_from_a_file_and_marks_the_cookie(tmp_path: Path) -> None:
+    """As docker-compose runs it: the key and the token in files, behind a TLS proxy."""
+    (tmp_path / "keys").write_text(f"new={base64.b64encode(NEW.key).decode()}\n")
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "codec_server.py"), "--port", "0", "--behind-tls"],
+        cwd=tmp_path,
+        env={
+            "AGENT_PAYLOAD_KEYS_FILE": str(tmp_path / "keys"),
+            "AGENT_CODEC_TOKEN_FILE": str(tmp_path / "token"),
+        },
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        url = process.stderr.readline().split("codec server on ", 1)[1].split()[0]
+        sent = urllib.request.Request(
+            url + "/login",
+            data=urllib.parse.urlencode({"token": TOKEN}).encode(),
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        with urllib.request.urlopen(sent, timeout=5) as response:
+            assert "Secure" in cookie_of(dict(response.headers))[1]
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+
+
+def test_bad_token_and_session_settings_are_one_line_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AGENT_PAYLOAD_KEYS", f"new={base64.b64encode(NEW.key).decode()}")
+    monkeypatch.delenv("AGENT_CODEC_TOKEN", raising=False)
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    cases = [
+        ({"AGENT_CODEC_TOKEN_FILE": str(tmp_path / "missing")}, [], "cannot read"),
+        ({"AGENT_CODEC_TOKEN_FILE": str(empty)}, [], "is empty"),
+        ({"AGENT_CODEC_TOKEN_FILE": str(empty), "AGENT_CODEC_TOKEN": TOKEN}, [], "not both"),
+        ({"AGENT_CODEC_TOKEN": TOKEN}, ["--session-hours", "0"], "more than 0"),
+        ({"AGENT_CODEC_TOKEN": TOKEN, "AGENT_PAYLOAD_AAD": "maybe"}, [], "on or off"),
+    ]
+    for env, argv, expected in cases:
+        with monkeypatch.context() as scoped:
+            for name, value in env.items():
+                scoped.setenv(name, value)
+            assert codec_server.main(["--port", "0", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and expected in err and TOKEN not in err, err
+
+
+# --- associated data -----------------------------------------------------------------------------
+
+
+def sealed_without_associated_data(key: PayloadKey, payload: Payload) -> Payload:
+    """A payload as releases before associated data wrote it."""
+    nonce = bytes(12)
+    sealed = AESGCM(key.key).encrypt(nonce, payload.SerializeToString(), None)
+    return Payload(
+        metadata={"encoding": ENCODING, KEY_ID_METADATA: key.id.encode()}, data=nonce + sealed
+    )
+
+
+def test_payloads_are_sealed_with_associated_data_and_older_ones_still_open() -> None:
+    codec = EncryptionCodec([NEW, OLD])
+    sealed = codec.encrypt(PLAIN)
+    assert sealed.metadata[AAD_METADATA] == b"v1"
+    data = sealed.data
+    with pytest.raises(InvalidTag):  # it really is bound: without the data it does not open
+        AESGCM(NEW.key).decrypt(data[:12], data[12:], None)
+    assert AESGCM(NEW.key).decrypt(data[:12], data[12:], associated_data("new"))
+    assert codec.decrypt(sealed) == PLAIN
+    assert codec.decrypt(sealed_without_associated_data(OLD, PLAIN)) == PLAIN
+
+
+def test_moving_the_marker_on_or_off_a_payload_fails_it() -> None:
+    codec = EncryptionCodec([NEW])
+    stripped = codec.encrypt(PLAIN)
+    del stripped.metadata[AAD_METADATA]
+    added = sealed_without_associated_data(NEW, PLAIN)
+    added.metadata[AAD_METADATA] = b"v1"
+    relabelled = codec.encrypt(PLAIN)
+    relabelled.metadata[AAD_METADATA] = b"v9"
+    for altered in (stripped, added):
+        with pytest.raises(PayloadKeyError, match="does not decrypt"):
+            codec.decrypt(altered)
+    with pytest.raises(PayloadKeyError, match="'v9', which this release does not know"):
+        codec.decrypt(relabelled)
+
+
+def test_associated_data_can_be_held_back_for_a_fleet_mid_upgrade() -> None:
+    """AGENT_PAYLOAD_AAD=off: what an older release can open, read back all the same."""
+    converter = data_converter({"AGENT_PAYLOAD_AAD": "off"}, keys=[NEW])
+    codec = converter.payload_codec
+    assert isinstance(codec, EncryptionCodec) and not codec.associated_data
+    sealed = codec.encrypt(PLAIN)
+    assert AAD_METADATA not in sealed.metadata
+    assert Payload.FromString(AESGCM(NEW.key).decrypt(sealed.data[:12], sealed.data[12:], None))
+    assert EncryptionCodec([NEW]).decrypt(sealed) == PLAIN
+    assert associated_data_from_env({}) and associated_data_from_env({"AGENT_PAYLOAD_AAD": "ON"})
+    with pytest.raises(PayloadKeyError, match="AGENT_PAYLOAD_AAD is 'yes'; expected on or off"):
+        associated_data_from_env({"AGENT_PAYLOAD_AAD": "yes"})
+
+
+def test_the_codec_server_decodes_both_forms(server: codec_server.CodecServer) -> None:
+    both = payloads_json(
+        EncryptionCodec([NEW]).encrypt(PLAIN), sealed_without_associated_data(OLD, PLAIN)
+    )
+    status, _, body = request(server, "/decode", both, headers=BEARER)
+    assert status == 200 and parsed(body) == [PLAIN, PLAIN]

@@ -1,12 +1,18 @@
 """docker-compose.yml, the Dockerfile and .dockerignore, checked as files: there is no Docker engine
-in the test run, so the structure is what is tested (services, images, ports, dependencies)."""
+in the test run, so the structure is what is tested (services, images, ports, dependencies, who
+gets the key, where the stores are). The key one-shot's script runs for real, on this machine."""
 
 from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import shlex
+import shutil
+import stat
+import subprocess
+import sys
 from fnmatch import fnmatch
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -16,6 +22,7 @@ import yaml
 from temporalio.common import SearchAttributeKey
 
 import workflows.models
+from payload_codec import keys_from_env
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -28,8 +35,11 @@ EXPECTED_SERVICES = {
     "temporal-admin-tools",
     "register-search-attributes",
     "temporal-ui",
+    "payload-key",
+    "codec-server",
     "worker",
 }
+BUILT_HERE = ("payload-key", "codec-server", "worker")
 EXPECTED_IMAGES = {
     "postgresql": "postgres",
     "temporal": "temporalio/auto-setup",
@@ -40,6 +50,9 @@ EXPECTED_IMAGES = {
 SEARCH_ATTRIBUTES = {"AgentStatus": "Keyword", "AgentStep": "Int"}
 PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 TEMPORAL_ADDRESS = "temporal:7233"
+STORES = ("AGENT_MESSAGE_STORE", "AGENT_RESULT_STORE", "AGENT_DEMO_DB")
+IMAGE_UID = "10001"
+KEY_SCRIPT = ROOT / "deploy" / "payload-key.sh"
 
 
 # --- reading the files ---------------------------------------------------------------------------
@@ -90,28 +103,59 @@ def depends_on(service: dict[str, Any]) -> dict[str, str]:
 
 def published_ports(service: dict[str, Any]) -> set[tuple[str | None, str]]:
     """(host port or None, container port) for every `ports` entry, short or long syntax."""
-    ports: set[tuple[str | None, str]] = set()
+    return {(host, container) for _, host, container in bound_ports(service)}
+
+
+def bound_ports(service: dict[str, Any]) -> set[tuple[str | None, str | None, str]]:
+    """(host address or None for every address, host port or None, container port)."""
+    ports: set[tuple[str | None, str | None, str]] = set()
     for entry in service.get("ports") or []:
         if isinstance(entry, dict):
             published = entry.get("published")
-            ports.add((None if published is None else str(published), str(entry["target"])))
+            ports.add(
+                (
+                    entry.get("host_ip") or None,
+                    None if published is None else str(published),
+                    str(entry["target"]),
+                )
+            )
             continue
         parts = str(entry).split("/", 1)[0].rsplit(":", 2)  # [ip:][host:]container[/proto]
         host = parts[-2] if len(parts) > 1 else ""
-        ports.add((host or None, parts[-1]))
+        address = parts[-3] if len(parts) > 2 else ""
+        ports.add((address or None, host or None, parts[-1]))
     return ports
 
 
 def mounts(service: dict[str, Any]) -> list[tuple[str | None, str]]:
     """(source or None, target) for every `volumes` entry, short or long syntax."""
-    found: list[tuple[str | None, str]] = []
+    return [(source, target) for source, target, _ in mounts_with_mode(service)]
+
+
+def mounts_with_mode(service: dict[str, Any]) -> list[tuple[str | None, str, bool]]:
+    """(source or None, target, read-only) for every `volumes` entry."""
+    found: list[tuple[str | None, str, bool]] = []
     for entry in service.get("volumes") or []:
         if isinstance(entry, dict):
-            found.append((entry.get("source"), str(entry["target"])))
+            found.append((entry.get("source"), str(entry["target"]), bool(entry.get("read_only"))))
             continue
         parts = str(entry).split(":")
-        found.append((parts[0], parts[1]) if len(parts) > 1 else (None, parts[0]))
+        if len(parts) == 1:
+            found.append((None, parts[0], False))
+            continue
+        options = parts[2].split(",") if len(parts) > 2 else []
+        found.append((parts[0], parts[1], "ro" in options))
     return found
+
+
+def volume_holding(service: dict[str, Any], path: str) -> tuple[str | None, str, bool] | None:
+    """The mount (source, target, read-only) whose target holds `path`, the deepest one."""
+    holding = [
+        mount
+        for mount in mounts_with_mode(service)
+        if PurePosixPath(path).is_relative_to(PurePosixPath(mount[1]))
+    ]
+    return max(holding, key=lambda mount: len(mount[1]), default=None)
 
 
 def is_named_volume(source: str | None) -> bool:
@@ -269,20 +313,57 @@ def test_ports_are_strings(services: dict[str, dict[str, Any]]) -> None:
             assert isinstance(entry, str | dict), f"{name}: port {entry!r} is not a string"
 
 
-def test_frontend_and_ui_ports_are_published(services: dict[str, dict[str, Any]]) -> None:
+def test_frontend_ui_and_codec_ports_are_published(services: dict[str, dict[str, Any]]) -> None:
     assert ("7233", "7233") in published_ports(services["temporal"]), (
         "the frontend is not on localhost:7233, where starter.py --address expects it"
     )
     assert ("8080", "8080") in published_ports(services["temporal-ui"]), (
         "the Web UI is not on localhost:8080"
     )
+    assert ("8081", "8081") in published_ports(services["codec-server"]), (
+        "the codec server is not on localhost:8081, where the Web UI is pointed"
+    )
 
 
-def test_only_the_frontend_and_the_ui_publish_host_ports(
+def test_only_the_frontend_the_ui_and_the_codec_server_publish_host_ports(
     services: dict[str, dict[str, Any]],
 ) -> None:
     publishing = {name for name, service in services.items() if service.get("ports")}
-    assert publishing <= {"temporal", "temporal-ui"}, f"unexpected host ports: {publishing}"
+    assert publishing <= {"temporal", "temporal-ui", "codec-server"}, (
+        f"unexpected host ports: {publishing}"
+    )
+
+
+def test_every_published_port_is_bound_to_loopback(services: dict[str, dict[str, Any]]) -> None:
+    """Nothing in the stack checks who calls: whoever reaches the frontend can start, signal
+    (approve) and read any run. A port without an address is published on every interface."""
+    for name, service in services.items():
+        for address, host_port, container in bound_ports(service):
+            assert address == "127.0.0.1", (
+                f"{name} publishes {host_port or '?'}:{container} on {address or 'every address'}"
+            )
+
+
+def test_the_loopback_parser_sees_every_form() -> None:
+    """The helper above: a bare or two-part port is on every address."""
+    service = {
+        "ports": [
+            "7233",
+            "7233:7233",
+            "127.0.0.1:8080:8080",
+            "0.0.0.0:1:2/udp",
+            {"target": 9, "published": 10, "host_ip": "127.0.0.1"},
+            {"target": 11},
+        ]
+    }
+    assert bound_ports(service) == {
+        (None, None, "7233"),
+        (None, "7233", "7233"),
+        ("127.0.0.1", "8080", "8080"),
+        ("0.0.0.0", "1", "2"),
+        ("127.0.0.1", "10", "9"),
+        (None, None, "11"),
+    }
 
 
 # --- dependencies --------------------------------------------------------------------------------
@@ -357,9 +438,12 @@ def test_ui_points_at_temporal(services: dict[str, dict[str, Any]]) -> None:
 # --- the worker ----------------------------------------------------------------------------------
 
 
-def test_worker_is_built_from_this_project(services: dict[str, dict[str, Any]]) -> None:
-    build = services["worker"].get("build")
-    assert build, "the worker is not built from this project"
+@pytest.mark.parametrize("name", BUILT_HERE)
+def test_agent_services_are_built_from_this_project(
+    services: dict[str, dict[str, Any]], name: str
+) -> None:
+    build = services[name].get("build")
+    assert build, f"{name} is not built from this project"
     context = build if isinstance(build, str) else build.get("context", ".")
     dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile")
     assert (ROOT / context).resolve() == ROOT, f"the build context is {context}, not this project"
@@ -380,6 +464,7 @@ def test_worker_waits_for_the_server_and_the_search_attributes(
     assert depends_on(services["worker"]) == {
         "temporal": "service_healthy",
         "register-search-attributes": "service_completed_successfully",
+        "payload-key": "service_completed_successfully",
     }
 
 
@@ -400,20 +485,221 @@ def test_provider_keys_pass_through_to_the_worker_only(
             assert "env_file" not in service, f"{name} reads an env_file"
 
 
-def test_worker_demo_db_is_on_a_volume_shared_by_replicas(
+@pytest.mark.parametrize("variable", STORES)
+def test_worker_stores_are_on_a_volume_shared_by_replicas(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]], variable: str
+) -> None:
+    """Shared on purpose: a side effect one replica applied, a result one stored (read_result
+    may run on another), a prefix for the next model call. SQLite locks hold between
+    containers on one host's local volume (the compose file says where they do not)."""
+    worker = services["worker"]
+    path = environment(worker).get(variable)
+    assert path and path.startswith("/"), f"{variable}={path}"
+    holder = volume_holding(worker, path)
+    assert holder, f"{path} is on no volume: it would be lost with the container"
+    source, target, read_only = holder
+    assert is_named_volume(source), f"{path} is on {source}, not a named volume"
+    assert source in (compose.get("volumes") or {}), f"volume {source} is not declared"
+    assert not read_only, f"{path} is on a read-only mount"
+    assert target in directories_the_image_user_owns(), (
+        f"{target} (holding {path}) is not a directory the Dockerfile gives to uid {IMAGE_UID}: "
+        "a new named volume takes the owner of the image's directory, root otherwise"
+    )
+
+
+@pytest.mark.parametrize("variable", STORES)
+def test_the_image_puts_the_stores_where_its_user_writes(variable: str) -> None:
+    """`docker run` without compose: the image's own defaults, not the root-owned /app."""
+    path = dockerfile_env().get(variable)
+    assert path, f"the Dockerfile sets no {variable}: the store would go under /app, root's"
+    assert any(
+        PurePosixPath(path).is_relative_to(owned) for owned in directories_the_image_user_owns()
+    ), f"{variable}={path} is not under a directory uid {IMAGE_UID} owns"
+
+
+def test_compose_and_the_image_agree_on_the_stores(services: dict[str, dict[str, Any]]) -> None:
+    worker_env = environment(services["worker"])
+    assert {v: worker_env.get(v) for v in STORES} == {v: dockerfile_env().get(v) for v in STORES}
+
+
+def dockerfile_env() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for keyword, arguments in dockerfile_instructions():
+        if keyword == "ENV":
+            for word in shlex.split(arguments):
+                name, _, value = word.partition("=")
+                found[name] = value
+    return found
+
+
+def directories_the_image_user_owns() -> set[str]:
+    """Directories a RUN makes and chowns to the `agent` user, once that user is uid 10001 and
+    the image runs as it."""
+    instructions = dockerfile_instructions()
+    runs = " && ".join(args for keyword, args in instructions if keyword == "RUN")
+    assert re.search(rf"useradd\b[^&;]*--uid {IMAGE_UID}\b[^&;]* agent\b", runs), (
+        f"the Dockerfile makes no user agent with uid {IMAGE_UID}"
+    )
+    users = [args for keyword, args in instructions if keyword == "USER"]
+    assert users and users[-1].split(":")[0] in {"agent", IMAGE_UID}, users
+    owned: set[str] = set()
+    for command in re.split(r"&&|;", runs):
+        words = shlex.split(command)
+        if words[:1] == ["chown"] and len(words) > 2 and words[1].split(":")[0] == "agent":
+            owned |= {word.rstrip("/") for word in words[2:] if word.startswith("/")}
+    made = set()
+    for command in re.split(r"&&|;", runs):
+        words = shlex.split(command)
+        if words[:1] == ["mkdir"]:
+            made |= {word.rstrip("/") for word in words[1:] if word.startswith("/")}
+    return owned & made
+
+
+# --- encryption: the key, who gets it, the codec server ------------------------------------------
+
+
+def key_file_of(service: dict[str, Any]) -> str:
+    path = environment(service).get("AGENT_PAYLOAD_KEYS_FILE")
+    assert path and path.startswith("/"), "AGENT_PAYLOAD_KEYS_FILE is not an absolute path"
+    return path
+
+
+def test_the_key_one_shot_writes_onto_a_named_volume(
     compose: dict[str, Any], services: dict[str, dict[str, Any]]
 ) -> None:
-    worker = services["worker"]
-    db = environment(worker).get("AGENT_DEMO_DB")
-    assert db and db.startswith("/"), f"AGENT_DEMO_DB={db}"
-    holders = [
-        source
-        for source, target in mounts(worker)
-        if PurePosixPath(db).is_relative_to(PurePosixPath(target))
-    ]
-    assert holders, f"{db} is on no volume: each replica would have its own database"
-    assert is_named_volume(holders[0]), f"{db} is on {holders[0]}, not a named volume"
-    assert holders[0] in (compose.get("volumes") or {}), f"volume {holders[0]} is not declared"
+    maker = services["payload-key"]
+    command = command_text(maker)
+    assert "deploy/payload-key.sh" in command, command
+    assert maker.get("restart", "no") in {"no", "on-failure"}, "a one-shot must not restart"
+    for variable in ("AGENT_PAYLOAD_KEYS_FILE", "AGENT_CODEC_TOKEN_FILE"):
+        path = environment(maker).get(variable)
+        assert path, f"payload-key is not told where {variable} goes"
+        holder = volume_holding(maker, path)
+        assert holder and is_named_volume(holder[0]) and not holder[2], (
+            f"{path} is not on a named volume payload-key can write"
+        )
+        assert holder[1] in directories_the_image_user_owns(), (
+            f"{holder[1]} is not owned by uid {IMAGE_UID} in the image"
+        )
+    assert "AGENT_PAYLOAD_KEYS" not in environment(maker)
+
+
+@pytest.mark.parametrize("name", ["worker", "codec-server"])
+def test_the_key_reaches_the_workers_and_the_codec_server(
+    services: dict[str, dict[str, Any]], name: str
+) -> None:
+    """Read-only, from the volume the one-shot wrote, and only once it has: a worker never
+    starts without the key (it would stop, in one line, if the file were missing)."""
+    service = services[name]
+    maker = services["payload-key"]
+    path = key_file_of(service)
+    assert path == key_file_of(maker)
+    holder, made_on = volume_holding(service, path), volume_holding(maker, path)
+    assert holder and made_on and holder[:2] == made_on[:2], f"{name} reads another {path}"
+    assert holder[2], f"{name} mounts the keys writable"
+    assert depends_on(service).get("payload-key") == "service_completed_successfully"
+    # AGENT_PAYLOAD_KEYS beside the file is a configuration error (both set), and a value
+    # written in the file would put a key in the repository.
+    assert "AGENT_PAYLOAD_KEYS" not in environment(service)
+
+
+def test_no_other_service_gets_the_keys(services: dict[str, dict[str, Any]]) -> None:
+    maker = services["payload-key"]
+    key_volume = volume_holding(maker, key_file_of(maker))
+    assert key_volume
+    for name, service in services.items():
+        if name in BUILT_HERE:
+            continue
+        assert key_volume[0] not in {source for source, _ in mounts(service)}, name
+        assert not {"AGENT_PAYLOAD_KEYS", "AGENT_PAYLOAD_KEYS_FILE"} & environment(service).keys()
+
+
+def codec_arguments(service: dict[str, Any]) -> dict[str, str]:
+    words = shlex.split(command_text(service))
+    assert any(word.endswith("codec_server.py") for word in words), words
+    return {word: words[i + 1] for i, word in enumerate(words[:-1]) if word.startswith("--")}
+
+
+def test_the_codec_server_answers_the_ui_the_browser_shows(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    codec = services["codec-server"]
+    args = codec_arguments(codec)
+    ui_host_port = next(host for host, c in published_ports(services["temporal-ui"]) if c == "8080")
+    assert args.get("--ui-origin") == f"http://localhost:{ui_host_port}", (
+        "the codec server's CORS must name the UI's origin as the browser shows it"
+    )
+    assert args.get("--host") == "0.0.0.0", "inside its container, or the port cannot reach it"
+    assert (args.get("--port", "8081"), args.get("--port", "8081")) in {
+        (c, c) for _, c in published_ports(codec)
+    }
+    assert "--behind-tls" not in args, "the cookie would not stick over plain HTTP"
+    assert environment(codec).get("AGENT_CODEC_TOKEN_FILE") == environment(
+        services["payload-key"]
+    ).get("AGENT_CODEC_TOKEN_FILE")
+    assert "AGENT_CODEC_TOKEN" not in environment(codec)
+
+
+def test_the_ui_points_at_the_codec_server_with_credentials(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    env = environment(services["temporal-ui"])
+    codec_host_port = next(
+        host for host, c in published_ports(services["codec-server"]) if c == "8081"
+    )
+    # The browser calls it: localhost, the UI's own site, so the sign-in cookie goes along.
+    assert env.get("TEMPORAL_CODEC_ENDPOINT") == f"http://localhost:{codec_host_port}"
+    assert env.get("TEMPORAL_CODEC_INCLUDE_CREDENTIALS") == "true"
+
+
+def run_key_script(keys: Path, token: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    python_dir = str(Path(sys.executable).parent)
+    env = {
+        "PATH": f"{python_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "AGENT_PAYLOAD_KEYS_FILE": str(keys),
+        "AGENT_CODEC_TOKEN_FILE": str(token),
+        "PYTHON": sys.executable,
+    }
+    return subprocess.run(
+        ["sh", str(KEY_SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX sh")
+def test_the_key_script_makes_keeps_and_rotates(tmp_path: Path) -> None:
+    """deploy/payload-key.sh as the one-shot runs it (sh, python, payload_codec from /app)."""
+    keys, token = tmp_path / "payload-keys", tmp_path / "codec-token"
+    first = run_key_script(keys, token)
+    assert first.returncode == 0, first.stderr
+    assert "made" in first.stdout and "encrypting with key id" in first.stdout
+    for made in (keys, token):
+        assert stat.S_IMODE(made.stat().st_mode) == 0o600, f"{made.name} is readable by others"
+    [key] = keys_from_env({"AGENT_PAYLOAD_KEYS_FILE": str(keys)}) or []
+    secret = token.read_text().strip()
+    assert len(secret) == 64 and key.key.hex() not in first.stdout + first.stderr
+
+    again = run_key_script(keys, token)
+    assert again.returncode == 0 and "keeping" in again.stdout
+    assert keys_from_env({"AGENT_PAYLOAD_KEYS_FILE": str(keys)}) == [key]
+    assert token.read_text().strip() == secret
+
+    keys.write_text(keys.read_text().replace(key.id, "k-before"))
+    rotated = run_key_script(keys, token, "rotate")
+    assert rotated.returncode == 0, rotated.stderr
+    new, old = keys_from_env({"AGENT_PAYLOAD_KEYS_FILE": str(keys)}) or []
+    assert old.key == key.key and new.key != key.key, "rotate drops no key and puts a new one first"
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX sh")
+def test_the_key_script_fails_on_a_malformed_file_so_no_worker_starts(tmp_path: Path) -> None:
+    keys, token = tmp_path / "payload-keys", tmp_path / "codec-token"
+    keys.write_text("k1=not-base64!\n")
+    done = run_key_script(keys, token)
+    assert done.returncode != 0
+    assert "payload key: " in done.stderr and "is not base64" in done.stderr
+    assert run_key_script(keys, token, "sideways").returncode == 2
+    assert keys.read_text() == "k1=not-base64!\n", "the script overwrote a key it could not read"
 
 
 def test_named_volumes_are_declared(
@@ -516,6 +802,10 @@ def test_compose_file_says_how_to_use_it() -> None:
         "http://localhost:8080",
         'python starter.py "',
         "--address localhost:7233",
+        'export AGENT_PAYLOAD_KEYS="$(docker compose exec -T worker cat /keys/payload-keys)"',
+        "http://localhost:8081/login",
+        "docker compose exec -T codec-server cat /keys/codec-token",
+        "127.0.0.1",
     ):
         assert needle in comments, f"the usage comments do not mention {needle!r}"
 

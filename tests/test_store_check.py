@@ -1,0 +1,213 @@
+"""A worker that cannot write its stores stops at start, in one line, before it serves anything:
+never after a model call was paid for. Run as the users meet it: `python worker.py` in a child
+process, as an unprivileged user where permissions are the point."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import activities.store_check as store_check
+from activities.store_check import StoreNotWritable, check_stores, check_writable, store_paths
+
+ROOT = Path(__file__).resolve().parent.parent
+UNPRIVILEGED = 10001
+"""The image's `agent` user (Dockerfile)."""
+UNREACHABLE = "127.0.0.1:1"
+"""Nothing listens there: a worker that got past the check would fail to connect (status 1)."""
+
+
+def store_env(tmp: Path, **overrides: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"AGENT_PAYLOAD_KEYS", "AGENT_PAYLOAD_KEYS_FILE", "TEMPORAL_ADDRESS"}
+    }
+    env.update(
+        AGENT_MESSAGE_STORE=str(tmp / "messages.db"),
+        AGENT_RESULT_STORE=str(tmp / "results.db"),
+        AGENT_DEMO_DB=str(tmp / "demo.db"),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    env.update(overrides)
+    return env
+
+
+def run_worker(
+    env: dict[str, str], *, as_unprivileged: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """`python worker.py --address <nothing>`; as uid 10001 when asked and running as root.
+
+    This interpreter may live where uid 10001 cannot read (a pyenv under /root), so the child
+    starts as root, imports the worker, and only then drops to uid 10001 and runs its main."""
+    if as_unprivileged and os.geteuid() == 0:
+        code = (
+            "import os, sys, worker\n"
+            f"os.setgroups([]); os.setgid({UNPRIVILEGED}); os.setuid({UNPRIVILEGED})\n"
+            f"sys.exit(worker.main(['--address', {UNREACHABLE!r}]))\n"
+        )
+        command = [sys.executable, "-c", code]
+    else:
+        command = [sys.executable, str(ROOT / "worker.py"), "--address", UNREACHABLE]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess[str], line: str) -> None:
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr == f"worker.py: error: {line}\n"
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A directory uid 10001 can enter (pytest's tmp_path sits under a root-only directory)."""
+    made = Path(tempfile.mkdtemp(prefix="store-check-"))
+    made.chmod(0o755)
+    try:
+        yield made
+    finally:
+        for path in sorted(made.rglob("*"), reverse=True):
+            path.chmod(0o700)
+        subprocess.run(["rm", "-rf", str(made)], check=True)
+
+
+# --- the worker command --------------------------------------------------------------------------
+
+
+def test_a_store_under_a_file_stops_the_worker_in_one_line(tmp_path: Path) -> None:
+    """mkdir under a regular file fails for every user, root included."""
+    env = store_env(tmp_path, AGENT_MESSAGE_STORE="/dev/null/x/messages.db")
+    assert_one_line_error(
+        run_worker(env),
+        "the message store /dev/null/x/messages.db cannot be written: [Errno 20] Not a directory",
+    )
+
+
+@pytest.mark.parametrize("where", ["ro/messages.db", "ro/new/messages.db"])
+def test_a_read_only_directory_stops_the_worker_in_one_line(shared_tmp: Path, where: str) -> None:
+    """The reproduction of the issue: uid 10001 in a directory it does not own (the image's
+    root-owned /app), whether the store's directory exists or has to be made."""
+    read_only = shared_tmp / "ro"
+    read_only.mkdir(mode=0o500)
+    read_only.chmod(0o555 if os.geteuid() == 0 else 0o500)  # root-owned, or this user's
+    store = shared_tmp / where
+    env = store_env(shared_tmp, AGENT_MESSAGE_STORE=str(store))
+    assert_one_line_error(
+        run_worker(env, as_unprivileged=True),
+        f"the message store {store} cannot be written: [Errno 13] Permission denied",
+    )
+    assert list(read_only.iterdir()) == []
+
+
+def test_a_read_only_store_file_stops_the_worker_in_one_line(shared_tmp: Path) -> None:
+    """The directory takes files, the file does not: SQLite opens it read-only without a word,
+    and only the write the check makes shows it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to own a file that uid 10001 reads but cannot write")
+    shared_tmp.chmod(0o777)
+    store = shared_tmp / "results.db"
+    sqlite3.connect(store).close()
+    store.chmod(0o444)
+    env = store_env(shared_tmp, AGENT_RESULT_STORE=str(store))
+    assert_one_line_error(
+        run_worker(env, as_unprivileged=True),
+        f"the result store {store} cannot be written: attempt to write a readonly database",
+    )
+
+
+def test_a_file_that_is_not_a_database_stops_the_worker(tmp_path: Path) -> None:
+    (tmp_path / "demo.db").write_bytes(b"not a database, and longer than a header " * 4)
+    assert_one_line_error(
+        run_worker(store_env(tmp_path)),
+        f"the demo database {tmp_path / 'demo.db'} cannot be written: file is not a database",
+    )
+
+
+def test_writable_stores_let_the_worker_go_on_to_connect(tmp_path: Path) -> None:
+    """Past the check, the unreachable server is the error (status 1), and each store's file
+    exists, empty, for the stores to fill."""
+    done = run_worker(store_env(tmp_path / "deeper" / "still"))
+    assert done.returncode == 1, done.stderr
+    assert "cannot be written" not in done.stderr
+    for name in ("messages.db", "results.db", "demo.db"):
+        assert (tmp_path / "deeper" / "still" / name).is_file()
+
+
+def test_the_embedded_worker_stops_before_the_run_starts(tmp_path: Path) -> None:
+    """`python starter.py PROMPT` builds its worker on an embedded server: the same check stops
+    it before the run is started (cli/ reports it as an exception, not yet as one line)."""
+    env = store_env(tmp_path, AGENT_MESSAGE_STORE="/dev/null/x/messages.db")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "starter.py"), "Where is my latest order?"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode != 0
+    assert "the message store /dev/null/x/messages.db cannot be written" in done.stderr
+    assert "started" not in done.stderr and "step 1" not in done.stderr
+
+
+# --- the check itself ----------------------------------------------------------------------------
+
+
+def test_the_paths_are_the_stores_defaults_under_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert store_paths({}) == [
+        ("the message store", tmp_path / ".agent-data" / "messages.db"),
+        ("the result store", tmp_path / ".agent-data" / "results.db"),
+        ("the demo database", tmp_path / ".agent-demo" / "demo.db"),
+    ]
+    empty_means_unset = {"AGENT_MESSAGE_STORE": "", "AGENT_RESULT_STORE": "r.db"}
+    assert [path for _, path in store_paths(empty_means_unset)][:2] == [
+        tmp_path / ".agent-data" / "messages.db",
+        tmp_path / "r.db",
+    ]
+
+
+def test_the_check_leaves_a_store_as_it_was(tmp_path: Path) -> None:
+    store = tmp_path / "messages.db"
+    with sqlite3.connect(store) as connection:
+        connection.execute("CREATE TABLE links (ref TEXT)")
+        connection.execute("INSERT INTO links VALUES ('kept')")
+    connection.close()
+    check_writable(store)
+    with sqlite3.connect(store) as connection:
+        tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master")]
+        rows = connection.execute("SELECT ref FROM links").fetchall()
+    connection.close()
+    assert tables == ["links"] and rows == [("kept",)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["messages.db"]  # no scratch left
+
+
+def test_a_store_locked_by_another_process_past_the_wait_is_not_writable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "results.db"
+    holder = sqlite3.connect(store, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    monkeypatch.setattr(store_check, "LOCK_WAIT_SECONDS", 0.05)
+    try:
+        with pytest.raises(StoreNotWritable) as raised:
+            check_stores(
+                {
+                    "AGENT_MESSAGE_STORE": str(tmp_path / "m.db"),
+                    "AGENT_RESULT_STORE": str(store),
+                    "AGENT_DEMO_DB": str(tmp_path / "d.db"),
+                }
+            )
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert str(raised.value) == f"the result store {store} cannot be written: database is locked"
