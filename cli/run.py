@@ -23,6 +23,7 @@ from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
+from activities.store_check import StoreNotWritable, check_stores
 from agent_client import AgentClient, AgentRun, AgentRunFailed
 from cli import decide
 from cli.args import Result, RunArgs
@@ -130,6 +131,11 @@ async def run(args: RunArgs) -> int:
             return unreachable(args.address, error, None, following)
         return await _start_and_report(client, agent_input, args, following)
 
+    try:
+        check_stores()  # before the server starts and long before a model is paid for
+    except StoreNotWritable as error:
+        say(f"starter.py: error: {error}")
+        return 2
     ui_port = free_port()
     async with embedded_dev_server(ui_port=ui_port) as env:
         say(f"embedded Temporal dev server; Web UI: http://127.0.0.1:{ui_port}")

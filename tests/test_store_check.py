@@ -142,7 +142,7 @@ def test_writable_stores_let_the_worker_go_on_to_connect(tmp_path: Path) -> None
 
 def test_the_embedded_worker_stops_before_the_run_starts(tmp_path: Path) -> None:
     """`python starter.py PROMPT` builds its worker on an embedded server: the same check stops
-    it before the run is started (cli/ reports it as an exception, not yet as one line)."""
+    it before the dev server starts, in one line, with exit status 2."""
     env = store_env(tmp_path, AGENT_MESSAGE_STORE="/dev/null/x/messages.db")
     done = subprocess.run(
         [sys.executable, str(ROOT / "starter.py"), "Where is my latest order?"],
@@ -152,9 +152,13 @@ def test_the_embedded_worker_stops_before_the_run_starts(tmp_path: Path) -> None
         text=True,
         timeout=90,
     )
-    assert done.returncode != 0
-    assert "the message store /dev/null/x/messages.db cannot be written" in done.stderr
-    assert "started" not in done.stderr and "step 1" not in done.stderr
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("scripted model")]
+    assert lines == [
+        "starter.py: error: the message store /dev/null/x/messages.db cannot be written: "
+        + lines[0].rsplit(": ", 1)[-1]
+    ], done.stderr
+    assert "Traceback" not in done.stderr
 
 
 # --- the check itself ----------------------------------------------------------------------------
