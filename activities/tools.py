@@ -155,9 +155,10 @@ def tool_specs(names: list[str] | None = None) -> list[ToolSpec]:
 async def resolve_tools(selection: ToolSelection) -> RunTools:
     """The specs of a run's tools, read from this worker's registry when the run starts (a
     local activity: the workflow records the answer and replays from it, so a tool redeployed
-    with other specs cannot change what a run in flight replays)."""
+    with other specs cannot change what a run in flight replays). Only what decides the run's
+    commands is recorded, not the descriptions and schemas the model reads (a few KB a tool)."""
     try:
-        return tool_catalog.for_run(selection.names)
+        return tool_catalog.schedules(tool_catalog.for_run(selection.names))
     except KeyError as error:
         raise ApplicationError(
             f"the run asks for tools {error.args[0]}",

@@ -241,14 +241,22 @@ async def test_encrypted_history_holds_no_content_and_the_keys_read_it_all(
 
 def _payloads(value: Any) -> Iterator[dict[str, Any]]:
     """Every Payload in the history JSON: a dict with `metadata` holding an `encoding`, outside
-    search attributes (never encoded, checked apart) and the SDK's patch markers (a patch's id,
-    which the SDK writes past the codec)."""
+    search attributes (never encoded, checked apart), the SDK's patch markers (a patch's id,
+    which the SDK writes past the codec) and the `data` of a local activity's marker (its
+    sequence number, attempt, activity type and times, which the SDK core writes past the
+    codec; the activity's result beside it, the run's tool specs, is encoded)."""
     if isinstance(value, dict):
         if "encoding" in value.get("metadata", {}):
             yield value
             return
+        skipped = {"searchAttributes", "patch-data"}
+        if value.get("markerName") == "core_local_activity":
+            details = value.get("details", {})
+            assert "result" in details, "a local activity's result is missing: nothing checked"
+            yield from _payloads(details["result"])
+            return
         for key, item in value.items():
-            if key not in ("searchAttributes", "patch-data"):
+            if key not in skipped:
                 yield from _payloads(item)
     elif isinstance(value, list):
         for item in value:

@@ -372,7 +372,7 @@ class AgentWorkflow:
         if state.tools is None and self._reporter.behaviours.records_tool_specs:
             state.tools = await self._recorded_tools(agent_input.tools)
         if state.tools is not None:
-            run_tools = state.tools
+            run_tools = tool_catalog.described(state.tools)
         else:
             try:
                 run_tools = tool_catalog.for_run(agent_input.tools)

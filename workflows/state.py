@@ -236,9 +236,10 @@ class RunState(BaseModel):
     stream: WorkflowStreamState | None = None
     """The progress stream's events, so subscribers keep their offsets across runs."""
     tools: RunTools | None = None
-    """The tool specs the run was given, as the worker reported them when it started (recorded
-    in the history, so replay never reads a worker's registry again). None: a run from before
-    they were recorded, which reads the registry."""
+    """What decides the commands of the run's tools (side effects, approval, timeouts, retries,
+    compensation), as the worker reported it when the run started: recorded in the history, so
+    replay never reads a worker's registry for it. Descriptions and parameters, which only the
+    model reads, come from the registry. None: a run from before they were recorded."""
 
     @classmethod
     def start(cls, started_at: datetime) -> RunState:

@@ -39,6 +39,41 @@ def get(name: str) -> ToolSpec | None:
     return _specs.get(name)
 
 
+def schedules(run_tools: RunTools) -> RunTools:
+    """The specs without what only the model reads (description, parameters): what decides
+    the run's commands (side effects, approval, timeouts, retries, compensation), which a run
+    records when it starts."""
+
+    def bare(spec: ToolSpec) -> ToolSpec:
+        return spec.model_copy(update={"description": "", "parameters": {}})
+
+    read_result = run_tools.read_result
+    return RunTools(
+        tools=[bare(s) for s in run_tools.tools],
+        read_result=bare(read_result) if read_result else None,
+    )
+
+
+def described(run_tools: RunTools) -> RunTools:
+    """Recorded specs with the descriptions and parameters this worker has for them: they shape
+    only what the model is told, never the run's commands, so they may come from the registry
+    (and improve with a redeploy)."""
+
+    def full(spec: ToolSpec) -> ToolSpec:
+        known = _specs.get(spec.name)
+        if known is None:
+            return spec
+        return spec.model_copy(
+            update={"description": known.description, "parameters": known.parameters}
+        )
+
+    read_result = run_tools.read_result
+    return RunTools(
+        tools=[full(s) for s in run_tools.tools],
+        read_result=full(read_result) if read_result else None,
+    )
+
+
 def for_run(names: list[str] | None) -> RunTools:
     """The run's tools, and read_result when the run did not ask for it (it is then offered
     only once a result was externalised). Raises KeyError as `specs` does."""
