@@ -105,6 +105,8 @@ class StoreCipher:
 
     def open(self, ref: str, sealed: bytes) -> str:
         """The text; raises PayloadKeyError when this key ring cannot open it."""
+        if not sealed.startswith(_SEALED):
+            raise PayloadKeyError("it is in a format this version does not know")
         key_id, opener, body = self._parts(sealed)
         if opener is None:
             raise PayloadKeyError(f"key id {key_id!r} is not in {KEYS_VARIABLE}")

@@ -309,6 +309,16 @@ def test_a_sealed_entry_moved_to_another_ref_does_not_open(tmp_path: Path) -> No
     assert SqliteMessageStore(path, keys=[KEY_A]).get_blob("content-2") is None
 
 
+def test_an_entry_in_an_unknown_format_is_a_miss(tmp_path: Path) -> None:
+    path = tmp_path / "messages.db"
+    store = SqliteMessageStore(path, keys=[KEY_A])
+    store.put_blob("content-1", SECRET)
+    with sqlite3.connect(path) as connection:
+        (sealed,) = connection.execute("SELECT text FROM blobs").fetchone()
+        connection.execute("UPDATE blobs SET text = ?", (b"\x02" + sealed[1:],))
+    assert SqliteMessageStore(path, keys=[KEY_A]).get_blob("content-1") is None
+
+
 def test_a_malformed_configuration_is_a_configuration_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
