@@ -1,23 +1,47 @@
 """The worker's store for the messages and tool schemas model calls refer to (workflows/history).
 
 A SQLite file on the worker by default (`$AGENT_MESSAGE_STORE`, else `.agent-data/messages.db`):
-one row per chain link (its reference, its parent's, and the message) and one per tool list.
-Workers on several machines can share one by implementing `MessageStore` and calling
-`use_message_store`; without sharing, a call that lands on a worker that has not seen the prefix
-misses, and the workflow resends the whole request once.
+one row per chain link (its reference, its parent's, and the message) and one per blob (a tool
+list, a script, a tool result; the result store keeps its results in a file of its own, through
+the same class). Workers on several machines can share one by implementing `MessageStore` and
+calling `use_message_store`; without sharing, a call that lands on a worker that has not seen the
+prefix misses, and the workflow resends the whole request once.
+
+- **Only what a later call names is written.** A request that names nothing by reference (a
+  run's first call, every call without linear history, a call sent whole after a miss or a
+  compaction) is kept in this process's memory only, and written to the store when a later call
+  names it. So a run with `linear_history=False` writes nothing, and a restart between a call
+  and the next costs one miss.
+- **Encrypted with the payload keys.** With `AGENT_PAYLOAD_KEYS` (or `AGENT_PAYLOAD_KEYS_FILE`)
+  set, each stored text is AES-GCM ciphertext under the first key, with that key's id; any listed
+  key opens it, and the entry's reference is the associated data. References stay hashes of the
+  plaintext. An entry this process cannot open (no keys, or not that key) is a miss, and a
+  warning names the key id once.
+- **Pruned.** An entry unused for `AGENT_STORE_RETENTION_HOURS` (7 days by default) is deleted,
+  at most once an hour per process, when the store is opened or written. Reading an entry
+  counts as a use, and a link stays as long as a link after it does.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import secrets
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import TypeAdapter
 
+import payload_codec
+from payload_codec import KEYS_VARIABLE, NONCE_BYTES, PayloadKey, PayloadKeyError
+from workflows.errors import AgentConfigurationError
 from workflows.history import (
     chain_refs,
     message_json,
@@ -26,16 +50,25 @@ from workflows.history import (
     tools_json,
     tools_ref,
 )
-from workflows.models import ScriptedTurn, ToolSpec
+from workflows.models import ModelRequest, ScriptedTurn, ToolSpec
 from workflows.transcript import Message, message_adapter
+
+logger = logging.getLogger(__name__)
 
 _tools_adapter: TypeAdapter[list[ToolSpec]] = TypeAdapter(list[ToolSpec])
 _script_adapter: TypeAdapter[list[ScriptedTurn]] = TypeAdapter(list[ScriptedTurn])
 
+RETENTION_VARIABLE = "AGENT_STORE_RETENTION_HOURS"
+DEFAULT_RETENTION_HOURS = 7 * 24.0
+PRUNE_EVERY_SECONDS = 3600.0
+"""A store prunes when it is opened, then at most this often (when it is written)."""
+TOUCH_EVERY_SECONDS = 3600.0
+"""A read refreshes an entry's last use at most this often, so that reads stay reads."""
+
 
 class MessageStore(Protocol):
     def put_chain(self, links: list[tuple[str, str, str]]) -> None:
-        """Keep (ref, parent ref, message JSON) links; known refs are left as they are."""
+        """Keep (ref, parent ref, message JSON) links; storing a known ref again is harmless."""
         ...
 
     def get_chain(self, ref: str) -> list[str] | None:
@@ -50,28 +83,108 @@ class MessageStore(Protocol):
 RECENT_CHAINS = 256
 """Chains a store keeps in memory, newest used first: about one per run the worker serves."""
 
+_SEALED = b"\x01"
+"""The first byte of a sealed entry: the format's version. Then the key id, a NUL, the nonce and
+the ciphertext. Entries written without keys are TEXT, sealed ones BLOB."""
+
+
+class StoreCipher:
+    """AES-GCM with the payload key ring: the first key seals, every key opens what names it."""
+
+    def __init__(self, keys: Sequence[PayloadKey]) -> None:
+        if not keys:
+            raise PayloadKeyError("a store cipher needs at least one key")
+        self.key_id = keys[0].id
+        self._sealer = AESGCM(keys[0].key)
+        self._openers = {key.id: AESGCM(key.key) for key in keys}
+
+    def seal(self, ref: str, text: str) -> bytes:
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        sealed = self._sealer.encrypt(nonce, text.encode(), ref.encode())
+        return _SEALED + self.key_id.encode() + b"\0" + nonce + sealed
+
+    def open(self, ref: str, sealed: bytes) -> str:
+        """The text; raises PayloadKeyError when this key ring cannot open it."""
+        if not sealed.startswith(_SEALED):
+            raise PayloadKeyError("it is in a format this version does not know")
+        key_id, opener, body = self._parts(sealed)
+        if opener is None:
+            raise PayloadKeyError(f"key id {key_id!r} is not in {KEYS_VARIABLE}")
+        try:
+            plain = opener.decrypt(body[:NONCE_BYTES], body[NONCE_BYTES:], ref.encode())
+        except InvalidTag:
+            raise PayloadKeyError(
+                f"the key of id {key_id!r} does not open it (another key of that id, or the "
+                "entry was altered)"
+            ) from None
+        return plain.decode()
+
+    def _parts(self, sealed: bytes) -> tuple[str, AESGCM | None, bytes]:
+        key_id, _, body = sealed[len(_SEALED) :].partition(b"\0")
+        name = key_id.decode(errors="replace")
+        return name, self._openers.get(name), body
+
+
+def sealed_key_id(value: bytes) -> str:
+    """The key id a sealed entry names."""
+    return value[len(_SEALED) :].partition(b"\0")[0].decode(errors="replace")
+
 
 class SqliteMessageStore:
     """One connection, opened on first use and shared by the worker's threads under a lock, and
     the newest chains in memory: a run's next model call names the chain its previous call left,
-    so it is usually read without touching the file."""
+    so it is usually read without touching the file.
 
-    def __init__(self, path: str | Path) -> None:
+    `keys`: seal what is written (see StoreCipher); none: plaintext, as before. `retention_hours`:
+    how long an unused entry is kept. `clock`: the wall clock, in seconds (tests move it)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        keys: Sequence[PayloadKey] = (),
+        retention_hours: float = DEFAULT_RETENTION_HOURS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not retention_hours > 0:
+            raise ValueError(f"retention_hours must be above 0, not {retention_hours!r}")
         self.path = Path(path)
+        self.retention_seconds = retention_hours * 3600
+        self._cipher = StoreCipher(keys) if keys else None
+        self._clock = clock
         self._lock = threading.Lock()
         self._connection: sqlite3.Connection | None = None
-        self._chains: OrderedDict[str, list[str]] = OrderedDict()
+        self._chains: OrderedDict[str, tuple[list[str], float]] = OrderedDict()
+        """Head ref -> (the chain's messages, when its head's last use was last written)."""
+        self._next_prune = 0.0
+        self._warned: set[str] = set()
 
     def _connect(self) -> sqlite3.Connection:
-        """The store's connection (callers hold the lock)."""
+        """The store's connection (callers hold the lock); opening it prunes."""
         if self._connection is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             connection = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
-            connection.execute(
-                "CREATE TABLE IF NOT EXISTS links (ref TEXT PRIMARY KEY, parent TEXT, message TEXT)"
-            )
-            connection.execute("CREATE TABLE IF NOT EXISTS blobs (ref TEXT PRIMARY KEY, text TEXT)")
+            # Deleted and replaced entries are overwritten, not left in free pages.
+            connection.execute("PRAGMA secure_delete = ON")
+            with connection:
+                connection.execute(
+                    "CREATE TABLE IF NOT EXISTS links (ref TEXT PRIMARY KEY, parent TEXT, "
+                    "message TEXT, used INTEGER NOT NULL DEFAULT 0)"
+                )
+                connection.execute(
+                    "CREATE TABLE IF NOT EXISTS blobs (ref TEXT PRIMARY KEY, text TEXT, "
+                    "used INTEGER NOT NULL DEFAULT 0)"
+                )
+                for table in ("links", "blobs"):
+                    columns = [row[1] for row in connection.execute(f"PRAGMA table_info({table})")]
+                    if "used" not in columns:
+                        # A file from before pruning: its entries' retention starts now.
+                        connection.execute(
+                            f"ALTER TABLE {table} ADD COLUMN used INTEGER NOT NULL DEFAULT 0"
+                        )
+                        connection.execute(f"UPDATE {table} SET used = ?", (self._now(),))
             self._connection = connection
+            self._maybe_prune()
         return self._connection
 
     def close(self) -> None:
@@ -80,62 +193,244 @@ class SqliteMessageStore:
                 self._connection.close()
                 self._connection = None
 
+    def _now(self) -> int:
+        return int(self._clock())
+
+    def _seal(self, ref: str, text: str) -> str | bytes:
+        return text if self._cipher is None else self._cipher.seal(ref, text)
+
+    def _open(self, ref: str, value: Any) -> str | None:
+        """An entry's text, or None (a miss, with a warning once per key id) when it cannot be
+        opened here."""
+        if not isinstance(value, bytes):
+            return str(value)  # written without keys
+        try:
+            if self._cipher is None:
+                raise PayloadKeyError(f"{KEYS_VARIABLE} is not set")
+            return self._cipher.open(ref, value)
+        except PayloadKeyError as error:
+            key_id = sealed_key_id(value)
+            if key_id not in self._warned:
+                self._warned.add(key_id)
+                logger.warning(
+                    "%s: an entry sealed with key id %r cannot be opened (%s): such entries "
+                    "count as misses",
+                    self.path,
+                    key_id,
+                    error,
+                )
+            return None
+
+    def _maybe_prune(self) -> None:
+        if self._clock() >= self._next_prune:
+            self._prune_locked()
+
+    def prune(self) -> tuple[int, int]:
+        """Delete the entries unused for the retention period now; (links, blobs) deleted."""
+        with self._lock:
+            self._connect()
+            return self._prune_locked()
+
+    def _prune_locked(self) -> tuple[int, int]:
+        connection = self._connection
+        assert connection is not None
+        now = self._clock()
+        self._next_prune = now + PRUNE_EVERY_SECONDS
+        cutoff = int(now - self.retention_seconds)
+        with connection:
+            # A link is kept while any link after it is: a run that is still going writes and
+            # reads the head of its chain, never again the links it builds on.
+            before = connection.total_changes
+            connection.execute(
+                "WITH RECURSIVE kept(ref) AS ("
+                " SELECT ref FROM links WHERE used >= :cutoff"
+                " UNION SELECT l.parent FROM links l JOIN kept k ON l.ref = k.ref"
+                " WHERE l.parent != '')"
+                " DELETE FROM links WHERE used < :cutoff AND ref NOT IN kept",
+                {"cutoff": cutoff},
+            )
+            # (sqlite3 reports no rowcount for a statement that starts with WITH.)
+            links = connection.total_changes - before
+            blobs = connection.execute("DELETE FROM blobs WHERE used < ?", (cutoff,)).rowcount
+        if links:
+            self._chains.clear()
+        return links, blobs
+
     def put_chain(self, links: list[tuple[str, str, str]]) -> None:
         if not links:
             return
+        now = self._now()
+        rows = [(ref, up, self._seal(ref, message), now) for ref, up, message in links]
         with self._lock:
-            with self._connect() as connection:
-                connection.executemany("INSERT OR IGNORE INTO links VALUES (?, ?, ?)", links)
+            connection = self._connect()
+            with connection:
+                # The same ref is the same content: writing it again only refreshes its use
+                # (and seals it with the newest key).
+                connection.executemany(
+                    "INSERT INTO links (ref, parent, message, used) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT(ref) DO UPDATE SET message = excluded.message,"
+                    " used = excluded.used",
+                    rows,
+                )
+            self._maybe_prune()
             parent = links[0][1]
-            known = [] if parent == "" else self._chains.get(parent)
+            known = [] if parent == "" else self._known(parent)
             if known is not None:
-                self._keep(links[-1][0], [*known, *(message for _, _, message in links)])
+                chain = [*known, *(message for _, _, message in links)]
+                self._keep(links[-1][0], chain, self._clock())
 
-    def _keep(self, ref: str, chain: list[str]) -> None:
-        self._chains[ref] = chain
+    def _known(self, ref: str) -> list[str] | None:
+        kept = self._chains.get(ref)
+        return None if kept is None else kept[0]
+
+    def _keep(self, ref: str, chain: list[str], touched: float) -> None:
+        self._chains[ref] = (chain, touched)
         self._chains.move_to_end(ref)
         while len(self._chains) > RECENT_CHAINS:
             self._chains.popitem(last=False)
 
     def get_chain(self, ref: str) -> list[str] | None:
         with self._lock:
-            if (chain := self._chains.get(ref)) is not None:
+            now = self._clock()
+            if (kept := self._chains.get(ref)) is not None:
+                chain, touched = kept
+                if now - touched >= TOUCH_EVERY_SECONDS:
+                    self._touch("links", ref)
+                    self._keep(ref, chain, now)
                 self._chains.move_to_end(ref)
                 return list(chain)
             rows = (
                 self._connect()
                 .execute(
-                    "WITH RECURSIVE chain(ref, parent, message, depth) AS ("
-                    " SELECT ref, parent, message, 0 FROM links WHERE ref = ?"
-                    " UNION ALL SELECT l.ref, l.parent, l.message, c.depth + 1"
+                    "WITH RECURSIVE chain(ref, parent, message, used, depth) AS ("
+                    " SELECT ref, parent, message, used, 0 FROM links WHERE ref = ?"
+                    " UNION ALL SELECT l.ref, l.parent, l.message, l.used, c.depth + 1"
                     " FROM links l JOIN chain c ON l.ref = c.parent)"
-                    " SELECT parent, message FROM chain ORDER BY depth DESC",
+                    " SELECT ref, parent, message, used FROM chain ORDER BY depth DESC",
                     (ref,),
                 )
                 .fetchall()
             )
             # Complete only if the walk reached the start of the chain (a link whose parent is "").
-            if not rows or rows[0][0] != "":
+            if not rows or rows[0][1] != "":
                 return None
-            chain = [str(message) for _, message in rows]
-            self._keep(ref, chain)
+            texts = [self._open(link, message) for link, _, message, _ in rows]
+            if any(text is None for text in texts):
+                return None
+            chain = cast(list[str], texts)
+            if rows[-1][3] < now - TOUCH_EVERY_SECONDS:
+                self._touch("links", ref)
+            self._keep(ref, chain, now)
             return list(chain)
 
+    def _touch(self, table: str, ref: str) -> None:
+        """Mark an entry used now (callers hold the lock)."""
+        with self._connect() as connection:
+            connection.execute(f"UPDATE {table} SET used = ? WHERE ref = ?", (self._now(), ref))
+
     def put_blob(self, ref: str, text: str) -> None:
-        with self._lock, self._connect() as connection:
-            connection.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", (ref, text))
+        row = (ref, self._seal(ref, text), self._now())
+        with self._lock:
+            with self._connect() as connection:
+                connection.execute(
+                    "INSERT INTO blobs (ref, text, used) VALUES (?, ?, ?)"
+                    " ON CONFLICT(ref) DO UPDATE SET text = excluded.text, used = excluded.used",
+                    row,
+                )
+            self._maybe_prune()
 
     def get_blob(self, ref: str) -> str | None:
         with self._lock:
-            row = self._connect().execute("SELECT text FROM blobs WHERE ref = ?", (ref,)).fetchone()
-        return None if row is None else str(row[0])
+            row = (
+                self._connect()
+                .execute("SELECT text, used FROM blobs WHERE ref = ?", (ref,))
+                .fetchone()
+            )
+            if row is None:
+                return None
+            text = self._open(ref, row[0])
+            if text is not None and row[1] < self._clock() - TOUCH_EVERY_SECONDS:
+                self._touch("blobs", ref)
+            return text
 
+
+UNWRITTEN_CHARS = 8_000_000
+"""What requests that named nothing sent, kept in memory until a later call names it: at most
+this many characters, oldest used dropped first (a dropped entry is a miss)."""
+
+
+class _Unwritten:
+    """The memory of what no call has named yet, by reference: chain links and blobs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, tuple[str | None, str]] = OrderedDict()
+        """ref -> (parent ref for a link, None for a blob; the text)."""
+        self._chars = 0
+
+    def put_chain(self, links: list[tuple[str, str, str]]) -> None:
+        with self._lock:
+            for ref, parent, message in links:
+                self._put(ref, parent, message)
+            self._bound()
+
+    def put_blob(self, ref: str, text: str) -> None:
+        with self._lock:
+            self._put(ref, None, text)
+            self._bound()
+
+    def take_chain(self, ref: str) -> list[tuple[str, str, str]] | None:
+        """The links from the start of the chain to `ref`, removed from memory; None if one is
+        missing here."""
+        with self._lock:
+            links: list[tuple[str, str, str]] = []
+            while ref != "":
+                entry = self._entries.get(ref)
+                if entry is None or entry[0] is None:
+                    return None
+                links.append((ref, entry[0], entry[1]))
+                ref = entry[0]
+            for link in links:
+                self._drop(link[0])
+            return links[::-1]
+
+    def take_blob(self, ref: str) -> str | None:
+        with self._lock:
+            entry = self._entries.get(ref)
+            if entry is None or entry[0] is not None:
+                return None
+            self._drop(ref)
+            return entry[1]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._chars = 0
+
+    def _put(self, ref: str, parent: str | None, text: str) -> None:
+        if ref in self._entries:
+            self._entries.move_to_end(ref)
+            return
+        self._entries[ref] = (parent, text)
+        self._chars += len(text)
+
+    def _drop(self, ref: str) -> None:
+        _, text = self._entries.pop(ref)
+        self._chars -= len(text)
+
+    def _bound(self) -> None:
+        while self._entries and self._chars > UNWRITTEN_CHARS:
+            _, (_, text) = self._entries.popitem(last=False)
+            self._chars -= len(text)
+
+
+_unwritten = _Unwritten()
 
 _store: MessageStore | None = None
-_by_path: OrderedDict[str, SqliteMessageStore] = OrderedDict()
+_by_config: OrderedDict[tuple[str, str, str, str], SqliteMessageStore] = OrderedDict()
 _OPEN_STORES = 4
-"""Stores kept open at once; the path comes from the environment, which tests change."""
-_by_path_lock = threading.Lock()
+"""Stores kept open at once; the path and keys come from the environment, which tests change."""
+_by_config_lock = threading.Lock()
 
 
 def use_message_store(store: MessageStore | None) -> None:
@@ -151,22 +446,75 @@ def message_store() -> MessageStore:
 
 
 def sqlite_store(path: str) -> SqliteMessageStore:
-    """The one open store of the file at `path`."""
-    with _by_path_lock:
-        store = _by_path.get(path)
+    """The one open store of the file at `path`, sealing with the payload keys and pruning after
+    the retention the environment configures. A malformed configuration is an
+    AgentConfigurationError, which fails the run rather than being retried."""
+    env = os.environ
+    config = (
+        path,
+        env.get(payload_codec.KEYS_VARIABLE, ""),
+        env.get(payload_codec.KEYS_FILE_VARIABLE, ""),
+        env.get(RETENTION_VARIABLE, ""),
+    )
+    with _by_config_lock:
+        store = _by_config.get(config)
         if store is None:
-            store = _by_path[path] = SqliteMessageStore(path)
-            while len(_by_path) > _OPEN_STORES:
-                _by_path.popitem(last=False)[1].close()
-        _by_path.move_to_end(path)
+            store = _by_config[config] = SqliteMessageStore(
+                path, keys=_configured_keys(), retention_hours=retention_hours_from_env()
+            )
+            while len(_by_config) > _OPEN_STORES:
+                _by_config.popitem(last=False)[1].close()
+        _by_config.move_to_end(config)
         return store
 
 
+def _configured_keys() -> list[PayloadKey]:
+    try:
+        return payload_codec.keys_from_env() or []
+    except PayloadKeyError as error:
+        raise AgentConfigurationError(f"the worker's stores cannot be opened: {error}") from None
+
+
+def retention_hours_from_env() -> float:
+    """`AGENT_STORE_RETENTION_HOURS`, else the default; AgentConfigurationError when it is not a
+    number of hours above 0."""
+    text = os.environ.get(RETENTION_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_RETENTION_HOURS
+    try:
+        hours = float(text)
+    except ValueError:
+        hours = 0.0
+    if not 0 < hours < float("inf"):
+        raise AgentConfigurationError(
+            f"{RETENTION_VARIABLE}={text!r}: expected a number of hours above 0 (default "
+            f"{DEFAULT_RETENTION_HOURS:g})"
+        )
+    return hours
+
+
 def resolve_prefix(ref: str, count: int) -> list[Message] | None:
-    texts = message_store().get_chain(ref)
+    """The messages `ref` names, from memory if no call had named them yet (they are written to
+    the store now), else from the store; None on a miss."""
+    texts: list[str] | None
+    links = _unwritten.take_chain(ref)
+    if links is not None:
+        message_store().put_chain(links)
+        texts = [message for _, _, message in links]
+    else:
+        texts = message_store().get_chain(ref)
     if texts is None or len(texts) != count:
         return None
     return [message_adapter.validate_json(text) for text in texts]
+
+
+def resolve_blob(ref: str) -> str | None:
+    """A tool list, script or tool result by reference, as `resolve_prefix` finds a chain."""
+    text = _unwritten.take_blob(ref)
+    if text is not None:
+        message_store().put_blob(ref, text)
+        return text
+    return message_store().get_blob(ref)
 
 
 _parsed: OrderedDict[str, list[ToolSpec] | list[ScriptedTurn]] = OrderedDict()
@@ -178,10 +526,16 @@ _parsed_lock = threading.Lock()
 
 def _parse_once(ref: str, adapter: TypeAdapter[Any]) -> Any:
     with _parsed_lock:
-        if (known := _parsed.get(ref)) is not None:
+        known = _parsed.get(ref)
+        if known is not None:
             _parsed.move_to_end(ref)
-            return list(known)
-    text = message_store().get_blob(ref)
+    if known is not None:
+        # Parsed already, but named for the first time since a request sent it whole: the
+        # store must have it too, for when this process is gone.
+        if (text := _unwritten.take_blob(ref)) is not None:
+            message_store().put_blob(ref, text)
+        return list(known)
+    text = resolve_blob(ref)
     if text is None:
         return None
     value = adapter.validate_json(text)
@@ -200,28 +554,36 @@ def resolve_script(ref: str) -> list[ScriptedTurn] | None:
     return cast(list[ScriptedTurn] | None, _parse_once(ref, _script_adapter))
 
 
-def remember(
-    messages: list[Message],
-    tools: list[ToolSpec],
-    script: list[ScriptedTurn] | None = None,
-    *,
-    prefix_ref: str | None = None,
-    prefix_count: int = 0,
-    stored_tools: bool = False,
-    stored_script: bool = False,
-) -> None:
-    """Keep what this call sent, so that the next call can refer to it. What the call named by
-    reference is stored already: only the messages after its prefix are hashed and written, and
-    the tool list and script only when they came whole."""
-    store = message_store()
-    parent = prefix_ref or ""
-    new = messages[prefix_count:] if prefix_ref else messages
+def names_something(request: ModelRequest) -> bool:
+    """Whether the request, as the workflow sent it, names anything by reference: only a run with
+    linear history does, and then its later calls will name what this one sent."""
+    return bool(
+        request.prefix_ref is not None
+        or request.tools_ref is not None
+        or request.script_ref is not None
+        or request.content_refs
+    )
+
+
+def remember(named: ModelRequest, resolved: ModelRequest) -> None:
+    """Keep what this call sent (`resolved`, the request `named` with its references filled in),
+    so that the next call can name it.
+
+    What the call named is stored already: only the messages after its prefix are hashed and
+    kept, and the tool list and script only when they came whole. A request that named nothing
+    is kept in memory only, until a call names it; a summary is never named, so not kept."""
+    if named.purpose == "summary":
+        return
+    keep: MessageStore | _Unwritten = message_store() if names_something(named) else _unwritten
+    parent = named.prefix_ref or ""
+    new = resolved.messages[named.prefix_count :] if named.prefix_ref else resolved.messages
     refs = chain_refs(new, parent)
     parents = [parent, *refs[:-1]]
-    store.put_chain(
+    keep.put_chain(
         [(ref, up, message_json(m)) for ref, up, m in zip(refs, parents, new, strict=True)]
     )
-    if not stored_tools:
-        store.put_blob(tools_ref(tools), tools_json(tools))
-    if script and not stored_script:
-        store.put_blob(script_ref(script), script_json(script))
+    if named.tools_ref is None:
+        keep.put_blob(tools_ref(resolved.tools), tools_json(resolved.tools))
+    script = resolved.settings.script
+    if script and named.script_ref is None:
+        keep.put_blob(script_ref(script), script_json(script))

@@ -80,15 +80,7 @@ async def call_model(request: ModelRequest) -> ModelResponse:
     await progress.report_retry(request.step, f"model call ({request.settings.model})")
     named = request
     request = _resolved(request)
-    message_store.remember(
-        request.messages,
-        request.tools,
-        request.settings.script,
-        prefix_ref=named.prefix_ref,
-        prefix_count=named.prefix_count,
-        stored_tools=named.tools_ref is not None,
-        stored_script=named.script_ref is not None,
-    )
+    message_store.remember(named, request)
     settings = request.settings
     provider = PROVIDERS.get(settings.provider)
     if provider is None:

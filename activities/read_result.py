@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from activities.result_store import result_store
+from activities.result_store import result_store, worker_local
 from activities.tools import tool
 from workflows.builtin_tools import READ_RESULT
 
@@ -31,15 +31,13 @@ def read_result(
     A shortened result shows its start and end, its full size and a ref. Use this to read the
     part you need: characters offset to offset+length (at most 6,000 at a time). Returns ref,
     offset, length (as returned), total_chars and text. Page forward by calling again with
-    offset increased by length. An unknown ref gives found=false and a message.
+    offset increased by length. A ref that is not found (a result stored on another worker, or
+    expired) gives found=false and a message: then call the tool that returned it again.
     """
-    text = result_store().get(ref)
+    store = result_store()
+    text = store.get(ref)
     if text is None:
-        return {
-            "found": False,
-            "ref": ref,
-            "message": f"no stored result {ref!r}; use the ref exactly as the result gave it.",
-        }
+        return {"found": False, "ref": ref, "message": not_found_message(ref, worker_local(store))}
     part = text[offset : offset + length]
     return {
         "found": True,
@@ -49,3 +47,17 @@ def read_result(
         "total_chars": len(text),
         "text": part,
     }
+
+
+def not_found_message(ref: str, this_worker_only: bool) -> str:
+    """Why a ref may be missing, and what to do: a prompt for the model, kept short."""
+    where = "this worker has no result" if this_worker_only else "no stored result"
+    why = (
+        "it was stored on another worker (the run moved) or has expired"
+        if this_worker_only
+        else "it has expired"
+    )
+    return (
+        f"{where} {ref!r}: {why}, or the ref is not exactly as the result gave it. Call the "
+        "tool that returned it again for what you need."
+    )

@@ -6,14 +6,16 @@ Two kinds of spans:
   StartActivity per activity and CompleteWorkflow in the workflow (zero-length markers, all
   children of StartWorkflow); RunActivity around each attempt, a child of its StartActivity.
   The client puts its context in the workflow's headers, so a run sits in the same trace as
-  the app code that started it. A run started by a client without the interceptor (the CLI,
-  the Web UI) gets no workflow spans, and each RunActivity span starts a trace of its own.
+  the app code that started it. A run started by a client without the interceptor (the Web
+  UI, or an app with tracing off) gets no workflow spans, and each RunActivity span starts a
+  trace of its own.
 - GenAI spans (OpenTelemetry's GenAI semantic conventions), made here, inside the activities:
   `chat {model}` for each model call and `execute_tool {name}` for each tool call, children of
   their RunActivity span. Activities never replay, so neither do these spans; the interceptor
   makes no workflow spans while a workflow replays.
 
-Turning it on, in a worker's or an app's process (`configure_from_env`):
+Turning it on, in a worker's, the CLI's or an app's process (`configure_from_env`; a process
+that ends with `os._exit`, as the CLI does, calls `flush` first):
 
 - `OTEL_TRACES_EXPORTER`: `otlp`, `console` (to stderr, for local use), both (`otlp,console`) or
   `none`. When unset, setting `OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) means
@@ -190,6 +192,20 @@ def configure_from_env() -> bool:
     trace.set_tracer_provider(provider)
     _configured_from_env = True
     return True
+
+
+def flush(timeout_seconds: float = 10.0) -> bool:
+    """Export what was recorded so far; False if the exporters did not finish in time.
+
+    For a process that exits without the interpreter's teardown (the CLI, `os._exit`): the SDK
+    exports the last batch from an atexit hook, which then never runs. A no-op when tracing is
+    off or the provider has nothing to flush.
+    """
+    provider = _explicit_provider or trace.get_tracer_provider()
+    force_flush = getattr(provider, "force_flush", None)
+    if force_flush is None:
+        return True
+    return bool(force_flush(int(timeout_seconds * 1000)))
 
 
 def interceptors() -> list[TracingInterceptor]:

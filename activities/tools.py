@@ -24,7 +24,7 @@ import workflows.tool_catalog as tool_catalog
 from activities import progress, telemetry
 from activities._heartbeat import heartbeating
 from activities.message_store import message_store
-from activities.result_store import result_store
+from activities.result_store import result_store, worker_local
 from workflows.builtin_tools import DELEGATE, FINISH, READ_RESULT, SUBMIT_PLAN
 from workflows.errors import AgentError
 from workflows.history import CONTENT_MIN_CHARS, content_ref
@@ -194,6 +194,22 @@ def truncate_middle(text: str, limit: int, read_more: str = "") -> tuple[str, in
     return text[:head] + marker + (text[len(text) - tail :] if tail else ""), omitted
 
 
+def externalised_note(total: int, ref: str, this_worker_only: bool) -> str:
+    """What the omission marker of an externalised result adds: the size, and how to read the
+    rest. A worker's own store cannot serve a run that moved to another worker: the note says
+    what to do then, so that the model is not promised what it may not get."""
+    if not this_worker_only:
+        return (
+            f" of {total}; the whole result is stored: "
+            f'{READ_RESULT}(ref="{ref}", offset, length) reads any part'
+        )
+    return (
+        f" of {total}; stored on this worker: "
+        f'{READ_RESULT}(ref="{ref}", offset, length) reads any part; if not found, call the tool '
+        "again"
+    )
+
+
 def _json_data(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
@@ -352,11 +368,9 @@ def _tool_activity(
         rendered = render_result(value)
         read_more, ref = "", None
         if call.externalise and len(rendered) > call.max_result_chars:
-            ref = result_store().put(rendered)
-            read_more = (
-                f" of {len(rendered)}; the whole result is stored: "
-                f'{READ_RESULT}(ref="{ref}", offset, length) reads any part'
-            )
+            store = result_store()
+            ref = store.put(rendered)
+            read_more = externalised_note(len(rendered), ref, worker_local(store))
         content, omitted = truncate_middle(rendered, call.max_result_chars, read_more)
         stored = None
         if call.store_content and len(content) >= CONTENT_MIN_CHARS:

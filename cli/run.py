@@ -22,6 +22,7 @@ from typing import Any
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
+from activities import telemetry
 from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
 from activities.store_check import StoreNotWritable, check_stores
 from agent_client import AgentClient, AgentRun, AgentRunFailed
@@ -113,7 +114,23 @@ def build_input(args: RunArgs) -> AgentInput:
 
 
 async def run(args: RunArgs) -> int:
-    """Start the run (on an embedded server without --address) and follow it to its end."""
+    """Start the run (on an embedded server without --address) and follow it to its end.
+
+    Traced as the OTEL_* variables say, as a worker is: the client, and the embedded worker
+    through it. The spans are flushed before returning, since the CLI exits with os._exit."""
+    try:
+        tracing = telemetry.configure_from_env()
+    except telemetry.TelemetryConfigurationError as error:
+        say(f"starter.py: error: {error}")
+        return 2
+    try:
+        return await _run(args)
+    finally:
+        if tracing and not telemetry.flush():
+            say("tracing: some spans were not exported in time")
+
+
+async def _run(args: RunArgs) -> int:
     agent_input = build_input(args)
     following = Following.of(args)
     if args.provider == "scripted" and args.script is None and not args.json:

@@ -4,7 +4,9 @@ costs one full resend."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
@@ -69,9 +71,31 @@ class ForgetfulStore(message_store.SqliteMessageStore):
         return None
 
 
+class ForgetsOnce(message_store.SqliteMessageStore):
+    """Misses the third chain it is asked for, as a worker that lost its file would."""
+
+    asked = 0
+
+    def get_chain(self, ref: str) -> list[str] | None:
+        self.asked += 1
+        return None if self.asked == 3 else super().get_chain(ref)
+
+
+def misses(history: Any) -> list[Any]:
+    return [
+        e
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+        and e.activity_task_failed_event_attributes.failure.application_failure_info.type
+        == "MessageStoreMiss"
+    ]
+
+
 async def test_a_store_miss_resends_the_whole_request(
-    client: Client, task_queue: str, tmp_path: object
+    client: Client, task_queue: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Nor does this process keep what the whole requests sent, which a next call would name.
+    monkeypatch.setattr(message_store, "UNWRITTEN_CHARS", 0)
     message_store.use_message_store(ForgetfulStore(f"{tmp_path}/forgetful.db"))
     try:
         run = await run_agent(client, task_queue, long_input())
@@ -83,15 +107,27 @@ async def test_a_store_miss_resends_the_whole_request(
     # Every step after the first tried by reference, missed once, and went again whole.
     assert len(inputs) == 1 + 2 * (STEPS - 1)
     assert [bool(i["prefix_ref"]) for i in inputs[1:3]] == [True, False]
-    history = await run.handle.fetch_history()
-    misses = [
-        e
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
-        and e.activity_task_failed_event_attributes.failure.application_failure_info.type
-        == "MessageStoreMiss"
-    ]
-    assert len(misses) == STEPS - 1
+    assert len(misses(await run.handle.fetch_history())) == STEPS - 1
+
+
+async def test_after_a_miss_the_next_call_names_the_request_sent_whole(
+    client: Client, task_queue: str, tmp_path: object
+) -> None:
+    message_store.use_message_store(ForgetsOnce(f"{tmp_path}/once.db"))
+    try:
+        run = await run_agent(client, task_queue, long_input())
+    finally:
+        message_store.use_message_store(None)
+
+    assert run.result is not None and run.result.steps == STEPS
+    inputs = await model_inputs(run.handle)
+    assert len(inputs) == STEPS + 1, "one miss, one whole resend, and by reference again"
+    assert len(misses(await run.handle.fetch_history())) == 1
+    resent = next(n for n, i in enumerate(inputs[1:], 1) if i["prefix_ref"] is None)
+    # The resend named nothing, so the worker kept it in memory until the next call named it.
+    assert inputs[resent + 1]["prefix_ref"] and inputs[resent + 1]["prefix_count"] == len(
+        inputs[resent]["messages"]
+    )
 
 
 async def test_after_a_compaction_the_view_goes_whole_but_its_results_by_hash(

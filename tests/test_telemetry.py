@@ -12,13 +12,16 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -29,6 +32,7 @@ from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+import starter
 from activities import telemetry
 from tests import fake_anthropic, fake_openai
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, scripted_input, turn
@@ -550,3 +554,128 @@ async def test_the_embedded_dev_server_does_not_see_the_otel_variables(
         info = await env.client.workflow_service.get_system_info(GetSystemInfoRequest())
 
     assert info.server_version
+
+
+# --- the CLI -----------------------------------------------------------------------------------
+
+CLI_PROMPT = "Where is my latest order? My email is a@b.com."
+
+
+def run_starter(tmp_path: Path, *args: str, **environ: str) -> subprocess.CompletedProcess[str]:
+    """`starter.py CLI_PROMPT` in a child process, as a person runs it (it ends with os._exit)."""
+    hidden = ("TEMPORAL_ADDRESS", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+    env = {k: v for k, v in os.environ.items() if k not in hidden and not k.startswith("OTEL_")}
+    env.update(environ, AGENT_DEMO_DB=str(tmp_path / "demo.db"))
+    return subprocess.run(
+        [sys.executable, "starter.py", CLI_PROMPT, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def console_spans(stderr: str) -> list[dict[str, Any]]:
+    """The spans the console exporter wrote, among the progress lines."""
+    decoder = json.JSONDecoder()
+    spans, position = [], 0
+    while (start := stderr.find("{\n", position)) != -1:
+        span, position = decoder.raw_decode(stderr, start)
+        spans.append(span)
+    return spans
+
+
+def test_the_cli_traces_its_run_to_the_console(tmp_path: Path) -> None:
+    done = run_starter(tmp_path, OTEL_TRACES_EXPORTER="console")
+
+    assert done.returncode == 0, done.stderr
+    (answer,) = done.stdout.splitlines()  # stdout: the answer, and nothing else
+    assert "1042" in answer and "{" not in done.stdout
+    spans = console_spans(done.stderr)
+    run = {
+        "StartWorkflow:AgentWorkflow",  # the client's
+        "RunActivity:call_model",  # the embedded worker's
+        "chat scripted-demo",
+        "execute_tool search_orders",
+    }
+    assert run <= {span["name"] for span in spans}
+    assert [span["name"] for span in spans].count("chat scripted-demo") == 3
+    # One trace, from the client's span down to the GenAI spans in the worker.
+    assert len({span["context"]["trace_id"] for span in spans if span["name"] in run}) == 1
+
+
+class Collector(ThreadingHTTPServer):
+    """An OTLP/HTTP collector on this machine: keeps the spans it is sent."""
+
+    def __init__(self) -> None:
+        self.spans: list[str] = []
+        super().__init__(("127.0.0.1", 0), CollectorHandler)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class CollectorHandler(BaseHTTPRequestHandler):
+    server: Collector
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        request = ExportTraceServiceRequest.FromString(body)
+        for resource in request.resource_spans:
+            for scope in resource.scope_spans:
+                self.server.spans.extend(span.name for span in scope.spans)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def collector() -> Iterator[Collector]:
+    server = Collector()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_cli_flushes_a_batch_exporter_before_it_exits(
+    tmp_path: Path, collector: Collector
+) -> None:
+    # The batch would wait ten minutes: only the CLI's flush can send it before os._exit.
+    done = run_starter(
+        tmp_path,
+        "--json",
+        OTEL_TRACES_EXPORTER="otlp",
+        OTEL_EXPORTER_OTLP_ENDPOINT=collector.endpoint,
+        OTEL_BSP_SCHEDULE_DELAY="600000",
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "completed"
+    assert {"chat scripted-demo", "execute_tool search_orders"} <= set(collector.spans)
+    assert collector.spans.count("chat scripted-demo") == 3
+
+
+def test_a_tracing_configuration_the_cli_cannot_honour_is_one_line_and_status_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TEMPORAL_ADDRESS", raising=False)
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
+
+    assert starter.main([CLI_PROMPT]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        "starter.py: error: OTEL_TRACES_EXPORTER='zipkin': unknown exporter zipkin; use otlp, "
+        "console or none\n"
+    )
