@@ -29,13 +29,14 @@ from temporalio.worker import Worker
 import activities.demo_tools
 import activities.read_result  # noqa: F401  (registers read_result)
 import payload_codec
-from activities import telemetry
+from activities import message_store, telemetry
 from activities.model_call import call_model
 from activities.store_check import StoreNotWritable, check_stores
 from activities.tools import resolve_tools, tool_activities
 from agent_client import ensure_search_attributes
 from cli.plumbing import CommandLineError, OneLineArgumentParser, exit_now, temporal_address
 from workflows.agent import AgentWorkflow
+from workflows.errors import AgentConfigurationError
 from workflows.models import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES
 
 DEFAULT_ADDRESS = "localhost:7233"
@@ -156,8 +157,10 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
     try:
         payload_codec.data_converter()  # a malformed key configuration is a usage error
         check_stores()  # before connecting: nothing is served that could not be stored
-    except (payload_codec.PayloadKeyError, StoreNotWritable) as error:
-        sys.stderr.write(f"{prog}: error: {error}\n")
+        message_store.retention_hours_from_env()
+    except (payload_codec.PayloadKeyError, StoreNotWritable, AgentConfigurationError) as error:
+        reason = error.message if isinstance(error, AgentConfigurationError) else error
+        sys.stderr.write(f"{prog}: error: {reason}\n")
         return 2
     try:
         if telemetry.configure_from_env():

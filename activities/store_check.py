@@ -1,7 +1,8 @@
 """Whether the worker can write its SQLite files, asked once when it starts.
 
-The model activity writes the message store on every call, a large tool result goes to the result
-store, and the demo tools write their database. A file that cannot be written would fail those
+With linear history the model activity writes the message store once a later call names what
+an earlier one sent, a large tool result goes to the result store, and the demo tools write
+their database. A file that cannot be written would fail those
 activities after the model was paid or a tool had acted, and again on every retry. So the worker
 asks first: it creates the file's directory, writes a scratch file beside it (where SQLite puts
 its journal), and takes SQLite's write lock on the file itself with a write that is rolled back.

@@ -90,6 +90,16 @@ def test_a_store_under_a_file_stops_the_worker_in_one_line(tmp_path: Path) -> No
     )
 
 
+def test_a_bad_retention_stops_the_worker_in_one_line(tmp_path: Path) -> None:
+    """A store retention that is not a number of hours fails at start, not at a run's first
+    store use."""
+    env = store_env(tmp_path, AGENT_STORE_RETENTION_HOURS="a week")
+    assert_one_line_error(
+        run_worker(env),
+        "AGENT_STORE_RETENTION_HOURS='a week': expected a number of hours above 0 (default 168)",
+    )
+
+
 @pytest.mark.parametrize("where", ["ro/messages.db", "ro/new/messages.db"])
 def test_a_read_only_directory_stops_the_worker_in_one_line(shared_tmp: Path, where: str) -> None:
     """The reproduction of the issue: uid 10001 in a directory it does not own (the image's
