@@ -15,35 +15,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.contrib.workflow_streams import WorkflowStream
-from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    import jsonschema
-
     # Modules by their full names, so the sandbox hands over the worker's modules: the
     # registries (approval predicates, tool specs) are filled outside the sandbox, and the rooms
     # must share one copy of each class they match on. (`from workflows import dispatch` would
     # load a fresh copy inside it.)
-    import workflows.approval as approval
     import workflows.continuation as continuation
     import workflows.dispatch as dispatch
-    import workflows.tool_catalog as tool_catalog
+    import workflows.run_setup as run_setup
     import workflows.versioning as versioning
     from workflows.budget import Budget
     from workflows.context_window import ContextWindow
     from workflows.errors import (
-        FATAL_ERROR_TYPES,
         AgentApprovalTimeout,
-        AgentConfigurationError,
         AgentError,
         AgentFatalToolError,
-        describe_failure,
     )
     from workflows.gates import PlanGate, ToolCallGate
     from workflows.loop_detection import LoopDetector
@@ -54,11 +45,9 @@ with workflow.unsafe.imports_passed_through():
         PlanDecision,
         PlanState,
         RunStatus,
-        RunTools,
         StepRecord,
         ToolApproval,
         ToolCallDecision,
-        ToolSelection,
         ToolSpec,
         TranscriptPage,
         TranscriptPageRequest,
@@ -364,62 +353,10 @@ class AgentWorkflow:
         self._reporter.reply_done()
 
     async def _resolve_tools(self) -> None:
-        """The run's tools, checked with its output schema and approval policy before step 1.
-
-        Read once by a local activity and recorded in the history (and carried on), so replay
-        never asks the worker's registry; runs from before that read the registry."""
-        agent_input, state = self._input, self._state
-        if state.tools is None and self._reporter.behaviours.records_tool_specs:
-            state.tools = await self._recorded_tools(agent_input.tools)
-        if state.tools is not None:
-            run_tools = tool_catalog.described(state.tools)
-        else:
-            try:
-                run_tools = tool_catalog.for_run(agent_input.tools)
-            except KeyError as error:
-                raise AgentConfigurationError(f"the run asks for tools {error.args[0]}") from None
+        run_tools = await run_setup.settle(self._input, self._state, self._reporter.behaviours)
         self._tools = {spec.name: spec for spec in run_tools.tools}
         self._read_result = run_tools.read_result
-        if agent_input.output_schema is not None:
-            try:
-                jsonschema.Draft202012Validator.check_schema(agent_input.output_schema)
-            except jsonschema.SchemaError as error:
-                raise AgentConfigurationError(
-                    f"output_schema is not a valid JSON schema: {error.message}"
-                ) from None
-            external = dispatch.external_refs(agent_input.output_schema)
-            if external and self._reporter.behaviours.bounded_sub_agents:
-                # Checking finish's arguments would need to fetch them, which a workflow
-                # cannot: the run would wedge at its answer. Refused before step 1.
-                raise AgentConfigurationError(
-                    f"output_schema refers outside itself ($ref {', '.join(external)}); a "
-                    "workflow cannot fetch schemas: inline them under $defs"
-                )
-        if unknown := approval.unknown_predicates(agent_input.tool_approval):
-            raise AgentConfigurationError(
-                f"the run's approval policy names predicates that are not registered: {unknown}"
-            )
         self._runner.tools = self._tools
-
-    async def _recorded_tools(self, names: list[str] | None) -> RunTools:
-        try:
-            return await workflow.execute_local_activity(
-                tool_catalog.RESOLVE_TOOLS,
-                ToolSelection(names=names),
-                result_type=RunTools,
-                start_to_close_timeout=timedelta(seconds=10),
-                retry_policy=RetryPolicy(
-                    maximum_attempts=3, non_retryable_error_types=FATAL_ERROR_TYPES
-                ),
-                summary="the run's tool specs",
-            )
-        except ActivityError as error:
-            cause = error.cause
-            if isinstance(cause, ApplicationError) and cause.type == "AgentConfigurationError":
-                raise AgentConfigurationError(cause.message) from None
-            raise AgentConfigurationError(
-                f"the worker could not list its tools: {describe_failure(cause)}"
-            ) from None
 
     def _offered(self) -> list[ToolSpec]:
         return dispatch.offered_tools(
