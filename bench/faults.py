@@ -368,13 +368,24 @@ class Kill:
     """"outside" (os.kill) or "point" (the worker at its --crash-at)."""
     point: str | None = None
     note: str | None = None
+    cached: bool = False
+    """The killed worker had a workflow cache (and a sticky queue)."""
 
 
 class Workers:
-    """Worker processes on one task queue, one alive at a time; kills them as planned."""
+    """Worker processes on one task queue, one alive at a time; kills them as planned. Each one
+    is drawn with a workflow cache, as in production (a killed worker's sticky queue then holds
+    its runs' next tasks until the server gives up on it, 5 s), or without one, as the crash
+    tests run (every task goes to whichever worker is alive, and replays from the start)."""
 
     def __init__(
-        self, directory: Path, address: str, env: dict[str, str], seed: int, kills: int
+        self,
+        directory: Path,
+        address: str,
+        env: dict[str, str],
+        seed: int,
+        kills: int,
+        cached_share: float,
     ) -> None:
         self.directory = directory
         self.address = address
@@ -385,6 +396,9 @@ class Workers:
         self.started = 0
         self.current: subprocess.Popen[bytes] | None = None
         self.current_point: str | None = None
+        self.current_cached = False
+        self.cached_share = cached_share
+        self.cached_started = 0
         self.clock = time.monotonic()
 
     async def start(self, crash_at: str | None = None) -> subprocess.Popen[bytes]:
@@ -393,6 +407,10 @@ class Workers:
         ready = self.directory / f"{name}.ready"
         command = [sys.executable, "-m", "tests.crash_worker", "--address", self.address]
         command += ["--task-queue", TASK_QUEUE, "--ready-file", str(ready)]
+        cached = self.rng.random() < self.cached_share
+        if cached:
+            command += ["--max-cached-workflows", "1000"]
+            self.cached_started += 1
         if crash_at is not None:
             command += [
                 "--crash-at",
@@ -404,7 +422,7 @@ class Workers:
             process = subprocess.Popen(
                 command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
             )
-        self.current, self.current_point = process, crash_at
+        self.current, self.current_point, self.current_cached = process, crash_at, cached
         deadline = time.monotonic() + 60
         while not ready.exists():
             if process.poll() is not None:
@@ -448,7 +466,7 @@ class Workers:
             if point is None:
                 await _sleep(wait, done)
             elif await _wait_for(_exited(process), wait, done):
-                self.kills.append(Kill(self.now(), "point", point))
+                self.kills.append(Kill(self.now(), "point", point, cached=self.current_cached))
                 self.kills_left -= 1
                 continue
             else:
@@ -459,9 +477,9 @@ class Workers:
             if process.poll() is None:
                 process.send_signal(signal.SIGKILL)
                 process.wait()
-                self.kills.append(Kill(self.now(), "outside", point, note))
+                self.kills.append(Kill(self.now(), "outside", point, note, self.current_cached))
             else:  # it reached its point meanwhile
-                self.kills.append(Kill(self.now(), "point", point))
+                self.kills.append(Kill(self.now(), "point", point, cached=self.current_cached))
             self.kills_left -= 1
         # The runs have ended: whatever queries the report makes go to a worker that stays up.
         if self.current_point is not None:
@@ -506,6 +524,8 @@ class Driven:
     cancel: str | None = None
     """What came of the planned cancel: "sent at N s" or why it was not."""
     done: bool = False
+    seconds: float = 0.0
+    """From the start to the end the client saw."""
 
 
 async def drive(client: Client, driven: Driven, ready: asyncio.Event) -> None:
@@ -520,6 +540,7 @@ async def drive(client: Client, driven: Driven, ready: asyncio.Event) -> None:
         task_timeout=TASK_TIMEOUT,
     )
     driven.handle = handle
+    started = time.monotonic()
     canceller = None
     if plan.cancel_after is not None:
 
@@ -543,6 +564,7 @@ async def drive(client: Client, driven: Driven, ready: asyncio.Event) -> None:
         driven.error = timeout
     finally:
         driven.done = True
+        driven.seconds = round(time.monotonic() - started, 2)
         if canceller is not None:
             await canceller
 
@@ -573,6 +595,7 @@ class RunRecord:
     """Effects the run undid without knowing whether they had happened (their call was cut off
     after it started): the compensation looked them up by their key."""
     transcript_complete: bool = True
+    seconds: float = 0.0
     intent: str = ""
     """What the plan meant: complete, limit (fail at the step limit) or cancel."""
     cancel: str | None = None
@@ -688,6 +711,7 @@ async def record_of(client: Client, driven: Driven) -> RunRecord:
         scripted=dict(plan.scripted()),
         intent=plan.intent,
         cancel=driven.cancel,
+        seconds=driven.seconds,
     )
     handle = driven.handle
     if handle is None:
@@ -938,7 +962,7 @@ async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         async with embedded_dev_server() as temporal:
             client = temporal.client
             address = client.service_client.config.target_host
-            workers = Workers(scratch, address, env, args.seed, args.kills)
+            workers = Workers(scratch, address, env, args.seed, args.kills, args.cached_share)
             driven = [Driven(plan) for plan in plans]
             done, ready = asyncio.Event(), asyncio.Event()
 
@@ -998,6 +1022,11 @@ async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "kills_at_a_point": sum(k.kind == "point" for k in workers.kills),
         "kill_log": [asdict(kill) for kill in workers.kills],
         "workers_started": workers.started,
+        "workers_cached": workers.cached_started,
+        "kills_of_cached_workers": sum(k.cached for k in workers.kills),
+        "run_seconds_p50": _percentile([r.seconds for r in records], 0.5),
+        "run_seconds_p95": _percentile([r.seconds for r in records], 0.95),
+        "slowest_run": max(((r.seconds, r.workflow_id) for r in records), default=(0.0, "-")),
         "cancels_planned": sum(p.cancel_after is not None for p in plans),
         "cancels_sent": sum(1 for d in driven if d.cancel and d.cancel.startswith("sent")),
         "cancels_after_the_end": sum(
@@ -1018,6 +1047,11 @@ async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "runs_detail": [asdict(record) for record in records],
         "seconds": round(runs_seconds, 1),
     }
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values) or [0.0]
+    return ordered[min(int(share * len(ordered)), len(ordered) - 1)]
 
 
 def _complete(transcript: list[Any]) -> bool:
@@ -1056,6 +1090,15 @@ def report(f: dict[str, Any]) -> str:
             f"({f['cancels_sent']} / {f['cancels_after_the_end']})",
         ),
         (
+            "workers started (with a cache); kills of cached ones",
+            f"{f['workers_started']} ({f['workers_cached']}); {f['kills_of_cached_workers']}",
+        ),
+        (
+            "run time p50 / p95 / slowest",
+            f"{f['run_seconds_p50']} / {f['run_seconds_p95']} / {f['slowest_run'][0]} s "
+            f"({f['slowest_run'][1]})",
+        ),
+        (
             "provider requests (faults injected)",
             f"{f['provider_requests']} ({f['provider_faults']})",
         ),
@@ -1092,6 +1135,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=None, help="default: drawn, and printed")
     parser.add_argument("--spacing", type=float, default=1.5, help="seconds between run starts")
     parser.add_argument("--provider-fault-rate", type=float, default=0.05)
+    parser.add_argument(
+        "--cached-share", type=float, default=0.5, help="share of workers with a workflow cache"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--keep", type=Path, help="keep the databases and worker logs here")
     args = parser.parse_args(argv)
