@@ -118,6 +118,8 @@ MODEL_RETRY = RetrySettings(
 HEARTBEAT_SECONDS = 2.0
 """A model, tool or compensation attempt lost with its worker is retried after this long."""
 RUN_TIMEOUT_SECONDS = 300.0
+STALL_SECONDS = 60.0
+"""A run this slow has its history printed even when it broke nothing."""
 
 CRASH_POINTS = (
     # (point, weight): crash_worker.py's --crash-at without its count, which is drawn 1..3.
@@ -671,13 +673,16 @@ async def compensations_in_history(
 
 
 async def history_excerpt(handle: WorkflowHandle[Any, Any], limit: int = 80) -> list[str]:
-    """The run's events, one line each, activities named: for the report of a violation."""
+    """The run's events, one line each, with the seconds since it started and the activities
+    named: for the report of a violation or a stall."""
     history = await handle.fetch_history()
     names: dict[int, str] = {}
     lines = []
+    start = history.events[0].event_time.ToDatetime() if history.events else None
     for event in history.events:
         kind = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")
-        line = f"{event.event_id} {kind}"
+        offset = (event.event_time.ToDatetime() - start).total_seconds() if start else 0.0
+        line = f"{event.event_id} +{offset:.1f}s {kind}"
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             names[event.event_id] = (
                 event.activity_task_scheduled_event_attributes.activity_type.name
@@ -981,17 +986,12 @@ async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
                         transcript = await d.handle.query(AgentWorkflow.transcript)
                         record.transcript_complete = _complete(transcript)
                 verdict = check(records, read_database(database, order_ids), check_requests(fake))
-                flagged = sorted(
-                    {
-                        what.split(" ", 1)[0].rstrip(":")
-                        for found in verdict.violations.values()
-                        for what in found
-                    }
-                    & {d.plan.workflow_id for d in driven}
-                )
+                flagged = _flagged_runs(verdict.violations)
+                # The runs that broke an invariant, and the slowest: a stall shows in its times.
+                slowest = max(driven, key=lambda d: d.seconds).plan.workflow_id
                 excerpts = {}
                 for d in driven:
-                    if d.plan.workflow_id in flagged and d.handle is not None:
+                    if d.plan.workflow_id in {*flagged, slowest} and d.handle is not None:
                         excerpts[d.plan.workflow_id] = await history_excerpt(d.handle)
                 retried, timed_out = await _retries(driven)
             finally:
@@ -1046,6 +1046,16 @@ async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "history_excerpts": excerpts,
         "runs_detail": [asdict(record) for record in records],
         "seconds": round(runs_seconds, 1),
+    }
+
+
+def _flagged_runs(violations: dict[str, list[str]]) -> set[str]:
+    """The workflow ids the violations name (each starts with its run's id)."""
+    return {
+        what.split(" ", 1)[0].rstrip(":")
+        for found in violations.values()
+        for what in found
+        if what.startswith("faults-")
     }
 
 
@@ -1121,8 +1131,12 @@ def report(f: dict[str, Any]) -> str:
     for name, found in f["violation_details"].items():
         lines.append(f"VIOLATED: {name}")
         lines += [f"  {what}" for what in found]
+    flagged = _flagged_runs(f["violation_details"])
     for workflow_id, excerpt in f["history_excerpts"].items():
-        lines.append(f"history of {workflow_id} (last {len(excerpt)} events):")
+        slowest = " (the slowest run)" if workflow_id == f["slowest_run"][1] else ""
+        if workflow_id not in flagged and f["slowest_run"][0] < STALL_SECONDS:
+            continue  # the slowest run's history is in --json; printed only for a stall
+        lines.append(f"history of {workflow_id}{slowest} (last {len(excerpt)} events):")
         lines += [f"  {line}" for line in excerpt]
     return "\n".join(lines)
 
