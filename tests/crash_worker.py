@@ -1,7 +1,7 @@
 """A worker process that SIGKILLs itself at a named point: the crash half of the crash tests.
 
     python -m tests.crash_worker --address HOST:PORT --task-queue Q --ready-file F
-                                 [--crash-at POINT --crash-file C]
+                                 [--crash-at POINT --crash-file C] [--max-cached-workflows N]
 
 Run from the repository root, with $AGENT_DEMO_DB set. Without --crash-at it is a normal worker
 (the "fresh worker" that takes over, and the one that records the reference runs). It writes F
@@ -22,6 +22,10 @@ POINT is one of:
   only learns of the crash when the workflow task times out, and the next worker replays the
   history to pick the loop up where it was. (A crash during a model call, in contrast, loses
   an activity attempt, which the activity's start-to-close timeout recovers.)
+
+By default the worker keeps no workflow in its cache (see `serve`); `--max-cached-workflows N`
+gives it a cache and so a sticky queue, as a production worker has (bench/faults.py draws both
+kinds).
 
 Every worker here re-registers the demo tools with short timeouts and quick retries (the same
 functions, so the same database code and idempotency keys): a call lost with a killed worker is
@@ -189,9 +193,9 @@ async def serve(args: argparse.Namespace) -> None:
         client,
         args.task_queue,
         interceptors=interceptors,
-        # No cache and so no sticky queue: a workflow task goes to whichever worker is alive,
-        # at once, and each one replays the history from the start.
-        max_cached_workflows=0,
+        # No cache and so no sticky queue (the default): a workflow task goes to whichever
+        # worker is alive, at once, and each one replays the history from the start.
+        max_cached_workflows=args.max_cached_workflows,
         **TEST_WORKER_OPTIONS,
     )
     async with worker:
@@ -206,6 +210,7 @@ def main() -> None:
     parser.add_argument("--ready-file", required=True)
     parser.add_argument("--crash-at")
     parser.add_argument("--crash-file")
+    parser.add_argument("--max-cached-workflows", type=int, default=0)
     args = parser.parse_args()
     if args.crash_at and not args.crash_file:
         parser.error("--crash-at needs --crash-file")
