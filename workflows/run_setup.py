@@ -9,12 +9,13 @@ with the reason, and has paid for nothing.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import jsonschema
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 import workflows.approval as approval
 import workflows.dispatch as dispatch
@@ -78,6 +79,9 @@ async def _recorded(names: list[str] | None) -> RunTools:
         )
     except ActivityError as error:
         cause = error.cause
+        if isinstance(cause, CancelledError):
+            # Cancelled before step 1: the run ends CANCELED, not as a configuration error.
+            raise asyncio.CancelledError("the run was cancelled as it started") from None
         if isinstance(cause, ApplicationError) and cause.type == "AgentConfigurationError":
             raise AgentConfigurationError(cause.message) from None
         raise AgentConfigurationError(

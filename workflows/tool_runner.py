@@ -184,6 +184,13 @@ class ToolRunner:
                 if spec.side_effects and behaviours.cancels_end_the_run
                 else workflow.ActivityCancellationType.TRY_CANCEL,
             )
+        except asyncio.CancelledError:
+            # A cancel that arrives in the same workflow task as the call's completion: the SDK
+            # raises the cancel and drops the result. The effect may be in place: log it as
+            # outcome unknown, so the undo finds it by its key.
+            if spec.side_effects and behaviours.records_unknown_outcomes:
+                self._record_unknown(call, run, idempotency_key)
+            raise
         except ActivityError as error:
             cause = error.cause
             latency = _ms_since(started)
@@ -191,20 +198,7 @@ class ToolRunner:
             content = self._failure_text(spec, cause)
             if spec.side_effects and behaviours.records_unknown_outcomes:
                 # Cancelled, timed out or failed after it started: it may have taken effect.
-                self._saga.record(
-                    AppliedEffect(
-                        call=CompensationInput(
-                            tool=spec.name,
-                            tool_call_id=call.id,
-                            arguments=run.arguments,
-                            result=None,
-                            idempotency_key=idempotency_key,
-                            outcome_unknown=True,
-                        ),
-                        compensation=spec.compensation,
-                        outcome_unknown=True,
-                    )
-                )
+                self._record_unknown(call, run, idempotency_key)
                 content = (
                     content.rstrip(".")
                     + ". It may have taken effect before it stopped: check before calling it again."
@@ -237,6 +231,22 @@ class ToolRunner:
             attempts=output.attempt,
             truncated=output.omitted_chars > 0,
             externalised=output.externalised_ref is not None,
+        )
+
+    def _record_unknown(self, call: ToolCall, run: Run, idempotency_key: str) -> None:
+        self._saga.record(
+            AppliedEffect(
+                call=CompensationInput(
+                    tool=run.spec.name,
+                    tool_call_id=call.id,
+                    arguments=run.arguments,
+                    result=None,
+                    idempotency_key=idempotency_key,
+                    outcome_unknown=True,
+                ),
+                compensation=run.spec.compensation,
+                outcome_unknown=True,
+            )
         )
 
     def _failure_text(self, spec: ToolSpec, cause: BaseException | None) -> str:
