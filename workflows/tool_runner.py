@@ -189,7 +189,7 @@ class ToolRunner:
             # raises the cancel and drops the result. The effect may be in place: log it as
             # outcome unknown, so the undo finds it by its key.
             if spec.side_effects and behaviours.records_unknown_outcomes:
-                self._record_unknown(call, run, idempotency_key)
+                self._log_effect(call, run, idempotency_key, unknown=True)
             raise
         except ActivityError as error:
             cause = error.cause
@@ -198,7 +198,7 @@ class ToolRunner:
             content = self._failure_text(spec, cause)
             if spec.side_effects and behaviours.records_unknown_outcomes:
                 # Cancelled, timed out or failed after it started: it may have taken effect.
-                self._record_unknown(call, run, idempotency_key)
+                self._log_effect(call, run, idempotency_key, unknown=True)
                 content = (
                     content.rstrip(".")
                     + ". It may have taken effect before it stopped: check before calling it again."
@@ -211,18 +211,7 @@ class ToolRunner:
         if output.content_ref is not None:
             self._gateway.keep_reference(output.content_ref)
         if spec.side_effects and not output.is_error:
-            self._saga.record(
-                AppliedEffect(
-                    call=CompensationInput(
-                        tool=spec.name,
-                        tool_call_id=call.id,
-                        arguments=run.arguments,
-                        result=output.value,
-                        idempotency_key=idempotency_key,
-                    ),
-                    compensation=spec.compensation,
-                )
-            )
+            self._log_effect(call, run, idempotency_key, result=output.value)
         make = Outcome.error if output.is_error else Outcome.ok
         return make(
             call,
@@ -233,19 +222,29 @@ class ToolRunner:
             externalised=output.externalised_ref is not None,
         )
 
-    def _record_unknown(self, call: ToolCall, run: Run, idempotency_key: str) -> None:
+    def _log_effect(
+        self,
+        call: ToolCall,
+        run: Run,
+        idempotency_key: str,
+        *,
+        result: Any = None,
+        unknown: bool = False,
+    ) -> None:
+        """Enter a side effect in the saga's log: one that succeeded, with its result, or one
+        whose outcome is unknown (`unknown`, no result), which the undo finds by its key."""
         self._saga.record(
             AppliedEffect(
                 call=CompensationInput(
                     tool=run.spec.name,
                     tool_call_id=call.id,
                     arguments=run.arguments,
-                    result=None,
+                    result=result,
                     idempotency_key=idempotency_key,
-                    outcome_unknown=True,
+                    outcome_unknown=unknown,
                 ),
                 compensation=run.spec.compensation,
-                outcome_unknown=True,
+                outcome_unknown=unknown,
             )
         )
 
