@@ -17,13 +17,17 @@ from workflows.budget import Budget
 from workflows.errors import AgentBudgetExceeded
 from workflows.models import AgentInput
 from workflows.reporting import Reporter
-from workflows.state import RunState
+from workflows.state import RunState, ToolApproval
 from workflows.transcript import pending_calls
 
 MAX_CARRIED_BYTES = 1_800_000
 """Under Temporal's 2 MB payload limit, with room for the encoding around it."""
 MAX_CARRIED_EVENTS = 2_000
 """Progress events carried across continue-as-new; older ones stay in the earlier run."""
+MAX_CARRIED_EVENT_BYTES = 200_000
+"""And no more than this many bytes of them (an event's data, base64), the newest first."""
+MAX_CARRIED_DECISIONS = 100
+"""Decided approvals carried (the newest); those still awaiting a person always go."""
 
 
 def is_due(agent_input: AgentInput, state: RunState, steps_this_run: int) -> bool:
@@ -49,11 +53,14 @@ async def hand_on(
     stream.detach_pollers()
     await workflow.wait_condition(workflow.all_handlers_finished)
     events = stream.get_state()
-    if len(events.log) > MAX_CARRIED_EVENTS:
+    kept = _events_to_keep([len(item.data) for item in events.log])
+    if kept < len(events.log):
         # Subscribers further behind resume at the oldest event kept.
-        stream.truncate(events.base_offset + len(events.log) - MAX_CARRIED_EVENTS)
+        stream.truncate(events.base_offset + len(events.log) - kept)
         events = stream.get_state()
-    handed = state.model_copy(update={"runs": state.runs + 1, "stream": events})
+    handed = state.model_copy(
+        update={"runs": state.runs + 1, "stream": events, "approvals": _approvals_to_keep(state)}
+    )
     next_input = agent_input.model_copy(update={"carried": handed})
     size = len(next_input.model_dump_json())
     if size > MAX_CARRIED_BYTES and state.note is not None:
@@ -72,3 +79,21 @@ async def hand_on(
         )
     workflow.logger.info("continuing as new after step %d", state.steps)
     workflow.continue_as_new(next_input)
+
+
+def _events_to_keep(sizes: list[int]) -> int:
+    """How many of the newest events fit MAX_CARRIED_EVENTS and MAX_CARRIED_EVENT_BYTES."""
+    kept = total = 0
+    for size in reversed(sizes[-MAX_CARRIED_EVENTS:]):
+        total += size
+        if total > MAX_CARRIED_EVENT_BYTES:
+            break
+        kept += 1
+    return kept
+
+
+def _approvals_to_keep(state: RunState) -> list[ToolApproval]:
+    """Every approval still awaiting a person, and the newest decided ones, oldest first."""
+    decided = [a for a in state.approvals if a.status != "awaiting_approval"]
+    dropped = {id(a) for a in decided[: max(len(decided) - MAX_CARRIED_DECISIONS, 0)]}
+    return [a for a in state.approvals if id(a) not in dropped]

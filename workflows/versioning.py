@@ -22,6 +22,9 @@ FAULTS_RELEASE = "cancels-end-runs-unknown-outcomes-undone"
 """A cancel ends the run wherever it lands, and a call that changes data whose outcome is
 unknown is undone too (issue 16's release)."""
 
+BOUNDED_STATE = "bounded-loop-counts-and-call-ids"
+"""Loop counts and call ids held in bounded state, for runs of any length."""
+
 
 @dataclass(frozen=True)
 class Behaviours:
@@ -52,9 +55,13 @@ class Behaviours:
     """A sub-agent gets a subset of its parent's tools and the steps the parent has left, and
     an output schema with an external $ref is refused at the start (older runs let a sub-agent
     have any registered tool and the parent's whole max_steps, and took any schema)."""
+    bounded_state: bool = True
+    """Loop detection remembers the MAX_REMEMBERED_CALLS most recent distinct calls, and call
+    ids older than MAX_EXACT_CALL_IDS are kept in a Bloom filter (older runs kept every count
+    and every id, so a repeat after many calls, or a rename, could come out differently)."""
 
 
-LEGACY = Behaviours(*(False,) * 8)
+LEGACY = Behaviours(*(False,) * 9)
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
@@ -64,6 +71,7 @@ def decide() -> Behaviours:
     reports_status = workflow.patched(STATUS_SEARCH_ATTRIBUTES)
     release_2 = workflow.patched(RELEASE_2)
     faults = workflow.patched(FAULTS_RELEASE)
+    bounded_state = workflow.patched(BOUNDED_STATE)
     return Behaviours(
         reports_status=reports_status,
         per_tool_approval=release_2,
@@ -73,4 +81,5 @@ def decide() -> Behaviours:
         records_unknown_outcomes=faults,
         records_tool_specs=faults,
         bounded_sub_agents=faults,
+        bounded_state=bounded_state,
     )
