@@ -2,9 +2,10 @@
 
 Only at a step boundary (every call has its result, so the transcript is valid for a provider),
 when Temporal suggests it or after `continue_as_new_after_steps`. The run's state goes whole,
-with the progress stream's tail; when the whole would not fit in a workflow input, the
-compacted view goes instead (the rest stays in the earlier runs' histories). A state that does
-not fit either fails the run loudly rather than leaving it stuck.
+with bounded tails of its records (workflows/trace.py, call_ids.py); when the whole transcript
+would not fit in a workflow input, or passes MAX_CARRIED_TRANSCRIPT_BYTES, the compacted view
+goes instead (the rest stays in the earlier runs' histories). A state that does not fit either
+fails the run loudly rather than leaving it stuck.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from workflows.transcript import pending_calls
 
 MAX_CARRIED_BYTES = 1_800_000
 """Under Temporal's 2 MB payload limit, with room for the encoding around it."""
+MAX_CARRIED_TRANSCRIPT_BYTES = 500_000
+"""Over this, a run that has compacted carries its compaction view, not the whole transcript,
+so that what a long run carries does not grow with its steps."""
 MAX_CARRIED_EVENTS = 2_000
 """Progress events carried across continue-as-new; older ones stay in the earlier run."""
 MAX_CARRIED_EVENT_BYTES = 200_000
@@ -63,8 +67,12 @@ async def hand_on(
     )
     next_input = agent_input.model_copy(update={"carried": handed})
     size = len(next_input.model_dump_json())
-    if size > MAX_CARRIED_BYTES and state.note is not None:
-        # Too large whole (a workflow input may have 2 MB): carry the compacted view.
+    if state.note is not None and (
+        size > MAX_CARRIED_BYTES
+        or sum(len(m.model_dump_json()) for m in state.messages) > MAX_CARRIED_TRANSCRIPT_BYTES
+    ):
+        # Too large whole (a workflow input may have 2 MB), or long enough to grow it step by
+        # step: carry the compacted view. The rest stays in the earlier runs' histories.
         view = compaction.view(state.messages, state.cut, state.note)
         handed = handed.model_copy(update={"messages": view, "cut": 1, "note": None})
         next_input = agent_input.model_copy(update={"carried": handed})

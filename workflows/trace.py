@@ -13,8 +13,8 @@ from workflows.models import TracePage, TracePageRequest
 from workflows.state import EarlierSteps, RunState, StepRecord
 
 MAX_KEPT_STEP_RECORDS = 1_000
-MAX_KEPT_TRACE_BYTES = 400_000
-"""About 1,000 records of one call each, or fewer of many calls with long arguments."""
+MAX_KEPT_TRACE_BYTES = 250_000
+"""About 600 records of one call each, or fewer of many calls with long arguments."""
 MAX_KEPT_COMPACTIONS = 200
 
 
