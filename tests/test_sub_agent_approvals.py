@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from activities import demo_tools
-from agent_client import AgentClient, AgentRun
+from agent_client import AgentClient, AgentRun, AgentRunFailed
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
 from tests.test_agent_client import end_leftovers
 from tests.test_sub_agents import child_model
@@ -314,3 +314,25 @@ async def test_remember_through_the_parent_holds_for_the_sub_agent_and_the_paren
     assert result.answer == "Three emails sent."
     assert [e.call_id for e in events if e.kind == "approval_requested"] == ["call_1_1/call_1_1"]
     assert len(demo_tools.outbox()) == 3
+
+
+async def test_a_cancel_while_the_sub_agent_waits_ends_both_and_clears_the_wait(
+    client: Client, task_queue: str
+) -> None:
+    """The stop button works while a person is being asked on the sub-agent's behalf: both
+    runs end CANCELED, nothing ran, and the parent no longer shows the call."""
+    async with serving(client, task_queue) as agents:
+        run = await agents.start(delegating_input())
+        await waiting_in_sub_agent(run, CANCEL)
+        await run.handle.cancel()
+        with pytest.raises(AgentRunFailed):
+            await run.result()
+        assert (await run.handle.describe()).status == WorkflowExecutionStatus.CANCELED
+        child = agents.run(f"{run.id}/call_1_1")
+        assert (await child.handle.describe()).status == WorkflowExecutionStatus.CANCELED
+        final = await run.status()
+        events = await until(run, "failed")
+    assert final.sub_agent_approvals == [] and final.approvals == []
+    decided = [(e.call_id, e.outcome) for e in events if e.kind == "approval_decided"]
+    assert decided == [(CANCEL, "not_run")]
+    assert demo_tools.get_order(104999)["status"] == "processing"
