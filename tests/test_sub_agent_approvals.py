@@ -7,10 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
@@ -18,12 +15,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from activities import demo_tools
-from agent_client import AgentClient, AgentRun, AgentRunFailed
-from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
-from tests.test_agent_client import end_leftovers
+from agent_client import AgentRun, AgentRunFailed
+from tests.helpers import call, eventually, scripted_input, turn
+from tests.test_agent_client import serving
 from tests.test_sub_agents import child_model
 from tests.test_tool_approval import until
-from worker import build_worker
 from workflows.agent import AgentWorkflow
 from workflows.models import (
     AGENT_STATUS,
@@ -59,25 +55,6 @@ def delegating_input() -> AgentInput:
         sub_agent_model=child,
         tool_approval=ToolApprovalPolicy(),
     )
-
-
-@asynccontextmanager
-async def serving(client: Client, task_queue: str) -> AsyncIterator[AgentClient]:
-    agents = AgentClient(client, task_queue)
-    started: list[str] = []
-    original = agents.start
-
-    async def start(agent_input: AgentInput, **options: Any) -> AgentRun:
-        run = await original(agent_input, **options)
-        started.append(run.id)
-        return run
-
-    agents.start = start  # type: ignore[method-assign]
-    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
-        try:
-            yield agents
-        finally:
-            await end_leftovers(agents, started)
 
 
 async def waiting_in_sub_agent(run: AgentRun, call_id: str) -> RunStatus:
@@ -182,9 +159,9 @@ async def test_the_parent_shows_the_sub_agents_calls_and_forwards_decisions(
         assert replayed.replay_failure is None, history.workflow_id
 
 
-async def cli(address: str, *argv: str) -> tuple[int, str, str]:
+async def starter(address: str, *argv: str) -> asyncio.subprocess.Process:
     """starter.py in a subprocess, as a person at a terminal runs it."""
-    process = await asyncio.create_subprocess_exec(
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "starter.py",
         *argv,
@@ -194,6 +171,11 @@ async def cli(address: str, *argv: str) -> tuple[int, str, str]:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
+
+
+async def cli(address: str, *argv: str) -> tuple[int, str, str]:
+    """One command to its end: its exit status, stdout and stderr."""
+    process = await starter(address, *argv)
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
@@ -206,17 +188,7 @@ async def test_the_cli_lists_and_decides_a_sub_agents_calls_through_the_parent(
     async with serving(client, task_queue) as agents:
         run = await agents.start(delegating_input())
         # `result` follows the parent and says how to decide what its sub-agent waits on.
-        following = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "starter.py",
-            "result",
-            run.id,
-            "--address",
-            address,
-            cwd=REPO,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        following = await starter(address, "result", run.id)
         await waiting_in_sub_agent(run, CANCEL)
 
         code, out, err = await cli(address, "calls", run.id, "--json")

@@ -204,10 +204,7 @@ class ToolCallGate:
         request = self._by_call[decision.call_id]
         self._record(request, decision, "person")
         if decision.remember:
-            self._state.remembered[request.tool] = decision
-            for other in self.awaiting():
-                if other.tool == request.tool:
-                    self._record(other, decision, "remembered")
+            self._remember(request.tool, decision)
         if self._anything_waiting():
             self._reporter.set_status("awaiting_approval", self._details())
         else:
@@ -377,10 +374,7 @@ class ToolCallGate:
                 non_retryable=True,
             ) from None
         if decision.remember and asked is not None:
-            self._state.remembered[asked.tool] = decision
-            for other in self.awaiting():
-                if other.tool == asked.tool:
-                    self._record(other, decision, "remembered")
+            self._remember(asked.tool, decision)
 
     async def _forward(self, decision: ToolCallDecision) -> SubAgentApproval:
         call_id = decision.call_id
@@ -439,7 +433,7 @@ class ToolCallGate:
                 return
 
     def _waiting_here(self, me: str) -> list[SubAgentApproval]:
-        own = [SubAgentApproval(**a.model_dump(), workflow_id=me) for a in self.awaiting()]
+        own = [_asked_by(me, a) for a in self.awaiting()]
         return [*own, *self.sub_agent_awaiting()]
 
     def _untold(self) -> list[SubAgentApproval]:
@@ -454,7 +448,7 @@ class ToolCallGate:
 
     def _now_of(self, call_id: str, me: str) -> SubAgentApproval:
         if (own := self._by_call.get(call_id)) is not None:
-            return SubAgentApproval(**own.model_dump(), workflow_id=me)
+            return _asked_by(me, own)
         if (sub := self._sub_agent_call(call_id)) is not None:
             return sub
         # Its sub-agent ended with it undecided, and this run forgot it.
@@ -469,6 +463,13 @@ class ToolCallGate:
         )
 
     # --- shared ------------------------------------------------------------------------------
+
+    def _remember(self, tool: str, decision: ToolCallDecision) -> None:
+        """The decision holds for the tool's later calls in this run, and for those waiting."""
+        self._state.remembered[tool] = decision
+        for other in self.awaiting():
+            if other.tool == tool:
+                self._record(other, decision, "remembered")
 
     def _anything_waiting(self) -> bool:
         return bool(self.awaiting() or self.sub_agent_awaiting())
@@ -507,3 +508,8 @@ class ToolCallGate:
             f"waiting for a person to decide {count(len(waiting), 'tool call')}: {calls}: "
             "update or signal decide_tool_call"
         )
+
+
+def _asked_by(workflow_id: str, approval: ToolApproval) -> SubAgentApproval:
+    """A call of this run, as its parent is told of it."""
+    return SubAgentApproval(**approval.model_dump(), workflow_id=workflow_id)
