@@ -416,9 +416,9 @@ class ToolCallGate:
         stops waiting for a person here (its own sub-agents' included). One signal at a time, in
         order, so the parent sees every change in the order it happened."""
         parent = workflow.info().parent
-        if parent is None:
-            return
         me = workflow.info().workflow_id
+        if parent is None or not me.startswith(f"{parent.workflow_id}/"):
+            return  # not a delegate's sub-agent (an app's workflow may start runs as children)
         handle = workflow.get_external_workflow_handle(parent.workflow_id)
         while True:
             await workflow.wait_condition(lambda: bool(self._untold()))
