@@ -20,7 +20,7 @@ TemporalChangeVersion upsert): per-tool approval, bounded dispatch, and a coarse
 
 FAULTS_RELEASE = "cancels-end-runs-unknown-outcomes-undone"
 """A cancel ends the run wherever it lands, and a call that changes data whose outcome is
-unknown is undone too (issue 16's release)."""
+unknown is undone too, and a sub-agent's approvals reach its parent (issue 16's release)."""
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,13 @@ class Behaviours:
     """A sub-agent gets a subset of its parent's tools and the steps the parent has left, and
     an output schema with an external $ref is refused at the start (older runs let a sub-agent
     have any registered tool and the parent's whole max_steps, and took any schema)."""
+    sub_agent_approvals_reach_the_parent: bool = True
+    """A sub-agent signals its parent when a call of its starts or stops waiting for a person,
+    and the parent shows it, waits on it and forwards decisions to it (older sub-agents sent
+    nothing, and older parents neither listed nor forwarded)."""
 
 
-LEGACY = Behaviours(*(False,) * 8)
+LEGACY = Behaviours(*(False,) * 9)
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
@@ -73,4 +77,5 @@ def decide() -> Behaviours:
         records_unknown_outcomes=faults,
         records_tool_specs=faults,
         bounded_sub_agents=faults,
+        sub_agent_approvals_reach_the_parent=faults,
     )
