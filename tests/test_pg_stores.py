@@ -5,6 +5,9 @@ WAL segment holds a conversation's text."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -362,3 +365,34 @@ def test_the_fixture_server_runs_as_a_user_that_is_not_root(postgres: PostgresSe
     owner = (postgres.directory / "data").stat().st_uid
     assert Path(postgres.directory / "data" / "PG_VERSION").exists()
     assert owner != 0
+
+
+def test_the_command_line_s_embedded_worker_uses_the_store_url(
+    store_url: str, tmp_path: Path
+) -> None:
+    """`starter.py PROMPT` as a user runs it, with AGENT_STORE_URL: the demo's answer, its
+    stores in the database, and no store file in the working directory."""
+    root = Path(__file__).resolve().parent.parent
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AGENT_", "OPENAI_", "ANTHROPIC_", "TEMPORAL_"))
+    }
+    env.update(AGENT_STORE_URL=store_url, AGENT_DEMO_DB=str(tmp_path / "demo.db"))
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(root / "starter.py"),
+            "Where is my latest order? My email is a@b.com.",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "#1042" in done.stdout
+    assert not (tmp_path / ".agent-data").exists()
+    [(links,)] = query(store_url, "SELECT count(*) FROM agent_links")
+    assert isinstance(links, int) and links > 0
