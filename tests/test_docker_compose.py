@@ -26,7 +26,7 @@ from temporalio.common import SearchAttributeKey
 import workflows.models
 from activities.store_check import StoreNotWritable, check_postgres
 from payload_codec import keys_from_env
-from tests.postgres import PostgresServer
+from tests.postgres import PostgresServer, bin_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -575,7 +575,8 @@ def run_store_script(server: PostgresServer, **env: str) -> subprocess.Completed
     return subprocess.run(
         ["sh", str(STORE_SCRIPT)],
         env={
-            "PATH": os.environ.get("PATH", ""),
+            # psql, as the postgres image has it: beside the server's binaries.
+            "PATH": f"{bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
             "PGHOST": server.host,
             "PGPORT": str(server.port),
             "PGUSER": "postgres",
@@ -588,7 +589,6 @@ def run_store_script(server: PostgresServer, **env: str) -> subprocess.Completed
     )
 
 
-@pytest.mark.skipif(shutil.which("psql") is None, reason="needs psql (the postgres image has it)")
 def test_the_store_database_script_makes_a_user_that_owns_its_stores(
     postgres: PostgresServer,
 ) -> None:
