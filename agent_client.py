@@ -216,15 +216,20 @@ class AgentRun:
         )
 
     async def pending_tool_calls(self) -> list[ToolApproval]:
-        """The tool calls waiting for a person's decision, oldest first."""
-        return (await self.status()).approvals
+        """The tool calls waiting for a person's decision, oldest first: the run's own, then
+        its sub-agent's (`SubAgentApproval`s, their call ids qualified by the delegate call,
+        such as `call_1_1/call_2_1`, and naming the sub-agent's workflow)."""
+        status = await self.status()
+        return [*status.approvals, *status.sub_agent_approvals]
 
     async def decide_tool_call(
         self, call_id: str, approve: bool, reason: str | None = None, *, remember: bool = False
     ) -> ToolApproval:
-        """Approve or deny a waiting call; `remember` applies the decision to the run's later
-        calls of the same tool. Raises temporalio.client.WorkflowUpdateFailedError, saying why,
-        for an unknown or already decided call id."""
+        """Approve or deny a waiting call, the run's own or, by its qualified id, its
+        sub-agent's (the run forwards the decision and answers once the sub-agent took it);
+        `remember` applies the decision to the later calls of the same tool in the run that
+        asked. Raises temporalio.client.WorkflowUpdateFailedError, saying why, for an unknown
+        or already decided call id."""
         return await self.handle.execute_update(
             AgentWorkflow.decide_tool_call,
             ToolCallDecision(call_id=call_id, approve=approve, reason=reason, remember=remember),

@@ -3,30 +3,30 @@
 A SQLite file on the worker by default (`$AGENT_MESSAGE_STORE`, else `.agent-data/messages.db`):
 one row per chain link (its reference, its parent's, and the message) and one per blob (a tool
 list, a script, a tool result; the result store keeps its results in a file of its own, through
-the same class). Workers on several machines can share one by implementing `MessageStore` and
-calling `use_message_store`; without sharing, a call that lands on a worker that has not seen the
-prefix misses, and the workflow resends the whole request once.
+the same class). With `AGENT_STORE_URL=postgresql://...` it is a PostgreSQL database instead
+(activities/pg_store.py), which every worker of a fleet shares; a process may also plug in its
+own with `use_message_store`. A call that lands on a worker whose store lacks the prefix misses,
+and the workflow resends the whole request once.
 
 - **Only what a later call names is written.** A request that names nothing by reference (a
   run's first call, every call without linear history, a call sent whole after a miss or a
   compaction) is kept in this process's memory only, and written to the store when a later call
-  names it. So a run with `linear_history=False` writes nothing, and a restart between a call
-  and the next costs one miss.
-- **Encrypted with the payload keys.** With `AGENT_PAYLOAD_KEYS` (or `AGENT_PAYLOAD_KEYS_FILE`)
-  set, each stored text is AES-GCM ciphertext under the first key, with that key's id; any listed
-  key opens it, and the entry's reference is the associated data. References stay hashes of the
-  plaintext. An entry this process cannot open (no keys, or not that key) is a miss, and a
-  warning names the key id once.
-- **Pruned.** An entry unused for `AGENT_STORE_RETENTION_HOURS` (7 days by default) is deleted,
-  at most once an hour per process, when the store is opened or written. Reading an entry
-  counts as a use, and a link stays as long as a link after it does.
+  names it. So a run with `linear_history=False` writes nothing to a worker's own file, and a
+  restart between a call and the next costs one miss. A shared store is different in one place:
+  a run's first call (step 1) is written at once, since its next call may well land on another
+  worker, and this process may be gone by then.
+- **Encrypted with the payload keys**, and **pruned** after `AGENT_STORE_RETENTION` (7 days by
+  default), as activities/store_config.py says. References stay hashes of the plaintext. An
+  entry this process cannot open (no keys, or not that key) is a miss, and a warning names the
+  key id once. An entry is pruned when it is unused for the retention period, at most once an
+  hour per process, when the store is opened or written; reading an entry counts as a use, and
+  a link stays as long as a link after it does.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import secrets
 import sqlite3
 import threading
 import time
@@ -35,13 +35,22 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pydantic import TypeAdapter
 
-import payload_codec
-from payload_codec import KEYS_VARIABLE, NONCE_BYTES, PayloadKey, PayloadKeyError
-from workflows.errors import AgentConfigurationError
+from activities.pg_store import postgres_store
+from activities.store_config import (
+    DEFAULT_RETENTION_HOURS,
+    LEGACY_RETENTION_VARIABLE,
+    RETENTION_VARIABLE,
+    Sealing,
+    StoreCipher,
+    configuration,
+    configured_keys,
+    retention_hours_from_env,
+    sealed_key_id,
+    store_url_from_env,
+)
+from payload_codec import PayloadKey
 from workflows.history import (
     chain_refs,
     message_json,
@@ -58,8 +67,25 @@ logger = logging.getLogger(__name__)
 _tools_adapter: TypeAdapter[list[ToolSpec]] = TypeAdapter(list[ToolSpec])
 _script_adapter: TypeAdapter[list[ScriptedTurn]] = TypeAdapter(list[ScriptedTurn])
 
-RETENTION_VARIABLE = "AGENT_STORE_RETENTION_HOURS"
-DEFAULT_RETENTION_HOURS = 7 * 24.0
+__all__ = [
+    "DEFAULT_RETENTION_HOURS",
+    "LEGACY_RETENTION_VARIABLE",
+    "RETENTION_VARIABLE",
+    "MessageStore",
+    "SqliteMessageStore",
+    "StoreCipher",
+    "message_store",
+    "remember",
+    "resolve_blob",
+    "resolve_prefix",
+    "resolve_script",
+    "resolve_tools",
+    "retention_hours_from_env",
+    "sealed_key_id",
+    "sqlite_store",
+    "use_message_store",
+]
+
 PRUNE_EVERY_SECONDS = 3600.0
 """A store prunes when it is opened, then at most this often (when it is written)."""
 TOUCH_EVERY_SECONDS = 3600.0
@@ -83,52 +109,6 @@ class MessageStore(Protocol):
 RECENT_CHAINS = 256
 """Chains a store keeps in memory, newest used first: about one per run the worker serves."""
 
-_SEALED = b"\x01"
-"""The first byte of a sealed entry: the format's version. Then the key id, a NUL, the nonce and
-the ciphertext. Entries written without keys are TEXT, sealed ones BLOB."""
-
-
-class StoreCipher:
-    """AES-GCM with the payload key ring: the first key seals, every key opens what names it."""
-
-    def __init__(self, keys: Sequence[PayloadKey]) -> None:
-        if not keys:
-            raise PayloadKeyError("a store cipher needs at least one key")
-        self.key_id = keys[0].id
-        self._sealer = AESGCM(keys[0].key)
-        self._openers = {key.id: AESGCM(key.key) for key in keys}
-
-    def seal(self, ref: str, text: str) -> bytes:
-        nonce = secrets.token_bytes(NONCE_BYTES)
-        sealed = self._sealer.encrypt(nonce, text.encode(), ref.encode())
-        return _SEALED + self.key_id.encode() + b"\0" + nonce + sealed
-
-    def open(self, ref: str, sealed: bytes) -> str:
-        """The text; raises PayloadKeyError when this key ring cannot open it."""
-        if not sealed.startswith(_SEALED):
-            raise PayloadKeyError("it is in a format this version does not know")
-        key_id, opener, body = self._parts(sealed)
-        if opener is None:
-            raise PayloadKeyError(f"key id {key_id!r} is not in {KEYS_VARIABLE}")
-        try:
-            plain = opener.decrypt(body[:NONCE_BYTES], body[NONCE_BYTES:], ref.encode())
-        except InvalidTag:
-            raise PayloadKeyError(
-                f"the key of id {key_id!r} does not open it (another key of that id, or the "
-                "entry was altered)"
-            ) from None
-        return plain.decode()
-
-    def _parts(self, sealed: bytes) -> tuple[str, AESGCM | None, bytes]:
-        key_id, _, body = sealed[len(_SEALED) :].partition(b"\0")
-        name = key_id.decode(errors="replace")
-        return name, self._openers.get(name), body
-
-
-def sealed_key_id(value: bytes) -> str:
-    """The key id a sealed entry names."""
-    return value[len(_SEALED) :].partition(b"\0")[0].decode(errors="replace")
-
 
 class SqliteMessageStore:
     """One connection, opened on first use and shared by the worker's threads under a lock, and
@@ -150,14 +130,13 @@ class SqliteMessageStore:
             raise ValueError(f"retention_hours must be above 0, not {retention_hours!r}")
         self.path = Path(path)
         self.retention_seconds = retention_hours * 3600
-        self._cipher = StoreCipher(keys) if keys else None
+        self._sealing = Sealing(keys, str(self.path))
         self._clock = clock
         self._lock = threading.Lock()
         self._connection: sqlite3.Connection | None = None
         self._chains: OrderedDict[str, tuple[list[str], float]] = OrderedDict()
         """Head ref -> (the chain's messages, when its head's last use was last written)."""
         self._next_prune = 0.0
-        self._warned: set[str] = set()
 
     def _connect(self) -> sqlite3.Connection:
         """The store's connection (callers hold the lock); opening it prunes."""
@@ -197,29 +176,14 @@ class SqliteMessageStore:
         return int(self._clock())
 
     def _seal(self, ref: str, text: str) -> str | bytes:
-        return text if self._cipher is None else self._cipher.seal(ref, text)
+        # Written without keys: TEXT; sealed: BLOB.
+        sealed = self._sealing.seal(ref, text)
+        return text if sealed is None else sealed
 
     def _open(self, ref: str, value: Any) -> str | None:
         """An entry's text, or None (a miss, with a warning once per key id) when it cannot be
         opened here."""
-        if not isinstance(value, bytes):
-            return str(value)  # written without keys
-        try:
-            if self._cipher is None:
-                raise PayloadKeyError(f"{KEYS_VARIABLE} is not set")
-            return self._cipher.open(ref, value)
-        except PayloadKeyError as error:
-            key_id = sealed_key_id(value)
-            if key_id not in self._warned:
-                self._warned.add(key_id)
-                logger.warning(
-                    "%s: an entry sealed with key id %r cannot be opened (%s): such entries "
-                    "count as misses",
-                    self.path,
-                    key_id,
-                    error,
-                )
-            return None
+        return self._sealing.open(ref, value, sealed=isinstance(value, bytes))
 
     def _maybe_prune(self) -> None:
         if self._clock() >= self._next_prune:
@@ -427,20 +391,26 @@ class _Unwritten:
 _unwritten = _Unwritten()
 
 _store: MessageStore | None = None
-_by_config: OrderedDict[tuple[str, str, str, str], SqliteMessageStore] = OrderedDict()
+_by_config: OrderedDict[tuple[str, ...], SqliteMessageStore] = OrderedDict()
 _OPEN_STORES = 4
 """Stores kept open at once; the path and keys come from the environment, which tests change."""
 _by_config_lock = threading.Lock()
 
 
 def use_message_store(store: MessageStore | None) -> None:
+    """Replace the store the environment names (None goes back to it)."""
     global _store
     _store = store
 
 
 def message_store() -> MessageStore:
+    """The store in use: the one given to use_message_store, else the PostgreSQL database of
+    `AGENT_STORE_URL`, else the SQLite file of `AGENT_MESSAGE_STORE` (or the default path)."""
     if _store is not None:
         return _store
+    url = store_url_from_env()
+    if url is not None:
+        return postgres_store(url)
     path = os.environ.get("AGENT_MESSAGE_STORE") or Path.cwd() / ".agent-data" / "messages.db"
     return sqlite_store(str(path))
 
@@ -449,18 +419,12 @@ def sqlite_store(path: str) -> SqliteMessageStore:
     """The one open store of the file at `path`, sealing with the payload keys and pruning after
     the retention the environment configures. A malformed configuration is an
     AgentConfigurationError, which fails the run rather than being retried."""
-    env = os.environ
-    config = (
-        path,
-        env.get(payload_codec.KEYS_VARIABLE, ""),
-        env.get(payload_codec.KEYS_FILE_VARIABLE, ""),
-        env.get(RETENTION_VARIABLE, ""),
-    )
+    config = (path, *configuration())
     with _by_config_lock:
         store = _by_config.get(config)
         if store is None:
             store = _by_config[config] = SqliteMessageStore(
-                path, keys=_configured_keys(), retention_hours=retention_hours_from_env()
+                path, keys=configured_keys(), retention_hours=retention_hours_from_env()
             )
             while len(_by_config) > _OPEN_STORES:
                 _by_config.popitem(last=False)[1].close()
@@ -468,29 +432,9 @@ def sqlite_store(path: str) -> SqliteMessageStore:
         return store
 
 
-def _configured_keys() -> list[PayloadKey]:
-    try:
-        return payload_codec.keys_from_env() or []
-    except PayloadKeyError as error:
-        raise AgentConfigurationError(f"the worker's stores cannot be opened: {error}") from None
-
-
-def retention_hours_from_env() -> float:
-    """`AGENT_STORE_RETENTION_HOURS`, else the default; AgentConfigurationError when it is not a
-    number of hours above 0."""
-    text = os.environ.get(RETENTION_VARIABLE, "").strip()
-    if not text:
-        return DEFAULT_RETENTION_HOURS
-    try:
-        hours = float(text)
-    except ValueError:
-        hours = 0.0
-    if not 0 < hours < float("inf"):
-        raise AgentConfigurationError(
-            f"{RETENTION_VARIABLE}={text!r}: expected a number of hours above 0 (default "
-            f"{DEFAULT_RETENTION_HOURS:g})"
-        )
-    return hours
+def shared(store: object) -> bool:
+    """Whether other workers read what `store` keeps (a PostgreSQL store; not a worker's file)."""
+    return bool(getattr(store, "shared", False))
 
 
 def resolve_prefix(ref: str, count: int) -> list[Message] | None:
@@ -571,10 +515,13 @@ def remember(named: ModelRequest, resolved: ModelRequest) -> None:
 
     What the call named is stored already: only the messages after its prefix are hashed and
     kept, and the tool list and script only when they came whole. A request that named nothing
-    is kept in memory only, until a call names it; a summary is never named, so not kept."""
+    is kept in memory only, until a call names it; a summary is never named, so not kept. A
+    shared store gets a run's first call at once: the next call may land on another worker."""
     if named.purpose == "summary":
         return
-    keep: MessageStore | _Unwritten = message_store() if names_something(named) else _unwritten
+    store = message_store()
+    written = names_something(named) or (named.step == 1 and shared(store))
+    keep: MessageStore | _Unwritten = store if written else _unwritten
     parent = named.prefix_ref or ""
     new = resolved.messages[named.prefix_count :] if named.prefix_ref else resolved.messages
     refs = chain_refs(new, parent)

@@ -9,6 +9,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import message_store, pricing, progress, telemetry
 from activities._heartbeat import heartbeating
+from activities.oversized_reply import bounded_reply
 from activities.providers import anthropic_provider, openai_provider, scripted
 from workflows.errors import AgentConfigurationError
 from workflows.history import STORE_MISS
@@ -102,4 +103,7 @@ async def call_model(request: ModelRequest) -> ModelResponse:
         raise
     price = settings.price or pricing.price_for(response.model) or pricing.price_for(settings.model)
     usage = response.usage.model_copy(update={"cost_usd": pricing.cost_usd(response.usage, price)})
-    return response.model_copy(update={"usage": usage, "attempt": activity.info().attempt})
+    # Paid for: a reply too large to report is cut to fit rather than failed and paid again.
+    return bounded_reply(
+        response.model_copy(update={"usage": usage, "attempt": activity.info().attempt})
+    )

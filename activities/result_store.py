@@ -8,8 +8,11 @@ payload keys and pruned after the retention period as the message store is
 twice (a retried call) is harmless.
 
 That file is this worker's only: a run that moves to another worker cannot read what it kept,
-and the result's text says so (`worker_local`). A fleet of workers on several machines needs a
-store they share: implement `ResultStore` (two methods) and pass it to `use_result_store`.
+and the result's text says so (`worker_local`). A fleet of workers on several machines shares
+one: with `AGENT_STORE_URL=postgresql://...` results go to that database's `agent_results`
+table (activities/pg_store.py), sealed and pruned by the same rules, and any worker reads any
+ref. Another store can be plugged in: implement `ResultStore` (two methods) and pass it to
+`use_result_store`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import os
 from pathlib import Path
 from typing import Protocol
 
-from activities.message_store import SqliteMessageStore, sqlite_store
+from activities.message_store import MessageStore, SqliteMessageStore, sqlite_store
+from activities.pg_store import PostgresMessageStore, postgres_store
+from activities.store_config import store_url_from_env
 
 
 class ResultStore(Protocol):
@@ -50,7 +55,41 @@ class SqliteResultStore:
         return store
 
     def put(self, text: str) -> str:
-        ref = "r-" + hashlib.sha256(text.encode()).hexdigest()[:20]
+        ref = result_ref(text)
+        self._blobs.put_blob(ref, text)
+        return ref
+
+    def get(self, ref: str) -> str | None:
+        return self._blobs.get_blob(ref)
+
+
+def result_ref(text: str) -> str:
+    """A result's reference: a hash of its content, the same in every store."""
+    return "r-" + hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+class PostgresResultStore:
+    """The `agent_results` table of the PostgreSQL store, which every worker given the same
+    AGENT_STORE_URL shares."""
+
+    worker_local = False
+
+    def __init__(self, url: str) -> None:
+        """The database at `url`, with the keys and retention the environment configures."""
+        self._blobs: MessageStore = postgres_store(url, "agent_results")
+
+    @classmethod
+    def on(cls, blobs: PostgresMessageStore) -> PostgresResultStore:
+        """Over a store opened by hand (with its own keys, retention and clock), whose
+        blob_table is agent_results."""
+        if blobs.blob_table != "agent_results":
+            raise ValueError("a result store keeps its results in agent_results")
+        store = cls.__new__(cls)
+        store._blobs = blobs
+        return store
+
+    def put(self, text: str) -> str:
+        ref = result_ref(text)
         self._blobs.put_blob(ref, text)
         return ref
 
@@ -69,8 +108,13 @@ def use_result_store(store: ResultStore | None) -> None:
 
 
 def result_store() -> ResultStore:
+    """The store in use: the one given to use_result_store, else the PostgreSQL database of
+    `AGENT_STORE_URL`, else the SQLite file of `AGENT_RESULT_STORE` (or the default path)."""
     if _store is not None:
         return _store
+    url = store_url_from_env()
+    if url is not None:
+        return PostgresResultStore(url)
     path = os.environ.get("AGENT_RESULT_STORE") or Path.cwd() / ".agent-data" / "results.db"
     return SqliteResultStore(path)
 

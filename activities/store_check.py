@@ -1,4 +1,4 @@
-"""Whether the worker can write its SQLite files, asked once when it starts.
+"""Whether the worker can write its stores, asked once when it starts.
 
 With linear history the model activity writes the message store once a later call names what
 an earlier one sent, a large tool result goes to the result store, and the demo tools write
@@ -10,8 +10,14 @@ What it creates stays: an empty directory and an empty SQLite file, which the st
 have created on first use anyway. (Removing them could pull a file from under another replica
 that opened it meanwhile, on a shared volume.)
 
-This module reads the paths the stores read (the same variables and defaults) without using the
-stores themselves, so it runs before anything is opened.
+With `AGENT_STORE_URL` set, the message store and the result store are that PostgreSQL
+database instead of files: the worker connects, creates the tables if they are missing (as the
+stores would on first use), and writes a row to each inside a transaction it rolls back. A
+database that cannot be reached, a user that may not write, or tables of a newer schema stop the
+worker in one line. The demo database stays a file, and is checked as one.
+
+This module reads the paths and the URL the stores read (the same variables and defaults)
+without using the stores themselves, so it runs before anything is opened.
 """
 
 from __future__ import annotations
@@ -23,9 +29,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from activities.demo_tools import DB_PATH_ENV, DEFAULT_DB_PATH
+from activities.pg_store import BLOB_TABLES, StoreSchemaTooNew, ensure_schema
+from activities.store_config import STORE_URL_VARIABLE, redacted, store_url_from_env
 
 LOCK_WAIT_SECONDS = 10.0
 """How long to wait for another process's write lock (another replica on a shared volume)."""
+CONNECT_TIMEOUT_SECONDS = 10
+"""How long to wait for the PostgreSQL store to answer."""
 
 STORES: tuple[tuple[str, str, Path], ...] = (
     ("the message store", "AGENT_MESSAGE_STORE", Path(".agent-data") / "messages.db"),
@@ -40,18 +50,30 @@ class StoreNotWritable(Exception):
     """A store's file cannot be written. The message is one line: what, where, and why."""
 
 
+IN_THE_DATABASE = ("AGENT_MESSAGE_STORE", "AGENT_RESULT_STORE")
+"""The stores that AGENT_STORE_URL moves into PostgreSQL."""
+
+
 def store_paths(environ: Mapping[str, str] | None = None) -> list[tuple[str, Path]]:
-    """(what it is, absolute path) for each store, as the stores would resolve them now."""
+    """(what it is, absolute path) for each store kept in a file, as the stores would resolve
+    them now: all three, or with AGENT_STORE_URL only the demo database."""
     env = os.environ if environ is None else environ
+    in_database = store_url_from_env(env) is not None
     return [
         (name, Path(env.get(variable) or Path.cwd() / default).absolute())
         for name, variable, default in STORES
+        if not (in_database and variable in IN_THE_DATABASE)
     ]
 
 
 def check_stores(environ: Mapping[str, str] | None = None) -> None:
-    """Raise StoreNotWritable for the first store that cannot be written."""
-    for name, path in store_paths(environ):
+    """Raise StoreNotWritable for the first store that cannot be written. A malformed
+    AGENT_STORE_URL is an AgentConfigurationError."""
+    env = os.environ if environ is None else environ
+    url = store_url_from_env(env)
+    if url is not None:
+        check_postgres(url)
+    for name, path in store_paths(env):
         try:
             check_writable(path)
         except (OSError, sqlite3.Error) as error:
@@ -76,6 +98,46 @@ def check_writable(path: Path) -> None:
             connection.execute("ROLLBACK")
     finally:
         connection.close()
+
+
+def check_postgres(url: str) -> None:
+    """Connect to the store's database, create its tables if they are missing, and write a row
+    to each in a transaction that is rolled back; StoreNotWritable (one line) when any of it
+    fails."""
+    import psycopg
+
+    try:
+        with psycopg.connect(
+            url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
+        ) as connection:
+            ensure_schema(connection)
+            with connection.transaction(force_rollback=True):
+                connection.execute(
+                    "INSERT INTO agent_links (ref, parent, body, sealed, used)"
+                    " VALUES ('store-check', '', '', false, 0)"
+                )
+                for table in BLOB_TABLES:
+                    connection.execute(
+                        f"INSERT INTO {table} (ref, body, sealed, used)"
+                        " VALUES ('store-check', '', false, 0)"
+                    )
+    except (psycopg.Error, StoreSchemaTooNew) as error:
+        reason = error.message if isinstance(error, StoreSchemaTooNew) else one_line(error)
+        raise StoreNotWritable(
+            f"the store {redacted(url)} ({STORE_URL_VARIABLE}) cannot be used: {reason}"
+        ) from None
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line: the server's own (without the statement it quotes), else
+    libpq's, whose lines are joined."""
+    diag = getattr(error, "diag", None)
+    primary = getattr(diag, "message_primary", None)
+    if primary:
+        return str(primary)
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or (
+        type(error).__name__
+    )
 
 
 def _reason(error: OSError | sqlite3.Error) -> str:

@@ -92,8 +92,10 @@ def show(
                     f"starter.py reject {workflow_id}{where} --feedback TEXT"
                 )
         case CallQuestion(event):
+            asker = sub_agent_of(workflow_id, question.call_id)
+            by = f" (sub-agent {asker})" if asker else ""
             say(
-                f"tool call {event.call_id} of {workflow_id} waits for approval: "
+                f"tool call {event.call_id} of {workflow_id} waits for approval{by}: "
                 f"{event.tool} {event.arguments}"
             )
             if ask:
@@ -136,6 +138,13 @@ async def answer(agent_run: AgentRun, question: Question, line: str) -> None:
         say(f"{_subject(question)} was not decided here: {refusal(refused)}")
     except RPCError as error:  # the run has ended meanwhile; its result says how
         say(f"{_subject(question)} was not decided here: {one_line(error)}")
+
+
+def sub_agent_of(workflow_id: str, call_id: str) -> str | None:
+    """The sub-agent run that asked, for a call id qualified by the delegate call that started
+    it (`call_1_1/call_2_1`: the sub-agent `<workflow_id>/call_1_1`); None for the run's own."""
+    delegates, _, _ = call_id.rpartition("/")
+    return f"{workflow_id}/{delegates}" if delegates else None
 
 
 def _subject(question: Question) -> str:

@@ -17,7 +17,7 @@ from agent_client import AgentClient, AgentRun, step_stats
 from cli.args import ListCalls, ListWaiting, Stats, Status, Trace, Watch
 from cli.plumbing import one_line, say
 from cli.progress import event_line
-from cli.tables import stats_table, trace_table
+from cli.tables import stats_table, trace_table, waiting_call_line
 from workflows.models import AgentEvent, AgentResult
 
 LIST_QUERY_TIMEOUT_SECONDS = 5.0
@@ -45,13 +45,14 @@ async def status(agent_run: AgentRun, args: Status) -> int:
 
 
 async def list_calls(agent_run: AgentRun, args: ListCalls) -> int:
-    """The run's tool calls that wait for a person, one line each."""
+    """The run's tool calls that wait for a person, one line each: its own, then its
+    sub-agent's, by the qualified ids that decide them through the run."""
     calls = await agent_run.pending_tool_calls()
     if args.json:
         print(json.dumps([c.model_dump(mode="json") for c in calls]))
         return 0
     for waiting in calls:
-        print(f"{waiting.call_id}  step {waiting.step}  {waiting.tool} {waiting.arguments}")
+        print(waiting_call_line(waiting))
     if not calls:
         say(f"no tool call of {agent_run.id} waits for a decision")
     return 0
@@ -76,11 +77,15 @@ async def list_waiting(client: AgentClient, args: ListWaiting) -> int:
             plan = (
                 answer.plan if answer.plan and answer.plan.status == "awaiting_approval" else None
             )
-            if answer.status != "awaiting_approval" or (plan is None and not answer.approvals):
+            calls = [*answer.approvals, *answer.sub_agent_approvals]
+            if answer.status != "awaiting_approval" or (plan is None and not calls):
                 continue  # decided since the list was indexed
             row["plan"] = plan.model_dump(mode="json") if plan else None
-            row["calls"] = [c.model_dump(mode="json") for c in answer.approvals]
+            row["calls"] = [c.model_dump(mode="json") for c in calls]
         rows.append(row)
+    # A sub-agent that waits is listed by its parent, with the ids that decide through it.
+    shown_by_parents = {c.get("workflow_id") for row in rows for c in row["calls"]}
+    rows = [row for row in rows if not (row["calls"] and row["workflow_id"] in shown_by_parents)]
     if args.json:
         print(json.dumps(rows))
         return 0

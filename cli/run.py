@@ -32,6 +32,7 @@ from cli.plumbing import say
 from cli.progress import StepLines, StepsFromEvents, usage_text
 from cli.tables import trace_table
 from worker import build_worker, embedded_dev_server, free_port
+from workflows.errors import AgentConfigurationError
 from workflows.models import (
     AgentInput,
     CompensationRecord,
@@ -150,8 +151,9 @@ async def _run(args: RunArgs) -> int:
 
     try:
         check_stores()  # before the server starts and long before a model is paid for
-    except StoreNotWritable as error:
-        say(f"starter.py: error: {error}")
+    except (StoreNotWritable, AgentConfigurationError) as error:
+        reason = error.message if isinstance(error, AgentConfigurationError) else error
+        say(f"starter.py: error: {reason}")
         return 2
     ui_port = free_port()
     async with embedded_dev_server(ui_port=ui_port) as env:

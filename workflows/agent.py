@@ -42,12 +42,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows.model_gateway import ModelGateway
     from workflows.models import (
         STATUS_STEP_RECORDS,
+        SUB_AGENT_APPROVALS_SIGNAL,
         AgentInput,
         AgentResult,
         PlanDecision,
         PlanState,
         RunStatus,
         StepRecord,
+        SubAgentReport,
         ToolApproval,
         ToolCallDecision,
         ToolSpec,
@@ -111,6 +113,7 @@ class AgentWorkflow:
         )
         self._tools: dict[str, ToolSpec] = {}
         self._read_result: ToolSpec | None = None
+        self._telling_parent: asyncio.Task[None] | None = None
 
     # --- queries -------------------------------------------------------------------------------
 
@@ -159,6 +162,7 @@ class AgentWorkflow:
             pending_tool_calls=[call.id for call in self._transcript.pending_calls()],
             plan=state.plan,
             approvals=self._tool_gate.awaiting(),
+            sub_agent_approvals=self._tool_gate.sub_agent_awaiting(),
         )
 
     # --- decisions: plain JSON strings, so `temporal workflow signal --input '"..."'` and the
@@ -184,9 +188,10 @@ class AgentWorkflow:
         self._plan_gate.validate(decision)
 
     @workflow.update
-    def decide_tool_call(self, decision: ToolCallDecision) -> ToolApproval:
-        """Approve or deny a tool call that waits; answers the call's approval as decided."""
-        return self._tool_gate.decide(decision)
+    async def decide_tool_call(self, decision: ToolCallDecision) -> ToolApproval:
+        """Approve or deny a tool call that waits, this run's or (by its qualified id,
+        `call_1_1/call_2_1`) its sub-agent's; answers the call's approval as decided."""
+        return await self._tool_gate.decide_or_forward(decision)
 
     @decide_tool_call.validator
     def _validate_tool_decision(self, decision: ToolCallDecision) -> None:
@@ -195,8 +200,13 @@ class AgentWorkflow:
     # The same decision as a signal, for `temporal workflow signal --name decide_tool_call
     # --input '{"call_id": "...", "approve": true}'` and the Web UI's signal dialog.
     @workflow.signal(name="decide_tool_call")
-    def decide_tool_call_by_signal(self, decision: ToolCallDecision) -> None:
-        self._tool_gate.decide_by_signal(decision)
+    async def decide_tool_call_by_signal(self, decision: ToolCallDecision) -> None:
+        await self._tool_gate.decide_by_signal(decision)
+
+    @workflow.signal(name=SUB_AGENT_APPROVALS_SIGNAL)
+    def sub_agent_approvals(self, report: SubAgentReport) -> None:
+        """From this run's sub-agent: its calls that started or stopped waiting for a person."""
+        self._tool_gate.take_report(report)
 
     # --- the run -------------------------------------------------------------------------------
 
@@ -206,6 +216,9 @@ class AgentWorkflow:
         behaviours = versioning.decide()
         self._reporter.behaviours = self._gateway.behaviours = behaviours
         self._loops.bounded = self._call_ids.bounded = behaviours.bounded_state
+        if behaviours.sub_agent_approvals_reach_the_parent and workflow.info().parent:
+            # A sub-agent tells its parent what waits here; the task ends with the run.
+            self._telling_parent = asyncio.create_task(self._tool_gate.report_to_parent())
         self._reporter.set_status("running", "starting")
         try:
             result = await self._loop()

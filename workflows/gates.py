@@ -4,6 +4,11 @@ A gate opens the requests, takes decisions from the workflow's handlers (validat
 update is refused with the reason and a signal is logged and ignored), and waits for them
 spending nothing: the wait holds no worker slot and the wall-time budget is paused. What needs
 a decision comes from the dispatch plan; a gate decides nothing about a call itself.
+
+A sub-agent's calls wait at the sub-agent's own gate. It tells its parent, by signal, which of
+its calls started or stopped waiting; the parent's gate shows them (qualified by the delegate
+call: `call_1_1/call_2_1`), waits on them as on its own, and forwards a decision on one to the
+sub-agent by signal. Sub-agents of sub-agents go up the same way, one level at a time.
 """
 
 from __future__ import annotations
@@ -12,14 +17,18 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError, FailureError
 
 from workflows.budget import Budget
 from workflows.dispatch import PlannedCall
 from workflows.errors import AgentApprovalTimeout
 from workflows.models import (
+    SUB_AGENT_APPROVALS_SIGNAL,
     DecidedBy,
     PlanDecision,
     PlanState,
+    SubAgentApproval,
+    SubAgentReport,
     ToolApproval,
     ToolCallDecision,
 )
@@ -30,6 +39,11 @@ from workflows.transcript import ToolCall
 
 DETAILS_ARGUMENT_CHARS = 200
 """Arguments quoted in the current details (the Web UI's run page), per waiting call."""
+DECIDE_TOOL_CALL = "decide_tool_call"
+"""The update and the signal that decide a waiting call; a parent forwards the signal."""
+SUB_AGENT_CONFIRM_SECONDS = 60.0
+"""How long a decision forwarded to a sub-agent waits for the sub-agent to report it taken
+before the update answers that it was sent but not yet taken."""
 
 
 class PlanGate:
@@ -125,12 +139,27 @@ class ToolCallGate:
         self._by_call = {a.call_id: a for a in state.approvals}
         """An index of state.approvals (the same objects)."""
         self._waiting_for_people = 0
+        self._sub_agents: dict[str, dict[str, SubAgentApproval]] = {}
+        """Per delegate call in flight: the calls its sub-agent reported waiting, by qualified
+        call id, with what became of them."""
+        self._paused_for_sub_agent = False
+        self._told_parent: set[str] = set()
+        """The calls (qualified ids) this run, a sub-agent, last told its parent are waiting."""
 
     def asked(self, call_id: str) -> bool:
         return call_id in self._by_call
 
     def awaiting(self) -> list[ToolApproval]:
         return [a for a in self._state.approvals if a.status == "awaiting_approval"]
+
+    def sub_agent_awaiting(self) -> list[SubAgentApproval]:
+        """The calls this run's sub-agents wait on, with qualified call ids."""
+        return [
+            approval
+            for calls in self._sub_agents.values()
+            for approval in calls.values()
+            if approval.status == "awaiting_approval"
+        ]
 
     def open(self, planned: Sequence[PlannedCall], step: int) -> None:
         """Open a request for every call the plan marks, at once, before anything runs."""
@@ -159,12 +188,13 @@ class ToolCallGate:
             self._reporter.set_status("awaiting_approval", self._details())
 
     def validate(self, decision: ToolCallDecision) -> None:
-        request = self._by_call.get(decision.call_id)
+        request = self._by_call.get(decision.call_id) or self._sub_agent_call(decision.call_id)
         if request is None:
-            waiting = ", ".join(a.call_id for a in self.awaiting()) or "none"
+            waiting = [a.call_id for a in (*self.awaiting(), *self.sub_agent_awaiting())]
+            where = "this run or its sub-agent" if self._sub_agents else "this run"
             raise ValueError(
-                f"no tool call {decision.call_id!r} asked for approval in this run "
-                f"(waiting: {waiting})"
+                f"no tool call {decision.call_id!r} asked for approval in {where} "
+                f"(waiting: {', '.join(waiting) or 'none'})"
             )
         if request.status != "awaiting_approval":
             raise ValueError(f"tool call {decision.call_id!r} is decided already: {request.status}")
@@ -174,23 +204,33 @@ class ToolCallGate:
         request = self._by_call[decision.call_id]
         self._record(request, decision, "person")
         if decision.remember:
-            self._state.remembered[request.tool] = decision
-            for other in self.awaiting():
-                if other.tool == request.tool:
-                    self._record(other, decision, "remembered")
-        if self.awaiting():
+            self._remember(request.tool, decision)
+        if self._anything_waiting():
             self._reporter.set_status("awaiting_approval", self._details())
         else:
             self._reporter.set_status("running", f"step {self._state.steps}: tool calls decided")
         return request.model_copy()
 
-    def decide_by_signal(self, decision: ToolCallDecision) -> None:
+    async def decide_or_forward(self, decision: ToolCallDecision) -> ToolApproval:
+        """Apply a validated decision: on a call of this run, here; on a sub-agent's, by
+        forwarding it and waiting for the sub-agent to report it taken."""
+        if decision.call_id in self._by_call:
+            return self.decide(decision)
+        return await self._forward(decision)
+
+    async def decide_by_signal(self, decision: ToolCallDecision) -> None:
         try:
             self.validate(decision)
         except ValueError as refused:
             workflow.logger.warning("tool call decision ignored: %s", refused)
             return
-        self.decide(decision)
+        if decision.call_id in self._by_call:
+            self.decide(decision)
+            return
+        try:
+            await self._send_to_sub_agent(decision)
+        except ApplicationError as failed:
+            workflow.logger.warning("tool call decision not forwarded: %s", failed.message)
 
     async def wait(self, call: ToolCall) -> str | None:
         """Wait, spending nothing, for the decision on a call; None when approved, else the
@@ -198,9 +238,7 @@ class ToolCallGate:
         request = self._by_call[call.id]
         if request.status == "awaiting_approval":
             waited = (workflow.now() - request.asked_at).total_seconds()
-            self._waiting_for_people += 1
-            if self._waiting_for_people == 1:
-                self._budget.pause(workflow.now())
+            self._people_wait(1)
             try:
                 await workflow.wait_condition(
                     lambda: request.status != "awaiting_approval",
@@ -209,14 +247,12 @@ class ToolCallGate:
                 )
             except TimeoutError:
                 self._record(request, ToolCallDecision(call_id=call.id, approve=False), "timeout")
-                if not self.awaiting():
+                if not self._anything_waiting():
                     self._reporter.set_status(
                         "running", f"step {self._state.steps}: approval timed out"
                     )
             finally:
-                self._waiting_for_people -= 1
-                if self._waiting_for_people == 0:
-                    self._budget.resume(workflow.now())
+                self._people_wait(-1)
         if request.status == "approved":
             return None
         if request.status == "timed_out":
@@ -242,6 +278,210 @@ class ToolCallGate:
         if withdrawn and self._reporter.status == "awaiting_approval":
             self._reporter.set_status("running", "tool calls withdrawn")
 
+    # --- a sub-agent's calls, seen from its parent ------------------------------------------
+
+    def sub_agent_started(self, call_id: str) -> None:
+        """The delegate call `call_id` starts a sub-agent: its reports are taken from now."""
+        self._sub_agents[call_id] = {}
+
+    def sub_agent_ended(self, call_id: str) -> None:
+        """The sub-agent of `call_id` ended: what it left waiting will not be asked again."""
+        left = [
+            a for a in self._sub_agents.pop(call_id, {}).values() if a.status == "awaiting_approval"
+        ]
+        for approval in left:
+            self._reporter.publish(
+                "approval_decided", call_id=approval.call_id, tool=approval.tool, outcome="not_run"
+            )
+        if left:
+            self._sub_agent_waits_changed("the sub-agent ended")
+
+    def take_report(self, report: SubAgentReport) -> None:
+        """A sub-agent's report (the sub_agent_approvals signal): show its calls that wait,
+        as this run's own would be, until they are decided."""
+        if not self._reporter.behaviours.sub_agent_approvals_reach_the_parent:
+            workflow.logger.warning("sub-agent report ignored: this run predates them")
+            return
+        prefix = f"{workflow.info().workflow_id}/"
+        delegate = report.workflow_id.removeprefix(prefix)
+        calls = self._sub_agents.get(delegate) if report.workflow_id.startswith(prefix) else None
+        if calls is None:
+            workflow.logger.warning(
+                "sub-agent report ignored: %s is not a sub-agent of this run that is running",
+                report.workflow_id,
+            )
+            return
+        for reported in report.approvals:
+            qualified = f"{delegate}/{reported.call_id}"
+            before = calls.get(qualified)
+            approval = reported.model_copy(update={"call_id": qualified})
+            calls[qualified] = approval
+            was_waiting = before is not None and before.status == "awaiting_approval"
+            if approval.status == "awaiting_approval" and not was_waiting:
+                self._reporter.publish(
+                    "approval_requested",
+                    call_id=qualified,
+                    tool=approval.tool,
+                    arguments=approval.arguments,
+                )
+            elif approval.status != "awaiting_approval" and was_waiting:
+                self._reporter.publish(
+                    "approval_decided",
+                    call_id=qualified,
+                    tool=approval.tool,
+                    outcome=approval.status,
+                    text=approval.reason,
+                )
+        self._sub_agent_waits_changed("the sub-agent's tool calls are decided")
+
+    def _sub_agent_waits_changed(self, decided: str) -> None:
+        """Pause the wall clock while a sub-agent waits for a person (its own is paused too),
+        and say in the status what waits."""
+        waiting = bool(self.sub_agent_awaiting())
+        if waiting != self._paused_for_sub_agent:
+            self._paused_for_sub_agent = waiting
+            self._people_wait(1 if waiting else -1)
+        if self._anything_waiting():
+            self._reporter.set_status("awaiting_approval", self._details())
+        elif self._reporter.status == "awaiting_approval":
+            self._reporter.set_status("running", f"step {self._state.steps}: {decided}")
+
+    def _sub_agent_call(self, call_id: str) -> SubAgentApproval | None:
+        for calls in self._sub_agents.values():
+            if call_id in calls:
+                return calls[call_id]
+        return None
+
+    def _route(self, call_id: str) -> tuple[str, str]:
+        """The sub-agent's workflow id and its own id of the qualified `call_id`."""
+        delegate = next(d for d, calls in self._sub_agents.items() if call_id in calls)
+        return f"{workflow.info().workflow_id}/{delegate}", call_id[len(delegate) + 1 :]
+
+    async def _send_to_sub_agent(self, decision: ToolCallDecision) -> None:
+        """Signal the decision to the sub-agent that asked, by its own call id. With
+        `remember`, this run remembers it too: its own later calls of the tool, and the
+        sub-agents it starts later, do not ask again."""
+        child_id, own_id = self._route(decision.call_id)
+        asked = self._sub_agent_call(decision.call_id)
+        try:
+            await workflow.get_external_workflow_handle(child_id).signal(
+                DECIDE_TOOL_CALL, decision.model_copy(update={"call_id": own_id})
+            )
+        except FailureError as error:
+            raise ApplicationError(
+                f"the decision on {decision.call_id!r} did not reach sub-agent {child_id}: "
+                f"{error.message}",
+                non_retryable=True,
+            ) from None
+        if decision.remember and asked is not None:
+            self._remember(asked.tool, decision)
+
+    async def _forward(self, decision: ToolCallDecision) -> SubAgentApproval:
+        call_id = decision.call_id
+        child_id, _ = self._route(call_id)
+        await self._send_to_sub_agent(decision)
+
+        def taken() -> bool:
+            current = self._sub_agent_call(call_id)
+            return current is None or current.status != "awaiting_approval"
+
+        try:
+            await workflow.wait_condition(
+                taken,
+                timeout=timedelta(seconds=SUB_AGENT_CONFIRM_SECONDS),
+                timeout_summary=f"sub-agent takes the decision on {call_id}",
+            )
+        except TimeoutError:
+            raise ApplicationError(
+                f"the decision on {call_id!r} was sent to sub-agent {child_id}, which has not "
+                f"taken it within {SUB_AGENT_CONFIRM_SECONDS:g} s; it takes it when it runs",
+                non_retryable=True,
+            ) from None
+        current = self._sub_agent_call(call_id)
+        if current is None:
+            raise ApplicationError(
+                f"sub-agent {child_id} ended before it took the decision on {call_id!r}",
+                non_retryable=True,
+            )
+        if current.status != ("approved" if decision.approve else "denied"):
+            raise ApplicationError(
+                f"tool call {call_id!r} is decided already: {current.status}", non_retryable=True
+            )
+        return current.model_copy()
+
+    # --- this run's calls, told to its parent when it is a sub-agent -------------------------
+
+    async def report_to_parent(self) -> None:
+        """While this run is a sub-agent: tell the parent, by signal, each call that starts or
+        stops waiting for a person here (its own sub-agents' included). One signal at a time, in
+        order, so the parent sees every change in the order it happened."""
+        parent = workflow.info().parent
+        me = workflow.info().workflow_id
+        if parent is None or not me.startswith(f"{parent.workflow_id}/"):
+            return  # not a delegate's sub-agent (an app's workflow may start runs as children)
+        handle = workflow.get_external_workflow_handle(parent.workflow_id)
+        while True:
+            await workflow.wait_condition(lambda: bool(self._untold()))
+            changes = self._untold()
+            self._told_parent = {a.call_id for a in self._waiting_here(me)}
+            try:
+                await handle.signal(
+                    SUB_AGENT_APPROVALS_SIGNAL, SubAgentReport(workflow_id=me, approvals=changes)
+                )
+            except FailureError as error:  # the parent is gone; its close policy ends this run
+                workflow.logger.warning("parent %s not told: %s", parent.workflow_id, error)
+                return
+
+    def _waiting_here(self, me: str) -> list[SubAgentApproval]:
+        own = [_asked_by(me, a) for a in self.awaiting()]
+        return [*own, *self.sub_agent_awaiting()]
+
+    def _untold(self) -> list[SubAgentApproval]:
+        """What the parent has not heard: calls that now wait, and calls it was told wait
+        that no longer do, as they are now."""
+        me = workflow.info().workflow_id
+        waiting = self._waiting_here(me)
+        waiting_ids = {a.call_id for a in waiting}
+        started = [a for a in waiting if a.call_id not in self._told_parent]
+        stopped = [self._now_of(call_id, me) for call_id in self._told_parent - waiting_ids]
+        return [*started, *sorted(stopped, key=lambda a: a.call_id)]
+
+    def _now_of(self, call_id: str, me: str) -> SubAgentApproval:
+        if (own := self._by_call.get(call_id)) is not None:
+            return _asked_by(me, own)
+        if (sub := self._sub_agent_call(call_id)) is not None:
+            return sub
+        # Its sub-agent ended with it undecided, and this run forgot it.
+        return SubAgentApproval(
+            call_id=call_id,
+            tool="?",
+            arguments="",
+            step=self._state.steps,
+            status="not_run",
+            asked_at=workflow.now(),
+            workflow_id=me,
+        )
+
+    # --- shared ------------------------------------------------------------------------------
+
+    def _remember(self, tool: str, decision: ToolCallDecision) -> None:
+        """The decision holds for the tool's later calls in this run, and for those waiting."""
+        self._state.remembered[tool] = decision
+        for other in self.awaiting():
+            if other.tool == tool:
+                self._record(other, decision, "remembered")
+
+    def _anything_waiting(self) -> bool:
+        return bool(self.awaiting() or self.sub_agent_awaiting())
+
+    def _people_wait(self, change: int) -> None:
+        """Count who waits for a person; the wall clock stops while anyone does."""
+        self._waiting_for_people += change
+        if change > 0 and self._waiting_for_people == 1:
+            self._budget.pause(workflow.now())
+        elif change < 0 and self._waiting_for_people == 0:
+            self._budget.resume(workflow.now())
+
     def _record(self, request: ToolApproval, decision: ToolCallDecision, by: DecidedBy) -> None:
         request.status = (
             "approved" if decision.approve else "timed_out" if by == "timeout" else "denied"
@@ -257,11 +497,19 @@ class ToolCallGate:
         )
 
     def _details(self) -> str:
-        waiting = self.awaiting()
+        waiting = [*self.awaiting(), *self.sub_agent_awaiting()]
         calls = "; ".join(
-            f"{a.tool} {a.arguments[:DETAILS_ARGUMENT_CHARS]} ({a.call_id})" for a in waiting
+            f"{a.tool} {a.arguments[:DETAILS_ARGUMENT_CHARS]} ({a.call_id}"
+            + (", a sub-agent's" if isinstance(a, SubAgentApproval) else "")
+            + ")"
+            for a in waiting
         )
         return (
             f"waiting for a person to decide {count(len(waiting), 'tool call')}: {calls}: "
             "update or signal decide_tool_call"
         )
+
+
+def _asked_by(workflow_id: str, approval: ToolApproval) -> SubAgentApproval:
+    """A call of this run, as its parent is told of it."""
+    return SubAgentApproval(**approval.model_dump(), workflow_id=workflow_id)

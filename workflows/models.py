@@ -362,6 +362,32 @@ STATUS_STEP_RECORDS = 20
 """The newest step records the `status` query answers with; `trace_page` pages through all."""
 
 
+SUB_AGENT_APPROVALS_SIGNAL = "sub_agent_approvals"
+"""The signal a sub-agent sends its parent when its calls start or stop waiting for a person."""
+
+
+class SubAgentApproval(ToolApproval):
+    """A tool call that a sub-agent waits on (or waited on), as its parent shows it.
+
+    `call_id` is qualified by the parent's `delegate` call: `call_1_1/call_2_1` is the call
+    `call_2_1` of the sub-agent that `call_1_1` started, and the parent's `decide_tool_call`
+    takes it so."""
+
+    workflow_id: str
+    """The sub-agent run that asked (`<parent workflow id>/<delegate call id>`); its own
+    `decide_tool_call` takes the last part of `call_id`."""
+
+
+class SubAgentReport(BaseModel):
+    """Input of the `sub_agent_approvals` signal: the calls of a sub-agent that started waiting
+    for a person, and those that stopped (decided, timed out or withdrawn) since its last
+    report. Call ids are the sender's own, or qualified for its own sub-agents' calls."""
+
+    workflow_id: str
+    """The sub-agent that reports: `<parent workflow id>/<delegate call id>`."""
+    approvals: list[SubAgentApproval]
+
+
 class RunStatus(BaseModel):
     """Answer of the `status` query: plain JSON, so `temporal workflow query` prints it."""
 
@@ -378,6 +404,9 @@ class RunStatus(BaseModel):
     plan: PlanState | None = None
     approvals: list[ToolApproval] = []
     """Tool calls waiting for a person's decision (status awaiting_approval)."""
+    sub_agent_approvals: list[SubAgentApproval] = []
+    """Tool calls the run's sub-agent waits on, with call ids qualified by the delegate call:
+    decide them here, with the same `decide_tool_call`."""
 
 
 AgentInput.model_rebuild()

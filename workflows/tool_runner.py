@@ -275,6 +275,8 @@ class ToolRunner:
             if refusal is not None:
                 return Outcome.error(call, refusal)
         started = workflow.now()
+        # Its calls that wait for a person are reported here, and shown as this run's.
+        self._gate.sub_agent_started(call.id)
         try:
             result = await workflow.execute_child_workflow(
                 "AgentWorkflow",
@@ -293,6 +295,8 @@ class ToolRunner:
             self._budget.record_side_call(FailureDetails.of_error(cause).usage)
             content = f"Error: the sub-agent failed: {describe_failure(cause)}"
             return Outcome.error(call, content[:2000], latency_ms=_ms_since(started), attempts=1)
+        finally:
+            self._gate.sub_agent_ended(call.id)
         self._budget.record_side_call(result.usage)
         self._saga.adopt(result.side_effects)
         return Outcome.ok(call, result.answer, latency_ms=_ms_since(started), attempts=1)

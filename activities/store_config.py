@@ -1,0 +1,210 @@
+"""What every store of the worker shares: where it lives, how long it keeps entries, and how it
+seals them. The stores themselves are activities/message_store.py (SQLite, the default on one
+machine), activities/pg_store.py (PostgreSQL, shared by a fleet) and activities/result_store.py.
+
+- **Where.** `AGENT_STORE_URL=postgresql://user:password@host:port/database` puts the message
+  store and the result store in that database, for every worker that is given it; unset, each
+  is a SQLite file on the worker (`AGENT_MESSAGE_STORE`, `AGENT_RESULT_STORE`).
+- **How long.** `AGENT_STORE_RETENTION` (a duration: `7d`, `36h`, `90m`; 7 days by default): an
+  entry unused for that long is deleted. The older `AGENT_STORE_RETENTION_HOURS` (a number of
+  hours) still works; giving both is a configuration error, since one would be ignored.
+- **Sealed.** With `AGENT_PAYLOAD_KEYS` (or `AGENT_PAYLOAD_KEYS_FILE`) set, each stored text is
+  AES-GCM ciphertext under the first key, with that key's id; any listed key opens it, and the
+  entry's reference is the associated data, so an entry moved under another reference does not
+  open. The keys are the ones that encrypt the payloads in Temporal (payload_codec.py).
+
+A malformed setting is an AgentConfigurationError, which fails a run rather than being retried;
+the worker reads every setting before it serves anything, and stops in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+import payload_codec
+from payload_codec import KEYS_VARIABLE, NONCE_BYTES, PayloadKey, PayloadKeyError
+from workflows.errors import AgentConfigurationError
+
+logger = logging.getLogger(__name__)
+
+STORE_URL_VARIABLE = "AGENT_STORE_URL"
+RETENTION_VARIABLE = "AGENT_STORE_RETENTION"
+LEGACY_RETENTION_VARIABLE = "AGENT_STORE_RETENTION_HOURS"
+"""The retention in hours, as the SQLite stores read it before AGENT_STORE_RETENTION."""
+DEFAULT_RETENTION_HOURS = 7 * 24.0
+
+_UNIT_HOURS = {"s": 1 / 3600, "m": 1 / 60, "h": 1.0, "d": 24.0}
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([smhd])")
+
+
+def retention_hours_from_env(environ: Mapping[str, str] | None = None) -> float:
+    """The retention the environment sets, in hours; AgentConfigurationError when it is
+    malformed, not above 0, or set under both names."""
+    env = os.environ if environ is None else environ
+    text = env.get(RETENTION_VARIABLE, "").strip()
+    legacy = env.get(LEGACY_RETENTION_VARIABLE, "").strip()
+    if text and legacy:
+        raise AgentConfigurationError(
+            f"{RETENTION_VARIABLE} and {LEGACY_RETENTION_VARIABLE} are both set: keep "
+            f"{RETENTION_VARIABLE} (e.g. {RETENTION_VARIABLE}=7d)"
+        )
+    if text:
+        match = _DURATION.fullmatch(text.lower())
+        hours = float(match[1]) * _UNIT_HOURS[match[2]] if match else 0.0
+        if not 0 < hours < math.inf:
+            raise AgentConfigurationError(
+                f"{RETENTION_VARIABLE}={text!r}: expected a duration above 0 with its unit, "
+                "such as 7d, 36h, 90m or 600s (default 7d)"
+            )
+        return hours
+    if not legacy:
+        return DEFAULT_RETENTION_HOURS
+    try:
+        hours = float(legacy)
+    except ValueError:
+        hours = 0.0
+    if not 0 < hours < math.inf:
+        raise AgentConfigurationError(
+            f"{LEGACY_RETENTION_VARIABLE}={legacy!r}: expected a number of hours above 0 "
+            f"(default {DEFAULT_RETENTION_HOURS:g}); or set {RETENTION_VARIABLE}=7d"
+        )
+    return hours
+
+
+def store_url_from_env(environ: Mapping[str, str] | None = None) -> str | None:
+    """`AGENT_STORE_URL` when it names a PostgreSQL database, None when it is unset (the SQLite
+    files); AgentConfigurationError for anything else."""
+    env = os.environ if environ is None else environ
+    url = env.get(STORE_URL_VARIABLE, "").strip()
+    if not url:
+        return None
+    if urlsplit(url).scheme not in ("postgresql", "postgres"):
+        raise AgentConfigurationError(
+            f"{STORE_URL_VARIABLE}={redacted(url)!r}: expected "
+            "postgresql://user:password@host:port/database (unset: SQLite files on the worker)"
+        )
+    return url
+
+
+def redacted(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def configured_keys() -> list[PayloadKey]:
+    """The payload keys the environment sets ([] for none); AgentConfigurationError when they are
+    malformed."""
+    try:
+        return payload_codec.keys_from_env() or []
+    except PayloadKeyError as error:
+        raise AgentConfigurationError(f"the worker's stores cannot be opened: {error}") from None
+
+
+def configuration() -> tuple[str, ...]:
+    """Everything a store is opened with, as the environment says now: a store opened under one
+    configuration is reused while it holds (tests change the environment)."""
+    env = os.environ
+    return (
+        env.get(payload_codec.KEYS_VARIABLE, ""),
+        env.get(payload_codec.KEYS_FILE_VARIABLE, ""),
+        env.get(RETENTION_VARIABLE, ""),
+        env.get(LEGACY_RETENTION_VARIABLE, ""),
+    )
+
+
+_SEALED = b"\x01"
+"""The first byte of a sealed entry: the format's version. Then the key id, a NUL, the nonce and
+the ciphertext."""
+
+
+class StoreCipher:
+    """AES-GCM with the payload key ring: the first key seals, every key opens what names it."""
+
+    def __init__(self, keys: Sequence[PayloadKey]) -> None:
+        if not keys:
+            raise PayloadKeyError("a store cipher needs at least one key")
+        self.key_id = keys[0].id
+        self._sealer = AESGCM(keys[0].key)
+        self._openers = {key.id: AESGCM(key.key) for key in keys}
+
+    def seal(self, ref: str, text: str) -> bytes:
+        nonce = secrets.token_bytes(NONCE_BYTES)
+        sealed = self._sealer.encrypt(nonce, text.encode(), ref.encode())
+        return _SEALED + self.key_id.encode() + b"\0" + nonce + sealed
+
+    def open(self, ref: str, sealed: bytes) -> str:
+        """The text; raises PayloadKeyError when this key ring cannot open it."""
+        if not sealed.startswith(_SEALED):
+            raise PayloadKeyError("it is in a format this version does not know")
+        key_id, opener, body = self._parts(sealed)
+        if opener is None:
+            raise PayloadKeyError(f"key id {key_id!r} is not in {KEYS_VARIABLE}")
+        try:
+            plain = opener.decrypt(body[:NONCE_BYTES], body[NONCE_BYTES:], ref.encode())
+        except InvalidTag:
+            raise PayloadKeyError(
+                f"the key of id {key_id!r} does not open it (another key of that id, or the "
+                "entry was altered)"
+            ) from None
+        return plain.decode()
+
+    def _parts(self, sealed: bytes) -> tuple[str, AESGCM | None, bytes]:
+        key_id, _, body = sealed[len(_SEALED) :].partition(b"\0")
+        name = key_id.decode(errors="replace")
+        return name, self._openers.get(name), body
+
+
+def sealed_key_id(value: bytes) -> str:
+    """The key id a sealed entry names."""
+    return value[len(_SEALED) :].partition(b"\0")[0].decode(errors="replace")
+
+
+class Sealing:
+    """Sealing and opening for one store: `where` names it in the warning an entry that cannot
+    be opened gives, once per key id."""
+
+    def __init__(self, keys: Sequence[PayloadKey], where: str) -> None:
+        self.cipher = StoreCipher(keys) if keys else None
+        self.where = where
+        self._warned: set[str] = set()
+
+    def seal(self, ref: str, text: str) -> bytes | None:
+        """The sealed entry, or None without keys (the text is then stored as it is)."""
+        return None if self.cipher is None else self.cipher.seal(ref, text)
+
+    def open(self, ref: str, value: Any, sealed: bool) -> str | None:
+        """The text of an entry (`sealed`: written with keys), or None when it cannot be opened
+        here: a miss."""
+        if not sealed:
+            return bytes(value).decode() if isinstance(value, bytes | memoryview) else str(value)
+        value = bytes(value)
+        try:
+            if self.cipher is None:
+                raise PayloadKeyError(f"{KEYS_VARIABLE} is not set")
+            return self.cipher.open(ref, value)
+        except PayloadKeyError as error:
+            key_id = sealed_key_id(value)
+            if key_id not in self._warned:
+                self._warned.add(key_id)
+                logger.warning(
+                    "%s: an entry sealed with key id %r cannot be opened (%s): such entries "
+                    "count as misses",
+                    self.where,
+                    key_id,
+                    error,
+                )
+            return None
