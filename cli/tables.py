@@ -17,7 +17,6 @@ from workflows.models import (
     SubAgentApproval,
     ToolApproval,
     ToolCallRecord,
-    Usage,
 )
 
 TABLE_WIDTH = 100
