@@ -46,6 +46,7 @@ from workflows.models import (
     AgentEvent,
     AgentInput,
     AgentResult,
+    EarlierSteps,
     FailureDetails,
     PlanDecision,
     PlanState,
@@ -53,6 +54,8 @@ from workflows.models import (
     StepRecord,
     ToolApproval,
     ToolCallDecision,
+    TracePage,
+    TracePageRequest,
     TranscriptPageRequest,
 )
 from workflows.transcript import Message
@@ -68,7 +71,8 @@ CLOSED_QUERY_TIMEOUT = timedelta(seconds=10)
 """A closed run answers a query only when a worker of its task queue replays it."""
 
 TRANSCRIPT_PAGE_BYTES = 1_000_000
-"""The JSON a transcript page holds at most: half what a query may answer, for the envelope."""
+"""The JSON a transcript or trace page holds at most: half what a query may answer, for the
+envelope."""
 STREAM_POLL_COOLDOWN = timedelta(milliseconds=100)
 """How often a caught-up subscriber asks for more (each ask is an update in the run's history)."""
 
@@ -158,23 +162,41 @@ class AgentRun:
                 return messages
 
     async def trace(self) -> list[StepRecord]:
-        """One record per step so far. A running run answers the `trace` query (a worker must
-        serve it); a completed or failed run's records come from its result or its failure's
-        details, so they are read without a worker. Only a cancelled, terminated or timed-out
-        run is asked the query, which then needs a worker of its task queue."""
+        """One record per step kept (a long run adds its oldest steps up: see full_trace). A
+        running run answers the `trace_page` query (a worker must serve it); a completed or
+        failed run's records come from its result or its failure's details, so they are read
+        without a worker. Only a cancelled, terminated or timed-out run is asked the query,
+        which then needs a worker of its task queue."""
+        return (await self.full_trace()).step_records
+
+    async def full_trace(self) -> TracePage:
+        """The kept step records, all of them, and the steps before them added up."""
         description = await self.handle.describe()
         match description.status:
             case WorkflowExecutionStatus.COMPLETED:
-                return (await self.result()).step_records
+                result = await self.result()
+                return _whole_trace(result.step_records, result.earlier_steps)
             case WorkflowExecutionStatus.FAILED:
                 try:
                     await self.result()
                 except AgentRunFailed as failure:
-                    return failure.details.step_records
+                    details = failure.details
+                    return _whole_trace(details.step_records, details.earlier_steps)
                 raise AssertionError(f"run {self.id} is failed but has a result")
             case WorkflowExecutionStatus.RUNNING | None:
-                return await self.handle.query(AgentWorkflow.trace)
-        return await self.handle.query(AgentWorkflow.trace, rpc_timeout=CLOSED_QUERY_TIMEOUT)
+                timeout = None
+            case _:
+                timeout = CLOSED_QUERY_TIMEOUT
+        records: list[StepRecord] = []
+        while True:
+            page = await self.handle.query(
+                AgentWorkflow.trace_page,
+                TracePageRequest(start=len(records), max_bytes=TRANSCRIPT_PAGE_BYTES),
+                rpc_timeout=timeout,
+            )
+            records.extend(page.step_records)
+            if not page.step_records or len(records) >= page.total:
+                return _whole_trace(records, page.earlier_steps)
 
     async def approve_plan(
         self, comment: str | None = None, *, version: int | None = None
@@ -394,3 +416,7 @@ def step_stats(label: str, results: Sequence[AgentResult], failed: int = 0) -> S
         recommended_max_steps=recommended,
         cut_short=sum(1 for s in steps if s > recommended),
     )
+
+
+def _whole_trace(records: list[StepRecord], earlier: EarlierSteps | None) -> TracePage:
+    return TracePage(step_records=records, start=0, total=len(records), earlier_steps=earlier)

@@ -107,18 +107,20 @@ async def list_waiting(client: AgentClient, args: ListWaiting) -> int:
 
 async def trace(agent_run: AgentRun, args: Trace) -> int:
     """The run's steps as a table on stdout (its step records with --json)."""
-    records = await agent_run.trace()
+    whole = await agent_run.full_trace()
     if args.json:
+        earlier = whole.earlier_steps
         print(
             json.dumps(
                 {
                     "workflow_id": agent_run.id,
-                    "trace": [r.model_dump(mode="json") for r in records],
+                    "trace": [r.model_dump(mode="json") for r in whole.step_records],
+                    **({} if earlier is None else {"earlier_steps": earlier.model_dump()}),
                 }
             )
         )
     else:
-        print(trace_table(records))
+        print(trace_table(whole.step_records, earlier=whole.earlier_steps))
     return 0
 
 

@@ -276,7 +276,13 @@ async def follow(agent_run: AgentRun, following: Following) -> int:
         print(result.answer)
         say(f"{result.steps} steps, {usage_text(result.usage)}")
         if following.trace:
-            say(trace_table(result.step_records, compactions=result.compactions))
+            say(
+                trace_table(
+                    result.step_records,
+                    compactions=result.compactions,
+                    earlier=result.earlier_steps,
+                )
+            )
     return 0
 
 
@@ -359,7 +365,7 @@ def _report_failure(failure: AgentRunFailed, lines: StepLines, following: Follow
             trace=following.traced(details.step_records),
         )
     elif following.trace:
-        say(trace_table(details.step_records))
+        say(trace_table(details.step_records, earlier=details.earlier_steps))
     return 1
 
 

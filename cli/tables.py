@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from agent_client import StepStats
 from workflows.models import (
     CompactionRecord,
+    EarlierSteps,
     StepRecord,
     SubAgentApproval,
     ToolApproval,
     ToolCallRecord,
-    Usage,
 )
 
 TABLE_WIDTH = 100
@@ -32,15 +32,31 @@ def trace_table(
     records: Sequence[StepRecord],
     *,
     compactions: Sequence[CompactionRecord] = (),
+    earlier: EarlierSteps | None = None,
     width: int = TABLE_WIDTH,
 ) -> str:
     """The steps of a run, one row each, then a totals row: the model call (model, latency,
     attempts, tokens, cost, why it stopped) and its tool calls (`name outcome latency`, `xN`
     for N attempts, [cut] for a result cut to its bound, [ext] for one kept whole in the result
-    store). The tools column wraps to keep the table within `width`. Cost is "-" when unknown."""
+    store). The tools column wraps to keep the table within `width`. Cost is "-" when unknown.
+    A long run's steps without a record of their own (`earlier`) come first, added up in a row."""
     header = ["step", "model", "ms", "att", "input", "cached", "output", "cost", "finish"]
     right = {0, 2, 3, 4, 5, 6, 7}
     rows: list[tuple[list[str], list[str]]] = []
+    if earlier is not None and earlier.up_to_step:
+        usage = earlier.usage
+        cells = [
+            f"1-{earlier.up_to_step}",
+            "(added up)",
+            str(earlier.model_latency_ms),
+            str(earlier.model_attempts),
+            str(usage.input_tokens),
+            str(usage.cached_input_tokens),
+            str(usage.output_tokens),
+            money(usage.cost_usd),
+            "",
+        ]
+        rows.append((cells, [f"{o} {n}" for o, n in earlier.tool_calls.items()] or ["-"]))
     for record in records:
         usage = record.usage
         cells = [
@@ -55,24 +71,27 @@ def trace_table(
             shorten(record.finish_reason or "-", FINISH_COLUMN),
         ]
         rows.append((cells, [_tool_entry(call) for call in record.tool_calls] or ["-"]))
-    total = sum((r.usage for r in records), Usage())
+    before = earlier or EarlierSteps()
+    total = sum((r.usage for r in records), before.usage)
     calls = [call for record in records for call in record.tool_calls]
-    outcomes = Counter(call.outcome for call in calls)
+    outcomes = Counter(before.tool_calls) + Counter(call.outcome for call in calls)
+    steps = before.up_to_step + len(records)
     totals = [
         "total",
-        f"{len(records)} step" + ("" if len(records) == 1 else "s"),
-        str(sum(r.model_latency_ms for r in records)),
-        str(sum(r.model_attempts for r in records)),
+        f"{steps} step" + ("" if steps == 1 else "s"),
+        str(before.model_latency_ms + sum(r.model_latency_ms for r in records)),
+        str(before.model_attempts + sum(r.model_attempts for r in records)),
         str(total.input_tokens),
         str(total.cached_input_tokens),
         str(total.output_tokens),
-        money(total.cost_usd) if records else "-",
+        money(total.cost_usd) if steps else "-",
         "",
     ]
     by_outcome = [f"{outcome} {count}" for outcome, count in outcomes.items()]
+    call_count = sum(outcomes.values())
     tools_total = (
-        [f"{len(calls)} call{'' if len(calls) == 1 else 's'}: {by_outcome[0]}", *by_outcome[1:]]
-        if calls
+        [f"{call_count} call{'' if call_count == 1 else 's'}: {by_outcome[0]}", *by_outcome[1:]]
+        if call_count
         else ["no tool calls"]
     )
     widths = [

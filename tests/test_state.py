@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from workflows.budget import Budget
-from workflows.loop_detection import LoopDetector
+from workflows.loop_detection import LoopDetector, call_key
 from workflows.models import AgentInput, Limits, ToolCallRecord, Usage
 from workflows.state import RunState, StepRecord
 from workflows.transcript import Transcript, UserMessage
@@ -70,7 +70,7 @@ def test_the_rooms_write_into_the_state_itself() -> None:
     assert state.last_context_tokens == 12
     assert state.paused_seconds == 3.0
     assert budget.elapsed_seconds(START + timedelta(seconds=10)) == 7.0
-    assert state.loop_counts == {"get_order\n{}": 1}
+    assert state.loop_counts == {call_key("get_order", "{}"): 1}
     transcript = Transcript(messages=state.messages)
     state.messages = transcript.messages
     transcript.append(UserMessage(content="hello"))

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.run_setup as run_setup
     import workflows.versioning as versioning
     from workflows.budget import Budget
+    from workflows.call_ids import CallIds
     from workflows.context_window import ContextWindow
     from workflows.errors import (
         AgentApprovalTimeout,
@@ -40,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.loop_detection import LoopDetector
     from workflows.model_gateway import ModelGateway
     from workflows.models import (
+        STATUS_STEP_RECORDS,
         SUB_AGENT_APPROVALS_SIGNAL,
         AgentInput,
         AgentResult,
@@ -51,6 +53,8 @@ with workflow.unsafe.imports_passed_through():
         ToolApproval,
         ToolCallDecision,
         ToolSpec,
+        TracePage,
+        TracePageRequest,
         TranscriptPage,
         TranscriptPageRequest,
     )
@@ -59,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.saga import Saga
     from workflows.state import RunState
     from workflows.tool_runner import ToolRunner, not_run_because
+    from workflows.trace import Trace
     from workflows.transcript import Message, ToolCall, ToolResult, Transcript, UserMessage
 
 EMPTY_REPLY_NUDGE = (
@@ -80,7 +85,8 @@ class AgentWorkflow:
         # The transcript checks what it is given, then shares the state's list of messages.
         self._transcript = Transcript(messages=state.messages)
         state.messages = self._transcript.messages
-        self._call_ids = set(state.call_ids)
+        self._call_ids = CallIds(state)
+        self._trace = Trace(state)
         # The progress stream: publishing is workflow state only (no commands), so runs recorded
         # before it existed replay unchanged. Its log goes along on continue-as-new.
         self._stream = WorkflowStream(prior_state=state.stream)
@@ -132,8 +138,15 @@ class AgentWorkflow:
 
     @workflow.query
     def trace(self) -> list[StepRecord]:
-        """One record per step: the model call and every tool call it led to."""
+        """One record per step kept (a long run adds its oldest up: see trace_page): the model
+        call and every tool call it led to."""
         return self._state.step_records
+
+    @workflow.query
+    def trace_page(self, request: TracePageRequest) -> TracePage:
+        """The kept step records from `start`, as many as fit in `max_bytes` of JSON, with the
+        earlier steps added up: the trace of a run of any length, page by page."""
+        return self._trace.page(request)
 
     @workflow.query
     def status(self) -> RunStatus:
@@ -144,7 +157,8 @@ class AgentWorkflow:
             step=state.steps,
             usage=state.usage,
             limits=self._input.limits,
-            step_records=state.step_records,
+            step_records=state.step_records[-STATUS_STEP_RECORDS:],
+            earlier_steps=state.earlier_steps,
             pending_tool_calls=[call.id for call in self._transcript.pending_calls()],
             plan=state.plan,
             approvals=self._tool_gate.awaiting(),
@@ -201,6 +215,7 @@ class AgentWorkflow:
         """Run the loop; a run that ends without an answer undoes its side effects, then fails."""
         behaviours = versioning.decide()
         self._reporter.behaviours = self._gateway.behaviours = behaviours
+        self._loops.bounded = self._call_ids.bounded = behaviours.bounded_state
         if behaviours.sub_agent_approvals_reach_the_parent and workflow.info().parent:
             # A sub-agent tells its parent what waits here; the task ends with the run.
             self._telling_parent = asyncio.create_task(self._tool_gate.report_to_parent())
@@ -254,6 +269,7 @@ class AgentWorkflow:
         first_step_of_run = state.steps
 
         while True:
+            self._trace.keep_bounded()
             if continuation.is_due(agent_input, state, state.steps - first_step_of_run):
                 await continuation.hand_on(
                     agent_input, state, self._stream, self._reporter, self._budget
@@ -305,8 +321,7 @@ class AgentWorkflow:
             # Append BEFORE executing: if the worker dies mid-tool, the intent is on record.
             message = dispatch.with_unique_call_ids(response.message, step, self._call_ids)
             new_ids = [call.id for call in message.tool_calls]
-            self._call_ids.update(new_ids)
-            state.call_ids.extend(new_ids)
+            self._call_ids.add(new_ids)
             self._transcript.append(message)
             # A budget this reply overran stops the run before its answer or its tools count.
             self._budget.check_spend(workflow.now())
@@ -417,6 +432,7 @@ class AgentWorkflow:
             steps=state.steps,
             usage=state.usage,
             step_records=state.step_records,
+            earlier_steps=state.earlier_steps,
             compactions=state.compactions,
             side_effects=state.effects,
         )

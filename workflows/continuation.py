@@ -2,9 +2,10 @@
 
 Only at a step boundary (every call has its result, so the transcript is valid for a provider),
 when Temporal suggests it or after `continue_as_new_after_steps`. The run's state goes whole,
-with the progress stream's tail; when the whole would not fit in a workflow input, the
-compacted view goes instead (the rest stays in the earlier runs' histories). A state that does
-not fit either fails the run loudly rather than leaving it stuck.
+with bounded tails of its records (workflows/trace.py, call_ids.py); when the whole transcript
+would not fit in a workflow input, or passes MAX_CARRIED_TRANSCRIPT_BYTES, the compacted view
+goes instead (the rest stays in the earlier runs' histories). A state that does not fit either
+fails the run loudly rather than leaving it stuck.
 """
 
 from __future__ import annotations
@@ -17,13 +18,20 @@ from workflows.budget import Budget
 from workflows.errors import AgentBudgetExceeded
 from workflows.models import AgentInput
 from workflows.reporting import Reporter
-from workflows.state import RunState
+from workflows.state import RunState, ToolApproval
 from workflows.transcript import pending_calls
 
 MAX_CARRIED_BYTES = 1_800_000
 """Under Temporal's 2 MB payload limit, with room for the encoding around it."""
+MAX_CARRIED_TRANSCRIPT_BYTES = 500_000
+"""Over this, a run that has compacted carries its compaction view, not the whole transcript,
+so that what a long run carries does not grow with its steps."""
 MAX_CARRIED_EVENTS = 2_000
 """Progress events carried across continue-as-new; older ones stay in the earlier run."""
+MAX_CARRIED_EVENT_BYTES = 200_000
+"""And no more than this many bytes of them (an event's data, base64), the newest first."""
+MAX_CARRIED_DECISIONS = 100
+"""Decided approvals carried (the newest); those still awaiting a person always go."""
 
 
 def is_due(agent_input: AgentInput, state: RunState, steps_this_run: int) -> bool:
@@ -49,15 +57,22 @@ async def hand_on(
     stream.detach_pollers()
     await workflow.wait_condition(workflow.all_handlers_finished)
     events = stream.get_state()
-    if len(events.log) > MAX_CARRIED_EVENTS:
+    kept = _events_to_keep([len(item.data) for item in events.log])
+    if kept < len(events.log):
         # Subscribers further behind resume at the oldest event kept.
-        stream.truncate(events.base_offset + len(events.log) - MAX_CARRIED_EVENTS)
+        stream.truncate(events.base_offset + len(events.log) - kept)
         events = stream.get_state()
-    handed = state.model_copy(update={"runs": state.runs + 1, "stream": events})
+    handed = state.model_copy(
+        update={"runs": state.runs + 1, "stream": events, "approvals": _approvals_to_keep(state)}
+    )
     next_input = agent_input.model_copy(update={"carried": handed})
     size = len(next_input.model_dump_json())
-    if size > MAX_CARRIED_BYTES and state.note is not None:
-        # Too large whole (a workflow input may have 2 MB): carry the compacted view.
+    if state.note is not None and (
+        size > MAX_CARRIED_BYTES
+        or sum(len(m.model_dump_json()) for m in state.messages) > MAX_CARRIED_TRANSCRIPT_BYTES
+    ):
+        # Too large whole (a workflow input may have 2 MB), or long enough to grow it step by
+        # step: carry the compacted view. The rest stays in the earlier runs' histories.
         view = compaction.view(state.messages, state.cut, state.note)
         handed = handed.model_copy(update={"messages": view, "cut": 1, "note": None})
         next_input = agent_input.model_copy(update={"carried": handed})
@@ -72,3 +87,21 @@ async def hand_on(
         )
     workflow.logger.info("continuing as new after step %d", state.steps)
     workflow.continue_as_new(next_input)
+
+
+def _events_to_keep(sizes: list[int]) -> int:
+    """How many of the newest events fit MAX_CARRIED_EVENTS and MAX_CARRIED_EVENT_BYTES."""
+    kept = total = 0
+    for size in reversed(sizes[-MAX_CARRIED_EVENTS:]):
+        total += size
+        if total > MAX_CARRIED_EVENT_BYTES:
+            break
+        kept += 1
+    return kept
+
+
+def _approvals_to_keep(state: RunState) -> list[ToolApproval]:
+    """Every approval still awaiting a person, and the newest decided ones, oldest first."""
+    decided = [a for a in state.approvals if a.status != "awaiting_approval"]
+    dropped = {id(a) for a in decided[: max(len(decided) - MAX_CARRIED_DECISIONS, 0)]}
+    return [a for a in state.approvals if id(a) not in dropped]

@@ -13,7 +13,7 @@ counts, which is its only effect. Tested without a server (tests/test_dispatch.p
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -213,20 +213,20 @@ def nesting_depth(value: Any) -> int:
 
 
 def with_unique_call_ids(
-    message: AssistantMessage, step: int, earlier: set[str]
+    message: AssistantMessage, step: int, earlier: Container[str]
 ) -> AssistantMessage:
     """Models sometimes repeat or omit call ids; every call of a run needs its own, for its
     result and for its idempotency key."""
     ids = [call.id for call in message.tool_calls]
-    if all(ids) and len(set(ids)) == len(ids) and not earlier.intersection(ids):
+    if all(ids) and len(set(ids)) == len(ids) and not any(i in earlier for i in ids):
         return message
-    seen = set(earlier)
+    seen: set[str] = set()
     calls = []
     for position, call in enumerate(message.tool_calls):
         call_id = call.id
-        if not call_id or call_id in seen:
+        if not call_id or call_id in seen or call_id in earlier:
             call_id = f"call_{step}_{position + 1}"
-            while call_id in seen:
+            while call_id in seen or call_id in earlier:
                 call_id += "_"
         seen.add(call_id)
         calls.append(call.model_copy(update={"id": call_id}))

@@ -12,6 +12,7 @@ a provider's refusal fails the run with the provider's reason, a wall-time cut i
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import timedelta
 
 from temporalio import workflow
@@ -27,7 +28,7 @@ from workflows.errors import (
     describe_failure,
     error_class,
 )
-from workflows.models import AgentInput, ModelRequest, ModelResponse, ToolSpec
+from workflows.models import AgentInput, ModelRequest, ModelResponse, ScriptedTurn, ToolSpec
 from workflows.transcript import Message, ToolResult
 
 MODEL_ACTIVITY = "call_model"
@@ -48,6 +49,7 @@ class ModelGateway:
         self._last_tools: list[ToolSpec] = []
         self._stored_contents: set[str] = set()
         """Tool results the workers were asked to keep (the next call names them)."""
+        self._script_digest: str | None = None
         self.behaviours = versioning.LEGACY
         """Set by the run from its history (see versioning)."""
 
@@ -98,6 +100,13 @@ class ModelGateway:
         )
         return await self._execute(request, what)
 
+    def _script_ref(self, script: Sequence[ScriptedTurn]) -> str:
+        """The run's script never changes: hash it once, not at every step (a 3,000-turn
+        script took seconds of each workflow task)."""
+        if self._script_digest is None:
+            self._script_digest = history.script_ref(script)
+        return self._script_digest
+
     def _by_reference(self, request: ModelRequest) -> ModelRequest | None:
         """The request with what earlier calls sent named by reference: the previous request
         when it is a prefix of this one, and any tool result a worker was asked to keep."""
@@ -123,7 +132,7 @@ class ModelGateway:
             update={
                 "content_refs": content_refs,
                 "settings": request.settings.model_copy(update={"script": []}),
-                "script_ref": history.script_ref(script) if script else None,
+                "script_ref": self._script_ref(script) if script else None,
                 "prefix_ref": self._last_ref if extends else None,
                 "prefix_count": start,
                 "messages": new,

@@ -24,6 +24,7 @@ from workflows.state import (
     CompensationRecord as CompensationRecord,
     CompensationStatus as CompensationStatus,
     DecidedBy as DecidedBy,
+    EarlierSteps as EarlierSteps,
     FailureDetails as FailureDetails,
     PlanState as PlanState,
     RunState as RunState,
@@ -270,6 +271,8 @@ class AgentResult(BaseModel):
     steps: int
     usage: Usage
     step_records: list[StepRecord] = []
+    """The newest steps' records; a long run adds the older ones up in earlier_steps."""
+    earlier_steps: EarlierSteps | None = None
     compactions: list[CompactionRecord] = []
     side_effects: list[AppliedEffect] = []
     """The run's compensation log: what a parent must undo if it fails after delegating here."""
@@ -337,6 +340,28 @@ class TranscriptPage(BaseModel):
     """Messages in the transcript; the next page starts at start + len(messages)."""
 
 
+class TracePageRequest(BaseModel):
+    """Input of the `trace_page` query."""
+
+    start: int = Field(default=0, ge=0)
+    """An index into the kept step records (0: the oldest kept)."""
+    max_bytes: int = Field(default=1_000_000, gt=0)
+    """The page's records stop before this many bytes of JSON (one record at least)."""
+
+
+class TracePage(BaseModel):
+    step_records: list[StepRecord]
+    start: int
+    total: int
+    """Records kept; the next page starts at start + len(step_records)."""
+    earlier_steps: EarlierSteps | None = None
+    """The steps before the oldest kept record, added up."""
+
+
+STATUS_STEP_RECORDS = 20
+"""The newest step records the `status` query answers with; `trace_page` pages through all."""
+
+
 SUB_AGENT_APPROVALS_SIGNAL = "sub_agent_approvals"
 """The signal a sub-agent sends its parent when its calls start or stop waiting for a person."""
 
@@ -373,6 +398,8 @@ class RunStatus(BaseModel):
     usage: Usage
     limits: Limits
     step_records: list[StepRecord]
+    """The newest STATUS_STEP_RECORDS steps' records (all kept ones: the `trace_page` query)."""
+    earlier_steps: EarlierSteps | None = None
     pending_tool_calls: list[str]
     plan: PlanState | None = None
     approvals: list[ToolApproval] = []

@@ -169,6 +169,26 @@ class StepRecord(BaseModel):
     tool_calls: list[ToolCallRecord] = []
 
 
+class EarlierSteps(BaseModel):
+    """The records a long run no longer keeps, added up (workflows/trace.py): the records of a
+    run of any length stay under a bound, and what they told is not lost. Each step's events
+    stay in its run's history."""
+
+    up_to_step: int = 0
+    """Steps 1 to this one have no record of their own any more."""
+    model_latency_ms: int = 0
+    model_attempts: int = 0
+    usage: Usage = Usage()
+    """What those steps' model calls spent (the run's usage covers every step)."""
+    tool_calls: dict[str, int] = {}
+    """Their tool calls, by outcome."""
+    tool_attempts: int = 0
+    tool_latency_ms: int = 0
+    compactions: int = 0
+    """Compaction records no longer kept, and the tokens they removed."""
+    tokens_removed: int = 0
+
+
 class CompactionRecord(BaseModel):
     """One compaction, with both sides of its trade (seed 000): what it saved, and what it cost
     in prefix cache on the next call."""
@@ -241,6 +261,12 @@ class RunState(BaseModel):
     replay never reads a worker's registry for it. Descriptions and parameters, which only the
     model reads, come from the registry. None: a run from before they were recorded."""
 
+    older_call_ids: str | None = None
+    """Call ids older than the newest MAX_EXACT_CALL_IDS, as a Bloom filter (base64; see
+    workflows/call_ids.py). None until the run has that many."""
+    earlier_steps: EarlierSteps | None = None
+    """The steps whose records are no longer kept, added up (see workflows/trace.py)."""
+
     @classmethod
     def start(cls, started_at: datetime) -> RunState:
         """The state of a run that starts from nothing."""
@@ -264,7 +290,12 @@ class RunState(BaseModel):
         )
 
     def failure_details(self) -> FailureDetails:
-        return FailureDetails(steps=self.steps, usage=self.usage, step_records=self.step_records)
+        return FailureDetails(
+            steps=self.steps,
+            usage=self.usage,
+            step_records=self.step_records,
+            earlier_steps=self.earlier_steps,
+        )
 
     def mark_compensated(self, tool_call_id: str) -> None:
         """The trace says so of a call whose effect was undone."""
@@ -280,6 +311,8 @@ class FailureDetails(BaseModel):
     steps: int
     usage: Usage
     step_records: list[StepRecord] = []
+    """The newest steps' records (a long run keeps those under a bound: see earlier_steps)."""
+    earlier_steps: EarlierSteps | None = None
     compensations: list[CompensationRecord] = []
     """Newest effect first, in the order the compensations ran."""
 

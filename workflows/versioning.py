@@ -20,7 +20,12 @@ TemporalChangeVersion upsert): per-tool approval, bounded dispatch, and a coarse
 
 FAULTS_RELEASE = "cancels-end-runs-unknown-outcomes-undone"
 """A cancel ends the run wherever it lands, and a call that changes data whose outcome is
-unknown is undone too, and a sub-agent's approvals reach its parent (issue 16's release)."""
+unknown is undone too (issue 16's first release)."""
+
+RELEASE_4 = "sub-agent-approvals-bounded-long-runs"
+"""A sub-agent's approvals reach its parent, and loop counts and call ids are held in bounded
+state for runs of any length (issue 16's last release; FAULTS_RELEASE had landed already, so
+runs in flight carry its marker without these)."""
 
 
 @dataclass(frozen=True)
@@ -56,9 +61,13 @@ class Behaviours:
     """A sub-agent signals its parent when a call of its starts or stops waiting for a person,
     and the parent shows it, waits on it and forwards decisions to it (older sub-agents sent
     nothing, and older parents neither listed nor forwarded)."""
+    bounded_state: bool = True
+    """Loop detection remembers the MAX_REMEMBERED_CALLS most recent distinct calls, and call
+    ids older than MAX_EXACT_CALL_IDS are kept in a Bloom filter (older runs kept every count
+    and every id, so a repeat after many calls, or a rename, could come out differently)."""
 
 
-LEGACY = Behaviours(*(False,) * 9)
+LEGACY = Behaviours(*(False,) * 10)
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
@@ -68,6 +77,7 @@ def decide() -> Behaviours:
     reports_status = workflow.patched(STATUS_SEARCH_ATTRIBUTES)
     release_2 = workflow.patched(RELEASE_2)
     faults = workflow.patched(FAULTS_RELEASE)
+    release_4 = workflow.patched(RELEASE_4)
     return Behaviours(
         reports_status=reports_status,
         per_tool_approval=release_2,
@@ -77,5 +87,6 @@ def decide() -> Behaviours:
         records_unknown_outcomes=faults,
         records_tool_specs=faults,
         bounded_sub_agents=faults,
-        sub_agent_approvals_reach_the_parent=faults,
+        sub_agent_approvals_reach_the_parent=release_4,
+        bounded_state=release_4,
     )
