@@ -23,6 +23,7 @@ from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from activities import telemetry
+from activities.admission import Admission
 from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
 from activities.store_check import StoreNotWritable, check_stores
 from agent_client import AgentClient, AgentRun, AgentRunFailed
@@ -32,6 +33,7 @@ from cli.plumbing import say
 from cli.progress import StepLines, StepsFromEvents, usage_text
 from cli.tables import trace_table
 from worker import build_worker, embedded_dev_server, free_port
+from workflows.errors import AgentConfigurationError
 from workflows.models import (
     AgentInput,
     CompensationRecord,
@@ -150,8 +152,12 @@ async def _run(args: RunArgs) -> int:
 
     try:
         check_stores()  # before the server starts and long before a model is paid for
+        Admission.from_env()  # the embedded worker's limits on model calls
     except StoreNotWritable as error:
         say(f"starter.py: error: {error}")
+        return 2
+    except AgentConfigurationError as error:
+        say(f"starter.py: error: {error.message}")
         return 2
     ui_port = free_port()
     async with embedded_dev_server(ui_port=ui_port) as env:

@@ -189,7 +189,7 @@ class AgentWorkflow:
     @workflow.run
     async def run(self, agent_input: AgentInput) -> AgentResult:
         """Run the loop; a run that ends without an answer undoes its side effects, then fails."""
-        behaviours = versioning.decide()
+        behaviours = versioning.decide(agent_input.model.provider)
         self._reporter.behaviours = self._gateway.behaviours = behaviours
         self._reporter.set_status("running", "starting")
         try:

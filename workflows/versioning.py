@@ -22,6 +22,11 @@ FAULTS_RELEASE = "cancels-end-runs-unknown-outcomes-undone"
 """A cancel ends the run wherever it lands, and a call that changes data whose outcome is
 unknown is undone too (issue 16's release)."""
 
+PROVIDER_QUEUES = "model-calls-on-provider-queues"
+"""A real provider's model calls go to that provider's task queue (`<queue>-model-openai`),
+where every worker admits them under the provider's limits (issue 17). Only runs of a real
+provider ask: a scripted run's calls stay on the run's queue, and its history gains no marker."""
+
 
 @dataclass(frozen=True)
 class Behaviours:
@@ -52,18 +57,24 @@ class Behaviours:
     """A sub-agent gets a subset of its parent's tools and the steps the parent has left, and
     an output schema with an external $ref is refused at the start (older runs let a sub-agent
     have any registered tool and the parent's whole max_steps, and took any schema)."""
+    model_calls_on_provider_queues: bool = True
+    """Model calls of a real provider are scheduled on that provider's task queue
+    (`model_gateway.model_task_queue`), where workers admit them under its concurrency and rate
+    limits (older runs, and every scripted run, call the model on the run's own queue)."""
 
 
-LEGACY = Behaviours(*(False,) * 8)
+LEGACY = Behaviours(*(False,) * 9)
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
-def decide() -> Behaviours:
+def decide(provider: str) -> Behaviours:
     """Ask the history, once, at the start of `AgentWorkflow.run` (the order of the patches is
-    part of the history: keep it)."""
+    part of the history: keep it). `provider` is the run's model provider, fixed by its input:
+    a scripted run never asks for PROVIDER_QUEUES, so the answer is the same on every replay."""
     reports_status = workflow.patched(STATUS_SEARCH_ATTRIBUTES)
     release_2 = workflow.patched(RELEASE_2)
     faults = workflow.patched(FAULTS_RELEASE)
+    provider_queues = provider != "scripted" and workflow.patched(PROVIDER_QUEUES)
     return Behaviours(
         reports_status=reports_status,
         per_tool_approval=release_2,
@@ -73,4 +84,5 @@ def decide() -> Behaviours:
         records_unknown_outcomes=faults,
         records_tool_specs=faults,
         bounded_sub_agents=faults,
+        model_calls_on_provider_queues=provider_queues,
     )
