@@ -189,9 +189,21 @@ def _rate(name: str, value: str) -> float:
 # --- on the worker: the gate each model call goes through ------------------------------------
 
 
+RECOVERY_SUCCESSES = 10
+"""After a `retry-after` narrowed a gate's window to w calls at once, it widens by one after
+RECOVERY_SUCCESSES x w calls in a row that the provider served."""
+
+
 class Gate:
-    """The calls of one provider from one task queue, on this worker process: the deadline the
-    last `retry-after` set, and each model's own limits."""
+    """The calls of one provider from one task queue, on this worker process.
+
+    A `retry-after` does two things here. It holds every later call until it has passed (the
+    provider said when to come back). And the first one of a hold halves the calls this worker
+    lets through at once (its window, otherwise only the configured concurrency): released all
+    together after the hold, the calls that were waiting would make the next wave of 429s. The
+    window widens again by one after RECOVERY_SUCCESSES times its width of calls served, up to
+    the configured concurrency, where it stops counting.
+    """
 
     def __init__(self, provider: str, limits: ProviderLimits) -> None:
         self.provider = provider
@@ -200,21 +212,32 @@ class Gate:
         """time.monotonic() before which no call of the provider starts here."""
         self.holds = 0
         """`retry-after` answers that held the provider (for the log and the benchmark)."""
+        self.in_flight = 0
+        """Calls let through and not finished."""
+        self.window: int | None = None
+        """Calls let through at once since a `retry-after` narrowed it; None: no narrowing."""
+        self._served_in_a_row = 0
+        self._changed = asyncio.Event()
         self._semaphores: dict[str, asyncio.Semaphore] = {}
         self._next_start: dict[str, float] = {}
 
     def hold(self, delay: timedelta) -> None:
-        """No call of this provider starts here before `delay` from now has passed."""
+        """No call of this provider starts here before `delay` from now has passed; the first
+        `retry-after` of a hold halves the window."""
         if not self.limits.hold_on_retry_after:
             return
+        now = time.monotonic()
+        if now >= self.not_before:  # a new hold, not one more 429 of the same wave
+            self.window = max(1, self.in_flight // 2)
+            self._served_in_a_row = 0
         self.holds += 1
-        self.not_before = max(self.not_before, time.monotonic() + delay.total_seconds())
+        self.not_before = max(self.not_before, now + delay.total_seconds())
 
     @contextlib.asynccontextmanager
     async def admit(self, model: str, *, latest_start: float | None = None) -> AsyncIterator[None]:
-        """Wait for the model's own limits and the provider's hold, then let one call through.
-        A call the provider answers with a delay to wait (`next_retry_delay`, from its
-        `retry-after`) holds the provider's later calls here as long. `latest_start`
+        """Wait for the model's own limits, the provider's hold and the window, then let one
+        call through. A call the provider answers with a delay to wait (`next_retry_delay`,
+        from its `retry-after`) holds the provider's later calls here as long. `latest_start`
         (time.monotonic()) is when this attempt runs out: a hold that lasts past it fails the
         attempt at once, to be retried when the hold is over, instead of timing it out."""
         own = self.limits.for_model(model)
@@ -227,7 +250,8 @@ class Gate:
             if own.rate_per_second is not None:
                 start_at = max(start_at, self._next_start.get(key, 0.0))
                 self._next_start[key] = start_at + 1 / own.rate_per_second
-            await self._wait_until(start_at, latest_start)
+            await self._wait_for_turn(start_at, latest_start)
+            self.in_flight += 1
             try:
                 yield
             except ApplicationError as error:
@@ -239,21 +263,41 @@ class Gate:
                         error.next_retry_delay.total_seconds(),
                     )
                 raise
+            else:
+                self._served()
+            finally:
+                self.in_flight -= 1
+                self._changed.set()
 
-    async def _wait_until(self, start_at: float, latest_start: float | None) -> None:
-        # The hold may be pushed back while this call waits: look at it again after each sleep.
+    def _served(self) -> None:
+        if self.window is None:
+            return
+        self._served_in_a_row += 1
+        if self._served_in_a_row >= RECOVERY_SUCCESSES * self.window:
+            self._served_in_a_row = 0
+            self.window += 1
+            ceiling = self.limits.concurrency
+            if ceiling is not None and self.window >= ceiling:
+                self.window = None
+
+    async def _wait_for_turn(self, start_at: float, latest_start: float | None) -> None:
+        # The hold may be pushed back while this call waits: look at it again after each wait.
         while True:
             until = max(start_at, self.not_before)
             now = time.monotonic()
-            if until <= now:
+            if until > now:
+                if latest_start is not None and until > latest_start:
+                    raise transient_error(
+                        f"{self.provider} calls are held on this worker for {until - now:.2f} s "
+                        "(a retry-after, or this model's rate), longer than this attempt has left",
+                        next_retry_delay=timedelta(seconds=until - now),
+                    )
+                await asyncio.sleep(until - now)
+            elif self.window is not None and self.in_flight >= self.window:
+                self._changed.clear()
+                await self._changed.wait()
+            else:
                 return
-            if latest_start is not None and until > latest_start:
-                raise transient_error(
-                    f"{self.provider} calls are held on this worker for {until - now:.2f} s "
-                    "(a retry-after, or this model's rate), longer than this attempt has left",
-                    next_retry_delay=timedelta(seconds=until - now),
-                )
-            await asyncio.sleep(until - now)
 
 
 _gates: dict[tuple[str, str], Gate] = {}
