@@ -185,6 +185,9 @@ async def measure(
         "refused_429_after_first_wave": sum(r.at >= first_wave_ends for r in refused),
         "peak_in_flight": fake.peak_in_flight,
         "busiest_second": busiest_second(served),
+        "served_per_second": round(len(served) / (served[-1].at - served[0].at), 1)
+        if len(served) > 1
+        else None,
         "seconds": round(seconds, 2),
         "ideal_seconds": round(ideal, 2),
         "x_ideal": round(seconds / ideal, 2),
@@ -262,7 +265,7 @@ def table(rows: list[dict[str, Any]], limit: int, latency: float) -> str:
         f"provider: {limit} requests at once, {latency * 1000:.0f} ms each; 429 with "
         f"retry-after {RETRY_AFTER_SECONDS:g} s above that",
         "| setup | setting | 429s (first wave / after) | failed runs | peak in flight "
-        "| busiest second | total time |",
+        "| busiest second (overall a second) | total time |",
         "|---|---|---:|---:|---:|---:|---|",
     ]
     for row in rows:
@@ -270,7 +273,8 @@ def table(rows: list[dict[str, Any]], limit: int, latency: float) -> str:
             f"| {row['setup']} | {row['setting']} | {row['refused_429']} "
             f"({row['refused_429_first_wave']} / {row['refused_429_after_first_wave']}) "
             f"| {row['failed_runs']} of {row['runs']} | {row['peak_in_flight']} "
-            f"| {row['busiest_second']} | {row['seconds']:.2f} s = {row['x_ideal']:.2f}x "
+            f"| {row['busiest_second']} ({row['served_per_second']}) "
+            f"| {row['seconds']:.2f} s = {row['x_ideal']:.2f}x "
             f"the ideal {row['ideal_seconds']:.2f} s |"
         )
     return "\n".join(lines)

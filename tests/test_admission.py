@@ -257,3 +257,32 @@ def test_a_bad_limit_stops_the_cli_before_its_embedded_server_starts(
         "calls at once, at least 1\n"
     )
     assert done.stdout == ""
+
+
+async def test_a_retry_after_halves_the_window_and_calls_served_widen_it_again() -> None:
+    gate = Gate("openai", ProviderLimits(concurrency=4))
+    let_go = asyncio.Event()
+    refuse = asyncio.Event()
+
+    async def call(answer: ApplicationError | None = None, after: asyncio.Event = let_go) -> None:
+        async with gate.admit("gpt-fake"):
+            await after.wait()
+            if answer is not None:
+                raise answer
+
+    limited = ApplicationError("429", next_retry_delay=timedelta(milliseconds=1))
+    calls = [asyncio.create_task(call()) for _ in range(3)]
+    refused = asyncio.create_task(call(limited, refuse))
+    await eventually(lambda: gate.in_flight == 4, what="four calls let through")
+    refuse.set()  # the 429 comes back while the other three are still at the provider
+    with pytest.raises(ApplicationError):
+        await refused
+    assert gate.window == 2 and gate.holds == 1  # half of the four in flight at the 429
+    let_go.set()
+    await asyncio.gather(*calls)
+    for _ in range(admission.RECOVERY_SUCCESSES * 2 - 3):  # the three above were served too
+        await call()
+    assert gate.window == 3
+    for _ in range(admission.RECOVERY_SUCCESSES * 3):
+        await call()
+    assert gate.window is None  # back at the configured 4: no narrowing left
