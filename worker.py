@@ -6,6 +6,11 @@
 Also home of what serves runs, which the starter, the benchmarks and the tests share:
 connecting with the pydantic data converter, building the worker, and starting an embedded
 Temporal dev server. The command-line plumbing comes from cli.plumbing.
+
+A worker is one Temporal worker per task queue it polls: the run's queue (workflows, tools,
+scripted model calls) and one queue per real provider, `<queue>-model-openai` and
+`<queue>-model-anthropic`, each with that provider's limits (AGENT_MODEL_CONCURRENCY_* and
+AGENT_MODEL_RATE_*, activities/admission.py, docs/admission.md).
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ import socket
 import sys
 import sysconfig
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -29,7 +35,8 @@ from temporalio.worker import Worker
 import activities.demo_tools
 import activities.read_result  # noqa: F401  (registers read_result)
 import payload_codec
-from activities import message_store, telemetry
+from activities import admission, message_store, telemetry
+from activities.admission import Admission
 from activities.model_call import call_model
 from activities.store_check import StoreNotWritable, check_stores
 from activities.tools import resolve_tools, tool_activities
@@ -37,6 +44,7 @@ from agent_client import ensure_search_attributes
 from cli.plumbing import CommandLineError, OneLineArgumentParser, exit_now, temporal_address
 from workflows.agent import AgentWorkflow
 from workflows.errors import AgentConfigurationError
+from workflows.model_gateway import model_task_queue
 from workflows.models import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES
 
 DEFAULT_ADDRESS = "localhost:7233"
@@ -53,21 +61,89 @@ async def connect(address: str, namespace: str = "default") -> Client:
     )
 
 
-def build_worker(client: Client, task_queue: str = DEFAULT_TASK_QUEUE, **options: Any) -> Worker:
-    """The worker of every run. Raises StoreNotWritable (one line) before anything is served
-    when a store's file cannot be written: better now than after a model call was paid for."""
+PROVIDER_WORKER_OPTIONS = ("interceptors", "identity", "graceful_shutdown_timeout")
+"""The caller's options that the provider queues' workers take too; the rest (the workflow
+cache, the run queue's own concurrency) are the run queue's."""
+
+
+class AgentWorkers:
+    """The workers of one process: the run queue's and one per provider queue. Used as a
+    Temporal `Worker` is: `async with` (they run in the background) or `await run()`."""
+
+    def __init__(self, run_queue: Worker, provider_queues: dict[str, Worker]) -> None:
+        self.run_queue = run_queue
+        self.provider_queues = provider_queues
+        """By provider."""
+        self._stack: AsyncExitStack | None = None
+
+    @property
+    def all(self) -> list[Worker]:
+        return [self.run_queue, *self.provider_queues.values()]
+
+    async def run(self) -> None:
+        """Serve until cancelled (each worker then shuts down gracefully), or until one of them
+        fails, which stops the others and raises its error."""
+        async with self:
+            await asyncio.Event().wait()
+
+    async def __aenter__(self) -> Self:
+        async with AsyncExitStack() as stack:
+            for worker in self.all:
+                await stack.enter_async_context(worker)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc, traceback)
+
+
+def build_worker(
+    client: Client,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    *,
+    admission_limits: Admission | None = None,
+    **options: Any,
+) -> AgentWorkers:
+    """The workers of every run: the run queue's, and one per real provider's queue with that
+    provider's limits (`admission_limits`, else the AGENT_MODEL_* variables, which raise
+    AgentConfigurationError when malformed). Raises StoreNotWritable (one line) before
+    anything is served when a store's file cannot be written: better now than after a model
+    call was paid for."""
     check_stores()
+    limits = Admission.from_env() if admission_limits is None else admission_limits
     # Tracing comes with the client; a client without it gets it here, when tracing is on.
     tracing = telemetry.worker_interceptors(client)
     if tracing:
         options["interceptors"] = [*tracing, *options.get("interceptors", ())]
-    return Worker(
+    run_queue = Worker(
         client,
         task_queue=task_queue,
         workflows=[AgentWorkflow],
         activities=[call_model, resolve_tools, *tool_activities()],
         **options,
     )
+    shared = {name: options[name] for name in PROVIDER_WORKER_OPTIONS if name in options}
+    provider_queues = {}
+    for provider in admission.ADMITTED_PROVIDERS:
+        own = limits.limits(provider)
+        queue = model_task_queue(task_queue, provider)
+        admission.install(queue, provider, own)
+        provider_queues[provider] = Worker(
+            client,
+            task_queue=queue,
+            activities=[call_model],
+            max_concurrent_activities=own.concurrency,
+            max_task_queue_activities_per_second=own.rate_per_second,
+            **shared,
+        )
+    return AgentWorkers(run_queue, provider_queues)
 
 
 def temporal_binary() -> str:
@@ -132,7 +208,14 @@ async def _serve(address: str, namespace: str, task_queue: str) -> None:
     client = await connect(address, namespace)
     await ensure_search_attributes(client)
     worker = build_worker(client, task_queue)
-    logging.info("worker on %s, task queue %s", address, task_queue)
+    logging.info(
+        "worker on %s, task queue %s; model calls on %s",
+        address,
+        task_queue,
+        ", ".join(model_task_queue(task_queue, p) for p in admission.ADMITTED_PROVIDERS),
+    )
+    for line in Admission.from_env().describe():
+        logging.info("%s", line)
     await worker.run()
 
 
@@ -158,6 +241,7 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
         payload_codec.data_converter()  # a malformed key configuration is a usage error
         check_stores()  # before connecting: nothing is served that could not be stored
         message_store.retention_hours_from_env()
+        Admission.from_env()  # the model calls' limits
     except (payload_codec.PayloadKeyError, StoreNotWritable, AgentConfigurationError) as error:
         reason = error.message if isinstance(error, AgentConfigurationError) else error
         sys.stderr.write(f"{prog}: error: {reason}\n")

@@ -1,4 +1,7 @@
-"""The model activity: one call to the configured provider per loop step."""
+"""The model activity: one call to the configured provider per loop step.
+
+Each call goes through its provider's gate on this worker first (activities/admission.py): the
+model's own limits, and the hold of a `retry-after` that an earlier call of the provider got."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import message_store, pricing, progress, telemetry
+from activities import admission, message_store, pricing, progress, telemetry
 from activities._heartbeat import heartbeating
 from activities.oversized_reply import bounded_reply
 from activities.providers import anthropic_provider, openai_provider, scripted
@@ -87,10 +90,10 @@ async def call_model(request: ModelRequest) -> ModelResponse:
     if provider is None:
         raise AgentConfigurationError(f"unknown model provider {settings.provider!r}")
     try:
-        with telemetry.chat_span(request) as span:
-            async with heartbeating():
+        async with heartbeating(), admission.admitted(settings.provider, settings.model):
+            with telemetry.chat_span(request) as span:
                 response = await provider(request)
-            span.record(response)
+                span.record(response)
     except Exception as error:
         activity.logger.warning(
             "step %d: %s call to %s failed (attempt %d): %s",

@@ -23,6 +23,7 @@ from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from activities import telemetry
+from activities.admission import Admission
 from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
 from activities.store_check import StoreNotWritable, check_stores
 from agent_client import AgentClient, AgentRun, AgentRunFailed
@@ -151,6 +152,7 @@ async def _run(args: RunArgs) -> int:
 
     try:
         check_stores()  # before the server starts and long before a model is paid for
+        Admission.from_env()  # the embedded worker's limits on model calls
     except (StoreNotWritable, AgentConfigurationError) as error:
         reason = error.message if isinstance(error, AgentConfigurationError) else error
         say(f"starter.py: error: {reason}")

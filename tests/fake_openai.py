@@ -12,6 +12,12 @@ to a transcript that breaks the tool-call pairing rule. An exhausted script answ
 
 Faults a network brings are scripted too: `Hangup()` resets the connection without an answer,
 `Slow(seconds, entry)` answers only after a delay, and `HttpReply(raw=...)` sends any bytes.
+
+For many runs at once, a `responder` answers each request from its body instead of the script,
+and `max_in_flight=N` makes the fake a provider that serves N requests at once: one more gets
+OpenAI's 429 with a `retry-after` (`refusal_headers`), and `in_flight`, `peak_in_flight` and
+`refused` count them at the fake. `latency_seconds` delays every reply served, and `hold` (a
+threading.Event) keeps the requests it serves in flight until it is set.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -55,6 +62,8 @@ class HttpReply:
     """How long the fake waits before answering; a client that gave up meanwhile gets nothing."""
     raw: bytes | None = None
     """Sent instead of `body` encoded as JSON: a body JSON cannot encode, or not JSON at all."""
+    served: bool = False
+    """Set by the fake on a reply it serves: counted in `in_flight` until it is sent."""
 
 
 @dataclass
@@ -90,6 +99,10 @@ class Recorded:
     """Lower-cased names."""
     raw: bytes
     body: Any
+    at: float = 0.0
+    """time.monotonic() when the request arrived."""
+    refused: bool = False
+    """Answered 429 by `max_in_flight`."""
 
 
 def pairing_error(messages: list[dict[str, Any]]) -> HttpReply | None:
@@ -121,19 +134,47 @@ def pairing_error(messages: list[dict[str, Any]]) -> HttpReply | None:
     return None
 
 
+RATE_LIMIT_HEADERS = {"retry-after-ms": "1000", "retry-after": "1"}
+"""What OpenAI sends with a 429: the delay in milliseconds, and in whole seconds."""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+    """Room for a hundred clients connecting at once (the default, 5, drops SYNs beyond it and
+    the clients retry a second later)."""
+
+
 class FakeOpenAI:
     def __init__(
         self,
         script: list[Reply | HttpReply | Hangup | Slow] | None = None,
         *,
         api_key: str = "sk-test-fake",
+        responder: Callable[[dict[str, Any]], Reply | HttpReply] | None = None,
+        max_in_flight: int | None = None,
+        refusal_headers: dict[str, str] | None = None,
+        latency_seconds: float = 0.0,
+        hold: threading.Event | None = None,
     ) -> None:
         self.script = list(script or [])
         self.api_key = api_key
+        self.responder = responder
+        """Answers each request from its body (then the script is not used)."""
+        self.max_in_flight = max_in_flight
+        self.refusal_headers = dict(
+            RATE_LIMIT_HEADERS if refusal_headers is None else refusal_headers
+        )
+        self.latency_seconds = latency_seconds
+        self.hold = hold
         self.requests: list[Recorded] = []
+        self.in_flight = 0
+        """Requests being served: taken, not yet answered."""
+        self.peak_in_flight = 0
+        self.refused = 0
+        """429s answered because `max_in_flight` requests were being served."""
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), _handler(self))
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
         )
@@ -159,7 +200,8 @@ class FakeOpenAI:
     def answer(self, path: str, headers: dict[str, str], raw: bytes) -> HttpReply | Hangup:
         body = json.loads(raw) if raw else None
         with self._lock:
-            self.requests.append(Recorded(path, headers, raw, body))
+            recorded = Recorded(path, headers, raw, body, at=time.monotonic())
+            self.requests.append(recorded)
             number = len(self.requests)
             if path not in PATHS:
                 return error(404, f"Invalid URL (POST {path})")
@@ -170,21 +212,45 @@ class FakeOpenAI:
                     f"Incorrect API key provided: {given[:3]}***{given[-4:]}.",
                     code="invalid_api_key",
                 )
+            if self.max_in_flight is not None and self.in_flight >= self.max_in_flight:
+                self.refused += 1
+                recorded.refused = True
+                return error(
+                    429,
+                    f"Rate limit reached: {self.max_in_flight} requests at once.",
+                    type="requests",
+                    code="rate_limit_exceeded",
+                    headers=self.refusal_headers,
+                )
             if broken := pairing_error((body or {}).get("messages", [])):
                 return broken
-            if not self.script:
+            entry: Reply | HttpReply | Hangup | Slow
+            if self.responder is not None:
+                entry = self.responder(body or {})
+            elif self.script:
+                entry = self.script.pop(0)
+            else:
                 return error(
                     500, f"fake OpenAI: script exhausted at request #{number}", type="server_error"
                 )
-            entry = self.script.pop(0)
-        delay = 0.0
-        if isinstance(entry, Slow):
-            delay, entry = entry.seconds, entry.then
-        if isinstance(entry, Hangup):
-            return entry
+            delay = self.latency_seconds
+            if isinstance(entry, Slow):
+                delay, entry = delay + entry.seconds, entry.then
+            if isinstance(entry, Hangup):
+                return entry
+            # Served: it counts in flight until its answer is sent (`finished`).
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         if isinstance(entry, Reply):
             entry = HttpReply(200, _completion(entry, body or {}, number, len(raw)))
-        return replace(entry, delay_seconds=entry.delay_seconds + delay) if delay else entry
+        return replace(entry, delay_seconds=entry.delay_seconds + delay, served=True)
+
+    def finished(self, reply: HttpReply) -> None:
+        """A served reply is about to be sent: it no longer counts in flight. (Before it is
+        sent, so the next request its answer lets a worker make never finds it counted.)"""
+        if reply.served:
+            with self._lock:
+                self.in_flight -= 1
 
 
 def _completion(reply: Reply, request: dict[str, Any], number: int, size: int) -> dict[str, Any]:
@@ -248,6 +314,9 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 reset(self)
                 return
             time.sleep(reply.delay_seconds)
+            if reply.served and fake.hold is not None:
+                fake.hold.wait()
+            fake.finished(reply)
             payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
             try:
                 self.send_response(reply.status)

@@ -213,7 +213,7 @@ class AgentWorkflow:
     @workflow.run
     async def run(self, agent_input: AgentInput) -> AgentResult:
         """Run the loop; a run that ends without an answer undoes its side effects, then fails."""
-        behaviours = versioning.decide()
+        behaviours = versioning.decide(agent_input.model.provider)
         self._reporter.behaviours = self._gateway.behaviours = behaviours
         self._loops.bounded = self._call_ids.bounded = behaviours.bounded_state
         if behaviours.sub_agent_approvals_reach_the_parent and workflow.info().parent:

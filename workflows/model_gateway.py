@@ -7,6 +7,10 @@ previous request when it is a prefix of this one, the tool results a worker keep
 list and the script), so the event history grows linearly. A worker whose store lacks a
 reference answers StoreMiss, and the request goes again whole. Errors are mapped here, once:
 a provider's refusal fails the run with the provider's reason, a wall-time cut is the budget's.
+
+A real provider's calls go to that provider's task queue (`model_task_queue`), so the workers
+that poll it admit them under the provider's limits ([admission.md](../docs/admission.md)); a
+scripted model's calls stay on the run's own queue.
 """
 
 from __future__ import annotations
@@ -33,6 +37,12 @@ from workflows.transcript import Message, ToolResult
 
 MODEL_ACTIVITY = "call_model"
 """The activity type of every model call (activities/model_call.py)."""
+
+
+def model_task_queue(task_queue: str, provider: str) -> str:
+    """The task queue of `provider`'s model calls for runs on `task_queue`: every worker of
+    `task_queue` polls it too, with that provider's limits (worker.build_worker)."""
+    return f"{task_queue}-model-{provider}"
 
 
 class _StoreMiss(Exception):
@@ -143,10 +153,14 @@ class ModelGateway:
 
     async def _execute(self, request: ModelRequest, summary: str) -> ModelResponse:
         settings = request.settings
+        task_queue = None  # the run's own
+        if self.behaviours.model_calls_on_provider_queues:
+            task_queue = model_task_queue(workflow.info().task_queue, settings.provider)
         try:
             return await workflow.execute_activity(
                 MODEL_ACTIVITY,
                 request,
+                task_queue=task_queue,
                 result_type=ModelResponse,
                 start_to_close_timeout=timedelta(seconds=settings.timeout_seconds),
                 schedule_to_close_timeout=self._budget.deadline(workflow.now()),

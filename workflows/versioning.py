@@ -25,7 +25,9 @@ unknown is undone too (issue 16's first release)."""
 RELEASE_4 = "sub-agent-approvals-bounded-long-runs"
 """A sub-agent's approvals reach its parent, and loop counts and call ids are held in bounded
 state for runs of any length (issue 16's last release; FAULTS_RELEASE had landed already, so
-runs in flight carry its marker without these)."""
+runs in flight carry its marker without these). A real provider's model calls go to that
+provider's task queue (`<queue>-model-openai`), where every worker admits them under the
+provider's limits (issue 17); a scripted run's calls stay on the run's queue."""
 
 
 @dataclass(frozen=True)
@@ -65,15 +67,21 @@ class Behaviours:
     """Loop detection remembers the MAX_REMEMBERED_CALLS most recent distinct calls, and call
     ids older than MAX_EXACT_CALL_IDS are kept in a Bloom filter (older runs kept every count
     and every id, so a repeat after many calls, or a rename, could come out differently)."""
+    model_calls_on_provider_queues: bool = True
+    """Model calls of a real provider are scheduled on that provider's task queue
+    (`model_gateway.model_task_queue`), where workers admit them under its concurrency and rate
+    limits (older runs, and every scripted run, call the model on the run's own queue). Part of
+    RELEASE_4."""
 
 
-LEGACY = Behaviours(*(False,) * 10)
+LEGACY = Behaviours(*(False,) * 11)
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
-def decide() -> Behaviours:
+def decide(provider: str) -> Behaviours:
     """Ask the history, once, at the start of `AgentWorkflow.run` (the order of the patches is
-    part of the history: keep it)."""
+    part of the history: keep it). `provider` is the run's model provider, fixed by its input:
+    a scripted run's model calls stay on the run's queue, whatever its history says."""
     reports_status = workflow.patched(STATUS_SEARCH_ATTRIBUTES)
     release_2 = workflow.patched(RELEASE_2)
     faults = workflow.patched(FAULTS_RELEASE)
@@ -89,4 +97,5 @@ def decide() -> Behaviours:
         bounded_sub_agents=faults,
         sub_agent_approvals_reach_the_parent=release_4,
         bounded_state=release_4,
+        model_calls_on_provider_queues=release_4 and provider != "scripted",
     )

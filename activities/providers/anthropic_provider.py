@@ -33,6 +33,7 @@ from activities.providers._http_errors import (
     timeout_error,
     unreadable_reply,
 )
+from activities.providers._tls import tls_context
 from workflows.errors import AgentConfigurationError, AgentProviderError
 from workflows.models import ModelRequest, ModelResponse, ToolSpec, Usage
 from workflows.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
@@ -57,7 +58,10 @@ async def complete(request: ModelRequest) -> ModelResponse:
     extra_body = {"temperature": params.pop("temperature")} if "temperature" in params else None
     try:
         async with anthropic.AsyncAnthropic(
-            api_key=api_key, max_retries=0, timeout=settings.timeout_seconds
+            api_key=api_key,
+            max_retries=0,
+            timeout=settings.timeout_seconds,
+            http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context()),
         ) as client:
             response = await client.messages.create(**params, extra_body=extra_body)
     except anthropic.AnthropicError as error:

@@ -2,7 +2,8 @@
 
 The key comes from OPENAI_API_KEY and the endpoint from OPENAI_BASE_URL (read by the SDK). A
 client is built per call and closed after it, so nothing is bound to an event loop or created at
-import time; the connection set-up is small beside a model call.
+import time; the connection set-up is small beside a model call, with the process's one TLS
+context (`_tls`).
 
 The request is built from the transcript alone, in a fixed order, so the same transcript always
 gives the same request bytes and the provider's prompt cache can match the shared prefix.
@@ -34,6 +35,7 @@ from activities.providers._http_errors import (
     timeout_error,
     unreadable_reply,
 )
+from activities.providers._tls import tls_context
 from workflows.errors import AgentConfigurationError, AgentProviderError
 from workflows.models import ModelRequest, ModelResponse, ToolSpec, Usage
 from workflows.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
@@ -64,7 +66,10 @@ async def complete(request: ModelRequest) -> ModelResponse:
     params = request_params(request)
     try:
         async with openai.AsyncOpenAI(
-            api_key=api_key, max_retries=0, timeout=settings.timeout_seconds
+            api_key=api_key,
+            max_retries=0,
+            timeout=settings.timeout_seconds,
+            http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
         ) as client:
             response = await client.chat.completions.create(**params)
     except openai.OpenAIError as error:
