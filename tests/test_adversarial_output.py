@@ -256,9 +256,37 @@ async def test_huge_arguments_get_a_bounded_answer(
         ],
     )
 
+    # A reply that large (600 KB) is cut before it leaves the model activity: each call's
+    # arguments give way to a note, which the model reads, and neither tool runs.
+    results = run.tool_results()
+    for call_id in ("c_wrong", "c_echo"):
+        assert "must be a JSON object, not str: arguments of 3" in results[call_id]
+        assert "call again with smaller arguments" in results[call_id]
+        assert len(results[call_id]) < 700
+    assert all(len(c.arguments) <= 1000 for c in run.trace[0].tool_calls)
+
+
+async def test_large_arguments_under_the_reply_bound_get_a_bounded_answer(
+    client: Client, task_queue: str, model: Model
+) -> None:
+    large = "x" * 100_000
+    run = await run_checked(
+        client,
+        task_queue,
+        model,
+        [
+            model.reply(
+                None,
+                ("c_wrong", "get_order", {"order_id": large}),
+                ("c_echo", "typed", {"order_id": 7, "note": large}),
+            ),
+            model.reply("Done."),
+        ],
+    )
+
     results = run.tool_results()
     assert results["c_wrong"].startswith("Error: invalid arguments for get_order: order_id:")
-    assert len(results["c_wrong"]) < 500 and "(300,002 characters)" in results["c_wrong"]
+    assert len(results["c_wrong"]) < 500 and "(100,002 characters)" in results["c_wrong"]
     # The echo is a result like any other: cut to its bound, the whole kept in the result store.
     assert len(results["c_echo"]) <= DEFAULT_MAX_RESULT_CHARS
     assert "characters omitted" in results["c_echo"]
@@ -286,17 +314,20 @@ async def test_huge_names_and_answers_get_a_bounded_answer(
     assert run.tool_results()["c_answer"].startswith("Error: the answer does not match")
 
 
-async def test_a_reply_too_large_for_the_history_fails_the_run(
+async def test_a_reply_too_large_for_the_history_is_paid_for_once(
     client: Client, task_queue: str, model: Model
 ) -> None:
-    # Over Temporal's 2 MB payload limit: the model activity cannot record the reply, so it is
-    # retried like an unusable reply, and then the run fails, naming the limit.
+    # Over Temporal's 2 MB payload limit: the model activity keeps the whole reply in the result
+    # store and reports it cut (activities/oversized_reply.py), so the call is not retried (and
+    # paid for) again. The model reads why its call did not run, and goes on.
     too_large = model.reply(None, ("c_big", "typed", {"order_id": 7, "note": "x" * 2_500_000}))
-    run = await run_checked(client, task_queue, model, [too_large] * 3)
+    run = await run_checked(client, task_queue, model, [too_large, model.reply("Done.")])
 
-    assert run.failure.type == "AgentProviderError"
-    assert run.failure.message.startswith("model call failed after its retries: PayloadsTooLarge")
-    assert [m.role for m in run.transcript] == ["user"]
+    assert run.result is not None and run.result.answer == "Done."
+    result = run.tool_results()["c_big"]
+    assert "were cut; the whole reply is kept as r-" in result
+    assert "call again with smaller arguments" in result and len(result) < 400
+    assert [m.role for m in run.transcript] == ["user", "assistant", "tool", "assistant"]
 
 
 @pytest.mark.parametrize("depth", [300, 5_000])

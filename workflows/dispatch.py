@@ -150,11 +150,14 @@ def parse_arguments(call: ToolCall, behaviours: Behaviours) -> dict[str, Any] | 
             )
         )
     if not isinstance(arguments, dict):
+        # A string says what it is: the worker puts a note there for arguments too large to
+        # carry (activities/oversized_reply.py), and the model must read it.
+        said = f": {bounded(arguments, 300)}" if isinstance(arguments, str) else ""
         return Refuse(
             Outcome.error(
                 call,
                 f"Error: the arguments for {call.name} must be a JSON object, not "
-                f"{type(arguments).__name__}. The tool did not run.",
+                f"{type(arguments).__name__}{said}. The tool did not run.",
             )
         )
     depth = nesting_depth(arguments)
