@@ -420,3 +420,41 @@ async def test_a_reference_server_from_pypi(
     assert run.result is not None, run.error
     answer = json.loads(run.tool_results()["c1"])
     assert answer["timezone"] == "Europe/Paris", answer
+
+
+def test_the_cli_runs_with_an_mcp_server(tmp_path: Path, journal: Path) -> None:
+    """`starter.py PROMPT --mcp-config FILE`: the embedded worker serves the server's tools."""
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"shop": stdio_server(journal)}}))
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                {"calls": [{"name": "shop__lookup", "arguments": {"key": "k9"}}]},
+                {"text": "k9 is found"},
+            ]
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("TEMPORAL_ADDRESS", "OPENAI_API_KEY")}
+    env["AGENT_DEMO_DB"] = str(tmp_path / "demo.db")
+    done = subprocess.run(
+        [sys.executable, "starter.py", "find k9", "--provider", "scripted", "--script",
+         str(script), "--mcp-config", str(config), "--json"],
+        cwd=Path(__file__).parent.parent, env=env, capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["answer"] == "k9 is found"
+    assert [e["arguments"] for e in journal_of(journal) if e.get("tool") == "lookup"] == [
+        {"key": "k9"}
+    ]
+    assert SECRET not in done.stdout + done.stderr
+    bad = subprocess.run(
+        [sys.executable, "starter.py", "find k9", "--mcp-config", str(tmp_path / "none.json")],
+        cwd=Path(__file__).parent.parent, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "starter.py: error: MCP config "
+        + str(tmp_path / "none.json")
+        + ": No such file or directory (see --help)"
+    ], bad.stderr
