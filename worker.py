@@ -37,6 +37,8 @@ import activities.read_result  # noqa: F401  (registers read_result)
 import payload_codec
 from activities import admission, message_store, telemetry
 from activities.admission import Admission
+from activities.mcp_config import MCP_CONFIG_VARIABLE, mcp_config_from
+from activities.mcp_tools import McpTools
 from activities.model_call import call_model
 from activities.store_check import StoreNotWritable, check_stores
 from activities.tools import resolve_tools, tool_activities
@@ -109,13 +111,15 @@ def build_worker(
     task_queue: str = DEFAULT_TASK_QUEUE,
     *,
     admission_limits: Admission | None = None,
+    mcp: McpTools | None = None,
     **options: Any,
 ) -> AgentWorkers:
     """The workers of every run: the run queue's, and one per real provider's queue with that
     provider's limits (`admission_limits`, else the AGENT_MODEL_* variables, which raise
     AgentConfigurationError when malformed). Raises StoreNotWritable (one line) before
     anything is served when a store's file cannot be written: better now than after a model
-    call was paid for."""
+    call was paid for. `mcp` adds MCP servers' tools (docs/mcp.md); its owner closes it after
+    the workers."""
     check_stores()
     limits = Admission.from_env() if admission_limits is None else admission_limits
     # Tracing comes with the client; a client without it gets it here, when tracing is on.
@@ -126,7 +130,11 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[AgentWorkflow],
-        activities=[call_model, resolve_tools, *tool_activities()],
+        activities=[
+            call_model,
+            *(mcp.activities() if mcp is not None else [resolve_tools]),
+            *tool_activities(),
+        ],
         **options,
     )
     shared = {name: options[name] for name in PROVIDER_WORKER_OPTIONS if name in options}
@@ -204,10 +212,10 @@ async def embedded_dev_server(
         yield env
 
 
-async def _serve(address: str, namespace: str, task_queue: str) -> None:
+async def _serve(address: str, namespace: str, task_queue: str, mcp: McpTools | None) -> None:
     client = await connect(address, namespace)
     await ensure_search_attributes(client)
-    worker = build_worker(client, task_queue)
+    worker = build_worker(client, task_queue, mcp=mcp)
     logging.info(
         "worker on %s, task queue %s; model calls on %s",
         address,
@@ -216,7 +224,14 @@ async def _serve(address: str, namespace: str, task_queue: str) -> None:
     )
     for line in Admission.from_env().describe():
         logging.info("%s", line)
-    await worker.run()
+    if mcp is not None:
+        mcp.start()
+        logging.info("MCP servers: %s", ", ".join(mcp.config.servers) or "none")
+    try:
+        await worker.run()
+    finally:
+        if mcp is not None:
+            await mcp.close()
 
 
 def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
@@ -229,6 +244,11 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
     )
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
+    parser.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        help=f"MCP servers whose tools runs may use (default: ${MCP_CONFIG_VARIABLE}; docs/mcp.md)",
+    )
     try:
         args = parser.parse_args(argv)
     except CommandLineError as stop:
@@ -242,6 +262,7 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
         check_stores()  # before connecting: nothing is served that could not be stored
         message_store.retention_hours_from_env()
         Admission.from_env()  # the model calls' limits
+        mcp_config = mcp_config_from(args.mcp_config)
     except (payload_codec.PayloadKeyError, StoreNotWritable, AgentConfigurationError) as error:
         reason = error.message if isinstance(error, AgentConfigurationError) else error
         sys.stderr.write(f"{prog}: error: {reason}\n")
@@ -249,7 +270,8 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
     try:
         if telemetry.configure_from_env():
             logging.info("tracing on (OTEL_* variables)")
-        asyncio.run(_serve(address, args.namespace, args.task_queue))
+        mcp = McpTools(mcp_config) if mcp_config is not None else None
+        asyncio.run(_serve(address, args.namespace, args.task_queue, mcp))
     except KeyboardInterrupt:
         return 0
     except RuntimeError as error:

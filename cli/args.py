@@ -17,7 +17,9 @@ from typing import Any, ClassVar, Literal, cast, get_args
 from pydantic import TypeAdapter
 
 import payload_codec
+from activities.mcp_config import MCP_CONFIG_VARIABLE, McpConfig, mcp_config_from
 from cli.plumbing import CommandLineError, OneLineArgumentParser, say, temporal_address
+from workflows.errors import AgentConfigurationError
 from workflows.models import DEFAULT_TASK_QUEUE, Limits, ScriptedTurn
 
 Provider = Literal["scripted", "openai", "anthropic"]
@@ -57,6 +59,8 @@ class RunArgs:
     json: bool
     trace: bool
     linger: bool
+    mcp_config: McpConfig | None = None
+    """--mcp-config (or AGENT_MCP_CONFIG): MCP servers for the embedded worker's runs."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,6 +263,12 @@ def parse_run(argv: list[str]) -> RunArgs:
         help="self-contained only: keep the dev server and its Web UI up after the run, "
         "until Ctrl-C, to inspect the run's history",
     )
+    parser.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        help="self-contained only: MCP servers whose tools the run may use "
+        f"(default: ${MCP_CONFIG_VARIABLE}; docs/mcp.md)",
+    )
     args = parser.parse_args(argv)
     if not args.prompt.strip():
         parser.error("the prompt is empty")
@@ -267,6 +277,16 @@ def parse_run(argv: list[str]) -> RunArgs:
     address = temporal_address(args.address)
     if args.linger and address is not None:
         parser.error("--linger is for self-contained runs; with --address the server is yours")
+    if args.mcp_config and address is not None:
+        parser.error(
+            "--mcp-config is for self-contained runs; with --address, give it to the worker"
+        )
+    mcp_config = None
+    if address is None:
+        try:
+            mcp_config = mcp_config_from(args.mcp_config)
+        except AgentConfigurationError as error:
+            parser.error(error.message)
     if args.no_wait and address is None:
         parser.error(
             "--no-wait needs --address (or TEMPORAL_ADDRESS): a self-contained run "
@@ -305,6 +325,7 @@ def parse_run(argv: list[str]) -> RunArgs:
         json=args.json,
         trace=args.trace,
         linger=args.linger,
+        mcp_config=mcp_config,
     )
 
 

@@ -25,6 +25,7 @@ from temporalio.service import RPCError
 from activities import telemetry
 from activities.admission import Admission
 from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
+from activities.mcp_tools import McpTools
 from activities.store_check import StoreNotWritable, check_stores
 from agent_client import AgentClient, AgentRun, AgentRunFailed
 from cli import decide
@@ -160,13 +161,20 @@ async def _run(args: RunArgs) -> int:
     ui_port = free_port()
     async with embedded_dev_server(ui_port=ui_port) as env:
         say(f"embedded Temporal dev server; Web UI: http://127.0.0.1:{ui_port}")
-        async with build_worker(env.client, args.task_queue):
-            client = AgentClient(env.client, args.task_queue)
-            status = await _start_and_report(client, agent_input, args, following)
-            if args.linger:
-                say(f"the run is in the Web UI at http://127.0.0.1:{ui_port}; Ctrl-C to stop")
-                await _wait_for_interrupt()
-            return status
+        mcp = McpTools(args.mcp_config) if args.mcp_config is not None else None
+        try:
+            if mcp is not None:
+                mcp.start()
+            async with build_worker(env.client, args.task_queue, mcp=mcp):
+                client = AgentClient(env.client, args.task_queue)
+                status = await _start_and_report(client, agent_input, args, following)
+                if args.linger:
+                    say(f"the run is in the Web UI at http://127.0.0.1:{ui_port}; Ctrl-C to stop")
+                    await _wait_for_interrupt()
+                return status
+        finally:
+            if mcp is not None:
+                await mcp.close()
 
 
 def unreachable(

@@ -1,0 +1,398 @@
+"""MCP servers' tools, offered to runs like `@tool`s and run the same way: each call an activity.
+
+`McpTools` holds a worker's servers (`activities.mcp_config`) and their connections
+(`activities.mcp_sessions`). It serves two activities:
+
+- `resolve_tools` (in place of the registry's own, under the same name): when a run starts it lists
+  the servers' tools and returns their specs with the registry's, so the tools a run was offered
+  are in its history and replay never talks to a server. An MCP spec is recorded whole (its
+  description and schema too): they came from a server, not from this worker's code, and a
+  worker without that server must still be able to tell the model about them.
+- `call`, a dynamic activity: every activity type that is not registered otherwise comes here.
+  The workflow schedules a tool call as an activity named after the tool, so an MCP call's
+  activity type is its tool's name (`server__tool`), which the Web UI shows with its arguments.
+
+A tool's name is always `SERVER__TOOL` (the server's name, two underscores, the tool's name, with
+characters outside `[A-Za-z0-9_-]` made `_`; cut to 64 with a hash when longer): unique across
+servers, within the providers' rules, and the same on every worker with the same config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+from mcp import Client, MCPError
+from mcp.types import (
+    CONNECTION_CLOSED,
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    PARSE_ERROR,
+    REQUEST_TIMEOUT,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    URL_ELICITATION_REQUIRED,
+    AudioContent,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    Tool,
+)
+from mcp_types import RequestParamsMeta
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+
+import workflows.tool_catalog as tool_catalog
+from activities import progress, telemetry
+from activities._heartbeat import heartbeating
+from activities.mcp_config import McpConfig, McpServerConfig
+from activities.mcp_sessions import McpConnection
+from activities.message_store import message_store
+from activities.result_store import result_store, worker_local
+from activities.tools import externalised_note, truncate_middle
+from workflows.history import CONTENT_MIN_CHARS, content_ref
+from workflows.models import (
+    RunTools,
+    ToolActivityInput,
+    ToolActivityResult,
+    ToolSelection,
+    ToolSpec,
+)
+
+logger = logging.getLogger(__name__)
+
+SEPARATOR = "__"
+MAX_NAME = 64
+LIST_SECONDS = 8.0
+"""How long a server may take to list its tools when a run starts: under the 10 s the workflow
+gives `resolve_tools`, so that a server that hangs fails the run with its own reason."""
+IDEMPOTENCY_META_KEY = "idempotencyKey"
+"""The key of a call's idempotency key in its request's `_meta`: the same on every retry of the
+call, for servers that de-duplicate (there is no standard key yet)."""
+MAX_PAGES = 100
+
+_UNFIXABLE_BY_RETRY = frozenset(
+    {
+        PARSE_ERROR,
+        INVALID_REQUEST,
+        METHOD_NOT_FOUND,
+        INVALID_PARAMS,
+        HEADER_MISMATCH,
+        MISSING_REQUIRED_CLIENT_CAPABILITY,
+        UNSUPPORTED_PROTOCOL_VERSION,
+        URL_ELICITATION_REQUIRED,
+    }
+)
+"""JSON-RPC errors a retry of the same request cannot fix (temporalio-mcp's list): the model is
+told (it may fix its arguments); the others are retried."""
+_BROKEN_CONNECTION = frozenset({CONNECTION_CLOSED, REQUEST_TIMEOUT, UNSUPPORTED_PROTOCOL_VERSION})
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def exposed_name(server: str, tool: str) -> str:
+    """`server__tool`, within `^[a-zA-Z0-9_-]{1,64}$`."""
+    name = f"{server}{SEPARATOR}{_UNSAFE.sub('_', tool)}"
+    if len(name) <= MAX_NAME and name == f"{server}{SEPARATOR}{tool}":
+        return name
+    # Changed or cut: a hash of the tool's own name keeps two such names apart.
+    digest = hashlib.sha256(tool.encode()).hexdigest()[:8]
+    return f"{name[: MAX_NAME - 9]}_{digest}"
+
+
+def server_of(name: str) -> str | None:
+    """The server prefix of a tool name, if it has one."""
+    prefix, separator, _ = name.partition(SEPARATOR)
+    return prefix if separator else None
+
+
+def tool_spec(server_name: str, server: McpServerConfig, tool: Tool) -> ToolSpec:
+    """What the workflow is told of one MCP tool: read-only by its `readOnlyHint` unless the
+    config says otherwise."""
+    hinted = tool.annotations.read_only_hint if tool.annotations is not None else None
+    read_only = server.read_only.get(tool.name, hinted is True)
+    description = tool.description or tool.title or tool.name
+    return ToolSpec(
+        name=exposed_name(server_name, tool.name),
+        description=description,
+        parameters=tool.input_schema or {"type": "object", "properties": {}},
+        side_effects=not read_only,
+        timeout_seconds=server.timeout_seconds,
+        retry=server.retry,
+        max_result_chars=server.max_result_chars,
+        needs_approval=server.needs_approval,
+    )
+
+
+def render_call_result(result: CallToolResult) -> str:
+    """A call's result as the model's text: structured content as JSON (it supersedes the text
+    copy the spec asks servers to send with it), else the text blocks joined; images, audio and
+    resources as a placeholder that names them."""
+    parts: list[str] = []
+    if result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False, default=str))
+    for block in result.content:
+        if isinstance(block, TextContent):
+            if result.structured_content is None:
+                parts.append(block.text)
+        elif isinstance(block, ImageContent | AudioContent):
+            kind = "image" if isinstance(block, ImageContent) else "audio"
+            parts.append(f"[{kind} {block.mime_type}, {len(block.data) * 3 // 4} bytes, not shown]")
+        elif isinstance(block, EmbeddedResource):
+            mime = block.resource.mime_type or "no type"
+            parts.append(f"[resource {block.resource.uri} ({mime}), not shown]")
+        elif isinstance(block, ResourceLink):
+            parts.append(f"[resource link {block.name}: {block.uri}]")
+    return "\n".join(parts)
+
+
+class McpServerDown(Exception):
+    """A server could not be reached or listed."""
+
+
+class McpTools:
+    """A worker's MCP servers: their tools' specs and their calls' activities."""
+
+    def __init__(self, config: McpConfig) -> None:
+        self.config = config
+        self._connections = {
+            name: McpConnection(name, server) for name, server in config.servers.items()
+        }
+        self._offered: dict[str, tuple[str, str]] = {}
+        """Exposed name -> (server, the server's name of the tool), from the latest listings."""
+        self._secrets = config.secrets
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self.resolve_tools, self.call]
+
+    def start(self) -> None:
+        """Connect to every server in the background (a stdio server's first start can take
+        seconds), so that the first run does not wait for it; a failure shows at run start."""
+        for name in self._connections:
+            task = asyncio.create_task(self._warm(name))
+            task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(c.close() for c in self._connections.values()))
+
+    def redact(self, text: str) -> str:
+        """The text with every secret of the config (env and header values) blanked."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    async def list_server(self, name: str) -> list[ToolSpec]:
+        """The server's tools, allow-listed, as specs; raises McpServerDown."""
+        connection = self._connections[name]
+        server = connection.server
+        client: Client | None = None
+        try:
+            async with asyncio.timeout(LIST_SECONDS):
+                client = await connection.client()
+                tools: list[Tool] = []
+                cursor: str | None = None
+                for _ in range(MAX_PAGES):
+                    page = await client.list_tools(cursor=cursor)
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if cursor is None:
+                        break
+        except Exception as error:
+            if client is not None:
+                connection.retire(client)
+            raise McpServerDown(self._reason(error)) from None
+        if server.tools is not None:
+            tools = [t for t in tools if t.name in server.tools]
+        specs = [tool_spec(name, server, t) for t in tools]
+        self._offered.update({s.name: (name, t.name) for s, t in zip(specs, tools, strict=True)})
+        return specs
+
+    @activity.defn(name=tool_catalog.RESOLVE_TOOLS)
+    async def resolve_tools(self, selection: ToolSelection) -> RunTools:
+        """The registry's tools for the run (as `activities.tools.resolve_tools`) and the MCP
+        servers' it asks for (all of them when it names none), listed now."""
+        names = selection.names
+        wanted_servers = list(self._connections)
+        own_names: list[str] | None = None
+        if names is not None:
+            own_names = [n for n in names if server_of(n) not in self._connections]
+            wanted_servers = [s for s in wanted_servers if any(server_of(n) == s for n in names)]
+        try:
+            own = tool_catalog.for_run(own_names)
+        except KeyError as error:
+            raise _configuration_error(f"the run asks for tools {error.args[0]}") from None
+        listed = await asyncio.gather(
+            *(self.list_server(s) for s in wanted_servers), return_exceptions=True
+        )
+        specs: list[ToolSpec] = []
+        down: set[str] = set()
+        for server, outcome in zip(wanted_servers, listed, strict=True):
+            if isinstance(outcome, McpServerDown):
+                if not self.config.servers[server].optional:
+                    raise _configuration_error(f"MCP server {server} is unreachable: {outcome}")
+                logger.warning(
+                    "MCP server %s is unreachable, the run goes on without it: %s", server, outcome
+                )
+                down.add(server)
+                continue
+            if isinstance(outcome, BaseException):
+                raise outcome
+            specs.extend(outcome)
+        if names is not None:
+            offered = {s.name for s in specs}
+            listed_servers = set(wanted_servers) - down
+            missing = [n for n in names if server_of(n) in listed_servers and n not in offered]
+            if missing:
+                raise _configuration_error(
+                    f"the run asks for tools its MCP servers do not offer: {', '.join(missing)}"
+                )
+            specs = [s for s in specs if s.name in names]
+        clashes = sorted({s.name for s in specs} & {s.name for s in own.tools})
+        if clashes:
+            raise _configuration_error(f"MCP tools clash with registered tools: {clashes}")
+        recorded = tool_catalog.schedules(own)
+        return recorded.model_copy(update={"tools": [*recorded.tools, *specs]})
+
+    @activity.defn(dynamic=True)
+    async def call(self, args: Sequence[RawValue]) -> ToolActivityResult:
+        """One MCP tool call; its activity type is the tool's name."""
+        name = activity.info().activity_type
+        call = activity.payload_converter().from_payload(args[0].payload, ToolActivityInput)
+        with telemetry.tool_span(name, call) as span:
+            result = await self._call(name, call)
+            span.record(result)
+            return result
+
+    async def _call(self, name: str, call: ToolActivityInput) -> ToolActivityResult:
+        info = activity.info()
+        await progress.report_retry(call.step, name, call_id=call.tool_call_id, tool=name)
+        target = await self._target(name)
+        server_name, tool_name = target
+        connection = self._connections[server_name]
+        timeout = info.start_to_close_timeout
+        client: Client | None = None
+        try:
+            async with heartbeating():
+                client = await connection.client()
+                result = await client.call_tool(
+                    tool_name,
+                    call.arguments,
+                    read_timeout_seconds=timeout.total_seconds() if timeout else None,
+                    meta=cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: call.idempotency_key}),
+                )
+        except MCPError as error:
+            if error.code in _BROKEN_CONNECTION and client is not None:
+                connection.retire(client)
+            if error.code in _UNFIXABLE_BY_RETRY:
+                text = self.redact(error.message)[:1000]
+                return ToolActivityResult(
+                    content=f"Error: {name} was refused by its MCP server: {text} "
+                    f"(JSON-RPC error {error.code}). It did not run.",
+                    is_error=True,
+                    attempt=info.attempt,
+                )
+            raise self._retried(server_name, error) from None
+        except ValidationError:
+            return ToolActivityResult(
+                content=f"Error: {name}'s MCP server sent a malformed result.",
+                is_error=True,
+                attempt=info.attempt,
+            )
+        except (asyncio.CancelledError, ApplicationError):
+            raise
+        except Exception as error:
+            # The transport broke (a process that died, a dropped HTTP session): a retry
+            # reconnects.
+            if client is not None:
+                connection.retire(client)
+            activity.logger.warning(
+                "step %d: MCP tool %s failed (call %s, attempt %d): %s",
+                call.step,
+                name,
+                call.tool_call_id,
+                info.attempt,
+                self._reason(error),
+            )
+            raise self._retried(server_name, error) from None
+        rendered = render_call_result(result)
+        if result.is_error and not rendered.lower().startswith("error"):
+            rendered = f"Error: {rendered or f'{name} failed'}"
+        return self._bounded(call, rendered, is_error=result.is_error, attempt=info.attempt)
+
+    async def _target(self, name: str) -> tuple[str, str]:
+        """The server and tool of an exposed name, listing its server when this worker has not
+        yet (a run that started on another worker)."""
+        target = self._offered.get(name)
+        server = server_of(name)
+        if target is None and server in self._connections:
+            try:
+                await self.list_server(server)
+            except McpServerDown as error:
+                raise ApplicationError(
+                    f"MCP server {server} is unreachable: {error}", type="McpServerDown"
+                ) from None
+            target = self._offered.get(name)
+        if target is None:
+            # Not a tool of this worker's: another worker of the task queue may have it.
+            raise ApplicationError(
+                f"no tool or MCP tool named {name} on this worker", type="ToolNotOnWorker"
+            )
+        return target
+
+    def _bounded(
+        self, call: ToolActivityInput, rendered: str, *, is_error: bool, attempt: int
+    ) -> ToolActivityResult:
+        """Bounded and externalised as a `@tool`'s result (activities/tools.py)."""
+        read_more, ref = "", None
+        if call.externalise and len(rendered) > call.max_result_chars:
+            store = result_store()
+            ref = store.put(rendered)
+            read_more = externalised_note(len(rendered), ref, worker_local(store))
+        content, omitted = truncate_middle(rendered, call.max_result_chars, read_more)
+        stored = None
+        if call.store_content and len(content) >= CONTENT_MIN_CHARS:
+            stored = content_ref(content)
+            message_store().put_blob(stored, content)
+        return ToolActivityResult(
+            content=content,
+            is_error=is_error,
+            omitted_chars=omitted,
+            externalised_ref=ref,
+            content_ref=stored,
+            attempt=attempt,
+        )
+
+    def _retried(self, server: str, error: BaseException) -> ApplicationError:
+        return ApplicationError(
+            f"MCP server {server}: {self._reason(error)}", type="McpTransportError"
+        )
+
+    def _reason(self, error: BaseException) -> str:
+        """One line, secrets blanked: errors can quote a command line or a URL."""
+        if isinstance(error, BaseExceptionGroup) and error.exceptions:
+            return self._reason(error.exceptions[0])
+        if isinstance(error, TimeoutError):
+            return "no answer in time"
+        text = str(error).strip().splitlines()
+        detail = f": {text[0][:300]}" if text else ""
+        return self.redact(f"{type(error).__name__}{detail}")
+
+    async def _warm(self, name: str) -> None:
+        try:
+            await self._connections[name].client()
+        except Exception as error:
+            logger.warning("MCP server %s: not reachable yet: %s", name, self._reason(error))
+
+
+def _configuration_error(message: str) -> ApplicationError:
+    return ApplicationError(message, type="AgentConfigurationError", non_retryable=True)
