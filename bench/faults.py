@@ -378,8 +378,10 @@ class Kill:
 class Workers:
     """Worker processes on one task queue, one alive at a time; kills them as planned. Each one
     is drawn with a workflow cache, as in production (a killed worker's sticky queue then holds
-    its runs' next tasks until the server gives up on it, 5 s), or without one, as the crash
-    tests run (every task goes to whichever worker is alive, and replays from the start)."""
+    its runs' next tasks until the server gives up on it: the SDK's sticky schedule-to-start
+    timeout, 10 s), or without one, as the crash tests run (every task goes to whichever worker
+    is alive, and replays from the start; such a worker also drops a task whose local activity
+    is in flight when another run's task arrives, see docs/testing.md)."""
 
     def __init__(
         self,
