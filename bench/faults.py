@@ -605,6 +605,9 @@ class RunRecord:
     """What the plan meant: complete, limit (fail at the step limit) or cancel."""
     cancel: str | None = None
     """What came of the planned cancel (see Driven.cancel)."""
+    outlived_wait: bool = False
+    """The run had not ended when the harness stopped waiting (RUN_TIMEOUT_SECONDS); if it has
+    ended since, it is checked by how it ended."""
 
     @property
     def cancel_sent(self) -> bool:
@@ -743,6 +746,13 @@ async def record_of(client: Client, driven: Driven) -> RunRecord:
         return record
     description = await handle.describe()
     record.status = description.status.name if description.status else "UNKNOWN"
+    if isinstance(driven.error, TimeoutError):
+        record.outlived_wait = True
+        if record.status in ENDINGS:  # it ended after the harness stopped waiting: read how
+            try:
+                driven.result, driven.error = await handle.result(), None
+            except WorkflowFailureError as failure:
+                driven.error = failure.cause
     if driven.result is not None:
         record.kept = [effect.call.tool_call_id for effect in driven.result.side_effects]
     error = driven.error
@@ -1051,6 +1061,7 @@ async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "run_seconds_p50": _percentile([r.seconds for r in records], 0.5),
         "run_seconds_p95": _percentile([r.seconds for r in records], 0.95),
         "slowest_run": max(((r.seconds, r.workflow_id) for r in records), default=(0.0, "-")),
+        "runs_outlived_wait": sum(r.outlived_wait for r in records),
         "cancels_planned": sum(p.cancel_after is not None for p in plans),
         "cancels_sent": sum(1 for d in driven if d.cancel and d.cancel.startswith("sent")),
         "cancels_after_the_end": sum(
@@ -1156,6 +1167,7 @@ def report(f: dict[str, Any]) -> str:
             f"{f['run_seconds_p50']} / {f['run_seconds_p95']} / {f['slowest_run'][0]} s "
             f"({f['slowest_run'][1]})",
         ),
+        (f"runs not ended after {RUN_TIMEOUT_SECONDS:g} s", f["runs_outlived_wait"]),
         (
             "provider requests (faults injected)",
             f"{f['provider_requests']} ({f['provider_faults']})",
