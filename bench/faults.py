@@ -288,7 +288,20 @@ class ConversationFake(fake_openai.FakeOpenAI):
         self.asked: Counter[tuple[str, int]] = Counter()
         self.faults_injected = 0
         self.off_script: list[str] = []
+        self.cut_off = 0
+        """Requests whose body stopped short of its content-length: the sender died sending."""
         self.script = _PlannedScript(self)
+
+    def answer(
+        self, path: str, headers: dict[str, str], raw: bytes
+    ) -> fake_openai.HttpReply | fake_openai.Hangup:
+        if len(raw) < int(headers.get("content-length") or 0):
+            # A worker killed while it sent the request. No provider answers (or bills) a
+            # request it did not receive whole, so this one is not counted as received.
+            with self._lock:
+                self.cut_off += 1
+            return fake_openai.Hangup()
+        return super().answer(path, headers, raw)
 
     def next_entry(self) -> Any:
         """The entry for the request being answered: the parent took it under its lock, after
@@ -1036,6 +1049,7 @@ async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
                 workers.stop()
         requests = len(fake.requests)
         faults = fake.faults_injected
+        cut_off = fake.cut_off
     statuses = Counter(record.status for record in records)
     return {
         "seed": args.seed,
@@ -1069,6 +1083,7 @@ async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         ),
         "provider_requests": requests,
         "provider_faults": faults,
+        "provider_requests_cut_off": cut_off,
         "activity_attempts_retried": retries.activity_attempts,
         "workflow_tasks_timed_out": retries.task_timeouts,
         "workflow_task_attempts_unrecorded": retries.task_attempts_unrecorded,
@@ -1169,8 +1184,8 @@ def report(f: dict[str, Any]) -> str:
         ),
         (f"runs not ended after {RUN_TIMEOUT_SECONDS:g} s", f["runs_outlived_wait"]),
         (
-            "provider requests (faults injected)",
-            f"{f['provider_requests']} ({f['provider_faults']})",
+            "provider requests (faults injected); cut off by a kill",
+            f"{f['provider_requests']} ({f['provider_faults']}); {f['provider_requests_cut_off']}",
         ),
         ("activity attempts retried", f["activity_attempts_retried"]),
         ("workflow tasks timed out", f["workflow_tasks_timed_out"]),

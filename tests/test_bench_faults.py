@@ -266,6 +266,21 @@ def test_a_cancel_that_ends_a_run_failed_is_flagged() -> None:
     assert flagged([failed_first], world) == {}
 
 
+def test_a_request_cut_off_by_a_killed_sender_is_not_taken_as_received() -> None:
+    # The headers arrived, the body did not (its sender was SIGKILLed between the two writes):
+    # the fake hangs up, as a server does, and the checks never see it.
+    headers = {"authorization": "Bearer sk-test-fake", "content-length": "2048"}
+    with ConversationFake([]) as fake:
+        for raw in (b"", b'{"model": "gpt-fake-faults", "mess'):
+            assert isinstance(fake.answer("/v1/chat/completions", headers, raw), fake_openai.Hangup)
+        assert (fake.requests, fake.cut_off) == ([], 2)
+        assert check_requests(fake) == {
+            "pairing rule broken": [],
+            "off the script": [],
+            "a result changed between requests": [],
+        }
+
+
 def test_a_request_that_breaks_the_pairing_rule_or_rewrites_a_result_is_flagged() -> None:
     user = {"role": "user", "content": f"[{RUN}] Cancel order {ORDER}."}
     asked = {
