@@ -1,6 +1,11 @@
 """Fault injection: runs with side-effecting tools while workers are SIGKILLed and runs cancelled.
 
     python -m bench.faults [--runs 100] [--kills 35] [--cancels 25] [--seed N] [--json PATH]
+    python -m bench.faults --lost-task-attempts N
+
+The second form measures one thing only: how the server spaces the attempts of a workflow task
+lost N times in a row (each worker kills itself in the run's `resolve_tools`); see
+`measure_lost_attempts` and docs/testing.md.
 
 One embedded dev server; worker processes from `tests/crash_worker.py`, one at a time, each
 killed with SIGKILL and replaced by a fresh one; the real `openai` SDK in the model activity,
