@@ -1,6 +1,11 @@
 """Fault injection: runs with side-effecting tools while workers are SIGKILLed and runs cancelled.
 
     python -m bench.faults [--runs 100] [--kills 35] [--cancels 25] [--seed N] [--json PATH]
+    python -m bench.faults --lost-task-attempts N
+
+The second form measures one thing only: how the server spaces the attempts of a workflow task
+lost N times in a row (each worker kills itself in the run's `resolve_tools`); see
+`measure_lost_attempts` and docs/testing.md.
 
 One embedded dev server; worker processes from `tests/crash_worker.py`, one at a time, each
 killed with SIGKILL and replaced by a fresh one; the real `openai` SDK in the model activity,
@@ -67,11 +72,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, PendingWorkflowTaskState, TimeoutType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCError
 
+import workflows.tool_catalog as tool_catalog
 from activities import demo_tools
 from cli.plumbing import exit_now
 from tests import fake_openai
@@ -287,7 +293,20 @@ class ConversationFake(fake_openai.FakeOpenAI):
         self.asked: Counter[tuple[str, int]] = Counter()
         self.faults_injected = 0
         self.off_script: list[str] = []
+        self.cut_off = 0
+        """Requests whose body stopped short of its content-length: the sender died sending."""
         self.script = _PlannedScript(self)
+
+    def answer(
+        self, path: str, headers: dict[str, str], raw: bytes
+    ) -> fake_openai.HttpReply | fake_openai.Hangup:
+        if len(raw) < int(headers.get("content-length") or 0):
+            # A worker killed while it sent the request. No provider answers (or bills) a
+            # request it did not receive whole, so this one is not counted as received.
+            with self._lock:
+                self.cut_off += 1
+            return fake_openai.Hangup()
+        return super().answer(path, headers, raw)
 
     def next_entry(self) -> Any:
         """The entry for the request being answered: the parent took it under its lock, after
@@ -377,8 +396,10 @@ class Kill:
 class Workers:
     """Worker processes on one task queue, one alive at a time; kills them as planned. Each one
     is drawn with a workflow cache, as in production (a killed worker's sticky queue then holds
-    its runs' next tasks until the server gives up on it, 5 s), or without one, as the crash
-    tests run (every task goes to whichever worker is alive, and replays from the start)."""
+    its runs' next tasks until the server gives up on it: the SDK's sticky schedule-to-start
+    timeout, 10 s), or without one, as the crash tests run (every task goes to whichever worker
+    is alive, and replays from the start; such a worker also drops a task whose local activity
+    is in flight when another run's task arrives, see docs/testing.md)."""
 
     def __init__(
         self,
@@ -602,6 +623,9 @@ class RunRecord:
     """What the plan meant: complete, limit (fail at the step limit) or cancel."""
     cancel: str | None = None
     """What came of the planned cancel (see Driven.cancel)."""
+    outlived_wait: bool = False
+    """The run had not ended when the harness stopped waiting (RUN_TIMEOUT_SECONDS); if it has
+    ended since, it is checked by how it ended."""
 
     @property
     def cancel_sent(self) -> bool:
@@ -688,6 +712,7 @@ async def history_excerpt(handle: WorkflowHandle[Any, Any], limit: int = 80) -> 
                 event.activity_task_scheduled_event_attributes.activity_type.name
             )
             line += f" {names[event.event_id]}"
+        line += _workflow_task_note(event)
         for attribute in (
             "activity_task_started_event_attributes",
             "activity_task_completed_event_attributes",
@@ -704,6 +729,22 @@ async def history_excerpt(handle: WorkflowHandle[Any, Any], limit: int = 80) -> 
                     line += f": {attributes.failure.message[:100]}"
         lines.append(line)
     return lines[-limit:]
+
+
+def _workflow_task_note(event: Any) -> str:
+    """What a workflow task event hides: a retried task's attempt and timeout (the server writes
+    attempts 2 to N-1 of a failing task nowhere, and only the one that completes, attempt N, is
+    recorded, at its own time), and which timeout a timed-out task hit."""
+    if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+        attributes = event.workflow_task_scheduled_event_attributes
+        if attributes.attempt > 1:
+            timeout = attributes.start_to_close_timeout.ToTimedelta().total_seconds()
+            return f" attempt {attributes.attempt} (timeout {timeout:.1f}s)"
+    if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+        kind = event.workflow_task_timed_out_event_attributes.timeout_type
+        if kind == TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START:
+            return " (schedule-to-start: a sticky queue nobody polled)"
+    return ""
 
 
 async def record_of(client: Client, driven: Driven) -> RunRecord:
@@ -723,6 +764,13 @@ async def record_of(client: Client, driven: Driven) -> RunRecord:
         return record
     description = await handle.describe()
     record.status = description.status.name if description.status else "UNKNOWN"
+    if isinstance(driven.error, TimeoutError):
+        record.outlived_wait = True
+        if record.status in ENDINGS:  # it ended after the harness stopped waiting: read how
+            try:
+                driven.result, driven.error = await handle.result(), None
+            except WorkflowFailureError as failure:
+                driven.error = failure.cause
     if driven.result is not None:
         record.kept = [effect.call.tool_call_id for effect in driven.result.side_effects]
     error = driven.error
@@ -947,6 +995,17 @@ def prepare_database(path: Path, order_ids: list[int]) -> None:
         connection.execute("COMMIT")
 
 
+def _worker_env(scratch: Path, database: Path, fake: ConversationFake) -> dict[str, str]:
+    return {
+        **os.environ,
+        "AGENT_DEMO_DB": str(database),
+        "AGENT_MESSAGE_STORE": str(scratch / "messages.db"),
+        "AGENT_RESULT_STORE": str(scratch / "results.db"),
+        "OPENAI_API_KEY": API_KEY,
+        "OPENAI_BASE_URL": fake.base_url,
+    }
+
+
 async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     from worker import embedded_dev_server
 
@@ -956,14 +1015,7 @@ async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     prepare_database(database, order_ids)
     started = time.monotonic()
     with ConversationFake(plans) as fake:
-        env = {
-            **os.environ,
-            "AGENT_DEMO_DB": str(database),
-            "AGENT_MESSAGE_STORE": str(scratch / "messages.db"),
-            "AGENT_RESULT_STORE": str(scratch / "results.db"),
-            "OPENAI_API_KEY": API_KEY,
-            "OPENAI_BASE_URL": fake.base_url,
-        }
+        env = _worker_env(scratch, database, fake)
         async with embedded_dev_server() as temporal:
             client = temporal.client
             address = client.service_client.config.target_host
@@ -993,7 +1045,7 @@ async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
                 for d in driven:
                     if d.plan.workflow_id in {*flagged, slowest} and d.handle is not None:
                         excerpts[d.plan.workflow_id] = await history_excerpt(d.handle)
-                retried, timed_out = await _retries(driven)
+                retries = await _retries(driven)
             finally:
                 done.set()
                 killing.cancel()
@@ -1002,6 +1054,7 @@ async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
                 workers.stop()
         requests = len(fake.requests)
         faults = fake.faults_injected
+        cut_off = fake.cut_off
     statuses = Counter(record.status for record in records)
     return {
         "seed": args.seed,
@@ -1027,6 +1080,7 @@ async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         "run_seconds_p50": _percentile([r.seconds for r in records], 0.5),
         "run_seconds_p95": _percentile([r.seconds for r in records], 0.95),
         "slowest_run": max(((r.seconds, r.workflow_id) for r in records), default=(0.0, "-")),
+        "runs_outlived_wait": sum(r.outlived_wait for r in records),
         "cancels_planned": sum(p.cancel_after is not None for p in plans),
         "cancels_sent": sum(1 for d in driven if d.cancel and d.cancel.startswith("sent")),
         "cancels_after_the_end": sum(
@@ -1034,8 +1088,11 @@ async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         ),
         "provider_requests": requests,
         "provider_faults": faults,
-        "activity_attempts_retried": retried,
-        "workflow_tasks_timed_out": timed_out,
+        "provider_requests_cut_off": cut_off,
+        "activity_attempts_retried": retries.activity_attempts,
+        "workflow_tasks_timed_out": retries.task_timeouts,
+        "workflow_task_attempts_unrecorded": retries.task_attempts_unrecorded,
+        "workflow_task_highest_attempt": retries.highest_task_attempt,
         "effects_applied": verdict.effects_applied,
         "effects_kept": verdict.effects_kept,
         "effects_undone": verdict.effects_undone,
@@ -1071,18 +1128,40 @@ def _complete(transcript: list[Any]) -> bool:
         return False
 
 
-async def _retries(driven: list[Driven]) -> tuple[int, int]:
-    """Activity attempts after the first, and workflow tasks that timed out, over all runs."""
-    retried = timed_out = 0
+@dataclass
+class Retries:
+    """Over all runs: what was tried again, from the histories."""
+
+    activity_attempts: int = 0
+    """Activity attempts after the first."""
+    task_timeouts: int = 0
+    """Workflow tasks that timed out, as the history records them."""
+    task_attempts_unrecorded: int = 0
+    """Attempts of a retried workflow task that the history holds no event for: the ones between
+    its first timeout and the attempt that completed."""
+    highest_task_attempt: tuple[int, str] = (1, "-")
+    """The most attempts one workflow task needed, and its run."""
+
+
+async def _retries(driven: list[Driven]) -> Retries:
+    retries = Retries()
     for d in driven:
         if d.handle is None:
             continue
         history = await d.handle.fetch_history()
         for event in history.events:
             if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-                retried += event.activity_task_started_event_attributes.attempt > 1
-            timed_out += event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
-    return retried, timed_out
+                attempt = event.activity_task_started_event_attributes.attempt
+                retries.activity_attempts += attempt > 1
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+                retries.task_timeouts += 1
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+                attempt = event.workflow_task_scheduled_event_attributes.attempt
+                retries.task_attempts_unrecorded += max(0, attempt - 2)
+                retries.highest_task_attempt = max(
+                    retries.highest_task_attempt, (attempt, d.plan.workflow_id)
+                )
+    return retries
 
 
 def report(f: dict[str, Any]) -> str:
@@ -1108,12 +1187,18 @@ def report(f: dict[str, Any]) -> str:
             f"{f['run_seconds_p50']} / {f['run_seconds_p95']} / {f['slowest_run'][0]} s "
             f"({f['slowest_run'][1]})",
         ),
+        (f"runs not ended after {RUN_TIMEOUT_SECONDS:g} s", f["runs_outlived_wait"]),
         (
-            "provider requests (faults injected)",
-            f"{f['provider_requests']} ({f['provider_faults']})",
+            "provider requests (faults injected); cut off by a kill",
+            f"{f['provider_requests']} ({f['provider_faults']}); {f['provider_requests_cut_off']}",
         ),
         ("activity attempts retried", f["activity_attempts_retried"]),
         ("workflow tasks timed out", f["workflow_tasks_timed_out"]),
+        (
+            "workflow task attempts not in any history; most attempts",
+            f"{f['workflow_task_attempts_unrecorded']}; "
+            f"{f['workflow_task_highest_attempt'][0]} ({f['workflow_task_highest_attempt'][1]})",
+        ),
         ("effects applied", f["effects_applied"]),
         ("effects kept by completed runs", f["effects_kept"]),
         ("effects undone", f["effects_undone"]),
@@ -1141,6 +1226,93 @@ def report(f: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# --- one workflow task lost again and again ----------------------------------------------------
+
+
+async def measure_lost_attempts(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    """One run whose first workflow task is lost `--lost-task-attempts` times in a row: each
+    worker kills itself in the run's `resolve_tools` local activity, as a killed worker (or a
+    worker without a cache that drops the task, see docs/testing.md) loses it. Records when the
+    server hands out each attempt, from `describe()`: the gap between two is the timeout of the
+    lost one, which the server stretches from the fourth attempt on."""
+    from worker import embedded_dev_server
+
+    [plan] = plan_runs(args.seed, 1, 0, args.spacing, 0.0)
+    database = scratch / "demo.db"
+    prepare_database(database, [plan.order_id])
+    crash_at = f"before:{tool_catalog.RESOLVE_TOOLS}:1"
+    attempts: list[dict[str, Any]] = []
+    with ConversationFake([plan]) as fake:
+        async with embedded_dev_server() as temporal:
+            client = temporal.client
+            address = client.service_client.config.target_host
+            workers = Workers(scratch, address, _worker_env(scratch, database, fake), 0, 0, 0.0)
+            try:
+                process = await workers.start(crash_at)
+                clock = time.monotonic()
+                handle = await client.start_workflow(
+                    AgentWorkflow.run,
+                    plan.agent_input(),
+                    id=plan.workflow_id,
+                    task_queue=TASK_QUEUE,
+                    task_timeout=TASK_TIMEOUT,
+                )
+                watching = asyncio.create_task(_watch_task_attempts(handle, clock, attempts))
+                for lost in range(args.lost_task_attempts):
+                    while process.poll() is None:
+                        await asyncio.sleep(0.05)
+                    last = lost == args.lost_task_attempts - 1
+                    process = await workers.start(None if last else crash_at)
+                    attempts[-1]["next_worker_polling"] = round(time.monotonic() - clock, 1)
+                with contextlib.suppress(WorkflowFailureError):
+                    await asyncio.wait_for(handle.result(), 15 * 60)  # 10 lost: about 11 min
+                watching.cancel()
+                excerpt = await history_excerpt(handle, limit=1000)
+            finally:
+                workers.stop()
+    moved_on = next((line for line in excerpt if "call_model" in line), "")
+    return {
+        "seed": args.seed,
+        "lost_task_attempts": args.lost_task_attempts,
+        "task_timeout_seconds": TASK_TIMEOUT.total_seconds(),
+        "attempts": attempts,
+        "first_model_call": moved_on,
+        "history": excerpt[:20],
+    }
+
+
+async def _watch_task_attempts(
+    handle: WorkflowHandle[Any, Any], clock: float, attempts: list[dict[str, Any]]
+) -> None:
+    """Appends {attempt, handed_out} each time a new attempt of the task is started."""
+    seen = 0
+    while True:
+        pending = (await handle.describe()).raw_description.pending_workflow_task
+        started = pending.state == PendingWorkflowTaskState.PENDING_WORKFLOW_TASK_STATE_STARTED
+        if started and pending.attempt > seen:
+            seen = pending.attempt
+            attempts.append({"attempt": seen, "handed_out": round(time.monotonic() - clock, 1)})
+        await asyncio.sleep(0.1)
+
+
+def report_lost_attempts(f: dict[str, Any]) -> str:
+    lines = [
+        f"one run, its first workflow task lost {f['lost_task_attempts']} times "
+        f"(task timeout {f['task_timeout_seconds']:g} s)"
+    ]
+    previous = None
+    for entry in f["attempts"]:
+        gap = "" if previous is None else f", {entry['handed_out'] - previous:.1f} s after the last"
+        polling = entry.get("next_worker_polling")
+        then = f"; the next worker polled at +{polling} s" if polling is not None else ""
+        lines.append(
+            f"  attempt {entry['attempt']} handed out at +{entry['handed_out']} s{gap}{then}"
+        )
+        previous = entry["handed_out"]
+    lines.append(f"the run moved on: {f['first_model_call']}")
+    return "\n".join(lines)
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--runs", type=int, default=100)
@@ -1154,9 +1326,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--keep", type=Path, help="keep the databases and worker logs here")
+    parser.add_argument(
+        "--lost-task-attempts",
+        type=int,
+        metavar="N",
+        help="instead: one run whose first workflow task is lost N times in a row, and when the "
+        "server retries it",
+    )
     args = parser.parse_args(argv)
     if args.runs > demo_tools.BULK_ORDER_COUNT:
         parser.error(f"at most {demo_tools.BULK_ORDER_COUNT} runs (one order each)")
+    if args.lost_task_attempts is not None and not 1 <= args.lost_task_attempts <= 10:
+        parser.error("--lost-task-attempts: from 1 to 10 (the 10th waits about 11 min)")
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1, 1_000_000)
     return args
@@ -1178,6 +1359,13 @@ async def main(argv: list[str] | None = None) -> int:
     print(f"bench.faults: seed {args.seed} (re-run with --seed {args.seed})", flush=True)
     # A killed worker's attempts come back as timeouts: the harness expects them by the dozen.
     logging.getLogger("temporalio").setLevel(logging.ERROR)
+    if args.lost_task_attempts is not None:
+        with scratch_directory(args.keep) as scratch:
+            figures = await measure_lost_attempts(args, scratch)
+        print(report_lost_attempts(figures))
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2))
+        return 0
     with scratch_directory(args.keep) as scratch:
         figures = await measure(args, scratch)
     print(report(figures))

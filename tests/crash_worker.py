@@ -23,9 +23,9 @@ POINT is one of:
   history to pick the loop up where it was. (A crash during a model call, in contrast, loses
   an activity attempt, which the activity's start-to-close timeout recovers.)
 
-By default the worker keeps no workflow in its cache (see `serve`); `--max-cached-workflows N`
-gives it a cache and so a sticky queue, as a production worker has (bench/faults.py draws both
-kinds).
+By default the worker keeps no workflow in its cache and takes one workflow task at a time (see
+`serve`); `--max-cached-workflows N` gives it a cache and so a sticky queue, as a production
+worker has (bench/faults.py draws both kinds).
 
 Every worker here re-registers the demo tools with short timeouts and quick retries (the same
 functions, so the same database code and idempotency keys): a call lost with a killed worker is
@@ -189,6 +189,13 @@ async def serve(args: argparse.Namespace) -> None:
     interceptors = []
     if args.crash_at:
         interceptors.append(CrashInterceptor(CrashPoint(args.crash_at, Path(args.crash_file))))
+    options: dict[str, Any] = {}
+    if args.max_cached_workflows == 0:
+        # One workflow task at a time. Without a cache, core makes room for another run's task
+        # by evicting the run in hand, and a run evicted while its `resolve_tools` local
+        # activity ran lost its task unanswered: the server retried it only after the task
+        # timeout, stretched from the 4th attempt on (docs/testing.md, "A stall ...").
+        options["max_concurrent_workflow_tasks"] = 1
     worker = build_worker(
         client,
         args.task_queue,
@@ -196,6 +203,7 @@ async def serve(args: argparse.Namespace) -> None:
         # No cache and so no sticky queue (the default): a workflow task goes to whichever
         # worker is alive, at once, and each one replays the history from the start.
         max_cached_workflows=args.max_cached_workflows,
+        **options,
         **TEST_WORKER_OPTIONS,
     )
     async with worker:

@@ -3,11 +3,17 @@ its checker is able to find something: each invariant, broken by hand, is flagge
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
 
 from bench.faults import (
     INVARIANTS,
@@ -18,6 +24,8 @@ from bench.faults import (
     check_requests,
 )
 from tests import fake_openai
+from tests.helpers import call, eventually, scripted_input, turn
+from workflows.agent import AgentWorkflow
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -45,6 +53,53 @@ def test_a_tiny_run_with_a_kill_and_a_cancel_breaks_no_invariant(tmp_path: Path)
     assert figures["effects_applied"] > 0 and figures["effects_undone"] > 0
     assert figures["provider_requests"] >= 4
     assert "seed 2" in done.stdout
+
+
+async def test_a_worker_without_a_cache_answers_every_task_of_runs_started_together(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """The fault run's workers without a cache, with nothing killed: no workflow task of runs
+    that start together goes unanswered. Core, with max_cached_workflows=0, evicts one run to
+    take another run's task; a run evicted while its `resolve_tools` local activity ran had its
+    task dropped, unanswered, and the server retried it only after its timeout, stretched from
+    the fourth attempt on (faults-16-057 waited 163 s; docs/testing.md)."""
+    ready = tmp_path / "worker.ready"
+    command = [sys.executable, "-m", "tests.crash_worker", "--ready-file", str(ready)]
+    command += ["--address", client.service_client.config.target_host, "--task-queue", task_queue]
+    with (tmp_path / "worker.log").open("wb") as log:
+        worker = subprocess.Popen(
+            command, cwd=REPO, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        await eventually(ready.exists, timeout=60, what="the worker polls")
+        script = [turn(call("get_order", order_id=1042)), turn(text="Order 1042 is processing.")]
+        handles = await asyncio.gather(
+            *(
+                client.start_workflow(
+                    AgentWorkflow.run,
+                    scripted_input(script, tools=["get_order"]),
+                    id=f"{task_queue}-{n}",
+                    task_queue=task_queue,
+                    task_timeout=timedelta(seconds=3),
+                )
+                for n in range(12)
+            )
+        )
+        await asyncio.gather(*(handle.result() for handle in handles))
+        unanswered = {}
+        for handle in handles:
+            history = await handle.fetch_history()
+            timed_out = [
+                event.event_id
+                for event in history.events
+                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+            ]
+            if timed_out:
+                unanswered[handle.id] = timed_out
+        assert unanswered == {}, (tmp_path / "worker.log").read_text(errors="replace")[-3000:]
+    finally:
+        worker.kill()
+        worker.wait()
 
 
 # --- the checker, on hand-made worlds -----------------------------------------------------------
@@ -209,6 +264,21 @@ def test_a_cancel_that_ends_a_run_failed_is_flagged() -> None:
     # A run that failed on its own (its step limit) before the cancel came is not.
     failed_first = failed(error_message="max_steps=2 reached", **nothing_undone)
     assert flagged([failed_first], world) == {}
+
+
+def test_a_request_cut_off_by_a_killed_sender_is_not_taken_as_received() -> None:
+    # The headers arrived, the body did not (its sender was SIGKILLed between the two writes):
+    # the fake hangs up, as a server does, and the checks never see it.
+    headers = {"authorization": "Bearer sk-test-fake", "content-length": "2048"}
+    with ConversationFake([]) as fake:
+        for raw in (b"", b'{"model": "gpt-fake-faults", "mess'):
+            assert isinstance(fake.answer("/v1/chat/completions", headers, raw), fake_openai.Hangup)
+        assert (fake.requests, fake.cut_off) == ([], 2)
+        assert check_requests(fake) == {
+            "pairing rule broken": [],
+            "off the script": [],
+            "a result changed between requests": [],
+        }
 
 
 def test_a_request_that_breaks_the_pairing_rule_or_rewrites_a_result_is_flagged() -> None:
