@@ -42,6 +42,8 @@ from activities.store_config import (
     DEFAULT_RETENTION_HOURS,
     LEGACY_RETENTION_VARIABLE,
     RETENTION_VARIABLE,
+    TOUCH_EVERY_SECONDS,
+    RecentChains,
     Sealing,
     StoreCipher,
     configuration,
@@ -88,8 +90,6 @@ __all__ = [
 
 PRUNE_EVERY_SECONDS = 3600.0
 """A store prunes when it is opened, then at most this often (when it is written)."""
-TOUCH_EVERY_SECONDS = 3600.0
-"""A read refreshes an entry's last use at most this often, so that reads stay reads."""
 
 
 class MessageStore(Protocol):
@@ -104,10 +104,6 @@ class MessageStore(Protocol):
     def put_blob(self, ref: str, text: str) -> None: ...
 
     def get_blob(self, ref: str) -> str | None: ...
-
-
-RECENT_CHAINS = 256
-"""Chains a store keeps in memory, newest used first: about one per run the worker serves."""
 
 
 class SqliteMessageStore:
@@ -134,7 +130,7 @@ class SqliteMessageStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._connection: sqlite3.Connection | None = None
-        self._chains: OrderedDict[str, tuple[list[str], float]] = OrderedDict()
+        self._chains = RecentChains()
         """Head ref -> (the chain's messages, when its head's last use was last written)."""
         self._next_prune = 0.0
 
@@ -238,20 +234,10 @@ class SqliteMessageStore:
                 )
             self._maybe_prune()
             parent = links[0][1]
-            known = [] if parent == "" else self._known(parent)
+            known = [] if parent == "" else self._chains.known(parent)
             if known is not None:
                 chain = [*known, *(message for _, _, message in links)]
-                self._keep(links[-1][0], chain, self._clock())
-
-    def _known(self, ref: str) -> list[str] | None:
-        kept = self._chains.get(ref)
-        return None if kept is None else kept[0]
-
-    def _keep(self, ref: str, chain: list[str], touched: float) -> None:
-        self._chains[ref] = (chain, touched)
-        self._chains.move_to_end(ref)
-        while len(self._chains) > RECENT_CHAINS:
-            self._chains.popitem(last=False)
+                self._chains.keep(links[-1][0], chain, self._clock())
 
     def get_chain(self, ref: str) -> list[str] | None:
         with self._lock:
@@ -260,8 +246,7 @@ class SqliteMessageStore:
                 chain, touched = kept
                 if now - touched >= TOUCH_EVERY_SECONDS:
                     self._touch("links", ref)
-                    self._keep(ref, chain, now)
-                self._chains.move_to_end(ref)
+                    self._chains.keep(ref, chain, now)
                 return list(chain)
             rows = (
                 self._connect()
@@ -284,7 +269,7 @@ class SqliteMessageStore:
             chain = cast(list[str], texts)
             if rows[-1][3] < now - TOUCH_EVERY_SECONDS:
                 self._touch("links", ref)
-            self._keep(ref, chain, now)
+            self._chains.keep(ref, chain, now)
             return list(chain)
 
     def _touch(self, table: str, ref: str) -> None:

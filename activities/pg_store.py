@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from activities.store_config import (
     DEFAULT_RETENTION_HOURS,
+    TOUCH_EVERY_SECONDS,
+    RecentChains,
     Sealing,
     configuration,
     configured_keys,
@@ -76,8 +78,6 @@ POOL_SIZE = 8
 """Connections a worker keeps to the store at most: model calls and tools share them."""
 CONNECT_TIMEOUT_SECONDS = 10
 PRUNE_EVERY_SECONDS = 3600.0
-TOUCH_EVERY_SECONDS = 3600.0
-RECENT_CHAINS = 256
 
 
 class StoreSchemaTooNew(AgentConfigurationError):
@@ -191,7 +191,7 @@ class PostgresMessageStore:
         self._sealing = Sealing(keys, f"{database.where} ({blob_table})")
         self._clock = clock
         self._lock = threading.Lock()
-        self._chains: OrderedDict[str, tuple[list[str], float]] = OrderedDict()
+        self._chains = RecentChains()
         """Head ref -> (the chain's messages, when its head's last use was last written)."""
         self._next_prune = 0.0
 
@@ -256,13 +256,6 @@ class PostgresMessageStore:
         with self.database.pool().connection() as connection:
             connection.execute(f"UPDATE {table} SET used = %s WHERE ref = %s", (self._now(), ref))
 
-    def _keep(self, ref: str, chain: list[str], touched: float) -> None:
-        """(Callers hold the lock.)"""
-        self._chains[ref] = (chain, touched)
-        self._chains.move_to_end(ref)
-        while len(self._chains) > RECENT_CHAINS:
-            self._chains.popitem(last=False)
-
     # --- the MessageStore protocol ---------------------------------------------------------------
 
     def put_chain(self, links: list[tuple[str, str, str]]) -> None:
@@ -287,25 +280,20 @@ class PostgresMessageStore:
             )
         with self._lock:
             parent = links[0][1]
-            known = [] if parent == "" else self._known(parent)
+            known = [] if parent == "" else self._chains.known(parent)
             if known is not None:
                 chain = [*known, *(message for _, _, message in links)]
-                self._keep(links[-1][0], chain, self._clock())
-
-    def _known(self, ref: str) -> list[str] | None:
-        kept = self._chains.get(ref)
-        return None if kept is None else kept[0]
+                self._chains.keep(links[-1][0], chain, self._clock())
 
     def get_chain(self, ref: str) -> list[str] | None:
         now = self._clock()
         with self._lock:
             kept = self._chains.get(ref)
             if kept is not None:
-                self._chains.move_to_end(ref)
                 chain, touched = kept
                 if now - touched < TOUCH_EVERY_SECONDS:
                     return list(chain)
-                self._keep(ref, chain, now)
+                self._chains.keep(ref, chain, now)
         if kept is not None:
             self._touch("agent_links", ref)
             return list(kept[0])
@@ -328,7 +316,7 @@ class PostgresMessageStore:
         if rows[-1][4] < now - TOUCH_EVERY_SECONDS:
             self._touch("agent_links", ref)
         with self._lock:
-            self._keep(ref, chain, now)
+            self._chains.keep(ref, chain, now)
         return list(chain)
 
     def put_blob(self, ref: str, text: str) -> None:

@@ -24,6 +24,7 @@ import math
 import os
 import re
 import secrets
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -208,3 +209,38 @@ class Sealing:
                     error,
                 )
             return None
+
+
+TOUCH_EVERY_SECONDS = 3600.0
+"""A use of an entry is written at most this often (reading one counts as a use)."""
+RECENT_CHAINS = 256
+"""Chains a store keeps in memory, the most recently used."""
+
+
+class RecentChains:
+    """The chains a message store wrote or read lately, in memory, each with when its use was
+    last written: the next link of a chain finds its prefix here without a walk of the table.
+    The same for SQLite and PostgreSQL; callers hold their store's lock."""
+
+    def __init__(self) -> None:
+        self._chains: OrderedDict[str, tuple[list[str], float]] = OrderedDict()
+
+    def known(self, ref: str) -> list[str] | None:
+        kept = self._chains.get(ref)
+        return None if kept is None else kept[0]
+
+    def get(self, ref: str) -> tuple[list[str], float] | None:
+        """The chain and when its use was last written, now the most recently used."""
+        kept = self._chains.get(ref)
+        if kept is not None:
+            self._chains.move_to_end(ref)
+        return kept
+
+    def keep(self, ref: str, chain: list[str], touched: float) -> None:
+        self._chains[ref] = (chain, touched)
+        self._chains.move_to_end(ref)
+        while len(self._chains) > RECENT_CHAINS:
+            self._chains.popitem(last=False)
+
+    def clear(self) -> None:
+        self._chains.clear()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from activities import message_store
+from activities import message_store, store_config
 from activities.message_store import (
     TOUCH_EVERY_SECONDS,
     SqliteMessageStore,
@@ -170,7 +170,7 @@ def test_what_no_call_named_is_kept_in_bounded_memory(
 def test_the_store_keeps_a_bounded_number_of_chains_in_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(message_store, "RECENT_CHAINS", 2)
+    monkeypatch.setattr(store_config, "RECENT_CHAINS", 2)
     path = tmp_path / "messages.db"
     store = SqliteMessageStore(path)
     lasts = []
