@@ -238,26 +238,30 @@ async def test_arguments_that_are_json_but_not_an_object(
         assert f"must be a JSON object, not {kind}. The tool did not run." in results[call_id]
 
 
-async def test_huge_arguments_get_a_bounded_answer(
-    client: Client, task_queue: str, model: Model
-) -> None:
-    huge = "x" * 300_000
-    run = await run_checked(
+async def arguments_of(chars: int, client: Client, task_queue: str, model: Model) -> Run:
+    """A reply of two calls whose arguments hold `chars` characters each, then an answer."""
+    text = "x" * chars
+    return await run_checked(
         client,
         task_queue,
         model,
         [
             model.reply(
                 None,
-                ("c_wrong", "get_order", {"order_id": huge}),
-                ("c_echo", "typed", {"order_id": 7, "note": huge}),
+                ("c_wrong", "get_order", {"order_id": text}),
+                ("c_echo", "typed", {"order_id": 7, "note": text}),
             ),
             model.reply("Done."),
         ],
     )
 
+
+async def test_huge_arguments_get_a_bounded_answer(
+    client: Client, task_queue: str, model: Model
+) -> None:
     # A reply that large (600 KB) is cut before it leaves the model activity: each call's
     # arguments give way to a note, which the model reads, and neither tool runs.
+    run = await arguments_of(300_000, client, task_queue, model)
     results = run.tool_results()
     for call_id in ("c_wrong", "c_echo"):
         assert "must be a JSON object, not str: arguments of 3" in results[call_id]
@@ -269,21 +273,7 @@ async def test_huge_arguments_get_a_bounded_answer(
 async def test_large_arguments_under_the_reply_bound_get_a_bounded_answer(
     client: Client, task_queue: str, model: Model
 ) -> None:
-    large = "x" * 100_000
-    run = await run_checked(
-        client,
-        task_queue,
-        model,
-        [
-            model.reply(
-                None,
-                ("c_wrong", "get_order", {"order_id": large}),
-                ("c_echo", "typed", {"order_id": 7, "note": large}),
-            ),
-            model.reply("Done."),
-        ],
-    )
-
+    run = await arguments_of(100_000, client, task_queue, model)
     results = run.tool_results()
     assert results["c_wrong"].startswith("Error: invalid arguments for get_order: order_id:")
     assert len(results["c_wrong"]) < 500 and "(100,002 characters)" in results["c_wrong"]
