@@ -3,6 +3,11 @@
 The JSON schema the model sees is generated from the function's signature by pydantic and its
 description is the docstring, so a tool is documented once, where it is written. Seed 003: the
 docstring is a prompt; say when to use the tool, what comes back and how much of it.
+
+Seed 003 again for failures: what the model can fix goes back to it as text. A `ToolError`, and
+by default a `ValueError` or `TypeError`, fails the call with its message as the result, on the
+first attempt; any other exception is retried under the tool's policy and reaches the model as
+its type only (the traceback goes to the worker's log).
 """
 
 from __future__ import annotations
@@ -43,6 +48,18 @@ from workflows.outcomes import bounded
 logger = logging.getLogger(__name__)
 
 RESERVED_TOOL_NAMES = frozenset({FINISH, SUBMIT_PLAN, DELEGATE})
+DEFAULT_ERRORS_TO_MODEL: tuple[type[Exception], ...] = (ValueError, TypeError)
+"""Exceptions whose message the model gets by default (seed 003: bad arguments, which the model
+is good at fixing), besides `ToolError`, which it always gets."""
+MAX_ERROR_MESSAGE_CHARS = 2_000
+"""A failing tool's message is quoted to the model up to this length."""
+
+
+class ToolError(Exception):
+    """Raise it in a tool to fail the call with a message for the model: `raise ToolError("No
+    user has the email a@b.com")`. The call is not retried, it is recorded as an error, and the
+    model reads `Error: <tool> failed: <message>`. Raising it says that the call changed nothing:
+    a side-effecting call that fails this way is not entered in the compensation log."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +69,7 @@ class RegisteredTool:
     arguments_model: type[BaseModel]
     activity: Callable[[ToolActivityInput], Any]
     compensation_activity: Callable[[CompensationInput], Any] | None = None
+    errors_to_model: tuple[type[Exception], ...] = DEFAULT_ERRORS_TO_MODEL
 
 
 @dataclass(frozen=True)
@@ -87,8 +105,12 @@ def tool(
     compensation_timeout_seconds: float = 30.0,
     compensation_retry: RetrySettings | None = None,
     needs_approval: bool | None = None,
+    errors_to_model: tuple[type[Exception], ...] = DEFAULT_ERRORS_TO_MODEL,
 ) -> Any:
     """Register a function as a tool: bare (`@tool`) or with options (`@tool(side_effects=True)`).
+
+    `name` is the tool's name for the model and its activity type (default: the function's
+    name); two tools cannot share one, so rename one of two toolkits' `search`, say.
 
     `side_effects` makes the call run alone, in the model's order; `timeout_seconds` bounds one
     attempt; `retry` is the tool's own retry policy; `max_result_chars` bounds what the model sees.
@@ -100,6 +122,10 @@ def tool(
 
     `needs_approval`: whether a call waits for a person unless the run's `ToolApprovalPolicy`
     approves it; by default side-effecting tools wait and read-only ones do not.
+
+    `errors_to_model`: the exception types whose message fails the call at once, as the model's
+    result (`ToolError` always does). `()` keeps every message from the model: a ValueError is
+    then retried and reported by its type, as any unexpected exception is.
     """
     if compensation is not None and not side_effects:
         raise ValueError("only a tool with side_effects=True has an effect to compensate")
@@ -130,8 +156,15 @@ def tool(
             spec=spec,
             function=fn,
             arguments_model=arguments_model,
-            activity=_tool_activity(tool_name, fn, arguments_model, keep_value=bool(compensation)),
+            activity=_tool_activity(
+                tool_name,
+                fn,
+                arguments_model,
+                keep_value=bool(compensation),
+                errors_to_model=tuple(errors_to_model),
+            ),
             compensation_activity=_compensation_activity(compensation) if compensation else None,
+            errors_to_model=tuple(errors_to_model),
         )
         tool_catalog.register(spec)
         return fn
@@ -317,8 +350,25 @@ def _compensation_activity(fn: Callable[[CompensationInput], Any]) -> Callable[.
     return compensate
 
 
+def tool_error_text(tool_name: str, error: Exception) -> str:
+    """What the model reads of a call that failed with a message for it, bounded."""
+    message = bounded(str(error).strip(), MAX_ERROR_MESSAGE_CHARS)
+    if isinstance(error, ToolError):
+        return f"Error: {tool_name} failed: {message or 'ToolError'}"
+    # Seed 003: bad arguments, which the model is good at fixing.
+    return (
+        f"Error: {tool_name} failed: {type(error).__name__}"
+        + (f": {message.rstrip('.')}" if message else "")
+        + ". Check the arguments and try again."
+    )
+
+
 def _tool_activity(
-    tool_name: str, fn: Callable[..., Any], arguments_model: type[BaseModel], keep_value: bool
+    tool_name: str,
+    fn: Callable[..., Any],
+    arguments_model: type[BaseModel],
+    keep_value: bool,
+    errors_to_model: tuple[type[Exception], ...],
 ) -> Callable[[ToolActivityInput], Any]:
     @activity.defn(name=tool_name)
     async def run_tool(call: ToolActivityInput) -> ToolActivityResult:
@@ -326,6 +376,8 @@ def _tool_activity(
             result = await execute(call, span)
             span.record(result)
             return result
+
+    for_the_model: tuple[type[Exception], ...] = (ToolError, *errors_to_model)
 
     async def execute(call: ToolActivityInput, span: telemetry.ToolSpan) -> ToolActivityResult:
         await progress.report_retry(call.step, tool_name, call_id=call.tool_call_id, tool=tool_name)
@@ -353,6 +405,20 @@ def _tool_activity(
                 value = await _call(fn, **kwargs)
         except AgentError:
             raise
+        except for_the_model as error:
+            # The model can act on the message: it becomes the call's result at once (a retry
+            # would fail the same way). The log says what happened, without the message.
+            activity.logger.info(
+                "step %d: tool %s failed with a message for the model (%s, call %s, attempt %d)",
+                call.step,
+                tool_name,
+                type(error).__name__,
+                call.tool_call_id,
+                info.attempt,
+            )
+            content, _ = truncate_middle(tool_error_text(tool_name, error), call.max_result_chars)
+            span.fail(type(error).__name__, content)
+            return ToolActivityResult(content=content, is_error=True, attempt=info.attempt)
         except Exception:
             # The traceback is for the operator; the model only learns the exception's type.
             activity.logger.exception(
