@@ -16,12 +16,14 @@ import asyncio
 import inspect
 import json
 import logging
+import re
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic_core import to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -48,6 +50,8 @@ from workflows.outcomes import bounded
 logger = logging.getLogger(__name__)
 
 RESERVED_TOOL_NAMES = frozenset({FINISH, SUBMIT_PLAN, DELEGATE})
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+"""What OpenAI and Anthropic accept as a tool's name."""
 DEFAULT_ERRORS_TO_MODEL: tuple[type[Exception], ...] = (ValueError, TypeError)
 """Exceptions whose message the model gets by default (seed 003: bad arguments, which the model
 is good at fixing), besides `ToolError`, which it always gets."""
@@ -134,8 +138,16 @@ def tool(
         tool_name = name or fn.__name__
         if tool_name in RESERVED_TOOL_NAMES:
             raise ValueError(f"{tool_name!r} is a built-in tool name")
-        if tool_name in _registry and _registry[tool_name].function is not fn:
-            raise ValueError(f"a tool named {tool_name!r} is already registered")
+        if not TOOL_NAME.fullmatch(tool_name):
+            raise ValueError(
+                f"tool name {tool_name!r}: the providers take 1 to 64 letters, digits, _ and -"
+            )
+        # == and not `is`: a bound method is a new object each time it is read.
+        if tool_name in _registry and _registry[tool_name].function != fn:
+            raise ValueError(
+                f"a tool named {tool_name!r} is already registered: give one of them another "
+                "name (@tool(name=...), or register_toolkit's name_prefix)"
+            )
         arguments_model = _arguments_model(tool_name, fn)
         spec = ToolSpec(
             name=tool_name,
@@ -243,10 +255,17 @@ def externalised_note(total: int, ref: str, this_worker_only: bool) -> str:
     )
 
 
+def _jsonable(value: Any) -> Any:
+    """json.dumps' fallback for what JSON has no type for: pydantic models, dataclasses,
+    datetimes, UUIDs, sets and so on, anywhere in the value, as pydantic serialises them; str()
+    for anything else."""
+    return to_jsonable_python(value, fallback=str)
+
+
 def _json_data(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
-    return json.loads(json.dumps(value, default=str))
+    return json.loads(json.dumps(value, default=_jsonable))
 
 
 MAX_KEPT_VALUE_CHARS = 256_000
@@ -268,11 +287,13 @@ def _kept_value(value: Any, tool_name: str) -> Any:
 
 
 def render_result(value: Any) -> str:
+    """What the model reads of a tool's return value: a str as it is, anything else as JSON
+    (a pydantic model, a dataclass, a list of them, a dict, a number)."""
     if isinstance(value, str):
         return value
     if isinstance(value, BaseModel):
         return value.model_dump_json()
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return json.dumps(value, ensure_ascii=False, default=_jsonable)
 
 
 MAX_PROBLEMS_SHOWN = 10
