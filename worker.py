@@ -1,6 +1,7 @@
 """Run a worker: the agent workflow, the model activity and every registered tool.
 
     python worker.py [--address HOST:PORT] [--namespace NS] [--task-queue QUEUE]
+                     [--tools MODULE[:ATTR] ...]
     durable-agent worker [...]   (the same, from an installed project)
 
 Also home of what serves runs, which the starter, the benchmarks and the tests share:
@@ -26,10 +27,9 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-import activities.demo_tools
 import activities.read_result  # noqa: F401  (registers read_result)
 import payload_codec
-from activities import message_store, telemetry
+from activities import message_store, telemetry, toolkits
 from activities.model_call import call_model
 from activities.store_check import StoreNotWritable, check_stores
 from activities.tools import resolve_tools, tool_activities
@@ -55,7 +55,10 @@ async def connect(address: str, namespace: str = "default") -> Client:
 
 def build_worker(client: Client, task_queue: str = DEFAULT_TASK_QUEUE, **options: Any) -> Worker:
     """The worker of every run. Raises StoreNotWritable (one line) before anything is served
-    when a store's file cannot be written: better now than after a model call was paid for."""
+    when a store's file cannot be written: better now than after a model call was paid for.
+    It serves the tools this process registered, and the demo's unless it chose its tools with
+    `activities.toolkits.load_tools` (what --tools does)."""
+    toolkits.load_default_tools()
     check_stores()
     # Tracing comes with the client; a client without it gets it here, when tracing is on.
     tracing = telemetry.worker_interceptors(client)
@@ -146,10 +149,26 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
     )
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
+    parser.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE[:ATTR]",
+        help="import MODULE, which registers tools; MODULE:ATTR registers the toolkit ATTR "
+        "names, or the one it returns when it is a function or class (repeatable; default: "
+        f"${toolkits.TOOLS_VARIABLE}, comma-separated, else the demo's tools, also named `demo`)",
+    )
     try:
         args = parser.parse_args(argv)
     except CommandLineError as stop:
         return int(stop.code or 2)
+    try:
+        served = toolkits.load_tools(
+            args.tools or toolkits.tools_from_env() or [toolkits.DEMO_TOOLS]
+        )
+    except toolkits.ToolLoadError as error:
+        sys.stderr.write(f"{prog}: error: {error}\n")
+        return 2
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -162,6 +181,7 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
         reason = error.message if isinstance(error, AgentConfigurationError) else error
         sys.stderr.write(f"{prog}: error: {reason}\n")
         return 2
+    logging.info("serving %d tools: %s", len(served), ", ".join(served))
     try:
         if telemetry.configure_from_env():
             logging.info("tracing on (OTEL_* variables)")

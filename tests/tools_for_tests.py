@@ -7,6 +7,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 
+import activities.demo_tools  # noqa: F401  (the tests run the demo's tools too)
 from activities.tools import ToolError, current_call, tool
 from workflows.errors import AgentFatalToolError
 from workflows.models import CompensationInput, RetrySettings
