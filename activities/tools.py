@@ -22,6 +22,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
+import docstring_parser
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic_core import to_jsonable_python
 from temporalio import activity
@@ -149,10 +150,13 @@ def tool(
                 "name (@tool(name=...), or register_toolkit's name_prefix)"
             )
         arguments_model = _arguments_model(tool_name, fn)
+        description, parameter_descriptions = describe(fn.__doc__)
         spec = ToolSpec(
             name=tool_name,
-            description=inspect.cleandoc(fn.__doc__ or "").strip() or tool_name,
-            parameters=_without_titles(arguments_model.model_json_schema()),
+            description=description or tool_name,
+            parameters=_described(
+                _without_titles(arguments_model.model_json_schema()), parameter_descriptions
+            ),
             side_effects=side_effects,
             timeout_seconds=timeout_seconds,
             retry=retry or RetrySettings(),
@@ -335,6 +339,89 @@ def _arguments_model(tool_name: str, fn: Callable[..., Any]) -> type[BaseModel]:
         default = ... if parameter.default is parameter.empty else parameter.default
         fields[parameter.name] = (hints[parameter.name], default)
     return create_model(f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+
+
+_PARAMETER_KINDS = frozenset({"param", "parameter", "arg", "argument", "key", "keyword"})
+_GOOGLE_SECTION = re.compile(
+    r"(?P<indent>[ \t]*)(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments|"
+    r"Other Parameters):[ \t]*"
+)
+_NUMPY_SECTION = re.compile(r"[ \t]*(Parameters|Other Parameters|Keyword Arguments)[ \t]*")
+_NUMPY_RULE = re.compile(r"[ \t]*-{3,}[ \t]*")
+_REST_FIELD = re.compile(r"(?P<indent>[ \t]*):(param|parameter|arg|argument|key|keyword|type)\b")
+
+
+def describe(docstring: str | None) -> tuple[str, dict[str, str]]:
+    """A tool's description and its parameters' descriptions, from its docstring: the
+    parameters section (Google `Args:`, NumPy `Parameters`, reST `:param x:`) goes into the
+    schema, one description per parameter, and the description is the rest of the docstring
+    (what it says it returns and raises included: seed 003, say what comes back)."""
+    text = inspect.cleandoc(docstring or "").strip()
+    if not text:
+        return "", {}
+    try:
+        parsed = docstring_parser.parse(text)
+    except docstring_parser.ParseError:
+        return text, {}
+    parameters = {
+        p.arg_name: " ".join(p.description.split())
+        for p in parsed.params
+        if p.args and p.args[0] in _PARAMETER_KINDS and p.description
+    }
+    if not parameters:
+        return text, {}
+    return _without_parameter_section(text), parameters
+
+
+def _without_parameter_section(text: str) -> str:
+    lines = text.splitlines()
+    kept: list[str] = []
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        google = _GOOGLE_SECTION.fullmatch(line)
+        numpy = (
+            _NUMPY_SECTION.fullmatch(line)
+            and index + 1 < len(lines)
+            and _NUMPY_RULE.fullmatch(lines[index + 1])
+        )
+        rest = _REST_FIELD.match(line)
+        if google or rest:
+            # The section (or field) runs while the lines are blank or indented deeper.
+            indent = len((google or rest).group("indent"))  # type: ignore[union-attr]
+            index += 1
+            while index < len(lines) and (
+                not lines[index].strip() or _indent(lines[index]) > indent
+            ):
+                index += 1
+            continue
+        if numpy:
+            # Up to the next section: a line followed by a rule of dashes.
+            index += 2
+            while index < len(lines) and not (
+                index + 1 < len(lines) and _NUMPY_RULE.fullmatch(lines[index + 1])
+            ):
+                index += 1
+            continue
+        kept.append(line)
+        index += 1
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _described(schema: dict[str, Any], descriptions: dict[str, str]) -> dict[str, Any]:
+    """The docstring's description of each parameter, where the signature gave none (a
+    `Field(description=...)` wins)."""
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for name, description in descriptions.items():
+            prop = properties.get(name)
+            if isinstance(prop, dict) and "description" not in prop:
+                prop["description"] = description
+    return schema
 
 
 def _without_titles(schema: Any) -> Any:

@@ -12,17 +12,20 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated
 
 import pytest
+from pydantic import Field
 from temporalio.client import Client
 
 from activities import demo_tools, store_check
 from activities.toolkits import register_toolkit
-from activities.tools import registered_tools, tool_specs
+from activities.tools import describe, registered_tools, tool, tool_specs
 from tests.fake_openai import FakeOpenAI, Reply
-from tests.helpers import call, scripted_input, turn
+from tests.helpers import TRUSTED, call, run_agent, scripted_input, turn
 from tests.retail_toolkit import MathTools, RetailTools
 from workflows.agent import AgentWorkflow
+from workflows.models import AgentInput, ModelSettings
 
 REPO = Path(__file__).resolve().parent.parent
 RETAIL = "tests.retail_toolkit:make_toolkit"
@@ -279,3 +282,146 @@ def test_a_list_of_functions_is_a_toolkit_and_mistakes_are_named() -> None:
         register_toolkit(RetailTools(), side_effects={"refund"}, name_prefix="tk4_")
     with pytest.raises(ValueError, match="the providers take 1 to 64 letters"):
         register_toolkit(MathTools(), name_prefix="tk5.")
+
+
+SHOP = RetailTools()
+_shop_tools: list[str] = []
+
+
+def shop_tools() -> list[str]:
+    """SHOP registered once per session, under the prefix `shop_`."""
+    if not _shop_tools:
+        _shop_tools.extend(
+            register_toolkit(SHOP, side_effects={"cancel_pending_order"}, name_prefix="shop_")
+        )
+    return _shop_tools
+
+
+async def test_a_toolkits_docstrings_reach_the_provider_and_its_errors_the_model(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retail toolkit registered with one call, run through the real openai SDK: the
+    schema carries each Args: description and the description the rest of the docstring; a
+    ValueError's message comes back once; a list of pydantic models comes back as JSON."""
+    tools = shop_tools()
+    script = [
+        Reply(
+            tool_calls=[
+                ("c1", "shop_find_user_id_by_email", json.dumps({"email": "bob@b.com"})),
+                ("c2", "shop_list_orders", json.dumps({"user_id": "u1"})),
+                ("c3", "shop_get_user_details", json.dumps({"user_id": "u1"})),
+            ]
+        ),
+        Reply("Ada has two orders."),
+    ]
+    calls_before = SHOP.calls
+    with FakeOpenAI(script) as fake:
+        monkeypatch.setenv("OPENAI_API_KEY", fake.api_key)
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        run = await run_agent(
+            client,
+            task_queue,
+            AgentInput(
+                prompt="What has bob@b.com ordered?",
+                tools=tools,
+                model=ModelSettings(provider="openai", model="gpt-fake-mini"),
+                tool_approval=TRUSTED,
+            ),
+        )
+        requests = [r.body for r in fake.requests]
+
+    assert run.result is not None and run.result.answer == "Ada has two orders."
+    offered = {t["function"]["name"]: t["function"] for t in requests[0]["tools"]}
+    find = offered["shop_find_user_id_by_email"]
+    assert find["description"] == (
+        "Find a user's id by their email. Use it first, before any other tool.\n\n"
+        "Returns:\n    The user id, such as 'u1'."
+    )
+    assert find["parameters"]["properties"]["email"] == {
+        "type": "string",
+        "description": "The user's email address, exactly as they gave it.",
+    }
+    cancel = offered["shop_cancel_pending_order"]["parameters"]["properties"]
+    assert cancel["reason"]["description"] == "Why the user wants it cancelled, in their words."
+    assert "Args:" not in json.dumps(offered)
+
+    results = {
+        m["tool_call_id"]: m["content"] for m in requests[1]["messages"] if m["role"] == "tool"
+    }
+    assert results["c1"] == (
+        "Error: shop_find_user_id_by_email failed: ValueError: User not found. "
+        "Check the arguments and try again."
+    )
+    assert [o["order_id"] for o in json.loads(results["c2"])] == ["#W2", "#W1"]
+    assert json.loads(results["c3"]) == {"user_id": "u1", "name": "Ada Byron", "email": "ada@b.com"}
+    assert SHOP.calls == calls_before + 3  # each ran once, on the instance registered
+    outcomes = [(c.name, c.outcome, c.attempts) for c in run.trace[0].tool_calls]
+    assert outcomes == [
+        ("shop_find_user_id_by_email", "error", 1),
+        ("shop_list_orders", "ok", 1),
+        ("shop_get_user_details", "ok", 1),
+    ]
+
+
+@pytest.mark.parametrize(
+    "docstring",
+    [
+        """Add two numbers.
+
+        Args:
+            a: The first
+                number.
+            b (float): The second number.
+
+        Returns:
+            Their sum.
+        """,
+        """Add two numbers.
+
+        Parameters
+        ----------
+        a : float
+            The first
+            number.
+        b : float
+            The second number.
+
+        Returns
+        -------
+        Their sum.
+        """,
+        """Add two numbers.
+
+        :param a: The first
+            number.
+        :type a: float
+        :param b: The second number.
+        :returns: Their sum.
+        """,
+    ],
+    ids=["google", "numpy", "rest"],
+)
+def test_parameter_descriptions_come_from_each_docstring_style(docstring: str) -> None:
+    description, parameters = describe(docstring)
+
+    assert parameters == {"a": "The first number.", "b": "The second number."}
+    assert description.startswith("Add two numbers.\n\n")
+    assert "Their sum." in description
+    assert "first" not in description and "second" not in description
+
+
+def test_a_field_description_wins_over_the_docstring() -> None:
+    @tool(name="tk6_described")
+    def described(a: Annotated[int, Field(description="From the Field.")], b: int) -> int:
+        """Adds.
+
+        Args:
+            a: From the docstring.
+            b: Only here.
+        """
+        return a + b
+
+    (spec,) = tool_specs(["tk6_described"])
+    assert spec.description == "Adds."
+    assert spec.parameters["properties"]["a"]["description"] == "From the Field."
+    assert spec.parameters["properties"]["b"]["description"] == "Only here."
