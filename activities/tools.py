@@ -86,7 +86,10 @@ class ToolCallContext:
     """The same on every retry of this call and different for every other call: store it with
     the effect (a unique column, say) and a retried call changes nothing twice."""
     workflow_id: str
+    """The run's workflow id: key a run's own data by it (a per-run copy of a toolkit's
+    database, say), so that two runs never see each other's effects."""
     attempt: int
+    """1 for the first attempt of this call, 2 for its first retry, and so on."""
 
 
 _registry: dict[str, RegisteredTool] = {}
