@@ -135,7 +135,8 @@ def register_toolkit(
 
 def public_methods(target: Any) -> list[str]:
     """The methods a class defines (and inherits) whose names do not start with `_`, without
-    evaluating properties, and without what every object or pydantic model has."""
+    evaluating properties, and without what every object or pydantic model has. Static methods
+    count; class methods do not (they are mostly other constructors: `from_config`)."""
     skipped = _skipped_members()
     names = []
     for cls in type(target).__mro__:
@@ -144,7 +145,7 @@ def public_methods(target: Any) -> list[str]:
         for name, member in vars(cls).items():
             if name.startswith("_") or name in names or name in skipped:
                 continue
-            if isinstance(member, staticmethod | classmethod) or inspect.isfunction(member):
+            if isinstance(member, staticmethod) or inspect.isfunction(member):
                 names.append(name)
     return sorted(names)
 

@@ -106,6 +106,16 @@ class RetailTools:
     def _audit(self) -> None:
         """Private: never a tool."""
 
+    @classmethod
+    def from_config(cls, path: str) -> RetailTools:
+        """Another constructor: not a tool unless listed."""
+        return cls()
+
+    @staticmethod
+    def currency() -> str:
+        """The store's currency, such as 'EUR'."""
+        return "EUR"
+
 
 class MathTools:
     """A second toolkit with a `calculate` of its own."""

@@ -32,6 +32,7 @@ RETAIL = "tests.retail_toolkit:make_toolkit"
 RETAIL_TOOLS = [
     "calculate",
     "cancel_pending_order",
+    "currency",
     "find_user_id_by_email",
     "get_user_details",
     "list_orders",
@@ -104,7 +105,7 @@ def retail_worker(client: Client, task_queue: str) -> Iterator[subprocess.Popen[
         _, stderr = process.communicate(timeout=30)
         assert process.returncode == 0, stderr
         served = sorted([*RETAIL_TOOLS, "read_result"])
-        assert f"serving 6 tools: {', '.join(served)}" in stderr
+        assert f"serving 7 tools: {', '.join(served)}" in stderr
 
 
 async def test_a_worker_given_tools_serves_those_and_not_the_demo(
@@ -248,10 +249,11 @@ def test_register_toolkit_registers_the_public_methods_bound_to_the_instance() -
     assert names == [
         "tk1_calc",
         "tk1_cancel_pending_order",
+        "tk1_currency",
         "tk1_find_user_id_by_email",
         "tk1_get_user_details",
         "tk1_list_orders",
-    ]  # not the property `busy` (never evaluated), nor `_audit`
+    ]  # not the property `busy` (never evaluated), `_audit`, nor the classmethod `from_config`
     specs = {s.name: s for s in tool_specs(names)}
     assert [n for n, s in specs.items() if s.side_effects] == ["tk1_cancel_pending_order"]
     assert specs["tk1_calc"].timeout_seconds == 5.0
