@@ -1,6 +1,7 @@
 """Run a worker: the agent workflow, the model activity and every registered tool.
 
     python worker.py [--address HOST:PORT] [--namespace NS] [--task-queue QUEUE]
+                     [--tools MODULE[:ATTR] ...] [--mcp-config FILE]
     durable-agent worker [...]   (the same, from an installed project)
 
 Also home of what serves runs, which the starter, the benchmarks and the tests share:
@@ -32,10 +33,9 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-import activities.demo_tools
 import activities.read_result  # noqa: F401  (registers read_result)
 import payload_codec
-from activities import admission, message_store, telemetry
+from activities import admission, message_store, telemetry, toolkits
 from activities.admission import Admission
 from activities.mcp_config import MCP_CONFIG_VARIABLE, mcp_config_from
 from activities.mcp_tools import McpTools
@@ -118,8 +118,10 @@ def build_worker(
     provider's limits (`admission_limits`, else the AGENT_MODEL_* variables, which raise
     AgentConfigurationError when malformed). Raises StoreNotWritable (one line) before
     anything is served when a store's file cannot be written: better now than after a model
-    call was paid for. `mcp` adds MCP servers' tools (docs/mcp.md); its owner closes it after
-    the workers."""
+    call was paid for. They serve the tools this process registered, and the demo's unless it
+    chose its tools with `activities.toolkits.load_tools` (what --tools does). `mcp` adds MCP
+    servers' tools (docs/mcp.md); its owner closes it after the workers."""
+    toolkits.load_default_tools()
     check_stores()
     limits = Admission.from_env() if admission_limits is None else admission_limits
     # Tracing comes with the client; a client without it gets it here, when tracing is on.
@@ -249,10 +251,26 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
         metavar="FILE",
         help=f"MCP servers whose tools runs may use (default: ${MCP_CONFIG_VARIABLE}; docs/mcp.md)",
     )
+    parser.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE[:ATTR]",
+        help="import MODULE, which registers tools; MODULE:ATTR registers the toolkit ATTR "
+        "names, or the one it returns when it is a function or class (repeatable; default: "
+        f"${toolkits.TOOLS_VARIABLE}, comma-separated, else the demo's tools, also named `demo`)",
+    )
     try:
         args = parser.parse_args(argv)
     except CommandLineError as stop:
         return int(stop.code or 2)
+    try:
+        served = toolkits.load_tools(
+            args.tools or toolkits.tools_from_env() or [toolkits.DEMO_TOOLS]
+        )
+    except toolkits.ToolLoadError as error:
+        sys.stderr.write(f"{prog}: error: {error}\n")
+        return 2
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -267,6 +285,7 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
         reason = error.message if isinstance(error, AgentConfigurationError) else error
         sys.stderr.write(f"{prog}: error: {reason}\n")
         return 2
+    logging.info("serving %d tools: %s", len(served), ", ".join(served))
     try:
         if telemetry.configure_from_env():
             logging.info("tracing on (OTEL_* variables)")

@@ -28,10 +28,13 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from activities.demo_tools import DB_PATH_ENV, DEFAULT_DB_PATH
 from activities.pg_store import BLOB_TABLES, StoreSchemaTooNew, ensure_schema
 from activities.store_config import STORE_URL_VARIABLE, redacted, store_url_from_env
 
+DB_PATH_ENV = "AGENT_DEMO_DB"
+DEFAULT_DB_PATH = Path(".agent-demo") / "demo.db"
+"""activities/demo_tools.py's, not imported from it: importing it registers the demo's tools,
+which a worker serves only when asked (tests/test_toolkits.py checks that they agree)."""
 LOCK_WAIT_SECONDS = 10.0
 """How long to wait for another process's write lock (another replica on a shared volume)."""
 CONNECT_TIMEOUT_SECONDS = 10

@@ -3,6 +3,11 @@
 The JSON schema the model sees is generated from the function's signature by pydantic and its
 description is the docstring, so a tool is documented once, where it is written. Seed 003: the
 docstring is a prompt; say when to use the tool, what comes back and how much of it.
+
+Seed 003 again for failures: what the model can fix goes back to it as text. A `ToolError`, and
+by default a `ValueError` or `TypeError`, fails the call with its message as the result, on the
+first attempt; any other exception is retried under the tool's policy and reaches the model as
+its type only (the traceback goes to the worker's log).
 """
 
 from __future__ import annotations
@@ -11,12 +16,15 @@ import asyncio
 import inspect
 import json
 import logging
+import re
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
+import docstring_parser
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic_core import to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -43,6 +51,20 @@ from workflows.outcomes import bounded
 logger = logging.getLogger(__name__)
 
 RESERVED_TOOL_NAMES = frozenset({FINISH, SUBMIT_PLAN, DELEGATE})
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+"""What OpenAI and Anthropic accept as a tool's name."""
+DEFAULT_ERRORS_TO_MODEL: tuple[type[Exception], ...] = (ValueError, TypeError)
+"""Exceptions whose message the model gets by default (seed 003: bad arguments, which the model
+is good at fixing), besides `ToolError`, which it always gets."""
+MAX_ERROR_MESSAGE_CHARS = 2_000
+"""A failing tool's message is quoted to the model up to this length."""
+
+
+class ToolError(Exception):
+    """Raise it in a tool to fail the call with a message for the model: `raise ToolError("No
+    user has the email a@b.com")`. The call is not retried, it is recorded as an error, and the
+    model reads `Error: <tool> failed: <message>`. Raising it says that the call changed nothing:
+    a side-effecting call that fails this way is not entered in the compensation log."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +74,7 @@ class RegisteredTool:
     arguments_model: type[BaseModel]
     activity: Callable[[ToolActivityInput], Any]
     compensation_activity: Callable[[CompensationInput], Any] | None = None
+    errors_to_model: tuple[type[Exception], ...] = DEFAULT_ERRORS_TO_MODEL
 
 
 @dataclass(frozen=True)
@@ -63,7 +86,10 @@ class ToolCallContext:
     """The same on every retry of this call and different for every other call: store it with
     the effect (a unique column, say) and a retried call changes nothing twice."""
     workflow_id: str
+    """The run's workflow id: key a run's own data by it (a per-run copy of a toolkit's
+    database, say), so that two runs never see each other's effects."""
     attempt: int
+    """1 for the first attempt of this call, 2 for its first retry, and so on."""
 
 
 _registry: dict[str, RegisteredTool] = {}
@@ -87,8 +113,12 @@ def tool(
     compensation_timeout_seconds: float = 30.0,
     compensation_retry: RetrySettings | None = None,
     needs_approval: bool | None = None,
+    errors_to_model: tuple[type[Exception], ...] = DEFAULT_ERRORS_TO_MODEL,
 ) -> Any:
     """Register a function as a tool: bare (`@tool`) or with options (`@tool(side_effects=True)`).
+
+    `name` is the tool's name for the model and its activity type (default: the function's
+    name); two tools cannot share one, so rename one of two toolkits' `search`, say.
 
     `side_effects` makes the call run alone, in the model's order; `timeout_seconds` bounds one
     attempt; `retry` is the tool's own retry policy; `max_result_chars` bounds what the model sees.
@@ -100,6 +130,10 @@ def tool(
 
     `needs_approval`: whether a call waits for a person unless the run's `ToolApprovalPolicy`
     approves it; by default side-effecting tools wait and read-only ones do not.
+
+    `errors_to_model`: the exception types whose message fails the call at once, as the model's
+    result (`ToolError` always does). `()` keeps every message from the model: a ValueError is
+    then retried and reported by its type, as any unexpected exception is.
     """
     if compensation is not None and not side_effects:
         raise ValueError("only a tool with side_effects=True has an effect to compensate")
@@ -108,13 +142,24 @@ def tool(
         tool_name = name or fn.__name__
         if tool_name in RESERVED_TOOL_NAMES:
             raise ValueError(f"{tool_name!r} is a built-in tool name")
-        if tool_name in _registry and _registry[tool_name].function is not fn:
-            raise ValueError(f"a tool named {tool_name!r} is already registered")
+        if not TOOL_NAME.fullmatch(tool_name):
+            raise ValueError(
+                f"tool name {tool_name!r}: the providers take 1 to 64 letters, digits, _ and -"
+            )
+        # == and not `is`: a bound method is a new object each time it is read.
+        if tool_name in _registry and _registry[tool_name].function != fn:
+            raise ValueError(
+                f"a tool named {tool_name!r} is already registered: give one of them another "
+                "name (@tool(name=...), or register_toolkit's name_prefix)"
+            )
         arguments_model = _arguments_model(tool_name, fn)
+        description, parameter_descriptions = describe(fn.__doc__)
         spec = ToolSpec(
             name=tool_name,
-            description=inspect.cleandoc(fn.__doc__ or "").strip() or tool_name,
-            parameters=_without_titles(arguments_model.model_json_schema()),
+            description=description or tool_name,
+            parameters=_described(
+                _without_titles(arguments_model.model_json_schema()), parameter_descriptions
+            ),
             side_effects=side_effects,
             timeout_seconds=timeout_seconds,
             retry=retry or RetrySettings(),
@@ -130,8 +175,15 @@ def tool(
             spec=spec,
             function=fn,
             arguments_model=arguments_model,
-            activity=_tool_activity(tool_name, fn, arguments_model, keep_value=bool(compensation)),
+            activity=_tool_activity(
+                tool_name,
+                fn,
+                arguments_model,
+                keep_value=bool(compensation),
+                errors_to_model=tuple(errors_to_model),
+            ),
             compensation_activity=_compensation_activity(compensation) if compensation else None,
+            errors_to_model=tuple(errors_to_model),
         )
         tool_catalog.register(spec)
         return fn
@@ -210,10 +262,17 @@ def externalised_note(total: int, ref: str, this_worker_only: bool) -> str:
     )
 
 
+def _jsonable(value: Any) -> Any:
+    """json.dumps' fallback for what JSON has no type for: pydantic models, dataclasses,
+    datetimes, UUIDs, sets and so on, anywhere in the value, as pydantic serialises them; str()
+    for anything else."""
+    return to_jsonable_python(value, fallback=str)
+
+
 def _json_data(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
-    return json.loads(json.dumps(value, default=str))
+    return json.loads(json.dumps(value, default=_jsonable))
 
 
 MAX_KEPT_VALUE_CHARS = 256_000
@@ -235,11 +294,13 @@ def _kept_value(value: Any, tool_name: str) -> Any:
 
 
 def render_result(value: Any) -> str:
+    """What the model reads of a tool's return value: a str as it is, anything else as JSON
+    (a pydantic model, a dataclass, a list of them, a dict, a number)."""
     if isinstance(value, str):
         return value
     if isinstance(value, BaseModel):
         return value.model_dump_json()
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return json.dumps(value, ensure_ascii=False, default=_jsonable)
 
 
 MAX_PROBLEMS_SHOWN = 10
@@ -283,6 +344,89 @@ def _arguments_model(tool_name: str, fn: Callable[..., Any]) -> type[BaseModel]:
     return create_model(f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
 
 
+_PARAMETER_KINDS = frozenset({"param", "parameter", "arg", "argument", "key", "keyword"})
+_GOOGLE_SECTION = re.compile(
+    r"(?P<indent>[ \t]*)(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments|"
+    r"Other Parameters):[ \t]*"
+)
+_NUMPY_SECTION = re.compile(r"[ \t]*(Parameters|Other Parameters|Keyword Arguments)[ \t]*")
+_NUMPY_RULE = re.compile(r"[ \t]*-{3,}[ \t]*")
+_REST_FIELD = re.compile(r"(?P<indent>[ \t]*):(param|parameter|arg|argument|key|keyword|type)\b")
+
+
+def describe(docstring: str | None) -> tuple[str, dict[str, str]]:
+    """A tool's description and its parameters' descriptions, from its docstring: the
+    parameters section (Google `Args:`, NumPy `Parameters`, reST `:param x:`) goes into the
+    schema, one description per parameter, and the description is the rest of the docstring
+    (what it says it returns and raises included: seed 003, say what comes back)."""
+    text = inspect.cleandoc(docstring or "").strip()
+    if not text:
+        return "", {}
+    try:
+        parsed = docstring_parser.parse(text)
+    except docstring_parser.ParseError:
+        return text, {}
+    parameters = {
+        p.arg_name: " ".join(p.description.split())
+        for p in parsed.params
+        if p.args and p.args[0] in _PARAMETER_KINDS and p.description
+    }
+    if not parameters:
+        return text, {}
+    return _without_parameter_section(text), parameters
+
+
+def _without_parameter_section(text: str) -> str:
+    lines = text.splitlines()
+    kept: list[str] = []
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        google = _GOOGLE_SECTION.fullmatch(line)
+        numpy = (
+            _NUMPY_SECTION.fullmatch(line)
+            and index + 1 < len(lines)
+            and _NUMPY_RULE.fullmatch(lines[index + 1])
+        )
+        rest = _REST_FIELD.match(line)
+        if google or rest:
+            # The section (or field) runs while the lines are blank or indented deeper.
+            indent = len((google or rest).group("indent"))  # type: ignore[union-attr]
+            index += 1
+            while index < len(lines) and (
+                not lines[index].strip() or _indent(lines[index]) > indent
+            ):
+                index += 1
+            continue
+        if numpy:
+            # Up to the next section: a line followed by a rule of dashes.
+            index += 2
+            while index < len(lines) and not (
+                index + 1 < len(lines) and _NUMPY_RULE.fullmatch(lines[index + 1])
+            ):
+                index += 1
+            continue
+        kept.append(line)
+        index += 1
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _described(schema: dict[str, Any], descriptions: dict[str, str]) -> dict[str, Any]:
+    """The docstring's description of each parameter, where the signature gave none (a
+    `Field(description=...)` wins)."""
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for name, description in descriptions.items():
+            prop = properties.get(name)
+            if isinstance(prop, dict) and "description" not in prop:
+                prop["description"] = description
+    return schema
+
+
 def _without_titles(schema: Any) -> Any:
     """Drop pydantic's generated titles: tokens on every call that tell the model nothing."""
     if isinstance(schema, dict):
@@ -317,8 +461,25 @@ def _compensation_activity(fn: Callable[[CompensationInput], Any]) -> Callable[.
     return compensate
 
 
+def tool_error_text(tool_name: str, error: Exception) -> str:
+    """What the model reads of a call that failed with a message for it, bounded."""
+    message = bounded(str(error).strip(), MAX_ERROR_MESSAGE_CHARS)
+    if isinstance(error, ToolError):
+        return f"Error: {tool_name} failed: {message or 'ToolError'}"
+    # Seed 003: bad arguments, which the model is good at fixing.
+    return (
+        f"Error: {tool_name} failed: {type(error).__name__}"
+        + (f": {message.rstrip('.')}" if message else "")
+        + ". Check the arguments and try again."
+    )
+
+
 def _tool_activity(
-    tool_name: str, fn: Callable[..., Any], arguments_model: type[BaseModel], keep_value: bool
+    tool_name: str,
+    fn: Callable[..., Any],
+    arguments_model: type[BaseModel],
+    keep_value: bool,
+    errors_to_model: tuple[type[Exception], ...],
 ) -> Callable[[ToolActivityInput], Any]:
     @activity.defn(name=tool_name)
     async def run_tool(call: ToolActivityInput) -> ToolActivityResult:
@@ -326,6 +487,8 @@ def _tool_activity(
             result = await execute(call, span)
             span.record(result)
             return result
+
+    for_the_model: tuple[type[Exception], ...] = (ToolError, *errors_to_model)
 
     async def execute(call: ToolActivityInput, span: telemetry.ToolSpan) -> ToolActivityResult:
         await progress.report_retry(call.step, tool_name, call_id=call.tool_call_id, tool=tool_name)
@@ -353,6 +516,20 @@ def _tool_activity(
                 value = await _call(fn, **kwargs)
         except AgentError:
             raise
+        except for_the_model as error:
+            # The model can act on the message: it becomes the call's result at once (a retry
+            # would fail the same way). The log says what happened, without the message.
+            activity.logger.info(
+                "step %d: tool %s failed with a message for the model (%s, call %s, attempt %d)",
+                call.step,
+                tool_name,
+                type(error).__name__,
+                call.tool_call_id,
+                info.attempt,
+            )
+            content, _ = truncate_middle(tool_error_text(tool_name, error), call.max_result_chars)
+            span.fail(type(error).__name__, content)
+            return ToolActivityResult(content=content, is_error=True, attempt=info.attempt)
         except Exception:
             # The traceback is for the operator; the model only learns the exception's type.
             activity.logger.exception(

@@ -51,6 +51,10 @@ class RunArgs:
     approve_all: bool
     allow: tuple[str, ...]
     label: str | None
+    system: str | None
+    """--system, else the support demo's system prompt when the demo's tools are served."""
+    tools: tuple[str, ...]
+    """--tools: the modules and toolkits the embedded worker loads; () for the demo's tools."""
     address: str | None
     """None: self-contained, on an embedded dev server with an in-process worker."""
     namespace: str
@@ -246,6 +250,15 @@ def parse_run(argv: list[str]) -> RunArgs:
         help="the kind of task (e.g. order-status), kept in the run's memo: "
         "`starter.py stats` groups runs by it",
     )
+    parser.add_argument("--system", help="the system prompt (default: the support demo's)")
+    parser.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE[:ATTR]",
+        help="self-contained only: the embedded worker serves these tools instead of the "
+        "demo's, as `worker --tools` does (repeatable; `demo` names the demo's)",
+    )
     parser.add_argument("--address", help="Temporal frontend; without it the run is self-contained")
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
@@ -297,6 +310,12 @@ def parse_run(argv: list[str]) -> RunArgs:
             "--trace prints the steps once the run has ended; with --no-wait, use "
             "`starter.py trace WORKFLOW_ID` later"
         )
+    if args.system is not None and not args.system.strip():
+        parser.error("--system is empty")
+    if args.tools and address is not None:
+        parser.error(
+            "--tools is for the embedded worker; with --address, start the worker with --tools"
+        )
     keyed = (p for p, variable in KEY_VARIABLES.items() if os.environ.get(variable))
     provider: Provider = args.provider or next(keyed, None) or "scripted"
     script: list[ScriptedTurn] | None = None
@@ -307,6 +326,12 @@ def parse_run(argv: list[str]) -> RunArgs:
             script = _SCRIPT_ADAPTER.validate_json(args.script.read_bytes())
         except (OSError, ValueError) as error:
             parser.error(f"--script {args.script}: {str(error).splitlines()[0]}")
+    demo_tools = {"demo", "activities.demo_tools"}
+    if provider == "scripted" and script is None and args.tools and not demo_tools & {*args.tools}:
+        parser.error(
+            "the scripted demo calls the demo's tools: with --tools, give --script or a real "
+            "provider (or add --tools demo)"
+        )
     return RunArgs(
         prompt=args.prompt,
         provider=provider,
@@ -318,6 +343,8 @@ def parse_run(argv: list[str]) -> RunArgs:
         approve_all=args.approve_all,
         allow=tuple(args.allow),
         label=args.label,
+        system=args.system,
+        tools=tuple(args.tools),
         address=address,
         namespace=args.namespace,
         task_queue=args.task_queue,

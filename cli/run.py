@@ -22,7 +22,7 @@ from typing import Any
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from activities import telemetry
+from activities import telemetry, toolkits
 from activities.admission import Admission
 from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
 from activities.mcp_tools import McpTools
@@ -107,7 +107,7 @@ def build_input(args: RunArgs) -> AgentInput:
         model = ModelSettings(provider=args.provider, model=args.model)
     return AgentInput(
         prompt=args.prompt,
-        system=SUPPORT_DEMO_SYSTEM,
+        system=args.system or (None if args.tools else SUPPORT_DEMO_SYSTEM),
         model=model,
         limits=Limits(max_steps=args.max_steps, max_cost_usd=args.max_cost_usd),
         plan=args.plan,
@@ -152,9 +152,10 @@ async def _run(args: RunArgs) -> int:
         return await _start_and_report(client, agent_input, args, following)
 
     try:
+        toolkits.load_tools(args.tools or [toolkits.DEMO_TOOLS])
         check_stores()  # before the server starts and long before a model is paid for
         Admission.from_env()  # the embedded worker's limits on model calls
-    except (StoreNotWritable, AgentConfigurationError) as error:
+    except (toolkits.ToolLoadError, StoreNotWritable, AgentConfigurationError) as error:
         reason = error.message if isinstance(error, AgentConfigurationError) else error
         say(f"starter.py: error: {reason}")
         return 2

@@ -7,7 +7,8 @@ import threading
 import time
 from collections import Counter, defaultdict
 
-from activities.tools import current_call, tool
+import activities.demo_tools  # noqa: F401  (the tests run the demo's tools too)
+from activities.tools import ToolError, current_call, tool
 from workflows.errors import AgentFatalToolError
 from workflows.models import CompensationInput, RetrySettings
 
@@ -64,9 +65,10 @@ def flaky(key: str, failures: int) -> str:
     return f"ok after {executions[f'flaky:{key}']} attempts"
 
 
-@tool(retry=FAST_RETRY)
+@tool(retry=FAST_RETRY, errors_to_model=())
 def always_fails(secret: str) -> str:
-    """Always raises, with a message the model must never see."""
+    """Always raises, with a message the model must never see (it opts out of passing a
+    ValueError's message on, so it is reduced to its type like any unexpected exception)."""
     raise ValueError(f"internal detail {secret}")
 
 
@@ -227,3 +229,48 @@ def slow_undo(undo: CompensationInput) -> str:
 def effect_with_slow_undo(label: str) -> dict[str, str]:
     """Side-effecting; its compensation is slow."""
     return {"label": label}
+
+
+@tool(retry=FAST_RETRY)
+def find_user(email: str) -> str:
+    """Finds a user id by email; fails with a message for the model when there is none."""
+    executions[f"find_user:{email}"] += 1
+    if email != "a@b.com":
+        raise ToolError(f"No user has the email {email}")
+    return "user_1"
+
+
+@tool(retry=FAST_RETRY)
+def parse_quantity(text: str) -> int:
+    """Parses a quantity; a text that is not a number raises Python's own ValueError."""
+    executions["parse_quantity"] += 1
+    return int(text)
+
+
+@tool(retry=FAST_RETRY)
+def needs_a_list(items: str) -> int:
+    """Raises Python's own TypeError (the arguments are valid, the tool misuses them)."""
+    executions["needs_a_list"] += 1
+    return len(items) + items  # type: ignore[operator]
+
+
+@tool(retry=FAST_RETRY)
+def long_complaint(size: int) -> str:
+    """Raises a ValueError whose message is `size` characters long."""
+    raise ValueError("HEAD" + "c" * size + "TAIL")
+
+
+@tool(retry=FAST_RETRY, errors_to_model=(LookupError,))
+def lookup_code(code: str) -> str:
+    """Its KeyError's message goes to the model; its ValueError is retried and reduced."""
+    executions[f"lookup_code:{code}"] += 1
+    if code.startswith("k"):
+        raise KeyError(f"no code {code}")
+    raise ValueError(f"private detail {code}")
+
+
+@tool(side_effects=True, retry=FAST_RETRY)
+def refuse_write(label: str) -> str:
+    """Side-effecting, without a compensation; refuses with a ToolError, changing nothing."""
+    executions[f"refuse_write:{label}"] += 1
+    raise ToolError(f"order {label} is not pending, so it cannot be changed")
