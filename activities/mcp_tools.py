@@ -58,10 +58,7 @@ from activities import progress, telemetry
 from activities._heartbeat import heartbeating
 from activities.mcp_config import McpConfig, McpServerConfig
 from activities.mcp_sessions import McpConnection
-from activities.message_store import message_store
-from activities.result_store import result_store, worker_local
-from activities.tools import externalised_note, truncate_middle
-from workflows.history import CONTENT_MIN_CHARS, content_ref
+from activities.tools import bounded_result
 from workflows.models import (
     RunTools,
     ToolActivityInput,
@@ -353,24 +350,7 @@ class McpTools:
         self, call: ToolActivityInput, rendered: str, *, is_error: bool, attempt: int
     ) -> ToolActivityResult:
         """Bounded and externalised as a `@tool`'s result (activities/tools.py)."""
-        read_more, ref = "", None
-        if call.externalise and len(rendered) > call.max_result_chars:
-            store = result_store()
-            ref = store.put(rendered)
-            read_more = externalised_note(len(rendered), ref, worker_local(store))
-        content, omitted = truncate_middle(rendered, call.max_result_chars, read_more)
-        stored = None
-        if call.store_content and len(content) >= CONTENT_MIN_CHARS:
-            stored = content_ref(content)
-            message_store().put_blob(stored, content)
-        return ToolActivityResult(
-            content=content,
-            is_error=is_error,
-            omitted_chars=omitted,
-            externalised_ref=ref,
-            content_ref=stored,
-            attempt=attempt,
-        )
+        return bounded_result(call, rendered, attempt=attempt, is_error=is_error)
 
     def _retried(self, server: str, error: BaseException) -> ApplicationError:
         return ApplicationError(

@@ -542,24 +542,35 @@ def _tool_activity(
             raise
         finally:
             _current_call.reset(token)
-        rendered = render_result(value)
-        read_more, ref = "", None
-        if call.externalise and len(rendered) > call.max_result_chars:
-            store = result_store()
-            ref = store.put(rendered)
-            read_more = externalised_note(len(rendered), ref, worker_local(store))
-        content, omitted = truncate_middle(rendered, call.max_result_chars, read_more)
-        stored = None
-        if call.store_content and len(content) >= CONTENT_MIN_CHARS:
-            stored = content_ref(content)
-            message_store().put_blob(stored, content)
-        return ToolActivityResult(
-            content=content,
-            omitted_chars=omitted,
-            externalised_ref=ref,
-            content_ref=stored,
-            value=_kept_value(value, tool_name) if keep_value else None,
-            attempt=info.attempt,
-        )
+        bounded = bounded_result(call, render_result(value), attempt=info.attempt)
+        if keep_value:
+            bounded.value = _kept_value(value, tool_name)
+        return bounded
 
     return run_tool
+
+
+def bounded_result(
+    call: ToolActivityInput, rendered: str, *, attempt: int, is_error: bool = False
+) -> ToolActivityResult:
+    """A tool's rendered result as the model reads it: cut to the call's bound, the whole kept
+    in the result store when the run externalises, and the content named in the message store
+    for the next model call. The same for every kind of tool (MCP tools too)."""
+    read_more, ref = "", None
+    if call.externalise and len(rendered) > call.max_result_chars:
+        store = result_store()
+        ref = store.put(rendered)
+        read_more = externalised_note(len(rendered), ref, worker_local(store))
+    content, omitted = truncate_middle(rendered, call.max_result_chars, read_more)
+    stored = None
+    if call.store_content and len(content) >= CONTENT_MIN_CHARS:
+        stored = content_ref(content)
+        message_store().put_blob(stored, content)
+    return ToolActivityResult(
+        content=content,
+        is_error=is_error,
+        omitted_chars=omitted,
+        externalised_ref=ref,
+        content_ref=stored,
+        attempt=attempt,
+    )
