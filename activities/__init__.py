@@ -11,10 +11,22 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from activities.model_call import call_model
-    from activities.tools import registered_tools, tool, tool_activities, tool_specs
+    from activities.toolkits import Toolkit, register_toolkit
+    from activities.tools import (
+        ToolError,
+        current_call,
+        registered_tools,
+        tool,
+        tool_activities,
+        tool_specs,
+    )
 
 _HOMES = {
     "call_model": "activities.model_call",
+    "Toolkit": "activities.toolkits",
+    "register_toolkit": "activities.toolkits",
+    "ToolError": "activities.tools",
+    "current_call": "activities.tools",
     "registered_tools": "activities.tools",
     "tool": "activities.tools",
     "tool_activities": "activities.tools",
@@ -28,4 +40,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'activities' has no attribute {name!r}")
 
 
-__all__ = ["call_model", "registered_tools", "tool", "tool_activities", "tool_specs"]
+__all__ = [
+    "ToolError",
+    "Toolkit",
+    "call_model",
+    "current_call",
+    "register_toolkit",
+    "registered_tools",
+    "tool",
+    "tool_activities",
+    "tool_specs",
+]

@@ -427,3 +427,15 @@ def test_a_field_description_wins_over_the_docstring() -> None:
     assert spec.description == "Adds."
     assert spec.parameters["properties"]["a"]["description"] == "From the Field."
     assert spec.parameters["properties"]["b"]["description"] == "Only here."
+
+
+def test_the_names_an_app_needs_come_from_the_package() -> None:
+    import activities
+    import activities.toolkits
+    import activities.tools
+
+    assert activities.ToolError is activities.tools.ToolError
+    assert activities.current_call is activities.tools.current_call
+    assert activities.register_toolkit is activities.toolkits.register_toolkit
+    assert activities.Toolkit is activities.toolkits.Toolkit
+    assert set(activities.__all__) >= {"ToolError", "register_toolkit", "current_call", "tool"}
