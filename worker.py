@@ -20,6 +20,7 @@ import asyncio
 import logging
 import os
 import shutil
+import signal
 import socket
 import sys
 import sysconfig
@@ -229,17 +230,26 @@ async def _serve(address: str, namespace: str, task_queue: str, mcp: McpTools | 
     if mcp is not None:
         mcp.start()
         logging.info("MCP servers: %s", ", ".join(mcp.config.servers) or "none")
+    # SIGTERM (docker stop, Kubernetes) stops the worker as Ctrl-C does: its workers shut down
+    # gracefully rather than the process dying mid-task.
+    serving = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    if serving is not None:
+        loop.add_signal_handler(signal.SIGTERM, serving.cancel)
     try:
         await worker.run()
+    except asyncio.CancelledError:
+        logging.info("stopping: the workers shut down")
     finally:
+        loop.remove_signal_handler(signal.SIGTERM)
         if mcp is not None:
             await mcp.close()
 
 
 def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
-    """Serve runs until interrupted: 0 on Ctrl-C, 1 when the server cannot be used, 2 for a bad
-    command line or configuration (a malformed key, a store that cannot be written). `prog` names
-    the command in its messages (`starter.py worker`)."""
+    """Serve runs until interrupted: 0 on Ctrl-C or SIGTERM, 1 when the server cannot be used,
+    2 for a bad command line or configuration (a malformed key, a store that cannot be written).
+    `prog` names the command in its messages (`starter.py worker`)."""
     parser = OneLineArgumentParser(prog=prog, description="Serve agent runs.")
     parser.add_argument(
         "--address", help="Temporal frontend (default: $TEMPORAL_ADDRESS, else localhost:7233)"

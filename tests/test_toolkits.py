@@ -101,7 +101,8 @@ def retail_worker(client: Client, task_queue: str) -> Iterator[subprocess.Popen[
     try:
         yield process
     finally:
-        process.send_signal(signal.SIGINT)
+        # SIGTERM, as docker stop sends: SIGINT may be ignored by a test run in the background.
+        process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=30)
         assert process.returncode == 0, stderr
         served = sorted([*RETAIL_TOOLS, "read_result"])
