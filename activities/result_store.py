@@ -37,7 +37,21 @@ class ResultStore(Protocol):
         ...
 
 
-class SqliteResultStore:
+class _BlobResults:
+    """Results kept as a message store's blobs, each under a hash of its content."""
+
+    _blobs: MessageStore
+
+    def put(self, text: str) -> str:
+        ref = result_ref(text)
+        self._blobs.put_blob(ref, text)
+        return ref
+
+    def get(self, ref: str) -> str | None:
+        return self._blobs.get_blob(ref)
+
+
+class SqliteResultStore(_BlobResults):
     """A SQLite file, through the message store's key-value table."""
 
     worker_local = True
@@ -54,21 +68,13 @@ class SqliteResultStore:
         store._blobs = blobs
         return store
 
-    def put(self, text: str) -> str:
-        ref = result_ref(text)
-        self._blobs.put_blob(ref, text)
-        return ref
-
-    def get(self, ref: str) -> str | None:
-        return self._blobs.get_blob(ref)
-
 
 def result_ref(text: str) -> str:
     """A result's reference: a hash of its content, the same in every store."""
     return "r-" + hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-class PostgresResultStore:
+class PostgresResultStore(_BlobResults):
     """The `agent_results` table of the PostgreSQL store, which every worker given the same
     AGENT_STORE_URL shares."""
 
@@ -76,7 +82,7 @@ class PostgresResultStore:
 
     def __init__(self, url: str) -> None:
         """The database at `url`, with the keys and retention the environment configures."""
-        self._blobs: MessageStore = postgres_store(url, "agent_results")
+        self._blobs = postgres_store(url, "agent_results")
 
     @classmethod
     def on(cls, blobs: PostgresMessageStore) -> PostgresResultStore:
@@ -87,14 +93,6 @@ class PostgresResultStore:
         store = cls.__new__(cls)
         store._blobs = blobs
         return store
-
-    def put(self, text: str) -> str:
-        ref = result_ref(text)
-        self._blobs.put_blob(ref, text)
-        return ref
-
-    def get(self, ref: str) -> str | None:
-        return self._blobs.get_blob(ref)
 
 
 _store: ResultStore | None = None
