@@ -175,7 +175,8 @@ class AgentRun:
         match description.status:
             case WorkflowExecutionStatus.COMPLETED:
                 result = await self.result()
-                return _whole_trace(result.step_records, result.earlier_steps)
+                whole = _whole_trace(result.step_records, result.earlier_steps)
+                return whole.model_copy(update={"tool_notices": result.tool_notices})
             case WorkflowExecutionStatus.FAILED:
                 try:
                     await self.result()
@@ -196,7 +197,8 @@ class AgentRun:
             )
             records.extend(page.step_records)
             if not page.step_records or len(records) >= page.total:
-                return _whole_trace(records, page.earlier_steps)
+                whole = _whole_trace(records, page.earlier_steps)
+                return whole.model_copy(update={"tool_notices": page.tool_notices})
 
     async def approve_plan(
         self, comment: str | None = None, *, version: int | None = None

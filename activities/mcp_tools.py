@@ -233,6 +233,7 @@ class McpTools:
         )
         specs: list[ToolSpec] = []
         down: set[str] = set()
+        notices: list[str] = []
         for server, outcome in zip(wanted_servers, listed, strict=True):
             if isinstance(outcome, McpServerDown):
                 if not self.config.servers[server].optional:
@@ -241,6 +242,10 @@ class McpTools:
                     "MCP server %s is unreachable, the run goes on without it: %s", server, outcome
                 )
                 down.add(server)
+                notices.append(
+                    f"MCP server {server} (optional) is unreachable, so its tools are not "
+                    f"offered: {outcome}"
+                )
                 continue
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -258,7 +263,7 @@ class McpTools:
         if clashes:
             raise _configuration_error(f"MCP tools clash with registered tools: {clashes}")
         recorded = tool_catalog.schedules(own)
-        return recorded.model_copy(update={"tools": [*recorded.tools, *specs]})
+        return recorded.model_copy(update={"tools": [*recorded.tools, *specs], "notices": notices})
 
     @activity.defn(dynamic=True)
     async def call(self, args: Sequence[RawValue]) -> ToolActivityResult:

@@ -116,10 +116,13 @@ async def trace(agent_run: AgentRun, args: Trace) -> int:
                     "workflow_id": agent_run.id,
                     "trace": [r.model_dump(mode="json") for r in whole.step_records],
                     **({} if earlier is None else {"earlier_steps": earlier.model_dump()}),
+                    **({"tool_notices": whole.tool_notices} if whole.tool_notices else {}),
                 }
             )
         )
     else:
+        for notice in whole.tool_notices:
+            print(f"note: {notice}")
         print(trace_table(whole.step_records, earlier=whole.earlier_steps))
     return 0
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,12 @@ from temporalio.worker import Replayer
 import payload_codec
 from activities.mcp_config import McpConfig, load_mcp_config
 from activities.mcp_tools import McpTools, exposed_name
+from agent_client import AgentClient
 from tests.helpers import TEST_WORKER_OPTIONS, Run, call, eventually, scripted_input, turn
 from worker import build_worker, free_port
 from workflows.agent import AgentWorkflow
 from workflows.errors import AgentConfigurationError
-from workflows.models import AgentInput, AgentResult, RetrySettings
+from workflows.models import AgentInput, AgentResult, RetrySettings, TracePageRequest
 from workflows.transcript import Transcript
 
 SERVER = Path(__file__).parent / "mcp_server_for_tests.py"
@@ -76,7 +77,13 @@ def journal(tmp_path: Path) -> Path:
 @pytest.fixture
 def http_server(journal: Path) -> Iterator[str]:
     """The test server over streamable HTTP; its URL."""
-    port = free_port()
+    with serving_http(journal, free_port()) as url:
+        yield url
+
+
+@contextmanager
+def serving_http(journal: Path, port: int) -> Iterator[str]:
+    """The test server over streamable HTTP on `port` while the block runs; its URL."""
     env = {**os.environ, "MCP_TEST_JOURNAL": str(journal), "MCP_TEST_EXPECTED_TOKEN": SECRET}
     process = subprocess.Popen(
         [sys.executable, str(SERVER), "http", str(port)],
@@ -330,7 +337,108 @@ async def test_an_optional_server_down_is_left_out(
     script = [turn(call("shop__lookup", "c1", key="a")), turn(text="done")]
     async with mcp_worker(client, task_queue, config):
         run = await run_with(client, task_queue, scripted_input(script))
+        page = await run.handle.query(AgentWorkflow.trace_page, TracePageRequest())
+        events = [item.data async for item in AgentClient(client).run(run.handle.id).events()]
     assert run.result is not None, run.error
+    # It says so: in the result, the trace and the progress stream.
+    [notice] = run.result.tool_notices
+    assert notice.startswith("MCP server gone (optional) is unreachable, so its tools are not "
+                             "offered: "), notice  # fmt: skip
+    assert page.tool_notices == [notice]
+    assert [e.text for e in events if e.kind == "tools_unavailable"] == [notice]
+
+
+async def _approve_when_waiting(handle: Any, call_id: str, before: Any = None) -> None:
+    """Wait until `call_id` waits for a person, run `before`, then approve it."""
+    from workflows.models import ToolCallDecision
+
+    async def waiting() -> bool:
+        status = await handle.query(AgentWorkflow.status)
+        return [a.call_id for a in status.approvals] == [call_id]
+
+    await eventually(waiting, what=f"{call_id} to wait for a person")
+    if before is not None:
+        before()
+    await handle.signal("decide_tool_call", ToolCallDecision(call_id=call_id, approve=True))
+
+
+async def test_continue_as_new_lists_the_tools_again(
+    client: Client, task_queue: str, journal: Path, tmp_path: Path
+) -> None:
+    """An optional server down when the run starts is offered once it is up, from the next run
+    of the chain: the tools are listed again on continue-as-new."""
+    from workflows.models import ToolApprovalPolicy
+
+    port = free_port()
+    later = {"url": f"http://127.0.0.1:{port}/mcp", "optional": True,
+             "headers": {"Authorization": "Bearer ${MCP_TEST_SECRET}"}}  # fmt: skip
+    config = config_of({"later": later, "shop": stdio_server(journal)}, tmp_path)
+    script = [
+        turn(call("shop__record", "c1", note="n")),
+        turn(call("later__lookup", "c2", key="k")),
+        turn(text="done"),
+    ]
+    agent_input = scripted_input(
+        script, tool_approval=ToolApprovalPolicy(), continue_as_new_after_steps=1
+    )
+    with ExitStack() as stack:
+        async with mcp_worker(client, task_queue, config):
+            handle = await client.start_workflow(
+                AgentWorkflow.run, agent_input, id=f"test-mcp-{uuid.uuid4()}",
+                task_queue=task_queue,
+            )  # fmt: skip
+            # The server comes up while step 1's call waits for a person.
+            await _approve_when_waiting(
+                handle, "c1", before=lambda: stack.enter_context(serving_http(journal, port))
+            )
+            result = await handle.result()
+            transcript = await handle.query(AgentWorkflow.transcript)
+    assert result.answer == "done"
+    results = {m.tool_call_id: m.content for m in transcript if m.role == "tool"}
+    assert results["c2"] == '{"result": "k: found"}', results
+    assert result.tool_notices == []
+    assert [e["arguments"] for e in journal_of(journal) if e.get("tool") == "lookup"] == [
+        {"key": "k"}
+    ]
+
+
+async def test_a_failed_listing_on_continue_as_new_keeps_the_tools_offered_before(
+    client: Client, task_queue: str, journal: Path, tmp_path: Path
+) -> None:
+    """A server that must be there and is down when the run continues as new: the run has side
+    effects behind it, so it goes on with the tools it was offered, and says so."""
+    from workflows.models import ToolApprovalPolicy
+
+    port = free_port()
+    shop = {"url": f"http://127.0.0.1:{port}/mcp", "retry": FAST_RETRY,
+            "headers": {"Authorization": "Bearer ${MCP_TEST_SECRET}"}}  # fmt: skip
+    config = config_of({"shop": shop}, tmp_path)
+    script = [turn(call("shop__record", "c1", note="n")), turn(text="done")]
+    agent_input = scripted_input(
+        script, tool_approval=ToolApprovalPolicy(), continue_as_new_after_steps=1
+    )
+    with ExitStack() as stack:
+        stack.enter_context(serving_http(journal, port))
+        async with mcp_worker(client, task_queue, config):
+            handle = await client.start_workflow(
+                AgentWorkflow.run, agent_input, id=f"test-mcp-{uuid.uuid4()}",
+                task_queue=task_queue,
+            )  # fmt: skip
+
+            async def recorded() -> bool:
+                return any(e.get("tool") == "record" for e in journal_of(journal))
+
+            # The call runs, then its server goes away before the run hands on.
+            await _approve_when_waiting(handle, "c1")
+            await eventually(recorded, what="the record call to reach the server")
+            stack.close()
+            result = await handle.result()
+    assert result.answer == "done"
+    [notice] = result.tool_notices
+    assert notice.startswith("the tools could not be listed again as run 2 of this workflow "
+                             "started (MCP server shop is unreachable: "), notice  # fmt: skip
+    assert notice.endswith("; it keeps the tools it was offered before")
+    assert SECRET not in notice
 
 
 def test_tool_names_keep_to_the_providers_rules() -> None:

@@ -163,7 +163,12 @@ class AgentWorkflow:
             plan=state.plan,
             approvals=self._tool_gate.awaiting(),
             sub_agent_approvals=self._tool_gate.sub_agent_awaiting(),
+            tool_notices=self._tool_notices(),
         )
+
+    def _tool_notices(self) -> list[str]:
+        tools = self._state.tools
+        return list(tools.notices) if tools is not None else []
 
     # --- decisions: plain JSON strings, so `temporal workflow signal --input '"..."'` and the
     # Web UI's signal dialog can decide without any Python ------------------------------------
@@ -381,7 +386,12 @@ class AgentWorkflow:
         self._reporter.reply_done()
 
     async def _resolve_tools(self) -> None:
+        told = set(self._tool_notices())
         run_tools = await run_setup.settle(self._input, self._state, self._reporter.behaviours)
+        for notice in run_tools.notices:
+            if notice not in told:
+                workflow.logger.warning("%s", notice)
+                self._reporter.publish("tools_unavailable", text=notice)
         self._tools = {spec.name: spec for spec in run_tools.tools}
         self._read_result = run_tools.read_result
         self._runner.tools = self._tools
@@ -435,6 +445,7 @@ class AgentWorkflow:
             earlier_steps=state.earlier_steps,
             compactions=state.compactions,
             side_effects=state.effects,
+            tool_notices=self._tool_notices(),
         )
 
 

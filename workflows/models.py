@@ -276,6 +276,8 @@ class AgentResult(BaseModel):
     compactions: list[CompactionRecord] = []
     side_effects: list[AppliedEffect] = []
     """The run's compensation log: what a parent must undo if it fails after delegating here."""
+    tool_notices: list[str] = []
+    """What the run went without (`RunTools.notices`): an optional MCP server that was down."""
 
 
 EVENTS_TOPIC = "events"
@@ -294,6 +296,7 @@ AgentEventKind = Literal[
     "compaction",
     "compensation",
     "continued_as_new",
+    "tools_unavailable",
     "completed",
     "failed",
 ]
@@ -356,6 +359,8 @@ class TracePage(BaseModel):
     """Records kept; the next page starts at start + len(step_records)."""
     earlier_steps: EarlierSteps | None = None
     """The steps before the oldest kept record, added up."""
+    tool_notices: list[str] = []
+    """What the run goes without (`RunTools.notices`): an optional MCP server that was down."""
 
 
 STATUS_STEP_RECORDS = 20
@@ -407,6 +412,8 @@ class RunStatus(BaseModel):
     sub_agent_approvals: list[SubAgentApproval] = []
     """Tool calls the run's sub-agent waits on, with call ids qualified by the delegate call:
     decide them here, with the same `decide_tool_call`."""
+    tool_notices: list[str] = []
+    """What the run goes without (`RunTools.notices`): an optional MCP server that was down."""
 
 
 AgentInput.model_rebuild()

@@ -1,7 +1,8 @@
 """Run setup: what a run is given, settled before its first step.
 
-Its tools (read once from the worker by the `resolve_tools` local activity and recorded in the
-history, so replay never asks a worker's registry; runs from before that read the registry), and
+Its tools (read from the worker by the `resolve_tools` local activity when the run starts, again
+when it continues as new, and recorded in the history, so replay never asks a worker's registry
+or an MCP server; runs from before that read the registry), and
 the checks of its input that would otherwise fail it later, or wedge it: a valid, self-contained
 output schema, and approval predicates the worker has. A run that fails here fails before step 1,
 with the reason, and has paid for nothing.
@@ -25,11 +26,19 @@ from workflows.models import AgentInput, RunTools, ToolSelection
 from workflows.state import RunState
 from workflows.versioning import Behaviours
 
+MAX_NOTICES = 10
+"""Notices a run keeps about its tools (the newest): a chain whose listing fails at every
+continue-as-new must not grow its state."""
+
 
 async def settle(agent_input: AgentInput, state: RunState, behaviours: Behaviours) -> RunTools:
     """The run's tools, with its input checked; raises AgentConfigurationError."""
     if state.tools is None and behaviours.records_tool_specs:
         state.tools = await _recorded(agent_input.tools)
+        state.tools_listed_in_run = state.runs
+    elif state.tools is not None and behaviours.relists_tools and _listed_earlier(state):
+        state.tools = await _relisted(agent_input.tools, state)
+        state.tools_listed_in_run = state.runs
     if state.tools is not None:
         run_tools = tool_catalog.described(state.tools)
     else:
@@ -65,6 +74,27 @@ def _check_output_schema(agent_input: AgentInput, behaviours: Behaviours) -> Non
         )
 
 
+def _listed_earlier(state: RunState) -> bool:
+    """A run that continued as new, with the tools an earlier run of its chain listed."""
+    return state.runs > 1 and state.tools_listed_in_run != state.runs
+
+
+async def _relisted(names: list[str] | None, state: RunState) -> RunTools:
+    """The tools listed again as a continued run starts: an MCP server's may have changed.
+    When listing fails (a server that must be there is down), the run keeps the tools it was
+    offered before, and says so, rather than failing with side effects behind it."""
+    assert state.tools is not None
+    try:
+        return await _recorded(names)
+    except AgentConfigurationError as error:
+        notice = (
+            f"the tools could not be listed again as run {state.runs} of this workflow "
+            f"started ({error.message}); it keeps the tools it was offered before"
+        )
+        notices = [*state.tools.notices, notice][-MAX_NOTICES:]
+        return state.tools.model_copy(update={"notices": notices})
+
+
 async def _recorded(names: list[str] | None) -> RunTools:
     try:
         return await workflow.execute_local_activity(
@@ -77,8 +107,9 @@ async def _recorded(names: list[str] | None) -> RunTools:
             ),
             summary="the run's tool specs",
         )
-    except ActivityError as error:
-        cause = error.cause
+    except (ActivityError, ApplicationError) as error:
+        # A local activity's own failure can arrive unwrapped, without its ActivityError.
+        cause = error.cause if isinstance(error, ActivityError) else error
         if isinstance(cause, CancelledError):
             # Cancelled before step 1: the run ends CANCELED, not as a configuration error.
             raise asyncio.CancelledError("the run was cancelled as it started") from None

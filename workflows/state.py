@@ -217,6 +217,10 @@ class RunTools(BaseModel):
 
     tools: list[ToolSpec]
     read_result: ToolSpec | None = None
+    notices: list[str] = []
+    """What the run goes without, in a line each: an optional MCP server that could not be
+    reached when its tools were listed, or a listing on continue-as-new that failed (the run
+    then keeps the tools it was offered before). Shown by `status`, the trace and the stream."""
 
     def spec(self, name: str) -> ToolSpec | None:
         found = [s for s in self.tools if s.name == name]
@@ -266,6 +270,9 @@ class RunState(BaseModel):
     workflows/call_ids.py). None until the run has that many."""
     earlier_steps: EarlierSteps | None = None
     """The steps whose records are no longer kept, added up (see workflows/trace.py)."""
+    tools_listed_in_run: int | None = None
+    """The run of the chain (`runs`) whose start listed `tools`: a later run lists them again
+    (an MCP server's tools may have changed). None: listed before this was kept."""
 
     @classmethod
     def start(cls, started_at: datetime) -> RunState:

@@ -48,9 +48,11 @@ def schedules(run_tools: RunTools) -> RunTools:
         return spec.model_copy(update={"description": "", "parameters": {}})
 
     read_result = run_tools.read_result
-    return RunTools(
-        tools=[bare(s) for s in run_tools.tools],
-        read_result=bare(read_result) if read_result else None,
+    return run_tools.model_copy(
+        update={
+            "tools": [bare(s) for s in run_tools.tools],
+            "read_result": bare(read_result) if read_result else None,
+        }
     )
 
 
@@ -68,9 +70,11 @@ def described(run_tools: RunTools) -> RunTools:
         )
 
     read_result = run_tools.read_result
-    return RunTools(
-        tools=[full(s) for s in run_tools.tools],
-        read_result=full(read_result) if read_result else None,
+    return run_tools.model_copy(
+        update={
+            "tools": [full(s) for s in run_tools.tools],
+            "read_result": full(read_result) if read_result else None,
+        }
     )
 
 

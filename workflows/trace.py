@@ -63,6 +63,7 @@ class Trace:
             start=request.start,
             total=len(records),
             earlier_steps=self._state.earlier_steps,
+            tool_notices=self._state.tools.notices if self._state.tools else [],
         )
 
     def _earlier(self) -> EarlierSteps:

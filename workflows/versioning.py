@@ -29,6 +29,9 @@ runs in flight carry its marker without these). A real provider's model calls go
 provider's task queue (`<queue>-model-openai`), where every worker admits them under the
 provider's limits (issue 17); a scripted run's calls stay on the run's queue."""
 
+RELEASE_5 = "tools-relisted-on-continue-as-new"
+"""A run that continues as new lists its tools again (issue 18)."""
+
 
 @dataclass(frozen=True)
 class Behaviours:
@@ -72,9 +75,12 @@ class Behaviours:
     (`model_gateway.model_task_queue`), where workers admit them under its concurrency and rate
     limits (older runs, and every scripted run, call the model on the run's own queue). Part of
     RELEASE_4."""
+    relists_tools: bool = True
+    """A run that continued as new lists its tools again when it starts, keeping the tools it
+    was offered before if that fails (older runs kept the first run's list for the chain)."""
 
 
-LEGACY = Behaviours(*(False,) * 11)
+LEGACY = Behaviours(*(False,) * 12)
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
@@ -86,6 +92,7 @@ def decide(provider: str) -> Behaviours:
     release_2 = workflow.patched(RELEASE_2)
     faults = workflow.patched(FAULTS_RELEASE)
     release_4 = workflow.patched(RELEASE_4)
+    release_5 = workflow.patched(RELEASE_5)
     return Behaviours(
         reports_status=reports_status,
         per_tool_approval=release_2,
@@ -98,4 +105,5 @@ def decide(provider: str) -> Behaviours:
         sub_agent_approvals_reach_the_parent=release_4,
         bounded_state=release_4,
         model_calls_on_provider_queues=release_4 and provider != "scripted",
+        relists_tools=release_5,
     )
