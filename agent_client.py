@@ -13,6 +13,7 @@ A thin, typed layer over the Temporal client: everything it does can also be don
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import math
 import uuid
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
@@ -33,7 +35,7 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
 )
-from temporalio.contrib.workflow_streams import WorkflowStreamClient, WorkflowStreamItem
+from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamItem
 from temporalio.service import RPCError
 
 import payload_codec
@@ -74,7 +76,16 @@ TRANSCRIPT_PAGE_BYTES = 1_000_000
 """The JSON a transcript or trace page holds at most: half what a query may answer, for the
 envelope."""
 STREAM_POLL_COOLDOWN = timedelta(milliseconds=100)
-"""How often a caught-up subscriber asks for more (each ask is an update in the run's history)."""
+"""How soon a caught-up follower asks again, at first."""
+STREAM_MAX_POLL_INTERVAL = timedelta(seconds=1)
+"""How long a follower of a run that publishes nothing waits between asks, at most: the delay
+grows by half from STREAM_POLL_COOLDOWN while nothing comes, and drops back when an event does."""
+STREAM_POLL_QUERY = "__temporal_workflow_stream_poll"
+"""The stream's own query (temporalio.contrib.workflow_streams): the events from an offset, at
+once. A query is answered by a worker and recorded nowhere; the stream's update, which waits for
+events, adds two events to the run's history every time it is asked."""
+RUN_ENDS = ("completed", "failed")
+"""The progress events a run publishes last."""
 
 _log = logging.getLogger(__name__)
 
@@ -242,12 +253,49 @@ class AgentRun:
     ) -> AsyncIterator[WorkflowStreamItem[AgentEvent]]:
         """The run's progress events from `from_offset`, as they happen, across continue-as-new;
         for a run that has ended, what is left, then the end. Each item's `offset` is where to
-        resume (`offset + 1`) after a reconnect."""
-        stream = WorkflowStreamClient.create(self.client, self.id)
-        async for item in stream.subscribe(
-            EVENTS_TOPIC, from_offset, result_type=AgentEvent, poll_cooldown=poll_cooldown
-        ):
-            yield item
+        resume (`offset + 1`) after a reconnect.
+
+        The events are read by query, which writes nothing to the run's history, so following a
+        run costs it nothing (docs/performance.md, "Following a run"). While nothing comes, the
+        asks slow from `poll_cooldown` to STREAM_MAX_POLL_INTERVAL."""
+        pause = poll_cooldown.total_seconds()
+        offset = from_offset
+        # The workflow id alone: the latest run of the chain, which holds the stream's events.
+        handle = self.client.get_workflow_handle(self.id)
+        converter = self.client.data_converter.payload_converter
+        while True:
+            try:
+                page = await handle.query(
+                    STREAM_POLL_QUERY,
+                    PollInput(topics=[EVENTS_TOPIC], from_offset=offset),
+                    result_type=PollResult,
+                )
+            except RPCError:
+                # No worker answered yet (one restarting, say), or the run is gone: ask again
+                # only while it runs.
+                if await self._closed():
+                    raise
+                page = PollResult(next_offset=offset)
+            ended = False
+            for wire in page.items:
+                event = converter.from_payload(_payload_of(wire.data), AgentEvent)
+                ended = event.kind in RUN_ENDS
+                yield WorkflowStreamItem(topic=wire.topic, data=event, offset=wire.offset)
+            offset = page.next_offset
+            if page.more_ready:
+                continue
+            if ended or (not page.items and await self._closed()):
+                return
+            if page.items:
+                pause = poll_cooldown.total_seconds()
+            else:
+                pause = min(pause * 1.5, STREAM_MAX_POLL_INTERVAL.total_seconds())
+            await asyncio.sleep(pause)
+
+    async def _closed(self) -> bool:
+        """The run has ended, and did not continue as new."""
+        status = (await self.client.get_workflow_handle(self.id).describe()).status
+        return status not in (WorkflowExecutionStatus.RUNNING, None)
 
 
 class AgentClient:
@@ -418,6 +466,13 @@ def step_stats(label: str, results: Sequence[AgentResult], failed: int = 0) -> S
         recommended_max_steps=recommended,
         cut_short=sum(1 for s in steps if s > recommended),
     )
+
+
+def _payload_of(wire: str) -> Payload:
+    """A stream item's data, as the stream sends it: a serialised Payload in base64."""
+    payload = Payload()
+    payload.ParseFromString(base64.b64decode(wire))
+    return payload
 
 
 def _whole_trace(records: list[StepRecord], earlier: EarlierSteps | None) -> TracePage:
