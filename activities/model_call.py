@@ -15,7 +15,7 @@ from activities._heartbeat import heartbeating
 from activities.oversized_reply import bounded_reply
 from activities.providers import anthropic_provider, openai_provider, scripted
 from workflows.errors import AgentConfigurationError
-from workflows.history import STORE_MISS
+from workflows.history import CONTENT_MIN_CHARS, STORE_MISS, content_ref
 from workflows.models import ModelRequest, ModelResponse
 from workflows.transcript import Message
 
@@ -62,7 +62,7 @@ def _with_contents(request: ModelRequest) -> list[Message]:
     for position, ref in request.content_refs.items():
         content = message_store.message_store().get_blob(ref)
         if content is None:
-            raise _miss(f"tool result {ref}")
+            raise _miss(f"content {ref}")
         messages[position] = messages[position].model_copy(update={"content": content})
     return messages
 
@@ -107,6 +107,12 @@ async def call_model(request: ModelRequest) -> ModelResponse:
     price = settings.price or pricing.price_for(response.model) or pricing.price_for(settings.model)
     usage = response.usage.model_copy(update={"cost_usd": pricing.cost_usd(response.usage, price)})
     # Paid for: a reply too large to report is cut to fit rather than failed and paid again.
-    return bounded_reply(
+    reply = bounded_reply(
         response.model_copy(update={"usage": usage, "attempt": activity.info().attempt})
     )
+    text = reply.message.content or ""
+    if request.purpose == "step" and len(text) >= CONTENT_MIN_CHARS:
+        # The reply goes into the history as this activity's result; a run with linear
+        # history names its text in the next call (model_gateway), so it is kept here.
+        message_store.message_store().put_blob(content_ref(text), text)
+    return reply

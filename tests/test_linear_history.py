@@ -64,6 +64,26 @@ async def test_model_calls_carry_only_what_is_new(client: Client, task_queue: st
     assert len(recorded_requests(linear.handle.id)[-1].messages) == 1 + 2 * (STEPS - 1)
 
 
+async def test_a_reply_is_in_the_history_once(client: Client, task_queue: str) -> None:
+    """A model reply's text is the model activity's result; the next call names it by hash
+    rather than carrying it again, and the model still receives it whole."""
+    replies = [f"Reading part {i}. " + "r" * 2000 for i in range(4)]
+    script = [turn(call("blob", size=300 + i), text=text) for i, text in enumerate(replies)]
+    run = await run_agent(
+        client, task_queue, scripted_input([*script, turn(text="done")], tools=["blob"])
+    )
+    assert run.result is not None, run.error
+    inputs = await model_inputs(run.handle)
+    for step, sent in enumerate(inputs[1:]):
+        # The new messages: the previous reply (by reference) and its tool result.
+        assert sent["messages"][0]["role"] == "assistant"
+        assert sent["messages"][0]["content"] == ""
+        assert "0" in sent["content_refs"], sent["content_refs"]
+        assert replies[step] not in json.dumps(sent)
+    received = recorded_requests(run.handle.id)[-1].messages
+    assert [m.content for m in received if m.role == "assistant"] == replies
+
+
 class ForgetfulStore(message_store.SqliteMessageStore):
     """Keeps nothing it is asked to resolve: every reference misses."""
 

@@ -3,8 +3,9 @@
 One `call_model` activity per model call, called by name (the workflow imports no activity
 code), with the model's own timeout and retries and what is left of the run's wall time as its
 deadline. With linear history, a request names by reference what earlier calls sent (the
-previous request when it is a prefix of this one, the tool results a worker keeps, the tool
-list and the script), so the event history grows linearly. A worker whose store lacks a
+previous request when it is a prefix of this one, the tool results and model replies a worker
+keeps, the tool list and the script), so the event history grows linearly and holds each
+message's text once. A worker whose store lacks a
 reference answers StoreMiss, and the request goes again whole. Errors are mapped here, once:
 a provider's refusal fails the run with the provider's reason, a wall-time cut is the budget's.
 
@@ -33,7 +34,7 @@ from workflows.errors import (
     error_class,
 )
 from workflows.models import AgentInput, ModelRequest, ModelResponse, ScriptedTurn, ToolSpec
-from workflows.transcript import Message, ToolResult
+from workflows.transcript import AssistantMessage, Message, ToolResult
 
 MODEL_ACTIVITY = "call_model"
 """The activity type of every model call (activities/model_call.py)."""
@@ -58,13 +59,14 @@ class ModelGateway:
         self._last_ref = ""
         self._last_tools: list[ToolSpec] = []
         self._stored_contents: set[str] = set()
-        """Tool results the workers were asked to keep (the next call names them)."""
+        """Tool results and replies the workers were asked to keep (the next call names them)."""
         self._script_digest: str | None = None
         self.behaviours = versioning.LEGACY
         """Set by the run from its history (see versioning)."""
 
     def keep_reference(self, content_ref: str) -> None:
-        """A tool result a worker stored: later requests may name it instead of sending it."""
+        """A tool result or a model reply a worker stored: later requests may name it instead
+        of sending it."""
         self._stored_contents.add(content_ref)
 
     async def reply(
@@ -89,6 +91,11 @@ class ModelGateway:
                 workflow.logger.info("store miss at step %d: sending the whole request", step)
         if response is None:
             response = await self._execute(request, summary)
+        text = response.message.content or ""
+        if self.behaviours.replies_by_reference and len(text) >= history.CONTENT_MIN_CHARS:
+            # The worker kept the reply's text (activities/model_call.py): the next call names
+            # it, so the history holds it once, as this call's result.
+            self.keep_reference(history.content_ref(text))
         # Either way the worker now holds this request: the next call may name it.
         if by_reference is not None and by_reference.prefix_ref is not None:
             new = messages[by_reference.prefix_count :]
@@ -133,7 +140,9 @@ class ModelGateway:
         new: list[Message] = []
         content_refs: dict[int, str] = {}
         for position, message in enumerate(messages[start:]):
-            ref = history.content_ref(message.content) if isinstance(message, ToolResult) else ""
+            ref = ""
+            if isinstance(message, ToolResult | AssistantMessage) and message.content:
+                ref = history.content_ref(message.content)
             if ref in self._stored_contents:
                 content_refs[position] = ref
                 message = message.model_copy(update={"content": ""})

@@ -215,8 +215,9 @@ class ModelRequest(BaseModel):
     tools_ref: str | None = None
     """Names the tool list an earlier call sent; `tools` is then empty."""
     content_refs: dict[int, str] = {}
-    """Tool results among `messages`, by position, whose text goes by reference (it is in the
-    history already, as the tool activity's result): their content is empty here."""
+    """Tool results and model replies among `messages`, by position, whose text goes by
+    reference (it is in the history already, as the activity's result that brought it): their
+    content is empty here."""
     script_ref: str | None = None
     """Names the scripted provider's script an earlier call sent; `settings.script` is then
     empty (it is the same for every call of a run, and long for long runs)."""

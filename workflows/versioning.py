@@ -30,7 +30,8 @@ provider's task queue (`<queue>-model-openai`), where every worker admits them u
 provider's limits (issue 17); a scripted run's calls stay on the run's queue."""
 
 RELEASE_5 = "tools-relisted-on-continue-as-new"
-"""A run that continues as new lists its tools again (issue 18)."""
+"""A run that continues as new lists its tools again (issue 18), and a model call names the
+previous reply's text by reference (issue 21)."""
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,13 @@ class Behaviours:
     relists_tools: bool = True
     """A run that continued as new lists its tools again when it starts, keeping the tools it
     was offered before if that fails (older runs kept the first run's list for the chain)."""
+    replies_by_reference: bool = True
+    """With linear history, the next model call names the previous reply's text by reference
+    (its worker kept it), as tool results are (older runs sent every reply's text again in the
+    next call's input)."""
 
 
-LEGACY = Behaviours(*(False,) * 12)
+LEGACY = Behaviours(*(False,) * 13)
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
@@ -106,4 +111,5 @@ def decide(provider: str) -> Behaviours:
         bounded_state=release_4,
         model_calls_on_provider_queues=release_4 and provider != "scripted",
         relists_tools=release_5,
+        replies_by_reference=release_5,
     )
