@@ -29,6 +29,10 @@ runs in flight carry its marker without these). A real provider's model calls go
 provider's task queue (`<queue>-model-openai`), where every worker admits them under the
 provider's limits (issue 17); a scripted run's calls stay on the run's queue."""
 
+CONVERSATIONS = "conversations"
+"""Conversations (AgentInput.conversation): asked only by a conversation's run, so that other
+runs record no marker for it; its turns, steering and interrupts are behind the flag."""
+
 
 @dataclass(frozen=True)
 class Behaviours:
@@ -72,20 +76,26 @@ class Behaviours:
     (`model_gateway.model_task_queue`), where workers admit them under its concurrency and rate
     limits (older runs, and every scripted run, call the model on the run's own queue). Part of
     RELEASE_4."""
+    conversations: bool = True
+    """A conversation's run waits for the next message after an answer, takes steering
+    messages at safe points and stops a turn on an interrupt. Only a run whose input asks for
+    a conversation asks for it; every other run has it False."""
 
 
-LEGACY = Behaviours(*(False,) * 11)
+LEGACY = Behaviours(*(False,) * 12)
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
-def decide(provider: str) -> Behaviours:
+def decide(provider: str, conversation: bool = False) -> Behaviours:
     """Ask the history, once, at the start of `AgentWorkflow.run` (the order of the patches is
     part of the history: keep it). `provider` is the run's model provider, fixed by its input:
-    a scripted run's model calls stay on the run's queue, whatever its history says."""
+    a scripted run's model calls stay on the run's queue, whatever its history says.
+    `conversation` (AgentInput.conversation) asks for CONVERSATIONS too."""
     reports_status = workflow.patched(STATUS_SEARCH_ATTRIBUTES)
     release_2 = workflow.patched(RELEASE_2)
     faults = workflow.patched(FAULTS_RELEASE)
     release_4 = workflow.patched(RELEASE_4)
+    conversations = conversation and workflow.patched(CONVERSATIONS)
     return Behaviours(
         reports_status=reports_status,
         per_tool_approval=release_2,
@@ -98,4 +108,5 @@ def decide(provider: str) -> Behaviours:
         sub_agent_approvals_reach_the_parent=release_4,
         bounded_state=release_4,
         model_calls_on_provider_queues=release_4 and provider != "scripted",
+        conversations=conversations,
     )
