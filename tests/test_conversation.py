@@ -3,7 +3,9 @@ continue-as-new between and within turns (workflows/conversation.py, interruptio
 
 from __future__ import annotations
 
+import asyncio
 import json
+import subprocess
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,7 +25,7 @@ from tests.helpers import (
     scripted_input,
     turn,
 )
-from worker import build_worker
+from worker import build_worker, temporal_binary
 from workflows.models import (
     AgentInput,
     Limits,
@@ -384,3 +386,111 @@ async def _started_activities(run: AgentRun, name: str) -> int:
         if activity.activity_type.name == name
         and activity.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
     )
+
+
+def temporal_cli(client: Client, *args: str) -> subprocess.CompletedProcess[str]:
+    address = client.service_client.config.target_host
+    return subprocess.run(
+        [temporal_binary(), "workflow", *args, "--address", address],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+async def test_the_temporal_cli_sends_interrupts_and_ends(client: Client, task_queue: str) -> None:
+    script = [
+        turn(text="one"),
+        turn(call("block", seconds=30)),
+        turn(text="three", expect="by signal"),
+    ]
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        run = await start(client, task_queue, conversation(script, tools=["block"]))
+        await run.turn(1)
+        sent = await asyncio.to_thread(
+            temporal_cli,
+            client,
+            "update",
+            "execute",
+            "--workflow-id",
+            run.id,
+            "--name",
+            "send_message",
+            "--input",
+            '"by update"',
+        )
+        assert sent.returncode == 0, sent.stderr
+        assert "2" in sent.stdout
+        await turn_working(run, 2, model_call=True)
+        stopped = await asyncio.to_thread(
+            temporal_cli,
+            client,
+            "update",
+            "execute",
+            "--workflow-id",
+            run.id,
+            "--name",
+            "interrupt",
+        )
+        assert stopped.returncode == 0, stopped.stderr
+        assert (await run.turn(2)).outcome == "interrupted"
+        refused = await asyncio.to_thread(
+            temporal_cli,
+            client,
+            "update",
+            "execute",
+            "--workflow-id",
+            run.id,
+            "--name",
+            "send_message",
+            "--input",
+            '""',
+        )
+        assert refused.returncode != 0 and "the message is empty" in refused.stderr + refused.stdout
+        signalled = await asyncio.to_thread(
+            temporal_cli,
+            client,
+            "signal",
+            "--workflow-id",
+            run.id,
+            "--name",
+            "send_message",
+            "--input",
+            '"by signal"',
+        )
+        assert signalled.returncode == 0, signalled.stderr
+        assert (await run.turn(3)).answer == "three"
+        ended = await asyncio.to_thread(
+            temporal_cli, client, "signal", "--workflow-id", run.id, "--name", "end_conversation"
+        )
+        assert ended.returncode == 0, ended.stderr
+        result = await run.result()
+    assert [t.outcome for t in result.turns] == ["answered", "interrupted", "answered"]
+
+
+async def test_plan_approval_inside_a_conversation(client: Client, task_queue: str) -> None:
+    label = f"plan-{uuid.uuid4()}"
+    script = [
+        turn(text="hello"),
+        turn(call("submit_plan", steps=["Apply the effect"]), expect="change it"),
+        turn(call("keyed_effect", label=label), expect="approved plan v1"),
+        turn(text="changed"),
+    ]
+    agent_input = conversation(script, tools=["keyed_effect"], plan=True)
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        run = await start(client, task_queue, agent_input)
+        assert (await run.turn(1)).answer == "hello"
+        assert await run.post("change it") == 2
+
+        async def plan_waits() -> bool:
+            plan = (await run.status()).plan
+            return plan is not None and plan.status == "awaiting_approval"
+
+        await eventually(plan_waits, what="the plan waits")
+        with pytest.raises(WorkflowUpdateFailedError) as failure:
+            await run.interrupt()
+        assert "approve or reject it" in str(failure.value.cause)
+        await run.approve_plan()
+        assert (await run.turn(2)).answer == "changed"
+        await run.end()
+    assert any(label == seen[0] for seen in test_tools.keys_seen)
