@@ -114,6 +114,8 @@ async def follow_turn(
     lines, steps = StepLines(), StepsFromEvents()
     async for event in agent_run.turn_events(number):
         lines.show(steps.add(event))
+        if event.kind == "turn_started" and answers is not None:
+            say(f"turn {event.turn}: working (a line typed steers it; Ctrl-C interrupts it)")
         if event.kind == "message_delivered":
             say(f"(the turn now has your message: {event.text})")
         if event.kind == "turn_finished":

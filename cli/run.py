@@ -29,7 +29,7 @@ from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
 from activities.mcp_tools import McpTools
 from activities.store_check import StoreNotWritable, check_stores
 from agent_client import AgentClient, AgentRun, AgentRunFailed
-from cli import conversation, decide
+from cli import chat, conversation, decide
 from cli.args import Result, RunArgs
 from cli.plumbing import say
 from cli.progress import StepLines, StepsFromEvents, usage_text
@@ -181,7 +181,13 @@ async def _run(args: RunArgs) -> int:
         say(f"starter.py: error: {reason}")
         return 2
     ui_port = free_port()
-    async with embedded_dev_server(ui_port=ui_port) as env:
+    # A conversation takes Ctrl-C as an interrupt: its server must not get the terminal's SIGINT.
+    server = (
+        chat.detached_dev_server(ui_port=ui_port)
+        if args.conversation
+        else embedded_dev_server(ui_port=ui_port)
+    )
+    async with server as env:
         say(f"embedded Temporal dev server; Web UI: http://127.0.0.1:{ui_port}")
         mcp = McpTools(args.mcp_config) if args.mcp_config is not None else None
         try:

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -129,3 +130,45 @@ def test_bad_conversation_command_lines_exit_2_with_one_line(
     out, err = capsys.readouterr()
     assert out == ""
     assert len(err.splitlines()) == 1 and err.startswith("starter.py"), err
+
+
+async def test_ctrl_c_interrupts_the_turn_and_a_second_one_ends_the_chat(tmp_path: Path) -> None:
+    """Ctrl-C as a terminal sends it, to the whole process group: the chat's dev server is in
+    a session of its own, so it goes on serving the conversation."""
+    script = tmp_path / "slow.json"
+    script.write_text(json.dumps([{"text": "too slow to wait for", "delay_seconds": 30}]))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "starter.py",
+        "chat",
+        "--script",
+        str(script),
+        "hello",
+        cwd=REPO,
+        env=cli_env(tmp_path / "demo.db"),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert process.stderr is not None
+    seen: list[str] = []
+
+    async def until(text: str) -> None:
+        while not any(text in line for line in seen):
+            line = await asyncio.wait_for(process.stderr.readline(), timeout=60)
+            assert line, f"stderr ended before {text!r}: {seen}"
+            seen.append(line.decode())
+
+    try:
+        await until("turn 1: working")
+        os.killpg(process.pid, signal.SIGINT)
+        await until("turn 1 interrupted")
+        os.killpg(process.pid, signal.SIGINT)
+        await until("ended by the user: 1 turns")
+        await asyncio.wait_for(process.wait(), timeout=30)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, seen
