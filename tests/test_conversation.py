@@ -15,7 +15,7 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 import tests.tools_for_tests as test_tools
-from agent_client import AgentClient, AgentRun
+from agent_client import AgentClient, AgentRun, AgentRunFailed
 from tests import fake_openai
 from tests.helpers import (
     FAST_MODEL_RETRY,
@@ -32,6 +32,7 @@ from workflows.models import (
     ModelSettings,
     ScriptedTurn,
     ToolApprovalPolicy,
+    Usage,
 )
 from workflows.transcript import Transcript
 
@@ -494,3 +495,32 @@ async def test_plan_approval_inside_a_conversation(client: Client, task_queue: s
         assert (await run.turn(2)).answer == "changed"
         await run.end()
     assert any(label == seen[0] for seen in test_tools.keys_seen)
+
+
+async def test_cancelling_a_conversation_undoes_every_turns_effects(
+    client: Client, task_queue: str
+) -> None:
+    label = f"cancel-{uuid.uuid4()}"
+    script = [turn(call("keyed_effect", label=label)), turn(text="done")]
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        run = await start(client, task_queue, conversation(script, tools=["keyed_effect"]))
+        assert (await run.turn(1)).answer == "done"
+        await run.handle.cancel()
+        with pytest.raises(AgentRunFailed) as failure:
+            await run.result()
+    assert failure.value.type == "CancelledError"
+    assert label in test_tools.undone
+
+
+async def test_the_conversations_budget_spans_its_turns(client: Client, task_queue: str) -> None:
+    spent = Usage(input_tokens=60, output_tokens=0)
+    script = [turn(text="one", usage=spent), turn(text="two", usage=spent)]
+    agent_input = conversation(script, limits=Limits(max_total_tokens=100))
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        run = await start(client, task_queue, agent_input)
+        assert (await run.turn(1)).answer == "one"
+        await run.post("again")
+        with pytest.raises(AgentRunFailed) as failure:
+            await run.result()
+    assert failure.value.type == "AgentBudgetExceeded"
+    assert "max_total_tokens=100" in failure.value.message

@@ -346,11 +346,11 @@ class AgentWorkflow:
                 await continuation.hand_on(
                     agent_input, state, self._stream, self._reporter, self._budget
                 )
-            talk.deliver(self._transcript)  # steering, at a safe point
-            if talk.out_of_steps():
+            if talk.out_of_steps():  # messages queued meanwhile start the next turn
                 if (ended := await self._next_turn("step_limit")) is not None:
                     return ended
                 continue
+            talk.deliver(self._transcript)  # steering, at a safe point
             offered = self._offered()
             step = state.steps + 1
             context = await self._window.fit(offered, sent_until, step)
@@ -465,8 +465,10 @@ class AgentWorkflow:
         kept = talk.unanswered_effects()
         if len(state.effects) > kept:
             answered_effects, state.effects = state.effects[:kept], state.effects[kept:]
-            await self._saga.undo_all()
+            cancelled = await self._saga.undo_all()
             state.effects = answered_effects
+            if cancelled:  # cancelling a conversation undoes all of it, as it does a run
+                raise asyncio.CancelledError("the conversation was cancelled while it ended")
         result = self._result(talk.last_answer(), None)
         return result.model_copy(update={"turns": talk.turns(), "ended": talk.ended()})
 
