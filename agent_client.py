@@ -59,6 +59,7 @@ from workflows.models import (
     TracePage,
     TracePageRequest,
     TranscriptPageRequest,
+    TurnRecord,
 )
 from workflows.transcript import Message
 
@@ -247,6 +248,62 @@ class AgentRun:
             AgentWorkflow.decide_tool_call,
             ToolCallDecision(call_id=call_id, approve=approve, reason=reason, remember=remember),
         )
+
+    # --- a conversation (AgentInput.conversation; docs/conversations.md) ----------------------
+
+    async def send(self, text: str) -> TurnRecord:
+        """Send a message to the conversation and wait for the turn it belongs to: its answer
+        is `.answer` (None when it was interrupted or hit its step limit: see `.outcome`). A
+        message sent while a turn works steers that turn. Raises
+        temporalio.client.WorkflowUpdateFailedError, saying why, for an empty message or one
+        to a conversation that has ended."""
+        return await self.turn(await self.post(text))
+
+    async def post(self, text: str) -> int:
+        """Send a message without waiting for the turn: answers the turn it belongs to."""
+        return await self.handle.execute_update(AgentWorkflow.send_message, text)
+
+    async def turn(self, number: int) -> TurnRecord:
+        """Wait for turn `number` to finish, and answer its record. Raises AgentRunFailed when
+        the conversation failed first, and LookupError when it ended without that turn."""
+        async for _ in self.turn_events(number):
+            pass
+        description = await self.handle.describe()
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            status = await self.status()
+            turns = status.conversation.turns if status.conversation else []
+        else:
+            turns = (await self.result()).turns
+        found = [t for t in turns if t.turn == number and t.outcome != "working"]
+        if not found:
+            raise LookupError(f"conversation {self.id} has no finished turn {number}")
+        return found[0]
+
+    async def turn_events(self, number: int) -> AsyncIterator[AgentEvent]:
+        """The progress events of turn `number`, as they happen: from its `turn_started` to its
+        `turn_finished` (or the conversation's end)."""
+        inside = False
+        async for item in self.events():
+            event = item.data
+            if event.kind == "turn_started" and event.turn == number:
+                inside = True
+            if inside:
+                yield event
+            if event.kind == "turn_finished" and event.turn == number:
+                return
+            if event.kind in ("completed", "failed"):
+                return
+
+    async def interrupt(self) -> int:
+        """Stop the working turn (docs/conversations.md says what stops and what finishes);
+        answers its number. The conversation then waits for the next message."""
+        return await self.handle.execute_update(AgentWorkflow.interrupt)
+
+    async def end(self) -> AgentResult:
+        """End the conversation (a working turn is interrupted first) and answer its result,
+        with every turn in `.turns`."""
+        await self.handle.execute_update(AgentWorkflow.end_conversation)
+        return await self.result()
 
     async def events(
         self, from_offset: int = 0, *, poll_cooldown: timedelta = STREAM_POLL_COOLDOWN

@@ -2,7 +2,11 @@
 
     python starter.py "PROMPT" [--provider scripted|openai|anthropic] [--model M] [--max-steps N]
                       [--plan] [--approve-all] [--allow TOOL]... [--label TEXT]
-                      [--address HOST:PORT] [--no-wait] [--json] [--trace]
+                      [--address HOST:PORT] [--no-wait] [--json] [--trace] [--conversation]
+    python starter.py chat [PROMPT] [the run's options]
+    python starter.py send WORKFLOW_ID TEXT [--wait]
+    python starter.py interrupt WORKFLOW_ID
+    python starter.py end WORKFLOW_ID
     python starter.py approve WORKFLOW_ID [--comment TEXT] [--version N]
     python starter.py reject WORKFLOW_ID --feedback TEXT [--version N]
     python starter.py calls WORKFLOW_ID
@@ -49,17 +53,20 @@ from temporalio.service import RPCError
 
 import worker
 from agent_client import AgentClient
-from cli import decide, read
+from cli import conversation, decide, read
 from cli.args import (
     ApproveCall,
     ApprovePlan,
     DenyCall,
+    End,
+    Interrupt,
     ListCalls,
     ListWaiting,
     OfRun,
     RejectPlan,
     Result,
     RunArgs,
+    Send,
     Serve,
     Stats,
     Status,
@@ -137,6 +144,12 @@ async def hand_over(client: AgentClient, args: Subcommand) -> int:
             return await read.trace(client.run(args.workflow_id), args)
         case Stats():
             return await read.stats(client, args)
+        case Send():
+            return await conversation.send(client.run(args.workflow_id), args)
+        case Interrupt():
+            return await conversation.interrupt(client.run(args.workflow_id), args)
+        case End():
+            return await conversation.end(client.run(args.workflow_id), args)
     assert_never(args)
 
 

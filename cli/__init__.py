@@ -4,6 +4,8 @@ One concern per module; imports point one way, from the top of this list down to
 and out to agent_client, worker and workflows.models (never back to starter):
 
 - `run`: start a run, follow it to its end and report it (self-contained or through --address).
+- `conversation`: a conversation at the terminal (`chat`, `--conversation`) and the subcommands
+  that carry one on (send, interrupt, end); `chat`: its dev server, in a session of its own.
 - `decide`: a plan or a tool call that waits for a person, decided at the terminal or by a
   subcommand (approve, reject, approve-call, deny-call).
 - `read`: the subcommands that only read (watch, status, calls, list, trace, stats).

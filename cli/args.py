@@ -30,6 +30,8 @@ KEY_VARIABLES: dict[Provider, str] = {"openai": "OPENAI_API_KEY", "anthropic": "
 DEFAULT_STATS_LIMIT = 500
 SERVE = "worker"
 """The first word that serves runs instead (`durable-agent worker`, `starter.py worker`)."""
+CHAT = "chat"
+"""The first word that starts a conversation at the terminal (`starter.py chat`)."""
 _SCRIPT_ADAPTER = TypeAdapter(list[ScriptedTurn])
 
 
@@ -65,6 +67,11 @@ class RunArgs:
     linger: bool
     mcp_config: McpConfig | None = None
     """--mcp-config (or AGENT_MCP_CONFIG): MCP servers for the embedded worker's runs."""
+    conversation: bool = False
+    """--conversation (and `chat`): the run is a conversation (docs/conversations.md)."""
+    chat: bool = False
+    """`chat`: every line typed is a turn (or steers the working turn); the prompt, when not
+    given, is the first line."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,6 +160,23 @@ class Stats(OnServer):
     limit: int
 
 
+@dataclass(frozen=True, kw_only=True)
+class Send(OfRun):
+    command: ClassVar[str] = "send"
+    text: str
+    wait: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Interrupt(OfRun):
+    command: ClassVar[str] = "interrupt"
+
+
+@dataclass(frozen=True, kw_only=True)
+class End(OfRun):
+    command: ClassVar[str] = "end"
+
+
 @dataclass(frozen=True)
 class Serve:
     """`worker [--address ...]`: serve runs; worker.py parses the rest."""
@@ -173,6 +197,9 @@ Subcommand = (
     | Result
     | Trace
     | Stats
+    | Send
+    | Interrupt
+    | End
 )
 Command = RunArgs | Subcommand | Serve
 _SUBCOMMAND_TYPES: tuple[type[OnServer], ...] = get_args(Subcommand)
@@ -186,7 +213,12 @@ def parse_command_line(argv: Sequence[str] | None = None) -> Command:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == [SERVE]:
         return Serve(tuple(words[1:]))
-    args = parse_subcommand(words) if words and words[0] in SUBCOMMANDS else parse_run(words)
+    if words[:1] == [CHAT]:
+        args: RunArgs | Subcommand = parse_run(words[1:], chat=True)
+    elif words and words[0] in SUBCOMMANDS:
+        args = parse_subcommand(words)
+    else:
+        args = parse_run(words)
     try:
         payload_codec.data_converter()  # a malformed key configuration is a usage error
     except payload_codec.PayloadKeyError as error:
@@ -195,15 +227,28 @@ def parse_command_line(argv: Sequence[str] | None = None) -> Command:
     return args
 
 
-def parse_run(argv: list[str]) -> RunArgs:
+def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
     parser = OneLineArgumentParser(
-        prog="starter.py",
-        description="Start an agent run.",
+        prog=f"starter.py {CHAT}" if chat else "starter.py",
+        description="A conversation at the terminal: each line is a turn; a line typed while a "
+        "turn works steers it; Ctrl-C interrupts the turn, a second Ctrl-C (or /end, or the "
+        "end of stdin) ends the conversation."
+        if chat
+        else "Start an agent run.",
         epilog="To decide on and follow runs on a server: starter.py {"
         + ",".join(SUBCOMMANDS)
         + "} ... (each with --help). To serve runs: starter.py worker (see worker --help).",
     )
-    parser.add_argument("prompt", help="what the agent should do")
+    if chat:
+        parser.add_argument("prompt", nargs="?", default="", help="the first message")
+    else:
+        parser.add_argument("prompt", help="what the agent should do")
+        parser.add_argument(
+            "--conversation",
+            action="store_true",
+            help="the run is a conversation: after its answer it waits for the next message "
+            "(self-contained: typed here, as `chat`; with --address: `starter.py send`)",
+        )
     parser.add_argument(
         "--provider",
         choices=PROVIDERS,
@@ -283,7 +328,9 @@ def parse_run(argv: list[str]) -> RunArgs:
         f"(default: ${MCP_CONFIG_VARIABLE}; docs/mcp.md)",
     )
     args = parser.parse_args(argv)
-    if not args.prompt.strip():
+    if chat:
+        args.conversation = True
+    if not args.prompt.strip() and not chat:
         parser.error("the prompt is empty")
     if args.label is not None and not args.label.strip():
         parser.error("--label is empty")
@@ -300,6 +347,11 @@ def parse_run(argv: list[str]) -> RunArgs:
             mcp_config = mcp_config_from(args.mcp_config)
         except AgentConfigurationError as error:
             parser.error(error.message)
+    if chat and (args.no_wait or args.json):
+        parser.error(
+            "chat is at this terminal; to start a conversation and return, use "
+            '"PROMPT" --conversation --address ... --no-wait'
+        )
     if args.no_wait and address is None:
         parser.error(
             "--no-wait needs --address (or TEMPORAL_ADDRESS): a self-contained run "
@@ -353,6 +405,8 @@ def parse_run(argv: list[str]) -> RunArgs:
         trace=args.trace,
         linger=args.linger,
         mcp_config=mcp_config,
+        conversation=args.conversation,
+        chat=chat,
     )
 
 
@@ -435,6 +489,17 @@ def parse_subcommand(argv: list[str]) -> Subcommand:
         "per label, the steps, tokens and cost of the runs that completed, and the max_steps "
         "their distribution suggests (twice the p95 of the steps)",
     )
+    send = command(
+        Send,
+        "send a message to a conversation: it starts the next turn, or steers the working one; "
+        "prints the turn's number",
+    )
+    send.add_argument("text", help="the message")
+    send.add_argument(
+        "--wait", action="store_true", help="then follow the turn and print its answer"
+    )
+    command(Interrupt, "stop a conversation's working turn; it then waits for a message")
+    command(End, "end a conversation; prints its turns")
     stats.add_argument("--label", help="only the runs started with this --label")
     stats.add_argument(
         "--limit",
@@ -457,6 +522,8 @@ def parse_subcommand(argv: list[str]) -> Subcommand:
         chosen.error("--feedback is empty: the model needs to know what to change")
     if args.command == "deny-call" and not args.reason.strip():
         chosen.error("--reason is empty: the model needs to know why")
+    if args.command == "send" and not args.text.strip():
+        chosen.error("the message is empty")
     kind = next(kind for kind in _SUBCOMMAND_TYPES if kind.command == args.command)
     # Each type's fields are the destinations of its arguments, so this takes exactly those.
     fields: dict[str, Any] = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind)}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import signal
 import uuid
@@ -28,7 +29,7 @@ from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
 from activities.mcp_tools import McpTools
 from activities.store_check import StoreNotWritable, check_stores
 from agent_client import AgentClient, AgentRun, AgentRunFailed
-from cli import decide
+from cli import chat, conversation, decide
 from cli.args import Result, RunArgs
 from cli.plumbing import say
 from cli.progress import StepLines, StepsFromEvents, usage_text
@@ -98,6 +99,15 @@ def demo_plan_script() -> list[ScriptedTurn]:
     ]
 
 
+def conversation_demo_tail() -> list[ScriptedTurn]:
+    """The scripted demo's later turns of a conversation: it has no more to say."""
+    text = (
+        "(scripted demo) I only replay the seeds' support conversation; set OPENAI_API_KEY "
+        "or ANTHROPIC_API_KEY to talk with a real model."
+    )
+    return [ScriptedTurn(text=text) for _ in range(50)]
+
+
 def build_input(args: RunArgs) -> AgentInput:
     if args.provider == "scripted":
         demo = demo_plan_script() if args.plan else support_demo_script()
@@ -105,8 +115,12 @@ def build_input(args: RunArgs) -> AgentInput:
         model = ModelSettings(provider="scripted", model=args.model, script=script)
     else:
         model = ModelSettings(provider=args.provider, model=args.model)
+    if args.conversation and args.provider == "scripted" and args.script is None:
+        script = [*script, *conversation_demo_tail()]
+        model = model.model_copy(update={"script": script})
     return AgentInput(
         prompt=args.prompt,
+        conversation=args.conversation,
         system=args.system or (None if args.tools else SUPPORT_DEMO_SYSTEM),
         model=model,
         limits=Limits(max_steps=args.max_steps, max_cost_usd=args.max_cost_usd),
@@ -134,6 +148,13 @@ async def run(args: RunArgs) -> int:
 
 
 async def _run(args: RunArgs) -> int:
+    if args.chat and not args.prompt.strip():
+        say("a conversation: type a message, Enter sends it (/end or Ctrl-D ends it)")
+        first = await decide.read_line(asyncio.Event())
+        if first is None or not first.strip():
+            say("starter.py chat: no first message")
+            return 2
+        args = dataclasses.replace(args, prompt=first.strip())
     agent_input = build_input(args)
     following = Following.of(args)
     if args.provider == "scripted" and args.script is None and not args.json:
@@ -160,7 +181,13 @@ async def _run(args: RunArgs) -> int:
         say(f"starter.py: error: {reason}")
         return 2
     ui_port = free_port()
-    async with embedded_dev_server(ui_port=ui_port) as env:
+    # A conversation takes Ctrl-C as an interrupt: its server must not get the terminal's SIGINT.
+    server = (
+        chat.detached_dev_server(ui_port=ui_port)
+        if args.conversation
+        else embedded_dev_server(ui_port=ui_port)
+    )
+    async with server as env:
         say(f"embedded Temporal dev server; Web UI: http://127.0.0.1:{ui_port}")
         mcp = McpTools(args.mcp_config) if args.mcp_config is not None else None
         try:
@@ -232,6 +259,15 @@ async def _start_and_report(
         return 0
     if not args.json:
         say(f"workflow {workflow_id} started")
+    if args.conversation:
+        talk = conversation.Following(
+            ask=following.ask,
+            json=following.json,
+            address=following.address,
+            namespace=following.namespace,
+        )
+        # Self-contained, nothing else can send the next message: the conversation is here.
+        return await conversation.converse(agent_run, talk, chat=args.chat or following.ask)
     return await follow(agent_run, following)
 
 

@@ -100,6 +100,24 @@ async def decide_the_calls_while_watching(handle: Handle) -> None:
     assert asked == ["call_1_1", "call_2_2"], asked
 
 
+async def turn_finished(handle: Handle, number: int) -> None:
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        talk = (await handle.query(AgentWorkflow.status)).conversation
+        if talk is not None and talk.turn == number and not talk.working:
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"turn {number} never finished"
+        await asyncio.sleep(0.05)
+
+
+async def talk_twice_then_end(handle: Handle) -> None:
+    """A conversation: the second message by update, the end by signal."""
+    await turn_finished(handle, 1)
+    assert await handle.execute_update(AgentWorkflow.send_message, "second question") == 2
+    await turn_finished(handle, 2)
+    await handle.signal("end_conversation")
+
+
 def scenarios() -> dict[str, Scenario]:
     return {
         # Its second step runs two read-only tools in one workflow task (parallel tools).
@@ -183,6 +201,18 @@ def scenarios() -> dict[str, Scenario]:
                 tool_approval=ToolApprovalPolicy(),
             ),
             drive=decide_the_calls_while_watching,
+        ),
+        "conversation": Scenario(
+            scripted_input(
+                [
+                    turn(call("count_me", key="talk")),
+                    turn(text="one"),
+                    turn(text="two", expect="second question"),
+                ],
+                tools=["count_me"],
+                conversation=True,
+            ),
+            drive=talk_twice_then_end,
         ),
     }
 
@@ -286,6 +316,13 @@ def test_the_committed_histories_cover_what_they_are_named_for() -> None:
         "workflow_execution_update_accepted_event_attributes",
         "workflow_execution_update_completed_event_attributes",
     } <= plan
+    talk = kinds(HISTORIES / "conversation.json")
+    assert {
+        "marker_recorded_event_attributes",
+        "workflow_execution_update_accepted_event_attributes",
+        "workflow_execution_signaled_event_attributes",
+        "workflow_execution_completed_event_attributes",
+    } <= talk
     first = kinds(HISTORIES / "continue_as_new.json")
     assert "workflow_execution_continued_as_new_event_attributes" in first
     assert "workflow_execution_completed_event_attributes" in kinds(

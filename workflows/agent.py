@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     # must share one copy of each class they match on. (`from workflows import dispatch` would
     # load a fresh copy inside it.)
     import workflows.continuation as continuation
+    import workflows.conversation as conversation
     import workflows.dispatch as dispatch
     import workflows.run_setup as run_setup
     import workflows.versioning as versioning
@@ -111,9 +112,15 @@ class AgentWorkflow:
             self._saga,
             self._reporter,
         )
+        self._conversation = conversation.Conversation(
+            agent_input, state, self._reporter, self._budget
+        )
+        if self._conversation.on:
+            self._runner.interruption = self._conversation.interruption
         self._tools: dict[str, ToolSpec] = {}
         self._read_result: ToolSpec | None = None
         self._telling_parent: asyncio.Task[None] | None = None
+        self._first_step_of_run = state.steps
 
     # --- queries -------------------------------------------------------------------------------
 
@@ -164,6 +171,7 @@ class AgentWorkflow:
             approvals=self._tool_gate.awaiting(),
             sub_agent_approvals=self._tool_gate.sub_agent_awaiting(),
             tool_notices=self._tool_notices(),
+            conversation=self._conversation.status(),
         )
 
     def _tool_notices(self) -> list[str]:
@@ -213,12 +221,73 @@ class AgentWorkflow:
         """From this run's sub-agent: its calls that started or stopped waiting for a person."""
         self._tool_gate.take_report(report)
 
+    # --- a conversation's messages, interrupts and end (workflows/conversation.py); each an
+    # update (refused with the reason) and a signal of the same name (logged and ignored when
+    # refused), for `temporal workflow update execute` and `temporal workflow signal` alike ----
+
+    @workflow.update
+    def send_message(self, text: str) -> int:
+        """A person's message to the conversation; answers the turn it belongs to: the working
+        turn (it is appended at the next safe point) or, when none works, the next one."""
+        return self._conversation.take_message(text)
+
+    @send_message.validator
+    def _validate_message(self, text: str) -> None:
+        self._conversation.validate_message(text)
+
+    @workflow.signal(name="send_message")
+    def send_message_by_signal(self, text: str) -> None:
+        try:
+            self._conversation.validate_message(text)
+        except ValueError as refused:
+            workflow.logger.warning("message ignored: %s", refused)
+            return
+        self._conversation.take_message(text)
+
+    @workflow.update
+    def interrupt(self) -> int:
+        """Stop the working turn (workflows/interruption.py says what stops and what finishes);
+        answers its number. The conversation then waits for the next message."""
+        return self._conversation.interrupt()
+
+    @interrupt.validator
+    def _validate_interrupt(self) -> None:
+        self._conversation.validate_interrupt()
+
+    @workflow.signal(name="interrupt")
+    def interrupt_by_signal(self) -> None:
+        try:
+            self._conversation.validate_interrupt()
+        except ValueError as refused:
+            workflow.logger.warning("interrupt ignored: %s", refused)
+            return
+        self._conversation.interrupt()
+
+    @workflow.update
+    def end_conversation(self) -> int:
+        """End the conversation (a working turn is interrupted first); answers its number of
+        turns. The run completes with every turn in its result."""
+        return self._conversation.end()
+
+    @end_conversation.validator
+    def _validate_end(self) -> None:
+        self._conversation.validate_end()
+
+    @workflow.signal(name="end_conversation")
+    def end_conversation_by_signal(self) -> None:
+        try:
+            self._conversation.validate_end()
+        except ValueError as refused:
+            workflow.logger.warning("end ignored: %s", refused)
+            return
+        self._conversation.end()
+
     # --- the run -------------------------------------------------------------------------------
 
     @workflow.run
     async def run(self, agent_input: AgentInput) -> AgentResult:
         """Run the loop; a run that ends without an answer undoes its side effects, then fails."""
-        behaviours = versioning.decide(agent_input.model.provider)
+        behaviours = versioning.decide(agent_input.model.provider, agent_input.conversation)
         self._reporter.behaviours = self._gateway.behaviours = behaviours
         self._loops.bounded = self._call_ids.bounded = behaviours.bounded_state
         if behaviours.sub_agent_approvals_reach_the_parent and workflow.info().parent:
@@ -267,18 +336,26 @@ class AgentWorkflow:
     async def _loop(self) -> AgentResult:
         agent_input, state = self._input, self._state
         await self._resolve_tools()
+        talk = self._conversation
         if agent_input.carried is None:
             self._transcript.append(UserMessage(content=agent_input.prompt))
+            talk.first_turn(agent_input.prompt)
         # messages[:sent_until] were in the previous model request
         sent_until = len(state.messages) if agent_input.carried else 0
-        first_step_of_run = state.steps
+        if talk.waiting and (ended := await self._next_turn()) is not None:
+            return ended  # handed on between turns: wait on
 
         while True:
             self._trace.keep_bounded()
-            if continuation.is_due(agent_input, state, state.steps - first_step_of_run):
+            if self._hand_on_due():
                 await continuation.hand_on(
                     agent_input, state, self._stream, self._reporter, self._budget
                 )
+            if talk.out_of_steps():  # messages queued meanwhile start the next turn
+                if (ended := await self._next_turn("step_limit")) is not None:
+                    return ended
+                continue
+            talk.deliver(self._transcript)  # steering, at a safe point
             offered = self._offered()
             step = state.steps + 1
             context = await self._window.fit(offered, sent_until, step)
@@ -289,7 +366,15 @@ class AgentWorkflow:
             self._reporter.publish("step_started", step=step, model=model)
             sent = self._window.view()
             previous_input = state.step_records[-1].usage.input_tokens if state.step_records else 0
-            response = await self._gateway.reply(offered, step, sent)
+            if talk.on:
+                reply = await talk.interruption.model_call(self._gateway.reply(offered, step, sent))
+                if reply is None:  # interrupted: the turn ends without this call's reply
+                    if (ended := await self._next_turn("interrupted")) is not None:
+                        return ended
+                    continue
+                response = reply
+            else:
+                response = await self._gateway.reply(offered, step, sent)
             sent_until = len(state.messages)
             self._budget.record_model_call(response.usage)
             self._window.account_cache_loss(response, previous_input)
@@ -302,6 +387,7 @@ class AgentWorkflow:
                 model_attempts=response.attempt,
                 usage=response.usage,
                 finish_reason=response.finish_reason,
+                turn=talk.turn if talk.on else None,
             )
             state.step_records.append(record)
             calls = response.message.tool_calls
@@ -332,13 +418,64 @@ class AgentWorkflow:
             self._budget.check_spend(workflow.now())
             if not message.tool_calls:
                 if agent_input.output_schema is None and (message.content or "").strip():
-                    return self._result(message.content or "", None)
+                    answered = self._result(message.content or "", None)
+                    if (ended := await self._next_turn("answered", answered)) is not None:
+                        return ended
+                    continue
                 nudge = EMPTY_REPLY_NUDGE if agent_input.output_schema is None else SCHEMA_NUDGE
                 self._transcript.append(UserMessage(content=nudge))
                 continue
             answer = await self._run_reply(message.tool_calls, record)
-            if answer is not None:
-                return answer
+            if answer is None and not talk.interrupted:
+                continue
+            outcome: conversation.TurnOutcome = "interrupted" if answer is None else "answered"
+            if (ended := await self._next_turn(outcome, answer)) is not None:
+                return ended
+
+    def _hand_on_due(self) -> bool:
+        steps_this_run = self._state.steps - self._first_step_of_run
+        return continuation.is_due(self._input, self._state, steps_this_run)
+
+    async def _next_turn(
+        self, outcome: conversation.TurnOutcome | None = None, answered: AgentResult | None = None
+    ) -> AgentResult | None:
+        """Where a turn ends. A run that is not a conversation ends with its answer; a
+        conversation records the turn, waits for the next message and answers None once the
+        next turn has started, or the conversation's result once it has ended. A queued message
+        that crossed the answer goes on in the same turn. `outcome` None: the run was handed
+        on while it waited."""
+        talk = self._conversation
+        if not talk.on:
+            return answered
+        if outcome == "answered" and talk.has_queued:
+            return None
+        if outcome is not None:
+            talk.finish_turn(outcome, answered.answer if answered else None)
+        while True:
+            match await talk.next_turn(self._hand_on_due, self._transcript):
+                case "turn":
+                    return None
+                case "ended":
+                    return await self._end_conversation()
+                case "continue_as_new":
+                    await continuation.hand_on(
+                        self._input, self._state, self._stream, self._reporter, self._budget
+                    )
+
+    async def _end_conversation(self) -> AgentResult:
+        """The conversation's result, every turn in it. The effects made since the last answer
+        (an interrupted turn's) are undone first, as a failed run's are; the answered turns'
+        stay."""
+        talk, state = self._conversation, self._state
+        kept = talk.unanswered_effects()
+        if len(state.effects) > kept:
+            answered_effects, state.effects = state.effects[:kept], state.effects[kept:]
+            cancelled = await self._saga.undo_all()
+            state.effects = answered_effects
+            if cancelled:  # cancelling a conversation undoes all of it, as it does a run
+                raise asyncio.CancelledError("the conversation was cancelled while it ended")
+        result = self._result(talk.last_answer(), None)
+        return result.model_copy(update={"turns": talk.turns(), "ended": talk.ended()})
 
     async def _run_reply(
         self, calls: tuple[ToolCall, ...], record: StepRecord

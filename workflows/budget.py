@@ -79,12 +79,21 @@ class Budget:
             return estimate_tokens(prefix) + estimate_message_tokens(messages)
         return last + estimate_message_tokens(appended_since_last_call)
 
+    @property
+    def steps_this_turn(self) -> int:
+        """Model calls that count against max_steps: a conversation's turn's own, else all."""
+        conversation = self._state.conversation
+        if conversation is None or not conversation.turns:
+            return self.steps
+        return self.steps - conversation.turns[-1].steps_before
+
     def check_before_model_call(self, now: datetime, context_tokens: int) -> None:
         limits = self.limits
-        if self.steps >= limits.max_steps:
+        if self.steps_this_turn >= limits.max_steps:
+            what = "the turn" if self._state.conversation is not None else "the run"
             raise AgentStepLimitExceeded(
-                f"max_steps={limits.max_steps} reached: the run made {self.steps} model calls "
-                "without a final answer",
+                f"max_steps={limits.max_steps} reached: {what} made {self.steps_this_turn} "
+                "model calls without a final answer",
                 self.details(),
             )
         self.check_spend(now)

@@ -23,10 +23,12 @@ from workflows.state import (
     CompensationInput as CompensationInput,
     CompensationRecord as CompensationRecord,
     CompensationStatus as CompensationStatus,
+    ConversationState as ConversationState,
     DecidedBy as DecidedBy,
     EarlierSteps as EarlierSteps,
     FailureDetails as FailureDetails,
     PlanState as PlanState,
+    QueuedMessage as QueuedMessage,
     RunState as RunState,
     RunTools as RunTools,
     StepRecord as StepRecord,
@@ -35,6 +37,8 @@ from workflows.state import (
     ToolCallRecord as ToolCallRecord,
     ToolOutcome as ToolOutcome,
     ToolSelection as ToolSelection,
+    TurnOutcome as TurnOutcome,
+    TurnRecord as TurnRecord,
     Usage as Usage,
 )
 from workflows.transcript import AssistantMessage, Message
@@ -179,6 +183,13 @@ class AgentInput(BaseModel):
     (its history is getting long). Always at a step boundary; nothing a caller sees changes."""
     carried: RunState | None = None
     """Set by the run itself when it continues as new: everything it had."""
+    conversation: bool = False
+    """A conversation (docs/conversations.md): a turn that has answered waits, spending
+    nothing, for the person's next message (`send_message`) instead of ending the run;
+    `limits.max_steps` applies to each turn, the other limits to the whole conversation. It
+    ends with `end_conversation` or after `idle_timeout_seconds` without a message."""
+    idle_timeout_seconds: float = Field(default=86_400.0, gt=0)
+    """A conversation ends after this long without a message (24 hours by default)."""
     heartbeat_timeout_seconds: float | None = Field(default=10.0, gt=0)
     """Model, tool and compensation activities heartbeat; an attempt whose worker died is retried
     after this long rather than after its whole start-to-close timeout. None turns it off."""
@@ -279,6 +290,10 @@ class AgentResult(BaseModel):
     """The run's compensation log: what a parent must undo if it fails after delegating here."""
     tool_notices: list[str] = []
     """What the run went without (`RunTools.notices`): an optional MCP server that was down."""
+    turns: list[TurnRecord] = []
+    """A conversation's turns, oldest first (the newest MAX_KEPT_TURNS); [] for a run."""
+    ended: str | None = None
+    """Why a conversation ended: "ended by the user", or its idle timeout."""
 
 
 EVENTS_TOPIC = "events"
@@ -298,6 +313,11 @@ AgentEventKind = Literal[
     "compensation",
     "continued_as_new",
     "tools_unavailable",
+    "turn_started",
+    "turn_finished",
+    "message_queued",
+    "message_delivered",
+    "interrupt_requested",
     "completed",
     "failed",
 ]
@@ -325,7 +345,10 @@ class AgentEvent(BaseModel):
     attempts: int | None = None
     text: str | None = None
     """A line for people: the answer (completed), the error (failed), a retry's reason, a
-    person's reason, the plan's steps."""
+    person's reason, the plan's steps; a conversation's message (turn_started,
+    message_queued, message_delivered) or a turn's answer (turn_finished)."""
+    turn: int | None = None
+    """A conversation's events of turns and messages: the turn they belong to."""
 
 
 class TranscriptPageRequest(BaseModel):
@@ -394,6 +417,23 @@ class SubAgentReport(BaseModel):
     approvals: list[SubAgentApproval]
 
 
+class ConversationStatus(BaseModel):
+    """A conversation's part of the `status` query."""
+
+    turn: int
+    """The newest turn (working, or finished when the conversation waits)."""
+    working: bool
+    """A turn is under way; False while the conversation waits for a message."""
+    queued: list[QueuedMessage]
+    """Messages waiting for the next safe point of the working turn."""
+    turns: list[TurnRecord]
+    """The newest STATUS_TURNS turns."""
+    ended: str | None = None
+
+
+STATUS_TURNS = 20
+
+
 class RunStatus(BaseModel):
     """Answer of the `status` query: plain JSON, so `temporal workflow query` prints it."""
 
@@ -415,6 +455,8 @@ class RunStatus(BaseModel):
     decide them here, with the same `decide_tool_call`."""
     tool_notices: list[str] = []
     """What the run goes without (`RunTools.notices`): an optional MCP server that was down."""
+    conversation: ConversationStatus | None = None
+    """A conversation's turns and queued messages; None for a run that is not one."""
 
 
 AgentInput.model_rebuild()

@@ -167,6 +167,8 @@ class StepRecord(BaseModel):
     usage: Usage
     finish_reason: str | None = None
     tool_calls: list[ToolCallRecord] = []
+    turn: int | None = None
+    """The conversation turn it belongs to; None in a run that is not a conversation."""
 
 
 class EarlierSteps(BaseModel):
@@ -229,6 +231,58 @@ class RunTools(BaseModel):
         return self.read_result if self.read_result and self.read_result.name == name else None
 
 
+TurnOutcome = Literal["working", "answered", "interrupted", "step_limit"]
+"""working: the turn is under way; step_limit: it made `limits.max_steps` model calls without
+an answer (the conversation goes on)."""
+
+
+class TurnRecord(BaseModel):
+    """One turn of a conversation: from a person's message to the agent's answer (or to an
+    interrupt, or the turn's step limit)."""
+
+    turn: int
+    message: str
+    """The message that started it (cut at 1,000 characters)."""
+    started_at: datetime
+    steps_before: int
+    """The conversation's model calls before this turn: the turn's steps are those after."""
+    usage_before: Usage
+    """The conversation's usage when the turn started."""
+    steps: int = 0
+    usage: Usage = Usage()
+    """What the turn's model calls spent (summaries and sub-agents included)."""
+    outcome: TurnOutcome = "working"
+    answer: str | None = None
+    steering: int = 0
+    """Messages that arrived while it worked, appended at a safe point."""
+    ended_at: datetime | None = None
+
+
+class QueuedMessage(BaseModel):
+    """A person's message that waits for the next safe point (or starts the next turn)."""
+
+    text: str
+    turn: int
+    """The turn it belongs to: the working one, or the next one when none works."""
+    at: datetime
+
+
+class ConversationState(BaseModel):
+    """A conversation's own state (AgentInput.conversation), carried with the run's."""
+
+    turns: list[TurnRecord] = []
+    """The newest MAX_KEPT_TURNS turns (workflows/conversation.py); `earlier_turns` before."""
+    earlier_turns: int = 0
+    queued: list[QueuedMessage] = []
+    ended: str | None = None
+    """Why the conversation ends ("ended by the user", "idle for ..."); None while it goes."""
+    idle_since: datetime | None = None
+    """When the last turn finished: the idle timeout counts from here."""
+    kept_effects: int = 0
+    """The first this many of `RunState.effects` belong to answered turns and stay when the
+    conversation ends; the later ones (an interrupted turn's) are undone."""
+
+
 class RunState(BaseModel):
     """Everything a run carries: the workflow keeps its live state here, and continue-as-new
     passes it whole as `AgentInput.carried`. A new field needs a default, so that runs started
@@ -273,6 +327,8 @@ class RunState(BaseModel):
     tools_listed_in_run: int | None = None
     """The run of the chain (`runs`) whose start listed `tools`: a later run lists them again
     (an MCP server's tools may have changed). None: listed before this was kept."""
+    conversation: ConversationState | None = None
+    """A conversation's turns and queued messages; None for a run that is not one."""
 
     @classmethod
     def start(cls, started_at: datetime) -> RunState:

@@ -32,6 +32,7 @@ from workflows.builtin_tools import DELEGATE, DELEGATE_PARAMETERS, READ_RESULT
 from workflows.dispatch import Finish, PlannedCall, Refuse, Run, SubmitPlan, schema_problems
 from workflows.errors import FATAL_ERROR_TYPES, describe_failure, failure_type
 from workflows.gates import ToolCallGate
+from workflows.interruption import NOT_RUN, Interruption, cancelled_text
 from workflows.model_gateway import ModelGateway
 from workflows.models import (
     AgentInput,
@@ -95,6 +96,11 @@ class ToolRunner:
         self._reporter = reporter
         self.tools: dict[str, ToolSpec] = {}
         """The run's own tools, by name (set when the run resolves them)."""
+        self.interruption: Interruption | None = None
+        """A conversation's: an interrupt stops the calls that may stop (interruption.py)."""
+
+    def _interrupted(self) -> bool:
+        return self.interruption is not None and self.interruption.requested
 
     async def run(self, planned: list[PlannedCall]) -> ReplyOutcome:
         """Carry out a reply's plan, in its order; every call gets an outcome."""
@@ -102,12 +108,20 @@ class ToolRunner:
         batch: list[tuple[ToolCall, Run]] = []
 
         async def run_batch() -> None:
-            done = await asyncio.gather(*(self._run_one(call, run) for call, run in batch))
+            if self.interruption is not None:
+                done = await self.interruption.run_calls(
+                    [(call, self._run_one(call, run), run.spec.side_effects) for call, run in batch]
+                )
+            else:
+                done = await asyncio.gather(*(self._run_one(call, run) for call, run in batch))
             reply.outcomes.update({c.id: o for (c, _), o in zip(batch, done, strict=True)})
             batch.clear()
 
         for entry in planned:
             call = entry.call
+            if self._interrupted():
+                reply.outcomes[call.id] = Outcome.not_run(call, NOT_RUN)
+                continue
             if reason := reply.fatal:
                 reply.outcomes[call.id] = not_run_because(call, reason)
                 continue
@@ -123,6 +137,9 @@ class ToolRunner:
                     await run_batch()
                     if reason := reply.fatal:
                         reply.outcomes[call.id] = not_run_because(call, reason)
+                        continue
+                    if self._interrupted():
+                        reply.outcomes[call.id] = Outcome.not_run(call, NOT_RUN)
                         continue
                     if self._reporter.behaviours.cancels_end_the_run:
                         batch.append((call, run))
@@ -141,6 +158,8 @@ class ToolRunner:
             denial = await self._gate.wait(call)
             if denial is not None:
                 return Outcome.denied(call, denial)
+        if self.interruption is not None:
+            self.interruption.started(call.id)
         self._reporter.publish(
             "tool_call_started", call_id=call.id, tool=call.name, arguments=call.arguments[:1000]
         )
@@ -261,6 +280,8 @@ class ToolRunner:
                 )
             return f"Error: {spec.name} timed out (limit {spec.timeout_seconds:g} s a try)."
         if isinstance(cause, CancelledError):
+            if self._interrupted():
+                return cancelled_text(spec.name)
             return f"Error: {spec.name} was cancelled: the run was cancelled while it ran."
         return f"Error: {spec.name} failed: {failure_type(cause)}"
 
@@ -311,7 +332,7 @@ class ToolRunner:
                 f"Error: a sub-agent can only use tools this run has ({', '.join(allowed)}); "
                 f"not {', '.join(outside)}. The sub-agent did not start."
             )
-        if self._input.limits.max_steps - self._state.steps < 1:
+        if self._input.limits.max_steps - self._budget.steps_this_turn < 1:
             return "Error: this run has no steps left for a sub-agent. It did not start."
         return None
 
@@ -320,7 +341,7 @@ class ToolRunner:
         limits = parent.limits
         max_steps = limits.max_steps
         if self._reporter.behaviours.bounded_sub_agents:
-            max_steps = limits.max_steps - self._state.steps
+            max_steps = limits.max_steps - self._budget.steps_this_turn
         used = self._budget.usage
         remaining_wall = self._budget.remaining_seconds(workflow.now())
         policy: ToolApprovalPolicy = parent.tool_approval

@@ -32,6 +32,9 @@ provider's limits (issue 17); a scripted run's calls stay on the run's queue."""
 RELEASE_5 = "tools-relisted-on-continue-as-new"
 """A run that continues as new lists its tools again (issue 18), and a model call names the
 previous reply's text by reference (issue 21)."""
+CONVERSATIONS = "conversations"
+"""Conversations (AgentInput.conversation): asked only by a conversation's run, so that other
+runs record no marker for it; its turns, steering and interrupts are behind the flag."""
 
 
 @dataclass(frozen=True)
@@ -83,21 +86,27 @@ class Behaviours:
     """With linear history, the next model call names the previous reply's text by reference
     (its worker kept it), as tool results are (older runs sent every reply's text again in the
     next call's input)."""
+    conversations: bool = True
+    """A conversation's run waits for the next message after an answer, takes steering
+    messages at safe points and stops a turn on an interrupt. Only a run whose input asks for
+    a conversation asks for it; every other run has it False."""
 
 
-LEGACY = Behaviours(*(False,) * 13)
+LEGACY = Behaviours(*(False,) * 14)
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
-def decide(provider: str) -> Behaviours:
+def decide(provider: str, conversation: bool = False) -> Behaviours:
     """Ask the history, once, at the start of `AgentWorkflow.run` (the order of the patches is
     part of the history: keep it). `provider` is the run's model provider, fixed by its input:
-    a scripted run's model calls stay on the run's queue, whatever its history says."""
+    a scripted run's model calls stay on the run's queue, whatever its history says.
+    `conversation` (AgentInput.conversation) asks for CONVERSATIONS too."""
     reports_status = workflow.patched(STATUS_SEARCH_ATTRIBUTES)
     release_2 = workflow.patched(RELEASE_2)
     faults = workflow.patched(FAULTS_RELEASE)
     release_4 = workflow.patched(RELEASE_4)
     release_5 = workflow.patched(RELEASE_5)
+    conversations = conversation and workflow.patched(CONVERSATIONS)
     return Behaviours(
         reports_status=reports_status,
         per_tool_approval=release_2,
@@ -112,4 +121,5 @@ def decide(provider: str) -> Behaviours:
         model_calls_on_provider_queues=release_4 and provider != "scripted",
         relists_tools=release_5,
         replies_by_reference=release_5,
+        conversations=conversations,
     )

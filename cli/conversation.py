@@ -1,0 +1,335 @@
+"""Conversations at the command line (docs/conversations.md).
+
+`starter.py chat` (and a self-contained `"PROMPT" --conversation`): each line typed is a turn;
+a line typed while a turn works is sent as a steering message (or, when a plan or a tool call
+waits, is the decision, as in a run); Ctrl-C interrupts the working turn, a second Ctrl-C, /end
+or the end of stdin ends the conversation. With --address, `"PROMPT" --conversation` follows
+the first turn and returns, and `send`, `interrupt` and `end` carry on from anywhere. A turn's
+steps go to stderr as a run's do; its answer goes to stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.service import RPCError
+
+from agent_client import AgentRun, AgentRunFailed
+from cli import decide
+from cli.args import End, Interrupt, Send
+from cli.plumbing import one_line, say
+from cli.progress import StepLines, StepsFromEvents, usage_text
+from workflows.models import AgentResult, TurnRecord
+
+ENDS = ("/end", "/quit", "/exit")
+PROMPT = "> "
+
+
+@dataclass(frozen=True, kw_only=True)
+class Following:
+    """How a conversation is followed (cli.run builds it from its own)."""
+
+    ask: bool
+    """Put the questions (plans, tool calls) at this terminal."""
+    json: bool
+    address: str | None
+    namespace: str
+
+
+class Lines:
+    """stdin, line by line, read in a daemon thread (see decide.read_line for why), so that a
+    line can arrive while a turn works. None at the end of stdin."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        def read() -> None:
+            stdin = sys.stdin
+            raw = getattr(stdin.buffer, "raw", stdin.buffer) if stdin is not None else None
+            while True:
+                try:
+                    data = raw.readline() if raw is not None else b""
+                except (AttributeError, OSError, ValueError):
+                    data = b""
+                line = data.decode(stdin.encoding or "utf-8", errors="replace") if data else None
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._queue.put_nowait, line)
+                if line is None:
+                    return
+
+        threading.Thread(target=read, name="stdin-lines", daemon=True).start()
+
+    async def next(self) -> str | None:
+        return await self._queue.get()
+
+
+@dataclass
+class CtrlC:
+    """Ctrl-C presses, counted; the default handler comes back on `close`."""
+
+    presses: asyncio.Queue[None] = field(default_factory=asyncio.Queue)
+
+    def __post_init__(self) -> None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().add_signal_handler(
+                signal.SIGINT, self.presses.put_nowait, None
+            )
+
+    def close(self) -> None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+
+
+async def converse(agent_run: AgentRun, following: Following, *, chat: bool) -> int:
+    """A conversation that has started: at this terminal (`chat`), or its first turn followed
+    and the commands that carry on shown."""
+    if chat:
+        return await _chat(agent_run, following)
+    record = await follow_turn(agent_run, 1, following)
+    where = f" --address {following.address}" if following.address else ""
+    say(
+        f"conversation {agent_run.id} waits for the next message: starter.py send "
+        f"{agent_run.id} TEXT{where} [--wait]; starter.py end {agent_run.id}{where}"
+    )
+    return 0 if record is not None and record.outcome == "answered" else 1
+
+
+async def follow_turn(
+    agent_run: AgentRun,
+    number: int,
+    following: Following,
+    answers: asyncio.Queue[str | None] | None = None,
+) -> TurnRecord | None:
+    """Print turn `number`'s steps as they finish (stderr) and its answer (stdout); show what
+    waits for a person, and decide it with the next line from `answers` when given. None when
+    the conversation ended or failed before the turn finished."""
+    lines, steps = StepLines(), StepsFromEvents()
+    async for event in agent_run.turn_events(number):
+        lines.show(steps.add(event))
+        if event.kind == "turn_started" and answers is not None:
+            say(f"turn {event.turn}: working (a line typed steers it; Ctrl-C interrupts it)")
+        if event.kind == "message_delivered":
+            say(f"(the turn now has your message: {event.text})")
+        if event.kind == "turn_finished":
+            lines.show(steps.records)
+            break
+        question = await decide.question_in(agent_run, event)
+        if question is None:
+            continue
+        ask = following.ask and answers is not None
+        decide.show(
+            agent_run.id,
+            question,
+            ask=ask,
+            address=following.address,
+            namespace=following.namespace,
+        )
+        if ask and answers is not None:
+            line = await answers.get()
+            if line is not None:
+                await decide.answer(agent_run, question, line)
+    try:
+        record = await agent_run.turn(number)
+    except (LookupError, AgentRunFailed) as gone:
+        say(str(gone))
+        return None
+    _print_turn(record, following)
+    return record
+
+
+def _print_turn(record: TurnRecord, following: Following) -> None:
+    if following.json:
+        print(json.dumps(record.model_dump(mode="json")))
+    elif record.answer is not None:
+        print(record.answer, flush=True)
+    summary = f"turn {record.turn} {record.outcome}: {record.steps} steps, "
+    say(summary + usage_text(record.usage))
+
+
+async def _chat(agent_run: AgentRun, following: Following) -> int:
+    stdin, ctrl_c = Lines(), CtrlC()
+    try:
+        number = 1
+        while True:
+            if not await _turn(agent_run, number, following, stdin, ctrl_c):
+                break
+            say(PROMPT.strip())
+            line = await _line_or_ctrl_c(stdin, ctrl_c)
+            if line is None or line.strip() in ENDS:
+                break
+            if not line.strip():
+                continue
+            try:
+                number = await agent_run.post(line.strip())
+            except WorkflowUpdateFailedError as refused:
+                say(f"not sent: {decide.refusal(refused)}")
+                break
+    finally:
+        ctrl_c.close()
+    return await _end(agent_run, following)
+
+
+async def _turn(
+    agent_run: AgentRun, number: int, following: Following, stdin: Lines, ctrl_c: CtrlC
+) -> bool:
+    """One turn at the terminal; False once the conversation is to end (a second Ctrl-C)."""
+    answers: asyncio.Queue[str | None] = asyncio.Queue()
+    following_it = asyncio.ensure_future(follow_turn(agent_run, number, following, answers))
+    pressed = 0
+    try:
+        while not following_it.done():
+            line = asyncio.ensure_future(stdin.next())
+            press = asyncio.ensure_future(ctrl_c.presses.get())
+            await asyncio.wait({following_it, line, press}, return_when=asyncio.FIRST_COMPLETED)
+            for waiting in (line, press):
+                waiting.cancel()
+            if press.done() and not press.cancelled():
+                pressed += 1
+                if pressed > 1:
+                    return False
+                await _interrupt(agent_run)
+            if line.done() and not line.cancelled():
+                text = line.result()
+                if text is None or text.strip() in ENDS:
+                    return False
+                await _steer_or_answer(agent_run, text, answers)
+        return following_it.result() is not None
+    finally:
+        following_it.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await following_it
+
+
+async def _steer_or_answer(
+    agent_run: AgentRun, text: str, answers: asyncio.Queue[str | None]
+) -> None:
+    """A line typed while the turn works: the answer to what waits for a person, else a
+    steering message."""
+    status = await agent_run.status()
+    plan_waits = status.plan is not None and status.plan.status == "awaiting_approval"
+    if plan_waits or status.approvals:
+        answers.put_nowait(text)
+        return
+    if not text.strip():
+        return
+    try:
+        turn = await agent_run.post(text.strip())
+        say(f"(sent to turn {turn}; the model reads it at its next call)")
+    except WorkflowUpdateFailedError as refused:
+        say(f"not sent: {decide.refusal(refused)}")
+
+
+async def _interrupt(agent_run: AgentRun) -> None:
+    try:
+        turn = await agent_run.interrupt()
+        say(f"interrupting turn {turn} (Ctrl-C again ends the conversation)")
+    except WorkflowUpdateFailedError as refused:
+        say(f"not interrupted: {decide.refusal(refused)}")
+
+
+async def _line_or_ctrl_c(stdin: Lines, ctrl_c: CtrlC) -> str | None:
+    line = asyncio.ensure_future(stdin.next())
+    press = asyncio.ensure_future(ctrl_c.presses.get())
+    await asyncio.wait({line, press}, return_when=asyncio.FIRST_COMPLETED)
+    press.cancel()
+    if line.done():
+        return line.result()
+    line.cancel()
+    return None
+
+
+async def _end(agent_run: AgentRun, following: Following) -> int:
+    try:
+        result = await agent_run.end()
+    except WorkflowUpdateFailedError:  # it had ended already: its result says how
+        try:
+            result = await agent_run.result()
+        except AgentRunFailed as failure:
+            say(str(failure))
+            return 1
+    except AgentRunFailed as failure:
+        say(str(failure))
+        return 1
+    _print_end(agent_run.id, result, json_out=following.json)
+    return 0
+
+
+def _print_end(workflow_id: str, result: AgentResult, *, json_out: bool) -> None:
+    if json_out:
+        print(
+            json.dumps(
+                {
+                    "workflow_id": workflow_id,
+                    "status": "completed",
+                    "ended": result.ended,
+                    "turns": [t.model_dump(mode="json") for t in result.turns],
+                    "steps": result.steps,
+                    "usage": result.usage.model_dump(),
+                }
+            )
+        )
+        return
+    say(
+        f"conversation {workflow_id} {result.ended or 'ended'}: {len(result.turns)} turns, "
+        f"{result.steps} steps, {usage_text(result.usage)}"
+    )
+    for record in result.turns:
+        say(f"  turn {record.turn} {record.outcome}: {record.steps} steps: {record.message}")
+
+
+# --- the subcommands: send, interrupt, end -------------------------------------------------
+
+
+async def send(agent_run: AgentRun, args: Send) -> int:
+    """`send`: the turn's number (0), or with --wait its answer (0 when it answered)."""
+    try:
+        turn = await agent_run.post(args.text.strip())
+    except WorkflowUpdateFailedError as refused:
+        say(f"cannot send to {agent_run.id}: {decide.refusal(refused)}")
+        return 1
+    if not args.wait:
+        if args.json:
+            print(json.dumps({"workflow_id": agent_run.id, "turn": turn}))
+        else:
+            print(f"{agent_run.id}: turn {turn}")
+        return 0
+    following = Following(ask=False, json=args.json, address=args.address, namespace=args.namespace)
+    record = await follow_turn(agent_run, turn, following)
+    return 0 if record is not None and record.outcome == "answered" else 1
+
+
+async def interrupt(agent_run: AgentRun, args: Interrupt) -> int:
+    try:
+        turn = await agent_run.interrupt()
+    except WorkflowUpdateFailedError as refused:
+        say(f"cannot interrupt {agent_run.id}: {decide.refusal(refused)}")
+        return 1
+    if args.json:
+        print(json.dumps({"workflow_id": agent_run.id, "turn": turn}))
+    else:
+        print(f"{agent_run.id}: turn {turn} interrupted")
+    return 0
+
+
+async def end(agent_run: AgentRun, args: End) -> int:
+    try:
+        result = await agent_run.end()
+    except WorkflowUpdateFailedError as refused:
+        say(f"cannot end {agent_run.id}: {decide.refusal(refused)}")
+        return 1
+    except AgentRunFailed as failure:
+        say(str(failure))
+        return 1
+    except RPCError as error:
+        say(f"end {agent_run.id}: {one_line(error)}")
+        return 1
+    _print_end(agent_run.id, result, json_out=args.json)
+    return 0
