@@ -245,7 +245,8 @@ class Conversation:
             except TimeoutError:
                 talk.ended = f"idle for {self._idle_timeout:g} s (idle_timeout_seconds)"
             finally:
-                self._budget.resume(workflow.now())
+                if workflow.in_workflow():  # not when the worker drops the run from its cache
+                    self._budget.resume(workflow.now())
         if talk.ended is not None:
             return "ended"
         if not talk.queued:

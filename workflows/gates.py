@@ -120,7 +120,8 @@ class PlanGate:
                 self._budget.details(),
             ) from None
         finally:
-            self._budget.resume(workflow.now())
+            if workflow.in_workflow():  # not when the worker drops the run from its cache
+                self._budget.resume(workflow.now())
         decision = self._decision
         assert decision is not None and state.plan is not None
         self._reporter.set_status("running", f"plan v{version} {state.plan.status}")
@@ -252,7 +253,8 @@ class ToolCallGate:
                         "running", f"step {self._state.steps}: approval timed out"
                     )
             finally:
-                self._people_wait(-1)
+                if workflow.in_workflow():  # not when the worker drops the run from its cache
+                    self._people_wait(-1)
         if request.status == "approved":
             return None
         if request.status == "timed_out":
