@@ -285,6 +285,7 @@ class AgentClient:
         workflow_id: str | None = None,
         memo: dict[str, Any] | None = None,
         search_attributes: TypedSearchAttributes | None = None,
+        task_queue: str | None = None,
     ) -> AgentRun:
         """Start a run. The first start checks that the server knows AgentStatus and AgentStep
         (registering them if allowed): a run on a server without them could not report.
@@ -296,7 +297,7 @@ class AgentClient:
             AgentWorkflow.run,
             agent_input,
             id=workflow_id or f"agent-{uuid.uuid4().hex[:12]}",
-            task_queue=self.task_queue,
+            task_queue=task_queue or self.task_queue,
             memo=memo
             if memo is not None
             else ({"label": agent_input.label} if agent_input.label else None),
@@ -315,14 +316,16 @@ class AgentClient:
         tool_approval: ToolApprovalPolicy | None = None,
         label: str | None = None,
         fork_id: str | None = None,
+        task_queue: str | None = None,
     ) -> AgentRun:
         """Start a new run from run `workflow_id`'s step `step` (0: from its prompt), with
         another model, system prompt or limits (the original's where None). Its transcript
         begins as the original's through step `step`'s tool results, read from the original's
         history; those steps' tools do not run again, and their side effects stay the
         original's. Its limits count from the fork point; tool approval is on unless
-        `tool_approval` says otherwise. Raises forking.ForkError, saying why, when the run
-        cannot be forked there (a step past its last: the message has its step count)."""
+        `tool_approval` says otherwise. It runs on `task_queue`, else the original's queue.
+        Raises forking.ForkError, saying why, when the run cannot be forked there (a step past
+        its last, ForkStepOutOfRange: the message has its step count)."""
         recorded = await forking.read_run(self.client, workflow_id)
         fork_input = recorded.fork_input(
             step,
@@ -346,6 +349,7 @@ class AgentClient:
             search_attributes=TypedSearchAttributes(
                 [SearchAttributePair(forking.AGENT_FORKED_FROM, workflow_id)]
             ),
+            task_queue=task_queue or recorded.task_queue or self.task_queue,
         )
 
     async def forks_of(self, workflow_id: str) -> list[str]:

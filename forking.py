@@ -62,6 +62,14 @@ MAX_FORK_INPUT_BYTES = 1_800_000
 INHERITED_TURN = "(step {step} is inherited: the fork does not ask the model for it)"
 
 
+def scripted_from(k: int, turns: Sequence[ScriptedTurn]) -> list[ScriptedTurn]:
+    """A script for a scripted fork at step `k` whose replies from step k + 1 are `turns`: the
+    scripted model plays the turn of the request's step, and a fork numbers its steps on from
+    k, so turns 1..k are placeholders it never plays."""
+    padding = [ScriptedTurn(text=INHERITED_TURN.format(step=i + 1)) for i in range(k)]
+    return [*padding, *turns]
+
+
 class ForkError(Exception):
     """A fork that cannot be made (a step past the run's last, a history that cannot be read),
     or a run whose history cannot be read; the message says why, in a line."""
@@ -109,6 +117,8 @@ class RecordedRun:
     tools: dict[str, ToolSpec]
     status: str
     """running, completed, failed, cancelled, terminated, timed_out or continued_as_new."""
+    task_queue: str = ""
+    """The queue its first run was started on."""
     result: AgentResult | None = None
     failure: ApplicationError | None = None
 
@@ -233,20 +243,15 @@ class RecordedRun:
         label: str | None = None,
     ) -> AgentInput:
         """The input of a fork at step `k`: this run's task and options, with what is given
-        instead. Tool approval is on unless `tool_approval` says otherwise (a fork never
-        inherits a trusted job's approve_all); plan mode only from step 0, since a plan
-        approved before step k was the original's."""
+        instead (a scripted model plays the turn of each step's number: see scripted_from).
+        Tool approval is on unless `tool_approval` says otherwise (a fork never inherits a
+        trusted job's approve_all); plan mode only from step 0, since a plan approved before
+        step k was the original's."""
         messages = self.transcript_through(k)
         original = self.input
-        chosen = model or original.model
-        if model is not None and model.provider == "scripted" and model.script:
-            # The scripted model plays the turn of the request's step, and the fork's steps
-            # are numbered on from k: its script starts at turn k + 1.
-            padding = [ScriptedTurn(text=INHERITED_TURN.format(step=i + 1)) for i in range(k)]
-            chosen = model.model_copy(update={"script": [*padding, *model.script]})
         fork_input = original.model_copy(
             update={
-                "model": chosen,
+                "model": model or original.model,
                 "system": original.system if system is None else system,
                 "limits": limits or original.limits,
                 "tool_approval": tool_approval or ToolApprovalPolicy(),
@@ -322,6 +327,7 @@ class _HistoryReader:
         self._client = client
         self._workflow_id = workflow_id
         self._input: AgentInput | None = None
+        self._task_queue = ""
         self._requests: list[tuple[str, ModelRequest, ModelResponse | None]] = []
         """Every step request, in the order scheduled, with its run and its reply."""
         self._calls: list[RecordedCall] = []
@@ -353,6 +359,7 @@ class _HistoryReader:
             if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED and self._input is None:
                 started = event.workflow_execution_started_event_attributes
                 self._input = await self._decode(started.input, AgentInput)
+                self._task_queue = started.task_queue.name
             elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                 asked = event.activity_task_scheduled_event_attributes
                 name = asked.activity_type.name
@@ -447,6 +454,7 @@ class _HistoryReader:
             sent={n: step.sent for n, step in steps.items()},
             tools=tools,
             status=self._status,
+            task_queue=self._task_queue,
             result=self._result,
             failure=self._failure,
         )

@@ -13,12 +13,13 @@ from temporalio.client import Client, WorkflowHandle
 
 import tests.tools_for_tests as test_tools
 from activities import demo_tools
+from activities.demo_script import DEMO_PROMPT, support_demo_script
 from agent_client import AgentClient, AgentRunFailed
-from forking import ForkError, ForkStepOutOfRange, read_run
+from forking import ForkError, ForkStepOutOfRange, read_run, scripted_from
+from payload_codec import PayloadKey, data_converter
 from tests import fake_openai
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, TRUSTED, call, scripted_input, turn
 from worker import build_worker
-from workflows.agent import AgentWorkflow
 from workflows.models import AgentInput, AgentResult, Limits, ModelSettings, Usage
 
 DEMO_TOOLS = ["search_orders", "get_order", "get_tracking", "get_customer"]
@@ -125,10 +126,13 @@ async def test_a_failing_fork_does_not_undo_the_originals_side_effect(
             original.id,
             step=1,
             model=ModelSettings(
-                script=[
-                    turn(call("issue_refund", order_id=1042, amount=10)),
-                    turn(call("count_me", key=f"busy-{uuid.uuid4()}")),
-                ],
+                script=scripted_from(
+                    1,
+                    [
+                        turn(call("issue_refund", order_id=1042, amount=10)),
+                        turn(call("count_me", key=f"busy-{uuid.uuid4()}")),
+                    ],
+                ),
                 retry=FAST_MODEL_RETRY,
             ),
             limits=Limits(max_steps=2),
@@ -208,3 +212,19 @@ async def test_a_step_past_the_last_is_refused_with_the_step_count(
     assert result.answer == "ok" and result.steps == 2
     assert result.forked_from is not None and result.forked_from.usage == Usage()
     assert result.forked_from.effects == []
+
+
+async def test_an_encrypted_run_forks_with_its_keys_and_not_without(
+    client: Client, task_queue: str
+) -> None:
+    key = PayloadKey("fork-key", bytes(range(32)))
+    encrypted = Client(client.service_client, data_converter=data_converter(keys=[key]))
+    agents = AgentClient(encrypted, task_queue)
+    async with build_worker(encrypted, task_queue, **TEST_WORKER_OPTIONS):
+        original = await agents.start(scripted_input(support_demo_script(), prompt=DEMO_PROMPT))
+        answer = (await original.result()).answer
+        forked = await agents.fork(original.id, step=2)
+        result = await forked.result()
+    assert result.answer == answer and [r.step for r in result.step_records] == [3]
+    with pytest.raises(ForkError, match="cannot be read here"):
+        await read_run(client, original.id)  # this client has no key
