@@ -31,6 +31,8 @@ from workflows.models import (
 
 DIFF_RESULT_CHARS = 120
 """A tool result in `diff`'s lines: its start (the JSON has it whole)."""
+EVAL_CONCURRENCY = 8
+"""Forks an evaluation runs at once (each also reads its original's history first)."""
 COMPLETED_RUNS_QUERY = "WorkflowType='AgentWorkflow' AND ExecutionStatus='Completed'"
 
 
@@ -268,9 +270,13 @@ async def evaluate(client: AgentClient, args: Eval) -> int:
             f"forking {len(originals)} runs of {args.label!r} at step {args.fork_step} with "
             f"{args.provider} {args.model}"
         )
-    rows = await asyncio.gather(
-        *(_fork_one(client, args, original, score) for original in originals)
-    )
+    slots = asyncio.Semaphore(EVAL_CONCURRENCY)
+
+    async def fork_one(original: str) -> EvalRow:
+        async with slots:
+            return await _fork_one(client, args, original, score)
+
+    rows = await asyncio.gather(*(fork_one(original) for original in originals))
     if args.json:
         print(
             json.dumps(

@@ -191,6 +191,17 @@ async def test_a_fork_of_a_run_that_continued_as_new(client: Client, task_queue:
     recorded = await read_run(client, original.id)
     assert origin.run_id == recorded.step(2).run_id  # type: ignore[union-attr]
     assert origin.run_id != recorded.first_run_id
+    # The fork continued as new too (it has the original's continue_as_new_after_steps): its
+    # later runs carry its state, and the seed goes on without its transcript.
+    handed = [e async for e in forked.handle.fetch_history_events()]
+    (continued,) = [
+        e.workflow_execution_started_event_attributes.input
+        for e in handed
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED
+    ]
+    next_input = (await client.data_converter.decode(continued.payloads, [AgentInput]))[0]
+    assert next_input.carried is not None and next_input.fork.messages == []
+    assert next_input.fork.origin == origin
 
 
 async def test_a_step_past_the_last_is_refused_with_the_step_count(
@@ -228,3 +239,23 @@ async def test_an_encrypted_run_forks_with_its_keys_and_not_without(
     assert result.answer == answer and [r.step for r in result.step_records] == [3]
     with pytest.raises(ForkError, match="cannot be read here"):
         await read_run(client, original.id)  # this client has no key
+
+
+async def test_a_fork_of_a_fork_inherits_from_both(client: Client, task_queue: str) -> None:
+    agents = AgentClient(client, task_queue)
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        original = await agents.start(scripted_input(support_demo_script(), prompt=DEMO_PROMPT))
+        answer = (await original.result()).answer
+        first = await agents.fork(original.id, step=1)
+        first_result = await first.result()
+        second = await agents.fork(first.id, step=2)
+        result = await second.result()
+        with pytest.raises(ForkError, match=f"is a fork of {original.id} at step 1"):
+            await agents.fork(first.id, step=0)
+
+    assert result.answer == answer and [r.step for r in result.step_records] == [3]
+    assert first_result.forked_from is not None and result.forked_from is not None
+    assert result.forked_from.workflow_id == first.id and result.forked_from.step == 2
+    # Step 1 as the original paid for it, step 2 as the first fork did.
+    step_2 = first_result.step_records[0].usage
+    assert result.forked_from.usage == first_result.forked_from.usage + step_2
