@@ -35,9 +35,11 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
 )
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamItem
 from temporalio.service import RPCError
 
+import forking
 import payload_codec
 from activities import telemetry
 from workflows.agent import AgentWorkflow
@@ -50,11 +52,14 @@ from workflows.models import (
     AgentResult,
     EarlierSteps,
     FailureDetails,
+    Limits,
+    ModelSettings,
     PlanDecision,
     PlanState,
     RunStatus,
     StepRecord,
     ToolApproval,
+    ToolApprovalPolicy,
     ToolCallDecision,
     TracePage,
     TracePageRequest,
@@ -91,9 +96,11 @@ RUN_ENDS = ("completed", "failed")
 _log = logging.getLogger(__name__)
 
 
-async def ensure_search_attributes(client: Client) -> None:
-    """Register AgentStatus and AgentStep if the server lacks them: the workflow sets them at
-    every step, and a server that does not know them fails the workflow's task."""
+async def ensure_search_attributes(
+    client: Client, keys: Sequence[SearchAttributeKey[Any]] = SEARCH_ATTRIBUTES
+) -> None:
+    """Register AgentStatus and AgentStep (or `keys`) if the server lacks them: the workflow
+    sets them at every step, and a server that does not know them fails the workflow's task."""
     namespace = client.namespace
     known = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=namespace)
@@ -101,7 +108,7 @@ async def ensure_search_attributes(client: Client) -> None:
     have = {**known.system_attributes, **known.custom_attributes}
     missing = {
         key.name: IndexedValueType.ValueType(key.indexed_value_type)
-        for key in SEARCH_ATTRIBUTES
+        for key in keys
         if key.name not in have
     }
     if not missing:
@@ -111,7 +118,7 @@ async def ensure_search_attributes(client: Client) -> None:
             AddSearchAttributesRequest(search_attributes=missing, namespace=namespace)
         )
     except RPCError as error:
-        flags = " ".join(f"--name {k.name} --type {_CLI_TYPES[k.name]}" for k in SEARCH_ATTRIBUTES)
+        flags = " ".join(f"--name {k.name} --type {_CLI_TYPES[k.name]}" for k in keys)
         raise RuntimeError(
             f"the search attributes {sorted(missing)} are not registered in namespace "
             f"{namespace!r} and this worker may not add them ({error.message}); ask an operator "
@@ -120,7 +127,7 @@ async def ensure_search_attributes(client: Client) -> None:
     _log.info("registered search attributes %s", sorted(missing))
 
 
-_CLI_TYPES = {"AgentStatus": "Keyword", "AgentStep": "Int"}
+_CLI_TYPES = {"AgentStatus": "Keyword", "AgentStep": "Int", "AgentForkedFrom": "Keyword"}
 
 
 class AgentRunFailed(Exception):
@@ -360,6 +367,7 @@ class AgentClient:
         self.client = client
         self.task_queue = task_queue
         self._search_attributes_checked = False
+        self._fork_attributes_checked = False
 
     @classmethod
     async def connect(
@@ -377,9 +385,18 @@ class AgentClient:
         )
         return cls(client, task_queue)
 
-    async def start(self, agent_input: AgentInput, *, workflow_id: str | None = None) -> AgentRun:
+    async def start(
+        self,
+        agent_input: AgentInput,
+        *,
+        workflow_id: str | None = None,
+        memo: dict[str, Any] | None = None,
+        search_attributes: TypedSearchAttributes | None = None,
+        task_queue: str | None = None,
+    ) -> AgentRun:
         """Start a run. The first start checks that the server knows AgentStatus and AgentStep
-        (registering them if allowed): a run on a server without them could not report."""
+        (registering them if allowed): a run on a server without them could not report.
+        `memo` is the run's memo (by default its label)."""
         if not self._search_attributes_checked:
             await ensure_search_attributes(self.client)
             self._search_attributes_checked = True
@@ -387,10 +404,66 @@ class AgentClient:
             AgentWorkflow.run,
             agent_input,
             id=workflow_id or f"agent-{uuid.uuid4().hex[:12]}",
-            task_queue=self.task_queue,
-            memo={"label": agent_input.label} if agent_input.label else None,
+            task_queue=task_queue or self.task_queue,
+            memo=memo
+            if memo is not None
+            else ({"label": agent_input.label} if agent_input.label else None),
+            search_attributes=search_attributes,
         )
         return AgentRun(handle, self.client)
+
+    async def fork(
+        self,
+        workflow_id: str,
+        *,
+        step: int,
+        model: ModelSettings | None = None,
+        system: str | None = None,
+        limits: Limits | None = None,
+        tool_approval: ToolApprovalPolicy | None = None,
+        label: str | None = None,
+        fork_id: str | None = None,
+        task_queue: str | None = None,
+    ) -> AgentRun:
+        """Start a new run from run `workflow_id`'s step `step` (0: from its prompt), with
+        another model, system prompt or limits (the original's where None). Its transcript
+        begins as the original's through step `step`'s tool results, read from the original's
+        history; those steps' tools do not run again, and their side effects stay the
+        original's. Its limits count from the fork point; tool approval is on unless
+        `tool_approval` says otherwise. It runs on `task_queue`, else the original's queue.
+        Raises forking.ForkError, saying why, when the run cannot be forked there (a step past
+        its last, ForkStepOutOfRange: the message has its step count)."""
+        recorded = await forking.read_run(self.client, workflow_id)
+        fork_input = recorded.fork_input(
+            step,
+            model=model,
+            system=system,
+            limits=limits,
+            tool_approval=tool_approval,
+            label=label,
+        )
+        if not self._fork_attributes_checked:
+            await ensure_search_attributes(self.client, forking.FORK_SEARCH_ATTRIBUTES)
+            self._fork_attributes_checked = True
+        assert fork_input.fork is not None
+        memo: dict[str, Any] = {"forked_from": forking.forked_from_memo(fork_input.fork.origin)}
+        if fork_input.label:
+            memo["label"] = fork_input.label
+        return await self.start(
+            fork_input,
+            workflow_id=fork_id or f"{workflow_id}-fork-{uuid.uuid4().hex[:8]}",
+            memo=memo,
+            search_attributes=TypedSearchAttributes(
+                [SearchAttributePair(forking.AGENT_FORKED_FROM, workflow_id)]
+            ),
+            task_queue=task_queue or recorded.task_queue or self.task_queue,
+        )
+
+    async def forks_of(self, workflow_id: str) -> list[str]:
+        """The workflow ids of the forks of run `workflow_id`, newest first (through the
+        AgentForkedFrom search attribute: visibility is eventually consistent)."""
+        query = f"{forking.AGENT_FORKED_FROM.name}='{workflow_id}'"
+        return [execution.id async for execution in self.client.list_workflows(query)]
 
     def run(self, workflow_id: str) -> AgentRun:
         """A run started elsewhere (by another process, the CLI, or the Web UI)."""

@@ -18,6 +18,11 @@
     python starter.py result WORKFLOW_ID [--json] [--trace]
     python starter.py trace WORKFLOW_ID [--json]
     python starter.py stats [--label TEXT] [--limit N] [--json]
+    python starter.py fork WORKFLOW_ID --step K [--provider P] [--model M] [--system TEXT]
+                      [--max-steps N] [--approve-all] [--allow TOOL]... [--no-wait] [--json]
+    python starter.py diff WORKFLOW_A WORKFLOW_B [--json]
+    python starter.py eval --label L --fork-step K --provider P [--model M] [--limit N]
+                      [--score MODULE:FUNCTION] [--json]
     python starter.py worker [--address HOST:PORT] [--namespace NS] [--task-queue QUEUE]
 
 Without --address (and without $TEMPORAL_ADDRESS) a run is self-contained: it starts an embedded
@@ -34,6 +39,11 @@ a subcommand's name goes after `--`.
 `trace` key instead). `trace` prints that table on stdout for a running or ended run. `stats` reads
 the runs that ended from the server and prints, per --label given to their runs, the steps,
 tokens and cost of the completed ones, and the max_steps that distribution suggests.
+
+`fork` starts a new run from a run's step K (its transcript through step K's tool results, read
+from its history; none of those tools run again) and follows it like a run; `diff` shows where
+two runs diverge; `eval` forks a label's last completed runs with another model and compares
+each fork with its original (docs/debugging.md).
 
 Exit status: 0 completed (or started, with --no-wait; or done, for a subcommand); 1 the run
 failed, or the server refused or could not be reached; 2 bad command line.
@@ -53,12 +63,15 @@ from temporalio.service import RPCError
 
 import worker
 from agent_client import AgentClient
-from cli import conversation, decide, read
+from cli import conversation, decide, fork as forks, read
 from cli.args import (
     ApproveCall,
     ApprovePlan,
     DenyCall,
+    Diff,
     End,
+    Eval,
+    Fork,
     Interrupt,
     ListCalls,
     ListWaiting,
@@ -150,6 +163,12 @@ async def hand_over(client: AgentClient, args: Subcommand) -> int:
             return await conversation.interrupt(client.run(args.workflow_id), args)
         case End():
             return await conversation.end(client.run(args.workflow_id), args)
+        case Fork():
+            return await forks.fork(client, args)
+        case Diff():
+            return await forks.diff(client, args)
+        case Eval():
+            return await forks.evaluate(client, args)
     assert_never(args)
 
 

@@ -58,7 +58,7 @@ from workflows.history import (
     message_json,
     script_json,
     script_ref,
-    tools_json,
+    tools_json as tools_json,  # the hashed form, which older workers stored
     tools_ref,
 )
 from workflows.models import ModelRequest, ScriptedTurn, ToolSpec
@@ -515,7 +515,10 @@ def remember(named: ModelRequest, resolved: ModelRequest) -> None:
         [(ref, up, message_json(m)) for ref, up, m in zip(refs, parents, new, strict=True)]
     )
     if named.tools_ref is None:
-        keep.put_blob(tools_ref(resolved.tools), tools_json(resolved.tools))
+        # Named by the hash of the sorted JSON, but kept in the schemas' own key order: a
+        # provider gets the same bytes for the tools at every step (a prompt-cache prefix).
+        tools = _tools_adapter.dump_json(resolved.tools).decode()
+        keep.put_blob(tools_ref(resolved.tools), tools)
     script = resolved.settings.script
     if script and named.script_ref is None:
         keep.put_blob(script_ref(script), script_json(script))

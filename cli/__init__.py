@@ -9,6 +9,8 @@ and out to agent_client, worker and workflows.models (never back to starter):
 - `decide`: a plan or a tool call that waits for a person, decided at the terminal or by a
   subcommand (approve, reject, approve-call, deny-call).
 - `read`: the subcommands that only read (watch, status, calls, list, trace, stats).
+- `fork`: a new run from a run's step K (fork), two runs compared (diff), and a label's runs
+  forked with another model and scored (eval).
 - `progress`: a run's progress as lines (steps, events, usage).
 - `tables`: the trace and stats tables.
 - `args`: the parser, and one typed, frozen object per command.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ DEFAULT_MODELS: dict[Provider, str] = {"openai": "gpt-4o-mini", "anthropic": "cl
 SCRIPTED_MODEL = "scripted-demo"
 KEY_VARIABLES: dict[Provider, str] = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 DEFAULT_STATS_LIMIT = 500
+DEFAULT_EVAL_LIMIT = 10
 SERVE = "worker"
 """The first word that serves runs instead (`durable-agent worker`, `starter.py worker`)."""
 CHAT = "chat"
@@ -177,6 +179,54 @@ class End(OfRun):
     command: ClassVar[str] = "end"
 
 
+class Fork(OfRun):
+    """`fork WORKFLOW_ID --step K`: a new run from the run's step K, followed like a run."""
+
+    command: ClassVar[str] = "fork"
+    step: int
+    provider: Provider | None
+    """None: the original's model, or with --model only, the original's provider."""
+    model: str | None
+    script: tuple[ScriptedTurn, ...] | None
+    """The scripted fork's replies from step K + 1."""
+    system: str | None
+    max_steps: int | None
+    """None: the original's limits (counted from the fork point)."""
+    max_cost_usd: float | None
+    approve_all: bool
+    allow: tuple[str, ...]
+    label: str | None
+    task_queue: str | None
+    """None: the original's."""
+    no_wait: bool
+    trace: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Diff(OnServer):
+    command: ClassVar[str] = "diff"
+    workflow_a: str
+    workflow_b: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Eval(OnServer):
+    """`eval --label L --fork-step K --provider P --model M`: fork a label's recent runs."""
+
+    command: ClassVar[str] = "eval"
+    label: str
+    fork_step: int
+    provider: Provider
+    model: str
+    limit: int
+    score: str | None
+    """`module:function`, checked to be importable and callable here."""
+    max_steps: int | None
+    approve_all: bool
+    allow: tuple[str, ...]
+    task_queue: str | None
+
+
 @dataclass(frozen=True)
 class Serve:
     """`worker [--address ...]`: serve runs; worker.py parses the rest."""
@@ -200,6 +250,9 @@ Subcommand = (
     | Send
     | Interrupt
     | End
+    | Fork
+    | Diff
+    | Eval
 )
 Command = RunArgs | Subcommand | Serve
 _SUBCOMMAND_TYPES: tuple[type[OnServer], ...] = get_args(Subcommand)
@@ -508,6 +561,67 @@ def parse_subcommand(argv: list[str]) -> Subcommand:
         help=f"read at most N runs, newest first (default {DEFAULT_STATS_LIMIT})",
     )
 
+    fork = command(
+        Fork,
+        "start a new run from the run's step K: its transcript through step K's tool results, "
+        "none of those tools run again, another model, prompt or limits; followed like a run",
+    )
+    fork.add_argument(
+        "--step", type=_non_negative_int, required=True, help="fork after this step (0: the prompt)"
+    )
+    _add_fork_options(fork)
+    fork.add_argument(
+        "--model", help="the fork's model (default: the original's; with --provider, its default)"
+    )
+    fork.add_argument(
+        "--provider", choices=PROVIDERS, help="the fork's provider (default: the original's)"
+    )
+    fork.add_argument(
+        "--script",
+        type=Path,
+        help="scripted provider: the fork's replies from step K + 1 (a JSON list of ScriptedTurn)",
+    )
+    fork.add_argument("--system", help="the fork's system prompt (default: the original's)")
+    fork.add_argument(
+        "--max-cost-usd", type=_positive_float, help="fail the fork once it has cost more"
+    )
+    fork.add_argument("--label", help="the fork's label (default: the original's)")
+    fork.add_argument("--no-wait", action="store_true", help="print the fork's id and return")
+    fork.add_argument(
+        "--trace", action="store_true", help="once the fork has ended, print its steps"
+    )
+    diff = commands.add_parser(
+        Diff.command,
+        parents=[common],
+        help="where two runs' transcripts diverge, step by step, then their answers and costs",
+        description="where two runs' transcripts diverge, step by step: each side's calls, "
+        "arguments and results, then the answers, steps, tokens and cost",
+    )
+    diff.add_argument("workflow_a", help="a run's workflow id (the original, say)")
+    diff.add_argument("workflow_b", help="another run's workflow id (a fork, say)")
+    evaluate = command(
+        Eval,
+        "fork each of a label's last completed runs at step K with another model, and compare "
+        "each fork with its original (tool approval on: no fork changes data unless allowed)",
+    )
+    evaluate.add_argument("--label", required=True, help="the runs' --label")
+    evaluate.add_argument("--fork-step", type=_non_negative_int, required=True, metavar="K")
+    evaluate.add_argument("--provider", choices=PROVIDERS, required=True)
+    evaluate.add_argument("--model", help="default: the provider's default model")
+    evaluate.add_argument(
+        "--limit",
+        type=_positive_int,
+        default=DEFAULT_EVAL_LIMIT,
+        help=f"fork the last N completed runs (default {DEFAULT_EVAL_LIMIT})",
+    )
+    evaluate.add_argument(
+        "--score",
+        metavar="MODULE:FUNCTION",
+        help="score(original: AgentResult, fork: AgentResult) -> number, instead of whether "
+        "the answers are equal",
+    )
+    _add_fork_options(evaluate)
+
     args = parser.parse_args(argv)
     chosen = commands.choices[args.command]
     args.address = temporal_address(args.address)
@@ -524,10 +638,79 @@ def parse_subcommand(argv: list[str]) -> Subcommand:
         chosen.error("--reason is empty: the model needs to know why")
     if args.command == "send" and not args.text.strip():
         chosen.error("the message is empty")
+    if args.command in (Fork.command, Eval.command):
+        _check_fork_options(chosen, args)
     kind = next(kind for kind in _SUBCOMMAND_TYPES if kind.command == args.command)
     # Each type's fields are the destinations of its arguments, so this takes exactly those.
     fields: dict[str, Any] = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind)}
     return cast(Subcommand, kind(**fields))  # kind is one of the Subcommand types
+
+
+def _add_fork_options(parser: argparse.ArgumentParser) -> None:
+    """The run options a fork takes as a new run does."""
+    parser.add_argument(
+        "--max-steps",
+        type=_positive_int,
+        help="the fork's own steps, counted from the fork point (default: the original's)",
+    )
+    parser.add_argument(
+        "--approve-all",
+        action="store_true",
+        help="no tool call of the fork waits for a person (by default, those that change data do)",
+    )
+    parser.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="TOOL",
+        help="the calls of this tool run without asking (repeatable)",
+    )
+    parser.add_argument("--task-queue", help="the queue the fork runs on (default: the original's)")
+
+
+def _check_fork_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A fork's and an evaluation's options, made final: a bad one is one line, exit 2."""
+    args.allow = tuple(args.allow)
+    if args.command == Eval.command:
+        if not args.label.strip():
+            parser.error("--label is empty")
+        args.model = args.model or DEFAULT_MODELS.get(args.provider, SCRIPTED_MODEL)
+        if args.score is not None:
+            try:
+                load_score(args.score)
+            except ValueError as error:
+                parser.error(f"--score {args.score}: {error}")
+        return
+    if args.system is not None and not args.system.strip():
+        parser.error("--system is empty")
+    if args.label is not None and not args.label.strip():
+        parser.error("--label is empty")
+    if args.no_wait and args.trace:
+        parser.error("--trace prints the steps once the fork has ended; not with --no-wait")
+    script = None
+    if args.script is not None:
+        if args.provider != "scripted":
+            parser.error("--script is for the scripted provider (give --provider scripted)")
+        try:
+            script = tuple(_SCRIPT_ADAPTER.validate_json(args.script.read_bytes()))
+        except (OSError, ValueError) as error:
+            parser.error(f"--script {args.script}: {str(error).splitlines()[0]}")
+    args.script = script
+
+
+def load_score(spec: str) -> Any:
+    """The scoring function `module:function` names; ValueError saying why it cannot be had."""
+    module_name, _, name = spec.partition(":")
+    if not module_name or not name:
+        raise ValueError("give it as module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"cannot import {module_name}: {error}") from None
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise ValueError(f"{module_name} has no function {name}")
+    return function
 
 
 def _non_negative_int(text: str) -> int:

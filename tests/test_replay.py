@@ -27,6 +27,7 @@ from temporalio.worker import Replayer
 
 import workflows.tool_catalog as tool_catalog
 from activities.demo_script import DEMO_PROMPT, support_demo_script
+from forking import scripted_from
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 from worker import build_worker
 from workflows.agent import AgentWorkflow
@@ -36,12 +37,15 @@ from workflows.models import (
     AgentEvent,
     AgentInput,
     AgentResult,
+    ForkOrigin,
+    ForkSeed,
     Limits,
     ModelResponse,
     PlanDecision,
     ToolApprovalPolicy,
     ToolCallDecision,
 )
+from workflows.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 
 HISTORIES = Path(__file__).parent / "histories"
 
@@ -213,6 +217,23 @@ def scenarios() -> dict[str, Scenario]:
                 conversation=True,
             ),
             drive=talk_twice_then_end,
+        ),
+        # A fork at step 1 (forking.py): it starts from a seed transcript, at step 2.
+        "fork": Scenario(
+            scripted_input(
+                scripted_from(1, [turn(call("count_me", key="fork")), turn(text="forked")]),
+                tools=["count_me"],
+                fork=ForkSeed(
+                    origin=ForkOrigin(workflow_id="replay-original", run_id="run-1", step=1),
+                    messages=[
+                        UserMessage(content="where is order 1042"),
+                        AssistantMessage(
+                            tool_calls=(ToolCall(id="call_1_1", name="count_me", arguments="{}"),)
+                        ),
+                        ToolResult(tool_call_id="call_1_1", tool_name="count_me", content="1"),
+                    ],
+                ),
+            )
         ),
     }
 

@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     import workflows.continuation as continuation
     import workflows.conversation as conversation
     import workflows.dispatch as dispatch
+    import workflows.fork as fork
     import workflows.run_setup as run_setup
     import workflows.versioning as versioning
     from workflows.budget import Budget
@@ -81,7 +82,12 @@ class AgentWorkflow:
     @workflow.init
     def __init__(self, agent_input: AgentInput) -> None:
         self._input = agent_input
-        state = agent_input.carried or RunState.start(workflow.now())
+        if agent_input.carried is not None:
+            state = agent_input.carried
+        elif agent_input.fork is not None:
+            state = fork.seeded_state(agent_input.fork, workflow.now())
+        else:
+            state = RunState.start(workflow.now())
         self._state = state
         # The transcript checks what it is given, then shares the state's list of messages.
         self._transcript = Transcript(messages=state.messages)
@@ -92,7 +98,7 @@ class AgentWorkflow:
         # before it existed replay unchanged. Its log goes along on continue-as-new.
         self._stream = WorkflowStream(prior_state=state.stream)
         state.stream = None
-        self._budget = Budget(agent_input.limits, state)
+        self._budget = Budget(agent_input.limits, state, fork.inherited_steps(agent_input))
         self._loops = LoopDetector(state.loop_counts)
         self._reporter = Reporter(state, self._stream)
         timeout = agent_input.approval_timeout_seconds
@@ -337,7 +343,7 @@ class AgentWorkflow:
         agent_input, state = self._input, self._state
         await self._resolve_tools()
         talk = self._conversation
-        if agent_input.carried is None:
+        if agent_input.carried is None and agent_input.fork is None:
             self._transcript.append(UserMessage(content=agent_input.prompt))
             talk.first_turn(agent_input.prompt)
         # messages[:sent_until] were in the previous model request
@@ -583,6 +589,7 @@ class AgentWorkflow:
             compactions=state.compactions,
             side_effects=state.effects,
             tool_notices=self._tool_notices(),
+            forked_from=None if self._input.fork is None else self._input.fork.origin,
         )
 
 

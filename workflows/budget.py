@@ -30,14 +30,23 @@ class Budget:
     Its counts live in the run's state (steps, usage, paused time, the last call's context);
     only a pause in progress is its own."""
 
-    def __init__(self, limits: Limits, state: RunState) -> None:
+    def __init__(self, limits: Limits, state: RunState, inherited_steps: int = 0) -> None:
         self.limits = limits
         self._state = state
         self._paused_at: datetime | None = None
+        self._inherited_steps = inherited_steps
+        """A fork's steps 1..K, made by the run it was forked from: max_steps counts after."""
 
     @property
     def steps(self) -> int:
-        return self._state.steps
+        """The model calls this run made (a fork's inherited steps not counted)."""
+        return self._state.steps - self._inherited_steps
+
+    @property
+    def steps_left(self) -> int:
+        """What max_steps leaves: of the turn in a conversation, of the run (from its fork
+        point) otherwise."""
+        return self.limits.max_steps - self.steps_this_turn
 
     @property
     def usage(self) -> Usage:

@@ -16,7 +16,7 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 import workflows.compaction as compaction
 from workflows.budget import Budget
 from workflows.errors import AgentBudgetExceeded
-from workflows.models import AgentInput
+from workflows.models import AgentInput, ForkSeed
 from workflows.reporting import Reporter
 from workflows.state import RunState, ToolApproval
 from workflows.transcript import pending_calls
@@ -65,7 +65,9 @@ async def hand_on(
     handed = state.model_copy(
         update={"runs": state.runs + 1, "stream": events, "approvals": _approvals_to_keep(state)}
     )
-    next_input = agent_input.model_copy(update={"carried": handed})
+    next_input = agent_input.model_copy(
+        update={"carried": handed, "fork": _fork_origin(agent_input)}
+    )
     size = len(next_input.model_dump_json())
     if state.note is not None and (
         size > MAX_CARRIED_BYTES
@@ -75,7 +77,7 @@ async def hand_on(
         # step: carry the compacted view. The rest stays in the earlier runs' histories.
         view = compaction.view(state.messages, state.cut, state.note)
         handed = handed.model_copy(update={"messages": view, "cut": 1, "note": None})
-        next_input = agent_input.model_copy(update={"carried": handed})
+        next_input = next_input.model_copy(update={"carried": handed})
         size = len(next_input.model_dump_json())
     if size > MAX_CARRIED_BYTES:
         # A continue-as-new that cannot be sent would leave the run stuck forever.
@@ -87,6 +89,13 @@ async def hand_on(
         )
     workflow.logger.info("continuing as new after step %d", state.steps)
     workflow.continue_as_new(next_input)
+
+
+def _fork_origin(agent_input: AgentInput) -> ForkSeed | None:
+    """A fork's seed without its transcript, which the carried state holds now: only the
+    origin goes on (the result reports it)."""
+    seed = agent_input.fork
+    return None if seed is None else seed.model_copy(update={"messages": []})
 
 
 def _events_to_keep(sizes: list[int]) -> int:

@@ -138,6 +138,28 @@ class ToolApprovalPolicy(BaseModel):
     """Registered approval predicates; a call that any of them accepts is approved."""
 
 
+class ForkOrigin(BaseModel):
+    """Where a fork starts: the run it was forked from, at which step, and what it inherits."""
+
+    workflow_id: str
+    run_id: str
+    """The run of that workflow's chain that made step `step` (its first run for step 0)."""
+    step: int = Field(ge=0)
+    """The fork's transcript is the original's through the tool results of this step."""
+    usage: Usage = Usage()
+    """What the original's steps 1..step cost: the fork did not pay for them again."""
+    effects: list[AppliedEffect] = []
+    """The original's side effects in those steps. Inherited: the fork never undoes them."""
+
+
+class ForkSeed(BaseModel):
+    """A fork's start (see forking.py): its origin and the transcript it begins with."""
+
+    origin: ForkOrigin
+    messages: list[Message]
+    """The original's transcript through step `origin.step`, read from its history."""
+
+
 class AgentInput(BaseModel):
     prompt: str
     label: str | None = None
@@ -190,6 +212,9 @@ class AgentInput(BaseModel):
     ends with `end_conversation` or after `idle_timeout_seconds` without a message."""
     idle_timeout_seconds: float = Field(default=86_400.0, gt=0)
     """A conversation ends after this long without a message (24 hours by default)."""
+    fork: ForkSeed | None = None
+    """A fork of another run (forking.py): the run begins with that run's transcript through a
+    step, counts its limits from there, and runs none of those steps' tools again."""
     heartbeat_timeout_seconds: float | None = Field(default=10.0, gt=0)
     """Model, tool and compensation activities heartbeat; an attempt whose worker died is retried
     after this long rather than after its whole start-to-close timeout. None turns it off."""
@@ -294,6 +319,10 @@ class AgentResult(BaseModel):
     """A conversation's turns, oldest first (the newest MAX_KEPT_TURNS); [] for a run."""
     ended: str | None = None
     """Why a conversation ended: "ended by the user", or its idle timeout."""
+    forked_from: ForkOrigin | None = None
+    """A fork's origin, with what it inherited. `steps` counts the inherited steps too (the
+    fork's own are numbered from `forked_from.step + 1` in `step_records`); `usage` is the
+    fork's own, `forked_from.usage` the inherited steps'; `side_effects` are the fork's own."""
 
 
 EVENTS_TOPIC = "events"

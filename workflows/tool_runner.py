@@ -332,7 +332,7 @@ class ToolRunner:
                 f"Error: a sub-agent can only use tools this run has ({', '.join(allowed)}); "
                 f"not {', '.join(outside)}. The sub-agent did not start."
             )
-        if self._input.limits.max_steps - self._budget.steps_this_turn < 1:
+        if self._budget.steps_left < 1:
             return "Error: this run has no steps left for a sub-agent. It did not start."
         return None
 
@@ -341,7 +341,7 @@ class ToolRunner:
         limits = parent.limits
         max_steps = limits.max_steps
         if self._reporter.behaviours.bounded_sub_agents:
-            max_steps = limits.max_steps - self._budget.steps_this_turn
+            max_steps = self._budget.steps_left
         used = self._budget.usage
         remaining_wall = self._budget.remaining_seconds(workflow.now())
         policy: ToolApprovalPolicy = parent.tool_approval
