@@ -179,6 +179,7 @@ class End(OfRun):
     command: ClassVar[str] = "end"
 
 
+@dataclass(frozen=True, kw_only=True)
 class Fork(OfRun):
     """`fork WORKFLOW_ID --step K`: a new run from the run's step K, followed like a run."""
 
