@@ -114,6 +114,7 @@ def tool(
     compensation_retry: RetrySettings | None = None,
     needs_approval: bool | None = None,
     errors_to_model: tuple[type[Exception], ...] = DEFAULT_ERRORS_TO_MODEL,
+    local: bool = False,
 ) -> Any:
     """Register a function as a tool: bare (`@tool`) or with options (`@tool(side_effects=True)`).
 
@@ -134,9 +135,18 @@ def tool(
     `errors_to_model`: the exception types whose message fails the call at once, as the model's
     result (`ToolError` always does). `()` keeps every message from the model: a ValueError is
     then retried and reported by its type, as any unexpected exception is.
+
+    `local`: run a read-only tool's calls as local activities, in the worker that runs the
+    workflow, recorded as one marker each (docs/tools.md#local-tools): for fast calls, since a
+    local activity does not heartbeat.
     """
     if compensation is not None and not side_effects:
         raise ValueError("only a tool with side_effects=True has an effect to compensate")
+    if local and side_effects:
+        raise ValueError(
+            "local=True is for read-only tools: a call that changes data runs as an activity, "
+            "which the run can wait for on a cancel"
+        )
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         tool_name = name or fn.__name__
@@ -168,6 +178,7 @@ def tool(
             compensation_timeout_seconds=compensation_timeout_seconds,
             compensation_retry=compensation_retry or RetrySettings(maximum_attempts=5),
             needs_approval=needs_approval,
+            local=local,
         )
         if compensation is not None and compensation.__name__ in _registry:
             raise ValueError(f"compensation {compensation.__name__!r} has a tool's name")

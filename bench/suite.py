@@ -151,12 +151,14 @@ async def overhead(
     figures: dict[str, Any] = {}
     section = f"overhead{label}"
     for steps in steps_list:
-        floor, agent, whole = await interleaved(
+        floor, agent, whole, local = await interleaved(
             runs,
             lambda s=steps: workload.run_floor(w.client, w.floor_queue, s),
             lambda s=steps: workload.run_agent(w.client, w.agent_queue, s),
             # The agent without its message store: what the linear history costs in time.
             lambda s=steps: workload.run_agent(w.client, w.agent_queue, s, linear_history=False),
+            # The same lookup declared @tool(local=True): a local activity a call.
+            lambda s=steps: workload.run_agent(w.client, w.agent_queue, s, local_tool=True),
         )
         bare = statistics.median([await workload.run_bare(steps) for _ in range(runs)])
         ratio = median(agent) / median(floor)
@@ -173,6 +175,9 @@ async def overhead(
             "floor_median": median(floor),
             "agent_median": median(agent),
             "agent_whole_transcript_median": median(whole),
+            "agent_local_tool_seconds": [s.seconds for s in local],
+            "agent_local_tool_median": median(local),
+            "agent_local_tool_worker_cpu_median": median(local, "worker_cpu"),
             "ratio": ratio,
             "agent_workflow_id": agent[0].workflow_id,
             "floor_workflow_id": floor[0].workflow_id,
@@ -191,7 +196,20 @@ async def overhead(
             f"K={steps}: agent, linear_history=False",
             f"{median(whole):.3f} s = {median(whole) / median(floor):.2f}x floor",
         )
-        for system, samples in (("agent", agent), ("agent, linear_history=False", whole)):
+        local_ratio = median(local) / median(floor)
+        report.add(
+            section,
+            f"K={steps}: agent, local tool",
+            f"{median(local):.3f} s = {local_ratio:.2f}x floor",
+            "<= 1.00x floor" if not label else "",
+            local_ratio <= 1.0 if not label else None,
+        )
+        systems = (
+            ("agent", agent),
+            ("agent, linear_history=False", whole),
+            ("agent, local tool", local),
+        )
+        for system, samples in systems:
             report.add(
                 section,
                 f"K={steps}: CPU, {system} / floor",
@@ -217,9 +235,22 @@ async def history(report: Report, w: Workers, steps_list: list[int]) -> dict[str
     figures: dict[str, Any] = {}
     for steps in steps_list:
         _, agent_id = await workload.run_agent(w.client, w.agent_queue, steps)
+        _, local_id = await workload.run_agent(w.client, w.agent_queue, steps, local_tool=True)
         _, floor_id = await workload.run_floor(w.client, w.floor_queue, steps)
         agent, floor = await history_of(w.client, agent_id), await history_of(w.client, floor_id)
-        figures[str(steps)] = {"agent": agent, "floor": floor, "agent_workflow_id": agent_id}
+        local = await history_of(w.client, local_id)
+        figures[str(steps)] = {
+            "agent": agent,
+            "agent, local tool": local,
+            "floor": floor,
+            "agent_workflow_id": agent_id,
+        }
+        report.add(
+            "history",
+            f"K={steps}: agent, local tool",
+            f"{local['events']} events ({local['events'] / steps:.1f} a step), "
+            f"{local['bytes']:,} B ({local['bytes'] / steps:,.0f} B a step)",
+        )
         report.add(
             "history",
             f"K={steps}: agent",
@@ -233,13 +264,16 @@ async def history(report: Report, w: Workers, steps_list: list[int]) -> dict[str
             f"{floor['bytes']:,} B ({floor['bytes'] / steps:,.0f} B a step)",
         )
     first, last = steps_list[0], steps_list[-1]
-    for system in ("agent", "floor"):
+    for system in ("agent", "agent, local tool", "floor"):
         added = figures[str(last)][system]["events"] - figures[str(first)][system]["events"]
         figures[f"{system}_events_per_step"] = added / (last - first)
+        local = system == "agent, local tool"
         report.add(
             "history",
             f"{system}: each step adds (K={first} to K={last})",
             f"{added / (last - first):.1f} events",
+            "<= 9 events" if local else "",
+            added / (last - first) <= 9 if local else None,
         )
     per_step = [figures[str(k)]["agent"]["bytes"] / k for k in (first, last)]
     growth = per_step[1] / per_step[0]

@@ -46,21 +46,30 @@ async def lookup(item: int) -> str:
     return tool_result_text(item)
 
 
-def script(steps: int, delay_seconds: float = 0.0) -> list[ScriptedTurn]:
+@tool(retry=RetrySettings(maximum_attempts=3, initial_interval_seconds=0.05), local=True)
+async def lookup_local(item: int) -> str:
+    """Look up one item: its stock and warehouse (about 200 characters)."""
+    return tool_result_text(item)
+
+
+def script(steps: int, delay_seconds: float = 0.0, tool_name: str = "lookup") -> list[ScriptedTurn]:
     turns = [
         ScriptedTurn(
-            calls=[ScriptedCall(name="lookup", arguments={"item": i})], delay_seconds=delay_seconds
+            calls=[ScriptedCall(name=tool_name, arguments={"item": i})],
+            delay_seconds=delay_seconds,
         )
         for i in range(1, steps + 1)
     ]
     return [*turns, ScriptedTurn(text="done", delay_seconds=delay_seconds)]
 
 
-def agent_input(steps: int, delay_seconds: float = 0.0) -> AgentInput:
+def agent_input(steps: int, delay_seconds: float = 0.0, *, local_tool: bool = False) -> AgentInput:
+    """The workload; with `local_tool`, its tool is the same lookup declared `local=True`."""
+    tool_name = "lookup_local" if local_tool else "lookup"
     return AgentInput(
         prompt=PROMPT,
-        tools=["lookup"],
-        model=ModelSettings(provider="scripted", script=script(steps, delay_seconds)),
+        tools=[tool_name],
+        model=ModelSettings(provider="scripted", script=script(steps, delay_seconds, tool_name)),
         limits=Limits(max_steps=steps + 1),
     )
 
@@ -82,13 +91,15 @@ async def run_agent(
     delay_seconds: float = 0.0,
     *,
     linear_history: bool = True,
+    local_tool: bool = False,
 ) -> tuple[float, str]:
     """(seconds from start to result, workflow id)."""
     workflow_id = f"bench-agent-{steps}-{uuid.uuid4().hex[:8]}"
     started = time.perf_counter()
+    chosen = agent_input(steps, delay_seconds, local_tool=local_tool)
     result = await client.execute_workflow(
         AgentWorkflow.run,
-        agent_input(steps, delay_seconds).model_copy(update={"linear_history": linear_history}),
+        chosen.model_copy(update={"linear_history": linear_history}),
         id=workflow_id,
         task_queue=task_queue,
     )

@@ -274,3 +274,14 @@ def refuse_write(label: str) -> str:
     """Side-effecting, without a compensation; refuses with a ToolError, changing nothing."""
     executions[f"refuse_write:{label}"] += 1
     raise ToolError(f"order {label} is not pending, so it cannot be changed")
+
+
+@tool(retry=FAST_RETRY, local=True)
+def local_lookup(key: str, failures: int = 0) -> str:
+    """A local tool: fails `failures` times per key, then answers (counts its executions)."""
+    executions[f"local_lookup:{key}"] += 1
+    if executions[f"local_lookup:{key}"] <= failures:
+        raise ConnectionError(f"local_lookup {key} attempt {executions[f'local_lookup:{key}']}")
+    if key.startswith("missing"):
+        raise ToolError(f"no entry {key}")
+    return f"{key}: found after {executions[f'local_lookup:{key}']} attempts"

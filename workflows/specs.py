@@ -58,3 +58,8 @@ class ToolSpec(BaseModel):
     needs_approval: bool | None = None
     """Whether a call waits for a person (unless the run's `ToolApprovalPolicy` approves it).
     None: the default, which asks for side-effecting tools and not for read-only ones."""
+    local: bool = False
+    """A read-only tool run as a local activity: in the worker that runs the workflow task,
+    with no task-queue round trip, and recorded as one marker event instead of an activity's
+    three and a workflow task's three. For fast calls (lookups, computations): it does not
+    heartbeat, so a call longer than a few seconds belongs in a normal activity."""

@@ -178,31 +178,43 @@ class ToolRunner:
         # The first run id tells apart two runs that reuse one workflow id; call ids are unique
         # within a run (see dispatch.with_unique_call_ids).
         idempotency_key = f"{info.workflow_id}/{info.first_execution_run_id}/{call.id}"
+        tool_input = ToolActivityInput(
+            tool_call_id=call.id,
+            arguments=run.arguments,
+            idempotency_key=idempotency_key,
+            max_result_chars=spec.max_result_chars,
+            externalise=self._input.externalise_results and spec.name != READ_RESULT,
+            store_content=self._input.linear_history,
+            step=self._state.steps,
+        )
         try:
-            output = await workflow.execute_activity(
-                spec.name,
-                ToolActivityInput(
-                    tool_call_id=call.id,
-                    arguments=run.arguments,
-                    idempotency_key=idempotency_key,
-                    max_result_chars=spec.max_result_chars,
-                    externalise=self._input.externalise_results and spec.name != READ_RESULT,
-                    store_content=self._input.linear_history,
-                    step=self._state.steps,
-                ),
-                result_type=ToolActivityResult,
-                start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
-                schedule_to_close_timeout=self._budget.deadline(workflow.now()),
-                retry_policy=spec.retry.to_policy(FATAL_ERROR_TYPES),
-                heartbeat_timeout=self._input.heartbeat_timeout,
-                summary=_call_summary(call),
-                # A call that changes data is never abandoned: on a cancel the run waits for
-                # it to finish or to acknowledge the cancel, so its outcome is known (or known
-                # to be unknown) before anything is undone.
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-                if spec.side_effects and behaviours.cancels_end_the_run
-                else workflow.ActivityCancellationType.TRY_CANCEL,
-            )
+            if spec.local and not spec.side_effects and behaviours.local_tools:
+                output = await workflow.execute_local_activity(
+                    spec.name,
+                    tool_input,
+                    result_type=ToolActivityResult,
+                    start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
+                    schedule_to_close_timeout=self._budget.deadline(workflow.now()),
+                    retry_policy=spec.retry.to_policy(FATAL_ERROR_TYPES),
+                    summary=_call_summary(call),
+                )
+            else:
+                output = await workflow.execute_activity(
+                    spec.name,
+                    tool_input,
+                    result_type=ToolActivityResult,
+                    start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
+                    schedule_to_close_timeout=self._budget.deadline(workflow.now()),
+                    retry_policy=spec.retry.to_policy(FATAL_ERROR_TYPES),
+                    heartbeat_timeout=self._input.heartbeat_timeout,
+                    summary=_call_summary(call),
+                    # A call that changes data is never abandoned: on a cancel the run waits for
+                    # it to finish or to acknowledge the cancel, so its outcome is known (or
+                    # known to be unknown) before anything is undone.
+                    cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+                    if spec.side_effects and behaviours.cancels_end_the_run
+                    else workflow.ActivityCancellationType.TRY_CANCEL,
+                )
         except asyncio.CancelledError:
             # A cancel that arrives in the same workflow task as the call's completion: the SDK
             # raises the cancel and drops the result. The effect may be in place: log it as
@@ -210,8 +222,9 @@ class ToolRunner:
             if spec.side_effects and behaviours.records_unknown_outcomes:
                 self._log_effect(call, run, idempotency_key, unknown=True)
             raise
-        except ActivityError as error:
-            cause = error.cause
+        except (ActivityError, ApplicationError) as error:
+            # A local activity's own failure can arrive unwrapped, without its ActivityError.
+            cause = error.cause if isinstance(error, ActivityError) else error
             latency = _ms_since(started)
             attempts = _attempts_made(error, spec)
             content = self._failure_text(spec, cause)
@@ -371,9 +384,12 @@ class ToolRunner:
         )
 
 
-def _attempts_made(error: ActivityError, spec: ToolSpec) -> int:
+def _attempts_made(error: ActivityError | ApplicationError, spec: ToolSpec) -> int:
     """Attempts of a failed activity: all of them when its retries ran out, else at least one."""
-    if error.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED:
+    if (
+        isinstance(error, ActivityError)
+        and error.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED
+    ):
         return spec.retry.maximum_attempts
     return 1
 

@@ -30,8 +30,9 @@ provider's task queue (`<queue>-model-openai`), where every worker admits them u
 provider's limits (issue 17); a scripted run's calls stay on the run's queue."""
 
 RELEASE_5 = "tools-relisted-on-continue-as-new"
-"""A run that continues as new lists its tools again (issue 18), and a model call names the
-previous reply's text by reference (issue 21)."""
+"""A run that continues as new lists its tools again (issue 18); a model call names the
+previous reply's text by reference, and a tool declared local runs as a local activity
+(issue 21)."""
 CONVERSATIONS = "conversations"
 """Conversations (AgentInput.conversation): asked only by a conversation's run, so that other
 runs record no marker for it; its turns, steering and interrupts are behind the flag."""
@@ -86,13 +87,16 @@ class Behaviours:
     """With linear history, the next model call names the previous reply's text by reference
     (its worker kept it), as tool results are (older runs sent every reply's text again in the
     next call's input)."""
+    local_tools: bool = True
+    """A read-only tool declared `local` runs as a local activity (older runs scheduled every
+    tool call as an activity). Part of RELEASE_5."""
     conversations: bool = True
     """A conversation's run waits for the next message after an answer, takes steering
     messages at safe points and stops a turn on an interrupt. Only a run whose input asks for
     a conversation asks for it; every other run has it False."""
 
 
-LEGACY = Behaviours(*(False,) * 14)
+LEGACY = Behaviours(*(False,) * 15)
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
@@ -121,5 +125,6 @@ def decide(provider: str, conversation: bool = False) -> Behaviours:
         model_calls_on_provider_queues=release_4 and provider != "scripted",
         relists_tools=release_5,
         replies_by_reference=release_5,
+        local_tools=release_5,
         conversations=conversations,
     )
