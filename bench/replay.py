@@ -1,0 +1,87 @@
+"""How long a long run's history takes to replay, as a worker does after a restart mid-run.
+
+    python bench/replay.py [--steps 500] [--runs 3] [--json FILE]
+
+Runs the suite's workload (bench/workload.py: a lookup a step, scripted model) for `--steps`
+steps on the embedded dev server, twice: with the lookup as a normal activity and declared
+`local=True`. A run that long continues as new when Temporal suggests it, so a worker that
+restarts mid-run replays one run of the chain: this replays the longest with `Replayer` `--runs`
+times and reports the median. Issue 21's target: a 500-step history replays in under 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from temporalio.client import Client
+from temporalio.worker import Replayer
+
+import payload_codec
+from bench import workload
+from worker import build_worker, embedded_dev_server
+from workflows.agent import AgentWorkflow
+
+
+async def measure(client: Client, task_queue: str, steps: int, runs: int, local: bool) -> Any:
+    _, workflow_id = await workload.run_agent(client, task_queue, steps, local_tool=local)
+    # A long run continues as new when Temporal suggests it: a worker that restarts replays the
+    # run of the chain it is in, so the longest of them is the worst case.
+    chain = [r async for r in client.list_workflows(f"WorkflowId='{workflow_id}'")]
+    histories = [
+        await client.get_workflow_handle(workflow_id, run_id=r.run_id).fetch_history()
+        for r in chain
+    ]
+    longest = max(histories, key=lambda h: len(h.events))
+    replayer = Replayer(workflows=[AgentWorkflow], data_converter=payload_codec.data_converter())
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        await replayer.replay_workflow(longest)
+        times.append(time.perf_counter() - started)
+    return {
+        "tool": "local" if local else "activity",
+        "steps": steps,
+        "runs_in_chain": len(histories),
+        "events": sum(len(h.events) for h in histories),
+        "longest_run_events": len(longest.events),
+        "seconds": times,
+        "median": statistics.median(times),
+    }
+
+
+async def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    rows = []
+    async with embedded_dev_server() as env:
+        task_queue = f"bench-{uuid.uuid4()}"
+        async with build_worker(env.client, task_queue):
+            for local in (False, True):
+                rows.append(await measure(env.client, task_queue, args.steps, args.runs, local))
+    print("| tool | steps | runs in the chain | events | longest run | its replay (median) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for row in rows:
+        print(
+            f"| {row['tool']} | {row['steps']} | {row['runs_in_chain']} | {row['events']} "
+            f"| {row['longest_run_events']} events | {row['median']:.2f} s |"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
