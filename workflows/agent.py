@@ -297,6 +297,7 @@ class AgentWorkflow:
                 model_attempts=response.attempt,
                 usage=response.usage,
                 finish_reason=response.finish_reason,
+                reasoning_left_out=response.reasoning_left_out,
             )
             state.step_records.append(record)
             calls = response.message.tool_calls

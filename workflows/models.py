@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from temporalio.common import SearchAttributeKey
 
 # Tool specs (workflows/specs.py) and the records a run is made of (workflows/state.py) live
@@ -86,7 +86,18 @@ class ScriptedTurn(BaseModel):
     """How long the scripted model takes to reply: a real model's latency, for benchmarks."""
 
 
-Provider = Literal["scripted", "openai", "anthropic"]
+Provider = Literal["scripted", "openai", "openai-responses", "anthropic"]
+"""`openai` is Chat Completions (OpenAI and OpenAI-compatible servers); `openai-responses` is
+OpenAI's Responses API, stateless, with encrypted reasoning (docs/providers.md)."""
+
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+REASONING_EFFORTS: dict[str, tuple[str, ...]] = {
+    "openai-responses": ("none", "minimal", "low", "medium", "high", "xhigh"),
+    "anthropic": ("low", "medium", "high", "xhigh", "max"),
+}
+"""The efforts each provider takes (Anthropic's is `output_config.effort`)."""
+MIN_THINKING_BUDGET = 1024
+"""Anthropic's smallest `budget_tokens`."""
 
 
 class ModelSettings(BaseModel):
@@ -101,6 +112,68 @@ class ModelSettings(BaseModel):
     """Required by Anthropic; defaults to 4096 there."""
     price: Price | None = None
     """Overrides the price table for this run's model."""
+    thinking_budget_tokens: int | None = None
+    """Anthropic extended thinking: the tokens the model may think for before it answers (at
+    least 1024, and less than max_output_tokens; with no max_output_tokens the call allows the
+    budget plus 4096). Its thinking blocks are kept, signed, and sent back."""
+    adaptive_thinking: bool = False
+    """Anthropic adaptive thinking: the model decides whether and how much to think (models
+    that offer it). Not with thinking_budget_tokens."""
+    reasoning_effort: ReasoningEffort | None = None
+    """How hard a reasoning model thinks: `reasoning.effort` for openai-responses (none,
+    minimal, low, medium, high, xhigh), `output_config.effort` for anthropic (low, medium,
+    high, xhigh, max)."""
+
+    @model_validator(mode="after")
+    def _reasoning_settings_fit(self) -> ModelSettings:
+        # Refused here, where the run is built, rather than as the provider's 400 at step 1.
+        budget = self.thinking_budget_tokens
+        thinking = budget is not None or self.adaptive_thinking
+        if thinking and self.provider != "anthropic":
+            raise ValueError(
+                f"thinking_budget_tokens and adaptive_thinking are Anthropic's (provider is "
+                f"{self.provider!r}); OpenAI reasoning models take reasoning_effort with "
+                "provider 'openai-responses'"
+            )
+        if budget is not None:
+            if self.adaptive_thinking:
+                raise ValueError("give thinking_budget_tokens or adaptive_thinking, not both")
+            if budget < MIN_THINKING_BUDGET:
+                raise ValueError(
+                    f"thinking_budget_tokens={budget}: Anthropic needs at least "
+                    f"{MIN_THINKING_BUDGET}"
+                )
+            if self.max_output_tokens is not None and self.max_output_tokens <= budget:
+                raise ValueError(
+                    f"max_output_tokens={self.max_output_tokens} must be greater than "
+                    f"thinking_budget_tokens={budget}: thinking counts against max_tokens"
+                )
+        if thinking and self.temperature not in (None, 1.0):
+            raise ValueError(
+                f"temperature={self.temperature:g} cannot be set with Anthropic thinking (only "
+                "1, the default, is allowed): leave temperature unset"
+            )
+        effort = self.reasoning_effort
+        if effort is not None:
+            allowed = REASONING_EFFORTS.get(self.provider)
+            if allowed is None:
+                raise ValueError(
+                    f"reasoning_effort is for provider 'openai-responses' or 'anthropic' "
+                    f"(provider is {self.provider!r})"
+                )
+            if effort not in allowed:
+                raise ValueError(
+                    f"reasoning_effort={effort!r} is not one of {self.provider}'s: "
+                    + ", ".join(allowed)
+                )
+            reasoning = self.provider == "openai-responses" and effort != "none"
+            if reasoning and self.temperature is not None:
+                raise ValueError(
+                    "temperature cannot be set with reasoning_effort: OpenAI's reasoning "
+                    "models refuse it (reasoning_effort='none' allows it on models that "
+                    "offer it)"
+                )
+        return self
 
 
 class Limits(BaseModel):
@@ -231,6 +304,9 @@ class ModelResponse(BaseModel):
     """Which attempt of the model activity produced this reply."""
     response_id: str | None = None
     """The provider's id of this reply (OpenAI's chatcmpl-..., Anthropic's msg_...), for tracing."""
+    reasoning_left_out: int = 0
+    """Reasoning parts in the transcript this call did not send: made by another provider or
+    API, or refused by this call's settings (Anthropic with thinking off)."""
 
 
 class ToolActivityInput(BaseModel):

@@ -29,6 +29,9 @@ class Usage(BaseModel):
     """Input tokens read from the provider's prompt cache."""
     cache_write_tokens: int = 0
     """Input tokens written to the prompt cache (Anthropic bills them above the input rate)."""
+    reasoning_tokens: int = 0
+    """Output tokens the model spent reasoning, as the provider reports them: a part of
+    output_tokens (and priced with them), never on top."""
     cost_usd: float | None = 0.0
     """None when a call's model has no price: an unknown cost is not a zero cost."""
 
@@ -43,6 +46,7 @@ class Usage(BaseModel):
             output_tokens=self.output_tokens + other.output_tokens,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
             cost_usd=cost,
         )
 
@@ -167,6 +171,9 @@ class StepRecord(BaseModel):
     usage: Usage
     finish_reason: str | None = None
     tool_calls: list[ToolCallRecord] = []
+    reasoning_left_out: int = 0
+    """Reasoning parts of the transcript this call did not send: another provider's, or refused
+    by its settings (see ModelResponse.reasoning_left_out)."""
 
 
 class EarlierSteps(BaseModel):
