@@ -90,7 +90,8 @@ async def test_thinking_goes_back_signed_across_parallel_calls(
     first, second, third = (request.body for request in fake.requests)
     assert first["thinking"] == {"type": "enabled", "budget_tokens": BUDGET}
     assert first["max_tokens"] == BUDGET + anthropic_provider.DEFAULT_MAX_TOKENS
-    assert fake.requests[0].headers["anthropic-beta"] == anthropic_provider.INTERLEAVED_THINKING_BETA
+    beta = fake.requests[0].headers["anthropic-beta"]
+    assert beta == anthropic_provider.INTERLEAVED_THINKING_BETA
     # Each tool-use turn goes back starting with its thinking, exactly as the API sent it.
     assert second["messages"][1]["content"][0] == {
         "type": "thinking",
@@ -251,7 +252,7 @@ async def test_thinking_survives_tool_errors_loop_detection_and_compaction(
         thinking_input(
             compaction="window",
             limits=Limits(max_context_tokens=2600),
-                compaction_target_ratio=0.9,
+            compaction_target_ratio=0.9,
             continue_as_new_after_steps=2,
         ),
     )
