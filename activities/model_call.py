@@ -13,7 +13,12 @@ from temporalio.exceptions import ApplicationError
 from activities import admission, message_store, pricing, progress, telemetry
 from activities._heartbeat import heartbeating
 from activities.oversized_reply import bounded_reply
-from activities.providers import anthropic_provider, openai_provider, scripted
+from activities.providers import (
+    anthropic_provider,
+    openai_provider,
+    openai_responses_provider,
+    scripted,
+)
 from workflows.errors import AgentConfigurationError
 from workflows.history import STORE_MISS
 from workflows.models import ModelRequest, ModelResponse
@@ -24,6 +29,7 @@ Provider = Callable[[ModelRequest], Awaitable[ModelResponse]]
 PROVIDERS: dict[str, Provider] = {
     "scripted": scripted.complete,
     "openai": openai_provider.complete,
+    "openai-responses": openai_responses_provider.complete,
     "anthropic": anthropic_provider.complete,
 }
 
@@ -104,6 +110,15 @@ async def call_model(request: ModelRequest) -> ModelResponse:
             error,
         )
         raise
+    if response.reasoning_left_out:
+        # Also in the step's record (StepRecord.reasoning_left_out): the trace says so.
+        activity.logger.info(
+            "step %d: %d reasoning parts of the transcript left out of the %s call: made by "
+            "another provider, or refused by this call's settings",
+            request.step,
+            response.reasoning_left_out,
+            settings.provider,
+        )
     price = settings.price or pricing.price_for(response.model) or pricing.price_for(settings.model)
     usage = response.usage.model_copy(update={"cost_usd": pricing.cost_usd(response.usage, price)})
     # Paid for: a reply too large to report is cut to fit rather than failed and paid again.

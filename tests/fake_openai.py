@@ -13,6 +13,14 @@ to a transcript that breaks the tool-call pairing rule. An exhausted script answ
 Faults a network brings are scripted too: `Hangup()` resets the connection without an answer,
 `Slow(seconds, entry)` answers only after a delay, and `HttpReply(raw=...)` sends any bytes.
 
+The Responses API (POST /v1/responses) is served too, statelessly, as with `store=false`: a
+`ResponsesReply` answers with reasoning items (their `encrypted_content` sealed by the fake, and
+sent only when the request's `include` asks for it), text and function calls. Like the real API it
+answers 400 to a reasoning item sent back without its encrypted content ("Item with id 'rs_...'
+not found. Items are not persisted when 'store' is set to false..."), with its content changed,
+or without the item it preceded; to a `function_call` without its `function_call_output` (and
+the reverse); and to a `previous_response_id`, since it keeps nothing.
+
 For many runs at once, a `responder` answers each request from its body instead of the script,
 and `max_in_flight=N` makes the fake a provider that serves N requests at once: one more gets
 OpenAI's 429 with a `retry-after` (`refusal_headers`), and `in_flight`, `peak_in_flight` and
@@ -22,6 +30,9 @@ threading.Event) keeps the requests it serves in flight until it is set.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import socket
 import struct
@@ -33,6 +44,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 PATHS = ("/v1/chat/completions", "/chat/completions")
+RESPONSES_PATHS = ("/v1/responses", "/responses")
+_SECRET = b"fake-openai-reasoning-key"
+NOT_PERSISTED = (
+    "Item with id '{id}' not found. Items are not persisted when 'store' is set to false. Try "
+    "again with 'store' set to true, or remove this item from your input."
+)
+"""The API's 400 for a reasoning item sent back without its encrypted content (issue 19)."""
 
 
 @dataclass
@@ -51,6 +69,95 @@ class Reply:
     cached_tokens: int = 0
     model: str | None = None
     """Defaults to the requested model."""
+
+
+@dataclass
+class ResponsesReply:
+    """One Responses API reply: by default its reasoning item, then its text, then its calls."""
+
+    text: str | None = None
+    calls: list[tuple[str, str, str]] = field(default_factory=list)
+    """(call_id, name, arguments as raw text) per function call."""
+    reasoning: str | None = None
+    """The summary of a reasoning item before everything else."""
+    items: list[tuple[str, Any]] | None = None
+    """The output in any order instead: ("reasoning", summary), ("text", text) or ("call",
+    (call_id, name, arguments))."""
+    input_tokens: int | None = None
+    """Defaults to an estimate from the request's size."""
+    cached_tokens: int = 0
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    """Defaults to an estimate from the reasoning summaries (the real ones think longer)."""
+    status: str = "completed"
+    incomplete_reason: str | None = None
+    model: str | None = None
+
+
+def seal(item_id: str, summary: Any) -> str:
+    """The fake's encrypted_content of a reasoning item: any change to it, or to the item's id
+    or summary, breaks it."""
+    plain = item_id + json.dumps(summary, sort_keys=True)
+    digest = hmac.new(_SECRET, plain.encode(), hashlib.sha256).digest()
+    return "gAAAA" + base64.b64encode(digest).decode()
+
+
+def responses_error(body: dict[str, Any]) -> HttpReply | None:
+    """The Responses API's 400 for a stateless request it refuses; None when it is valid."""
+    if body.get("previous_response_id"):
+        return error(
+            400,
+            f"Previous response with id '{body['previous_response_id']}' not found.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
+    items = body.get("input")
+    if isinstance(items, str):
+        return None
+    if not isinstance(items, list) or not items:
+        return error(400, "Missing required parameter: 'input'.", param="input")
+    calls: dict[str, int] = {}
+    answered: set[str] = set()
+    for index, item in enumerate(items):
+        kind = item.get("type") or ("message" if "role" in item else None)
+        if kind == "reasoning":
+            item_id = str(item.get("id"))
+            encrypted = item.get("encrypted_content")
+            if not encrypted:
+                return error(400, NOT_PERSISTED.format(id=item_id), param="input")
+            if not hmac.compare_digest(encrypted, seal(item_id, item.get("summary"))):
+                return error(
+                    400,
+                    f"The encrypted content for item {item_id} could not be verified.",
+                    param="input",
+                    code="invalid_encrypted_content",
+                )
+            following = items[index + 1] if index + 1 < len(items) else {}
+            if (
+                following.get("type") not in ("function_call", "reasoning")
+                and following.get("role") != "assistant"
+            ):
+                return error(
+                    400,
+                    f"Item '{item_id}' of type 'reasoning' was provided without its required "
+                    "following item.",
+                    param="input",
+                )
+        elif kind == "function_call":
+            calls.setdefault(str(item.get("call_id")), index)
+        elif kind == "function_call_output":
+            call_id = str(item.get("call_id"))
+            if call_id not in calls:
+                return error(
+                    400,
+                    f"No tool call found for function call output with call_id {call_id}.",
+                    param="input",
+                )
+            answered.add(call_id)
+    for call_id in calls:
+        if call_id not in answered:
+            return error(400, f"No tool output found for function call {call_id}.", param="input")
+    return None
 
 
 @dataclass
@@ -76,7 +183,7 @@ class Slow:
     """Answer with `then`, but only after `seconds`: slower than the client's timeout, say."""
 
     seconds: float
-    then: Reply | HttpReply
+    then: Reply | ResponsesReply | HttpReply
 
 
 def error(
@@ -148,7 +255,7 @@ class _Server(ThreadingHTTPServer):
 class FakeOpenAI:
     def __init__(
         self,
-        script: list[Reply | HttpReply | Hangup | Slow] | None = None,
+        script: list[Reply | ResponsesReply | HttpReply | Hangup | Slow] | None = None,
         *,
         api_key: str = "sk-test-fake",
         responder: Callable[[dict[str, Any]], Reply | HttpReply] | None = None,
@@ -203,7 +310,8 @@ class FakeOpenAI:
             recorded = Recorded(path, headers, raw, body, at=time.monotonic())
             self.requests.append(recorded)
             number = len(self.requests)
-            if path not in PATHS:
+            responses = path in RESPONSES_PATHS
+            if path not in PATHS and not responses:
                 return error(404, f"Invalid URL (POST {path})")
             if headers.get("authorization") != f"Bearer {self.api_key}":
                 given = headers.get("authorization", "").removeprefix("Bearer ")
@@ -222,9 +330,12 @@ class FakeOpenAI:
                     code="rate_limit_exceeded",
                     headers=self.refusal_headers,
                 )
-            if broken := pairing_error((body or {}).get("messages", [])):
+            if responses:
+                if broken := responses_error(body or {}):
+                    return broken
+            elif broken := pairing_error((body or {}).get("messages", [])):
                 return broken
-            entry: Reply | HttpReply | Hangup | Slow
+            entry: Reply | ResponsesReply | HttpReply | Hangup | Slow
             if self.responder is not None:
                 entry = self.responder(body or {})
             elif self.script:
@@ -243,6 +354,8 @@ class FakeOpenAI:
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         if isinstance(entry, Reply):
             entry = HttpReply(200, _completion(entry, body or {}, number, len(raw)))
+        elif isinstance(entry, ResponsesReply):
+            entry = HttpReply(200, _response(entry, body or {}, number, len(raw)))
         return replace(entry, delay_seconds=entry.delay_seconds + delay, served=True)
 
     def finished(self, reply: HttpReply) -> None:
@@ -294,6 +407,81 @@ def _completion(reply: Reply, request: dict[str, Any], number: int, size: int) -
         },
         "service_tier": "default",
         "system_fingerprint": "fp_fake",
+    }
+
+
+def _response(
+    reply: ResponsesReply, request: dict[str, Any], number: int, size: int
+) -> dict[str, Any]:
+    items = reply.items
+    if items is None:
+        items = [("reasoning", reply.reasoning)] if reply.reasoning is not None else []
+        items += [("text", reply.text)] if reply.text is not None else []
+        items += [("call", call) for call in reply.calls]
+    encrypted = "reasoning.encrypted_content" in (request.get("include") or ())
+    output: list[dict[str, Any]] = []
+    thought = ""
+    for position, (kind, value) in enumerate(items):
+        prefix = {"reasoning": "rs", "text": "msg", "call": "fc"}[kind]
+        item_id = f"{prefix}_fake{number:04d}_{position}"
+        if kind == "reasoning":
+            summary = [{"type": "summary_text", "text": value}]
+            item: dict[str, Any] = {"id": item_id, "type": "reasoning", "summary": summary}
+            if encrypted:
+                item["encrypted_content"] = seal(item_id, summary)
+            thought += value
+        elif kind == "text":
+            item = {
+                "id": item_id,
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": value, "annotations": []}],
+            }
+        else:
+            call_id, name, arguments = value
+            item = {
+                "id": item_id,
+                "type": "function_call",
+                "call_id": call_id,
+                "name": name,
+                "arguments": arguments,
+                "status": "completed",
+            }
+        output.append(item)
+    reasoning_tokens = reply.reasoning_tokens
+    if reasoning_tokens is None:
+        reasoning_tokens = (len(thought) + 3) // 4
+    prompt = reply.input_tokens if reply.input_tokens is not None else size // 4
+    completion = reply.output_tokens
+    if completion is None:
+        completion = len(json.dumps(output)) // 4 + reasoning_tokens
+    return {
+        "id": f"resp_fake{number:04d}",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": reply.status,
+        "error": None,
+        "incomplete_details": (
+            {"reason": reply.incomplete_reason} if reply.incomplete_reason else None
+        ),
+        "instructions": request.get("instructions"),
+        "model": reply.model or request.get("model", "gpt-fake"),
+        "output": output,
+        "parallel_tool_calls": bool(request.get("parallel_tool_calls", True)),
+        "tool_choice": "auto",
+        "tools": request.get("tools") or [],
+        "store": bool(request.get("store", True)),
+        "metadata": {},
+        "temperature": request.get("temperature", 1.0),
+        "top_p": 1.0,
+        "usage": {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": reply.cached_tokens, "cache_write_tokens": 0},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+            "total_tokens": prompt + completion,
+        },
     }
 
 
