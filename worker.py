@@ -10,8 +10,8 @@ Temporal dev server. The command-line plumbing comes from cli.plumbing.
 
 A worker is one Temporal worker per task queue it polls: the run's queue (workflows, tools,
 scripted model calls) and one queue per real provider, `<queue>-model-openai`,
-`<queue>-model-anthropic` and `<queue>-model-openai-responses`, each with that provider's limits (AGENT_MODEL_CONCURRENCY_* and
-AGENT_MODEL_RATE_*, activities/admission.py, docs/admission.md).
+`<queue>-model-anthropic` and `<queue>-model-openai-responses`, each with that provider's limits
+(AGENT_MODEL_CONCURRENCY_* and AGENT_MODEL_RATE_*, activities/admission.py, docs/admission.md).
 """
 
 from __future__ import annotations

@@ -14,17 +14,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, cast, get_args
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 import payload_codec
 from activities.mcp_config import MCP_CONFIG_VARIABLE, McpConfig, mcp_config_from
 from cli.plumbing import CommandLineError, OneLineArgumentParser, say, temporal_address
 from workflows.errors import AgentConfigurationError
-from workflows.models import DEFAULT_TASK_QUEUE, Limits, ScriptedTurn
+from workflows.models import (
+    DEFAULT_TASK_QUEUE,
+    Limits,
+    ModelSettings,
+    ReasoningEffort,
+    ScriptedTurn,
+)
 
-Provider = Literal["scripted", "openai", "anthropic"]
-PROVIDERS: tuple[Provider, ...] = ("scripted", "openai", "anthropic")
-DEFAULT_MODELS: dict[Provider, str] = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-6"}
+Provider = Literal["scripted", "openai", "anthropic", "openai-responses"]
+PROVIDERS: tuple[Provider, ...] = ("scripted", "openai", "anthropic", "openai-responses")
+DEFAULT_MODELS: dict[Provider, str] = {
+    "openai": "gpt-4o-mini",
+    "anthropic": "claude-sonnet-4-6",
+    "openai-responses": "gpt-5-mini",
+}
 SCRIPTED_MODEL = "scripted-demo"
 KEY_VARIABLES: dict[Provider, str] = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 DEFAULT_STATS_LIMIT = 500
@@ -65,6 +75,10 @@ class RunArgs:
     linger: bool
     mcp_config: McpConfig | None = None
     """--mcp-config (or AGENT_MCP_CONFIG): MCP servers for the embedded worker's runs."""
+    thinking_budget: int | None = None
+    """--thinking-budget: Anthropic extended thinking's budget_tokens."""
+    reasoning_effort: ReasoningEffort | None = None
+    """--reasoning-effort: openai-responses' reasoning.effort, Anthropic's output_config.effort."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -222,6 +236,19 @@ def parse_run(argv: list[str]) -> RunArgs:
         help="scripted provider: play this conversation (a JSON list of ScriptedTurn objects) "
         "instead of the built-in support demo",
     )
+    parser.add_argument(
+        "--thinking-budget",
+        type=_positive_int,
+        metavar="N",
+        help="anthropic: think for up to N tokens (at least 1024) before answering; the "
+        "thinking is kept and sent back with each tool-use turn",
+    )
+    parser.add_argument(
+        "--reasoning-effort",
+        choices=get_args(ReasoningEffort),
+        help="how hard a reasoning model thinks: openai-responses (none ... xhigh) or "
+        "anthropic (low ... max)",
+    )
     parser.add_argument("--max-steps", type=_positive_int, default=Limits().max_steps)
     parser.add_argument(
         "--max-cost-usd", type=_positive_float, help="fail the run once it has cost more"
@@ -332,10 +359,27 @@ def parse_run(argv: list[str]) -> RunArgs:
             "the scripted demo calls the demo's tools: with --tools, give --script or a real "
             "provider (or add --tools demo)"
         )
+    model = args.model or DEFAULT_MODELS.get(provider, SCRIPTED_MODEL)
+    try:  # the settings' own checks, as one line, before anything starts
+        ModelSettings(
+            provider=provider,
+            model=model,
+            thinking_budget_tokens=args.thinking_budget,
+            reasoning_effort=args.reasoning_effort,
+        )
+    except ValidationError as error:
+        message = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
+        flags = {
+            "thinking_budget_tokens": "--thinking-budget",
+            "reasoning_effort": "--reasoning-effort",
+        }
+        for field, flag in flags.items():
+            message = message.replace(field, flag)
+        parser.error(message)
     return RunArgs(
         prompt=args.prompt,
         provider=provider,
-        model=args.model or DEFAULT_MODELS.get(provider, SCRIPTED_MODEL),
+        model=model,
         script=None if script is None else tuple(script),
         max_steps=args.max_steps,
         max_cost_usd=args.max_cost_usd,
@@ -353,6 +397,8 @@ def parse_run(argv: list[str]) -> RunArgs:
         trace=args.trace,
         linger=args.linger,
         mcp_config=mcp_config,
+        thinking_budget=args.thinking_budget,
+        reasoning_effort=args.reasoning_effort,
     )
 
 

@@ -104,7 +104,12 @@ def build_input(args: RunArgs) -> AgentInput:
         script = list(args.script) if args.script is not None else demo
         model = ModelSettings(provider="scripted", model=args.model, script=script)
     else:
-        model = ModelSettings(provider=args.provider, model=args.model)
+        model = ModelSettings(
+            provider=args.provider,
+            model=args.model,
+            thinking_budget_tokens=args.thinking_budget,
+            reasoning_effort=args.reasoning_effort,
+        )
     return AgentInput(
         prompt=args.prompt,
         system=args.system or (None if args.tools else SUPPORT_DEMO_SYSTEM),

@@ -219,7 +219,7 @@ async def test_another_providers_reasoning_is_left_out(fake: FakeAnthropic) -> N
         ({"max_output_tokens": BUDGET}, "must be greater than thinking_budget_tokens=2048"),
         ({"thinking_budget_tokens": 512}, "Anthropic needs at least 1024"),
         ({"adaptive_thinking": True}, "not both"),
-        ({"reasoning_effort": "minimal"}, "not one of anthropic's"),
+        ({"reasoning_effort": "minimal"}, "not one that anthropic takes"),
     ],
 )
 def test_settings_that_do_not_go_with_thinking_are_refused_up_front(

@@ -275,7 +275,7 @@ async def test_errors_are_classified_as_for_chat_completions(fake: FakeOpenAI) -
     ("options", "says"),
     [
         ({"temperature": 0.3}, "temperature cannot be set with reasoning_effort"),
-        ({"reasoning_effort": "max"}, "not one of openai-responses'"),
+        ({"reasoning_effort": "max"}, "not one that openai-responses takes"),
         ({"thinking_budget_tokens": 2048}, "are Anthropic's"),
     ],
 )

@@ -163,7 +163,7 @@ class ModelSettings(BaseModel):
                 )
             if effort not in allowed:
                 raise ValueError(
-                    f"reasoning_effort={effort!r} is not one of {self.provider}'s: "
+                    f"reasoning_effort={effort!r} is not one that {self.provider} takes: "
                     + ", ".join(allowed)
                 )
             reasoning = self.provider == "openai-responses" and effort != "none"
