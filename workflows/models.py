@@ -112,17 +112,18 @@ class ModelSettings(BaseModel):
     """Required by Anthropic; defaults to 4096 there."""
     price: Price | None = None
     """Overrides the price table for this run's model."""
-    thinking_budget_tokens: int | None = None
+    thinking_budget_tokens: int | None = Field(default=None, exclude_if=lambda v: v is None)
     """Anthropic extended thinking: the tokens the model may think for before it answers (at
     least 1024, and less than max_output_tokens; with no max_output_tokens the call allows the
     budget plus 4096). Its thinking blocks are kept, signed, and sent back."""
-    adaptive_thinking: bool = False
+    adaptive_thinking: bool = Field(default=False, exclude_if=lambda v: not v)
     """Anthropic adaptive thinking: the model decides whether and how much to think (models
     that offer it). Not with thinking_budget_tokens."""
-    reasoning_effort: ReasoningEffort | None = None
+    reasoning_effort: ReasoningEffort | None = Field(default=None, exclude_if=lambda v: v is None)
     """How hard a reasoning model thinks: `reasoning.effort` for openai-responses (none,
     minimal, low, medium, high, xhigh), `output_config.effort` for anthropic (low, medium,
-    high, xhigh, max)."""
+    high, xhigh, max). (The reasoning settings are left out of the JSON when unset, so a run
+    without them keeps the history bytes it had.)"""
 
     @model_validator(mode="after")
     def _reasoning_settings_fit(self) -> ModelSettings:
@@ -304,7 +305,7 @@ class ModelResponse(BaseModel):
     """Which attempt of the model activity produced this reply."""
     response_id: str | None = None
     """The provider's id of this reply (OpenAI's chatcmpl-..., Anthropic's msg_...), for tracing."""
-    reasoning_left_out: int = 0
+    reasoning_left_out: int = Field(default=0, exclude_if=lambda count: not count)
     """Reasoning parts in the transcript this call did not send: made by another provider or
     API, or refused by this call's settings (Anthropic with thinking off)."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 from temporalio.exceptions import ApplicationError
 
@@ -29,9 +29,10 @@ class Usage(BaseModel):
     """Input tokens read from the provider's prompt cache."""
     cache_write_tokens: int = 0
     """Input tokens written to the prompt cache (Anthropic bills them above the input rate)."""
-    reasoning_tokens: int = 0
+    reasoning_tokens: int = Field(default=0, exclude_if=lambda tokens: not tokens)
     """Output tokens the model spent reasoning, as the provider reports them: a part of
-    output_tokens (and priced with them), never on top."""
+    output_tokens (and priced with them), never on top. Left out of the JSON when 0, so runs
+    without reasoning keep the history bytes they had."""
     cost_usd: float | None = 0.0
     """None when a call's model has no price: an unknown cost is not a zero cost."""
 
@@ -171,9 +172,9 @@ class StepRecord(BaseModel):
     usage: Usage
     finish_reason: str | None = None
     tool_calls: list[ToolCallRecord] = []
-    reasoning_left_out: int = 0
+    reasoning_left_out: int = Field(default=0, exclude_if=lambda count: not count)
     """Reasoning parts of the transcript this call did not send: another provider's, or refused
-    by its settings (see ModelResponse.reasoning_left_out)."""
+    by its settings (see ModelResponse.reasoning_left_out). Left out of the JSON when 0."""
 
 
 class EarlierSteps(BaseModel):
