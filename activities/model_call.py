@@ -14,6 +14,7 @@ from activities import admission, message_store, pricing, progress, telemetry
 from activities._heartbeat import heartbeating
 from activities.oversized_reply import bounded_reply
 from activities.providers import (
+    _streaming,
     anthropic_provider,
     openai_provider,
     openai_responses_provider,
@@ -25,6 +26,10 @@ from workflows.models import ModelRequest, ModelResponse
 from workflows.transcript import Message
 
 Provider = Callable[[ModelRequest], Awaitable[ModelResponse]]
+
+STREAM_HEARTBEAT_THROTTLE = _streaming.HEARTBEAT_THROTTLE
+"""The provider workers' `max_heartbeat_throttle_interval`: a streaming call's progress, which
+rides on its heartbeats, is sent at most this often (the deltas' batch)."""
 
 PROVIDERS: dict[str, Provider] = {
     "scripted": scripted.complete,
@@ -95,11 +100,17 @@ async def call_model(request: ModelRequest) -> ModelResponse:
     provider = PROVIDERS.get(settings.provider)
     if provider is None:
         raise AgentConfigurationError(f"unknown model provider {settings.provider!r}")
+    attempt = activity.info().attempt
     try:
-        async with heartbeating(), admission.admitted(settings.provider, settings.model):
-            with telemetry.chat_span(request) as span:
-                response = await provider(request)
-                span.record(response)
+        with _streaming.publishing(request, attempt) as publisher:
+            beat_with = publisher.heartbeat if publisher is not None else None
+            async with (
+                heartbeating(beat_with),
+                admission.admitted(settings.provider, settings.model),
+            ):
+                with telemetry.chat_span(request) as span:
+                    response = await provider(request)
+                    span.record(response)
     except Exception as error:
         activity.logger.warning(
             "step %d: %s call to %s failed (attempt %d): %s",

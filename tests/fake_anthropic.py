@@ -21,6 +21,12 @@ redacted data) is not one the fake made for exactly that text, or when its setti
 rules (budget under 1024, max_tokens not above it, a temperature other than 1). With thinking off,
 that turn may hold no thinking at all.
 
+A request with `"stream": true` gets the same message as server-sent events, as the API sends
+them (message_start, each block's start, deltas and stop, message_delta, message_stop), text and
+thinking in `chunk_chars` pieces. `Reply(pause_after=N)` waits for the fake's `hold` (a
+threading.Event) after N events, so a test can see a half-written reply; `hangup_after=N` resets
+the connection after N events instead (a stream that breaks off).
+
 Faults a network brings are scripted too: `Hangup()` resets the connection without an answer,
 `Slow(seconds, entry)` answers only after a delay, and `HttpReply(raw=...)` sends any bytes.
 """
@@ -37,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.fake_openai import reset
+from tests.fake_openai import reset, send_events
 
 PATH = "/v1/messages"
 MAX_CACHE_BREAKPOINTS = 4
@@ -76,6 +82,12 @@ class Reply:
     """A redacted_thinking block after it, its data sealed by the fake (this text, encrypted)."""
     thinking_tokens: int | None = None
     """output_tokens_details.thinking_tokens; defaults to an estimate from the thinking."""
+    chunk_chars: int = 8
+    """Streamed: the size of each text, thinking or input delta."""
+    pause_after: int | None = None
+    """Streamed: wait for the fake's `hold` after this many events."""
+    hangup_after: int | None = None
+    """Streamed: reset the connection after this many events."""
 
 
 def signature(thinking: str) -> str:
@@ -103,6 +115,10 @@ class HttpReply:
     """How long the fake waits before answering; a client that gave up meanwhile gets nothing."""
     raw: bytes | None = None
     """Sent instead of `body` encoded as JSON: a body JSON cannot encode, or not JSON at all."""
+    events: list[tuple[str, dict[str, Any]]] | None = None
+    """Sent instead of `body` as server-sent events (name, data)."""
+    pause_after: int | None = None
+    hangup_after: int | None = None
 
 
 @dataclass
@@ -330,6 +346,8 @@ class FakeAnthropic:
         self.script = list(script or [])
         self.api_key = api_key
         self.requests: list[Recorded] = []
+        self.hold = threading.Event()
+        """What a streamed `Reply(pause_after=N)` waits for."""
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -391,7 +409,16 @@ class FakeAnthropic:
                 message["content"] = _RAW_CONTENT
                 encoded = json.dumps(message)
                 raw_reply = encoded.replace(json.dumps(_RAW_CONTENT), entry.content_json).encode()
-            entry = HttpReply(200, message, raw=raw_reply)
+            if body.get("stream"):
+                entry = HttpReply(
+                    200,
+                    None,
+                    events=sse_events(message, entry.chunk_chars),
+                    pause_after=entry.pause_after,
+                    hangup_after=entry.hangup_after,
+                )
+            else:
+                entry = HttpReply(200, message, raw=raw_reply)
         return replace(entry, delay_seconds=entry.delay_seconds + delay) if delay else entry
 
 
@@ -447,6 +474,77 @@ def _message(reply: Reply, request: dict[str, Any], number: int, size: int) -> d
     }
 
 
+def _chunks(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def sse_events(message: dict[str, Any], chunk_chars: int = 8) -> list[tuple[str, dict[str, Any]]]:
+    """`message` as the Messages API streams it."""
+    usage = message["usage"]
+    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start})
+    ]
+    for index, block in enumerate(message["content"]):
+        kind = block["type"]
+        deltas: list[dict[str, Any]] = []
+        if kind == "text":
+            first: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [
+                {"type": "text_delta", "text": c} for c in _chunks(block["text"], chunk_chars)
+            ]
+        elif kind == "thinking":
+            first = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [
+                {"type": "thinking_delta", "thinking": c}
+                for c in _chunks(block["thinking"], chunk_chars)
+            ]
+            deltas.append({"type": "signature_delta", "signature": block["signature"]})
+        elif kind == "tool_use":
+            first = {**block, "input": {}}
+            arguments = json.dumps(block["input"])
+            deltas = [
+                {"type": "input_json_delta", "partial_json": c}
+                for c in _chunks(arguments, chunk_chars)
+            ]
+        else:
+            first = block
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": first},
+            )
+        )
+        events += [
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+            for d in deltas
+        ]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    final_usage = {
+        key: usage[key]
+        for key in (
+            "input_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+            "output_tokens",
+            "output_tokens_details",
+        )
+        if key in usage
+    }
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": final_usage,
+            },
+        )
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
 def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -457,6 +555,19 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
                 reset(self)
                 return
             time.sleep(reply.delay_seconds)
+            if reply.events is not None:
+                try:
+                    send_events(
+                        self,
+                        reply.events,
+                        pause_after=reply.pause_after,
+                        hangup_after=reply.hangup_after,
+                        hold=fake.hold,
+                        headers={"request-id": f"req_fake{len(fake.requests):04d}"},
+                    )
+                except OSError:
+                    self.close_connection = True
+                return
             payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
             try:
                 self.send_response(reply.status)

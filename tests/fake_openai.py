@@ -21,6 +21,11 @@ not found. Items are not persisted when 'store' is set to false..."), with its c
 or without the item it preceded; to a `function_call` without its `function_call_output` (and
 the reverse); and to a `previous_response_id`, since it keeps nothing.
 
+With `"stream": true` a Responses reply comes as the API's server-sent events (response.created,
+each item's added, deltas and done events, response.completed), text, summaries and arguments in
+`chunk_chars` pieces; `pause_after=N` waits for the fake's `stream_hold` after N events and
+`hangup_after=N` resets the connection there.
+
 For many runs at once, a `responder` answers each request from its body instead of the script,
 and `max_in_flight=N` makes the fake a provider that serves N requests at once: one more gets
 OpenAI's 429 with a `retry-after` (`refusal_headers`), and `in_flight`, `peak_in_flight` and
@@ -92,6 +97,12 @@ class ResponsesReply:
     status: str = "completed"
     incomplete_reason: str | None = None
     model: str | None = None
+    chunk_chars: int = 8
+    """Streamed: the size of each delta."""
+    pause_after: int | None = None
+    """Streamed: wait for the fake's `stream_hold` after this many events."""
+    hangup_after: int | None = None
+    """Streamed: reset the connection after this many events."""
 
 
 def seal(item_id: str, summary: Any) -> str:
@@ -171,6 +182,10 @@ class HttpReply:
     """Sent instead of `body` encoded as JSON: a body JSON cannot encode, or not JSON at all."""
     served: bool = False
     """Set by the fake on a reply it serves: counted in `in_flight` until it is sent."""
+    events: list[tuple[str, dict[str, Any]]] | None = None
+    """Sent instead of `body` as server-sent events (name, data)."""
+    pause_after: int | None = None
+    hangup_after: int | None = None
 
 
 @dataclass
@@ -275,6 +290,8 @@ class FakeOpenAI:
         self.latency_seconds = latency_seconds
         self.hold = hold
         self.requests: list[Recorded] = []
+        self.stream_hold = threading.Event()
+        """What a streamed `ResponsesReply(pause_after=N)` waits for."""
         self.in_flight = 0
         """Requests being served: taken, not yet answered."""
         self.peak_in_flight = 0
@@ -355,7 +372,17 @@ class FakeOpenAI:
         if isinstance(entry, Reply):
             entry = HttpReply(200, _completion(entry, body or {}, number, len(raw)))
         elif isinstance(entry, ResponsesReply):
-            entry = HttpReply(200, _response(entry, body or {}, number, len(raw)))
+            response = _response(entry, body or {}, number, len(raw))
+            if (body or {}).get("stream"):
+                entry = HttpReply(
+                    200,
+                    None,
+                    events=responses_events(response, entry.chunk_chars),
+                    pause_after=entry.pause_after,
+                    hangup_after=entry.hangup_after,
+                )
+            else:
+                entry = HttpReply(200, response)
         return replace(entry, delay_seconds=entry.delay_seconds + delay, served=True)
 
     def finished(self, reply: HttpReply) -> None:
@@ -485,6 +512,90 @@ def _response(
     }
 
 
+def _chunks(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def responses_events(
+    response: dict[str, Any], chunk_chars: int = 8
+) -> list[tuple[str, dict[str, Any]]]:
+    """`response` as the Responses API streams it."""
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    def add(kind: str, **data: Any) -> None:
+        events.append((kind, {"type": kind, "sequence_number": len(events), **data}))
+
+    add("response.created", response={**response, "status": "in_progress", "output": []})
+    for index, item in enumerate(response["output"]):
+        at = {"item_id": item["id"], "output_index": index}
+        if item["type"] == "message":
+            add("response.output_item.added", output_index=index, item={**item, "content": []})
+            part = item["content"][0]
+            empty = {**part, "text": ""}
+            add("response.content_part.added", **at, content_index=0, part=empty)
+            for piece in _chunks(part["text"], chunk_chars):
+                add("response.output_text.delta", **at, content_index=0, delta=piece, logprobs=[])
+            add("response.output_text.done", **at, content_index=0, text=part["text"], logprobs=[])
+            add("response.content_part.done", **at, content_index=0, part=part)
+        elif item["type"] == "reasoning":
+            added = {k: v for k, v in item.items() if k != "encrypted_content"}
+            add("response.output_item.added", output_index=index, item={**added, "summary": []})
+            for number, summary in enumerate(item["summary"]):
+                empty = {**summary, "text": ""}
+                add("response.reasoning_summary_part.added", **at, summary_index=number, part=empty)
+                for piece in _chunks(summary["text"], chunk_chars):
+                    add(
+                        "response.reasoning_summary_text.delta",
+                        **at,
+                        summary_index=number,
+                        delta=piece,
+                    )
+                add(
+                    "response.reasoning_summary_text.done",
+                    **at,
+                    summary_index=number,
+                    text=summary["text"],
+                )
+                add(
+                    "response.reasoning_summary_part.done", **at, summary_index=number, part=summary
+                )
+        else:
+            add("response.output_item.added", output_index=index, item={**item, "arguments": ""})
+            for piece in _chunks(item["arguments"], chunk_chars):
+                add("response.function_call_arguments.delta", **at, delta=piece)
+            add("response.function_call_arguments.done", **at, arguments=item["arguments"])
+        add("response.output_item.done", output_index=index, item=item)
+    add("response.completed", response=response)
+    return events
+
+
+def send_events(
+    handler: BaseHTTPRequestHandler,
+    events: list[tuple[str, dict[str, Any]]],
+    *,
+    pause_after: int | None,
+    hangup_after: int | None,
+    hold: threading.Event,
+    headers: dict[str, str],
+) -> None:
+    """Send `events` as server-sent events, pausing for `hold` or hanging up where asked."""
+    handler.send_response(200)
+    handler.send_header("content-type", "text/event-stream")
+    handler.send_header("connection", "close")
+    for name, value in headers.items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    handler.close_connection = True
+    for number, (name, data) in enumerate(events):
+        if number == pause_after:
+            hold.wait()
+        if number == hangup_after:
+            reset(handler)
+            return
+        handler.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+        handler.wfile.flush()
+
+
 def reset(handler: BaseHTTPRequestHandler) -> None:
     """Close the handler's connection with a TCP reset (linger 0), not an orderly FIN."""
     handler.close_connection = True
@@ -505,6 +616,19 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             if reply.served and fake.hold is not None:
                 fake.hold.wait()
             fake.finished(reply)
+            if reply.events is not None:
+                try:
+                    send_events(
+                        self,
+                        reply.events,
+                        pause_after=reply.pause_after,
+                        hangup_after=reply.hangup_after,
+                        hold=fake.stream_hold,
+                        headers={"x-request-id": f"req_fake{len(fake.requests):04d}"},
+                    )
+                except OSError:
+                    self.close_connection = True
+                return
             payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
             try:
                 self.send_response(reply.status)

@@ -125,6 +125,12 @@ class ModelSettings(BaseModel):
     high, xhigh, max). (The reasoning settings are left out of the JSON when unset, so a run
     without them keeps the history bytes it had.)"""
 
+    stream: bool = Field(default=False, exclude_if=lambda v: not v)
+    """Use the provider's streaming API: the text (and reasoning summaries) as the model writes
+    them reach `AgentRun.deltas()` through the model activity's heartbeats, never the history;
+    the transcript gets the assembled message, as without streaming. The CLI turns it on at a
+    terminal. (The scripted model does not stream.)"""
+
     @model_validator(mode="after")
     def _reasoning_settings_fit(self) -> ModelSettings:
         # Refused here, where the run is built, rather than as the provider's 400 at step 1.
@@ -308,6 +314,38 @@ class ModelResponse(BaseModel):
     reasoning_left_out: int = Field(default=0, exclude_if=lambda count: not count)
     """Reasoning parts in the transcript this call did not send: made by another provider or
     API, or refused by this call's settings (Anthropic with thinking off)."""
+
+
+STREAM_KEPT_CHARS = 32_000
+"""The newest characters of each kind a streaming call's heartbeat carries: enough for a reader
+polling every 100 ms, bounded whatever the reply's length."""
+
+
+class StreamProgress(BaseModel):
+    """What a streaming model call has written so far: the details of its heartbeats. Each
+    heartbeat carries all of it (up to STREAM_KEPT_CHARS a kind), so a reader that missed one
+    misses nothing; heartbeats are no history events."""
+
+    step: int
+    attempt: int
+    text: str = ""
+    """The newest text written, after `text_offset` characters no longer carried."""
+    text_offset: int = 0
+    reasoning: str = ""
+    """The newest reasoning summary (or summarised thinking) written, after reasoning_offset."""
+    reasoning_offset: int = 0
+
+
+class ModelDelta(BaseModel):
+    """One piece of a streaming model call's output, as `AgentRun.deltas()` yields it."""
+
+    step: int
+    attempt: int
+    """The model activity's attempt that wrote it."""
+    kind: Literal["text", "reasoning", "void"]
+    """"void": the attempt failed, and everything it streamed is void (a UI drops it; the next
+    attempt streams anew)."""
+    text: str = ""
 
 
 class ToolActivityInput(BaseModel):

@@ -27,9 +27,11 @@ import os
 from typing import Any
 
 import anthropic
+import httpx2
 from anthropic.types import Message as AnthropicMessage
 from temporalio.exceptions import ApplicationError
 
+from activities.providers import _streaming
 from activities.providers._http_errors import (
     connection_error,
     cut_off_reply,
@@ -37,6 +39,7 @@ from activities.providers._http_errors import (
     provider_message,
     status_error,
     timeout_error,
+    transient_error,
     unreadable_reply,
 )
 from activities.providers._tls import tls_context
@@ -87,9 +90,25 @@ async def complete(request: ModelRequest) -> ModelResponse:
             timeout=settings.timeout_seconds,
             http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context()),
         ) as client:
-            response = await client.messages.create(
-                **params, extra_body=extra_body, extra_headers=extra_headers
-            )
+            publisher = _streaming.current()
+            if publisher is None:
+                response = await client.messages.create(
+                    **params, extra_body=extra_body, extra_headers=extra_headers
+                )
+            else:
+                async with client.messages.stream(
+                    **params, extra_body=extra_body, extra_headers=extra_headers
+                ) as stream:
+                    async for event in stream:
+                        if event.type == "content_block_delta":
+                            if event.delta.type == "text_delta":
+                                publisher.text(event.delta.text)
+                            elif event.delta.type == "thinking_delta":
+                                publisher.reasoning(event.delta.thinking)
+                    # The message the stream assembled: the same as create's.
+                    response = await stream.get_final_message()
+    except httpx2.TransportError as error:  # a stream cut off half-way: not wrapped by the SDK
+        raise connection_error(PROVIDER, error) from None
     except anthropic.AnthropicError as error:
         failure = provider_error(error, timeout_seconds=settings.timeout_seconds)
         # httpx's frames on a connection error or timeout would push the attempt's failure past
@@ -340,6 +359,11 @@ def provider_error(error: anthropic.AnthropicError, *, timeout_seconds: float) -
         return connection_error(PROVIDER, error.__cause__)
     if not isinstance(error, anthropic.APIStatusError):
         return AgentProviderError(f"Anthropic client error: {error}")
+    if error.status_code < 400:
+        # An `error` event in a stream that had started with 200 (overloaded, say): the attempt
+        # is lost, as with a 5xx, and the retry starts the stream anew.
+        message = provider_message(error.body, error.message)
+        return transient_error(f"{PROVIDER}'s stream broke off with an error: {message}")
     return status_error(
         PROVIDER,
         error.status_code,

@@ -21,11 +21,14 @@ import json
 import os
 from typing import Any
 
+import httpx2
 import openai
 from openai.types.responses import Response
 from temporalio.exceptions import ApplicationError
 
+from activities.providers import _streaming
 from activities.providers._http_errors import (
+    connection_error,
     cut_off_reply,
     incomplete_reply,
     unreadable_reply,
@@ -67,7 +70,26 @@ async def complete(request: ModelRequest) -> ModelResponse:
             timeout=settings.timeout_seconds,
             http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
         ) as client:
-            response = await client.responses.create(**params)
+            publisher = _streaming.current()
+            if publisher is None:
+                response = await client.responses.create(**params)
+            else:
+                async with client.responses.stream(**params) as stream:
+                    async for event in stream:
+                        if event.type == "response.output_text.delta":
+                            publisher.text(event.delta)
+                        elif event.type == "response.reasoning_summary_text.delta":
+                            publisher.reasoning(event.delta)
+                    # The response the stream assembled: the same as create's.
+                    try:
+                        response = await stream.get_final_response()
+                    except RuntimeError as unfinished:  # failed, or cut short, mid-stream
+                        raise incomplete_reply(
+                            f"OpenAI's stream for model {settings.model!r} ended without a "
+                            f"complete response: {unfinished}"
+                        ) from None
+    except httpx2.TransportError as error:  # a stream cut off half-way: not wrapped by the SDK
+        raise connection_error(PROVIDER, error) from None
     except openai.OpenAIError as error:
         failure = provider_error(error, timeout_seconds=settings.timeout_seconds)
         # As in the Chat Completions adapter: httpx's frames would push the failure past 4 KB.
