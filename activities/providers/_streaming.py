@@ -11,6 +11,7 @@ and its attempt, so a reader knows when a failed attempt's deltas are void.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,9 +33,10 @@ _current: ContextVar[StreamPublisher | None] = ContextVar("stream_publisher", de
 class StreamPublisher:
     def __init__(self, step: int, attempt: int) -> None:
         self._step, self._attempt = step, attempt
-        self._text: list[str] = []
-        self._reasoning: list[str] = []
+        self._text = _Kept()
+        self._reasoning = _Kept()
         self._last_beat = 0.0
+        self._trailing: asyncio.TimerHandle | None = None
 
     def text(self, delta: str) -> None:
         self._text.append(delta)
@@ -45,8 +47,8 @@ class StreamPublisher:
         self._beat()
 
     def progress(self) -> StreamProgress:
-        text, text_offset = _tail(self._text)
-        reasoning, reasoning_offset = _tail(self._reasoning)
+        text, text_offset = self._text.newest()
+        reasoning, reasoning_offset = self._reasoning.newest()
         return StreamProgress(
             step=self._step,
             attempt=self._attempt,
@@ -59,20 +61,43 @@ class StreamPublisher:
     def heartbeat(self) -> None:
         """Hand the newest progress to the SDK, which sends it with the next heartbeat."""
         self._last_beat = time.monotonic()
+        if self._trailing is not None:
+            self._trailing.cancel()
+            self._trailing = None
         if activity.in_activity():
             activity.heartbeat(self.progress())
 
+    def close(self) -> None:
+        if self._trailing is not None:
+            self._trailing.cancel()
+            self._trailing = None
+
     def _beat(self) -> None:
-        if time.monotonic() - self._last_beat >= _MIN_BEAT_SECONDS:
+        wait = self._last_beat + _MIN_BEAT_SECONDS - time.monotonic()
+        if wait <= 0:
             self.heartbeat()
+        elif self._trailing is None:
+            # A delta just after a beat goes with the next one: even when the model then pauses.
+            self._trailing = asyncio.get_running_loop().call_later(wait, self.heartbeat)
 
 
-def _tail(pieces: list[str]) -> tuple[str, int]:
-    whole = "".join(pieces)
-    if len(pieces) > 1:
-        pieces[:] = [whole]  # joined once, not at every beat
-    cut = max(len(whole) - STREAM_KEPT_CHARS, 0)
-    return whole[cut:], cut
+class _Kept:
+    """The newest STREAM_KEPT_CHARS of a stream of pieces, and how many came before them."""
+
+    def __init__(self) -> None:
+        self._pieces: list[str] = []
+        self._dropped = 0
+
+    def append(self, piece: str) -> None:
+        self._pieces.append(piece)
+
+    def newest(self) -> tuple[str, int]:
+        whole = "".join(self._pieces)
+        if len(whole) > STREAM_KEPT_CHARS:
+            self._dropped += len(whole) - STREAM_KEPT_CHARS
+            whole = whole[-STREAM_KEPT_CHARS:]
+        self._pieces = [whole]  # joined once, not again at every beat
+        return whole, self._dropped
 
 
 @contextmanager
@@ -88,6 +113,7 @@ def publishing(request: ModelRequest, attempt: int) -> Iterator[StreamPublisher 
         yield publisher
     finally:
         publisher.heartbeat()
+        publisher.close()
         _current.reset(token)
 
 
