@@ -79,6 +79,9 @@ class RunArgs:
     """--thinking-budget: Anthropic extended thinking's budget_tokens."""
     reasoning_effort: ReasoningEffort | None = None
     """--reasoning-effort: openai-responses' reasoning.effort, Anthropic's output_config.effort."""
+    stream: bool = False
+    """--stream, else on when stderr is a terminal (and not --json): print the model's text as
+    it is written."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -292,6 +295,12 @@ def parse_run(argv: list[str]) -> RunArgs:
     parser.add_argument("--no-wait", action="store_true", help="print the workflow id and return")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument(
+        "--stream",
+        action=argparse.BooleanOptionalAction,
+        help="print the model's text on stderr as it is written (Anthropic, openai-responses); "
+        "default: on at a terminal, without --json",
+    )
+    parser.add_argument(
         "--trace",
         action="store_true",
         help="once the run has ended, print its steps as a table on stderr (with --json: the "
@@ -399,6 +408,7 @@ def parse_run(argv: list[str]) -> RunArgs:
         mcp_config=mcp_config,
         thinking_budget=args.thinking_budget,
         reasoning_effort=args.reasoning_effort,
+        stream=args.stream if args.stream is not None else sys.stderr.isatty() and not args.json,
     )
 
 

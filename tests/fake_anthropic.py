@@ -88,6 +88,8 @@ class Reply:
     """Streamed: wait for the fake's `hold` after this many events."""
     hangup_after: int | None = None
     """Streamed: reset the connection after this many events."""
+    pace_seconds: float = 0.0
+    """Streamed: the time between two events."""
 
 
 def signature(thinking: str) -> str:
@@ -119,6 +121,7 @@ class HttpReply:
     """Sent instead of `body` as server-sent events (name, data)."""
     pause_after: int | None = None
     hangup_after: int | None = None
+    pace_seconds: float = 0.0
 
 
 @dataclass
@@ -416,6 +419,7 @@ class FakeAnthropic:
                     events=sse_events(message, entry.chunk_chars),
                     pause_after=entry.pause_after,
                     hangup_after=entry.hangup_after,
+                    pace_seconds=entry.pace_seconds,
                 )
             else:
                 entry = HttpReply(200, message, raw=raw_reply)
@@ -564,6 +568,7 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
                         hangup_after=reply.hangup_after,
                         hold=fake.hold,
                         headers={"request-id": f"req_fake{len(fake.requests):04d}"},
+                        pace_seconds=reply.pace_seconds,
                     )
                 except OSError:
                     self.close_connection = True

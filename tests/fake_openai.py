@@ -577,8 +577,10 @@ def send_events(
     hangup_after: int | None,
     hold: threading.Event,
     headers: dict[str, str],
+    pace_seconds: float = 0.0,
 ) -> None:
-    """Send `events` as server-sent events, pausing for `hold` or hanging up where asked."""
+    """Send `events` as server-sent events, pausing for `hold` or hanging up where asked, and
+    `pace_seconds` apart (a model that writes at a human pace)."""
     handler.send_response(200)
     handler.send_header("content-type", "text/event-stream")
     handler.send_header("connection", "close")
@@ -592,6 +594,8 @@ def send_events(
         if number == hangup_after:
             reset(handler)
             return
+        if number and pace_seconds:
+            time.sleep(pace_seconds)
         handler.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
         handler.wfile.flush()
 

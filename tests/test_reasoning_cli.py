@@ -85,6 +85,25 @@ def test_a_responses_run_from_the_command_line(tmp_path: Path) -> None:
     ]
 
 
+def test_stream_prints_the_models_text_as_it_is_written(tmp_path: Path) -> None:
+    """--stream (on by default at a terminal): the answer is on stderr while it is written, at
+    a model's pace (20 events 50 ms apart), and on stdout once the run is done."""
+    answer = "Your latest order is #1042, delivered yesterday at 14:20 to the front desk."
+    with fake_anthropic.FakeAnthropic(
+        [fake_anthropic.Reply(answer, thinking="Answer from memory.", pace_seconds=0.05)]
+    ) as fake:
+        env = {"ANTHROPIC_API_KEY": fake.api_key, "ANTHROPIC_BASE_URL": fake.base_url}
+        code, out, stderr = run_cli(
+            "--provider", "anthropic", "--stream", env=env, db=tmp_path / "d.db"
+        )
+    assert code == 0, stderr
+    assert out["answer"] == answer
+    assert fake.requests[0].body["stream"] is True
+    streamed = [line for line in stderr.splitlines() if answer.startswith(line) and line]
+    assert streamed, stderr
+    assert "[thinking: " in stderr
+
+
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
