@@ -297,7 +297,7 @@ def parse_run(argv: list[str]) -> RunArgs:
     parser.add_argument(
         "--stream",
         action=argparse.BooleanOptionalAction,
-        help="print the model's text on stderr as it is written (Anthropic, openai-responses); "
+        help="print the model's text on stderr as it is written (real providers); "
         "default: on at a terminal, without --json",
     )
     parser.add_argument(

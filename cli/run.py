@@ -309,9 +309,8 @@ async def follow(agent_run: AgentRun, following: Following) -> int:
     return 0
 
 
-STREAMING_PROVIDERS = ("anthropic", "openai-responses")
-"""The providers whose adapters stream (`openai`, Chat Completions, and the scripted model do
-not)."""
+STREAMING_PROVIDERS = ("openai", "anthropic", "openai-responses")
+"""The providers whose adapters stream (the scripted model does not)."""
 
 
 async def print_deltas(agent_run: AgentRun, lines: DeltaLines) -> None:

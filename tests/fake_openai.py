@@ -21,10 +21,11 @@ not found. Items are not persisted when 'store' is set to false..."), with its c
 or without the item it preceded; to a `function_call` without its `function_call_output` (and
 the reverse); and to a `previous_response_id`, since it keeps nothing.
 
-With `"stream": true` a Responses reply comes as the API's server-sent events (response.created,
-each item's added, deltas and done events, response.completed), text, summaries and arguments in
-`chunk_chars` pieces; `pause_after=N` waits for the fake's `stream_hold` after N events and
-`hangup_after=N` resets the connection there.
+With `"stream": true` a Chat Completions reply comes as chunks of deltas (usage last, when
+`stream_options.include_usage`), and a Responses reply as the API's server-sent events
+(response.created, each item's added, deltas and done events, response.completed), text,
+summaries and arguments in `chunk_chars` pieces; `pause_after=N` waits for the fake's
+`stream_hold` after N events and `hangup_after=N` resets the connection there.
 
 For many runs at once, a `responder` answers each request from its body instead of the script,
 and `max_in_flight=N` makes the fake a provider that serves N requests at once: one more gets
@@ -182,7 +183,7 @@ class HttpReply:
     """Sent instead of `body` encoded as JSON: a body JSON cannot encode, or not JSON at all."""
     served: bool = False
     """Set by the fake on a reply it serves: counted in `in_flight` until it is sent."""
-    events: list[tuple[str, dict[str, Any]]] | None = None
+    events: list[tuple[str, Any]] | None = None
     """Sent instead of `body` as server-sent events (name, data)."""
     pause_after: int | None = None
     hangup_after: int | None = None
@@ -370,7 +371,12 @@ class FakeOpenAI:
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         if isinstance(entry, Reply):
-            entry = HttpReply(200, _completion(entry, body or {}, number, len(raw)))
+            completion = _completion(entry, body or {}, number, len(raw))
+            if (body or {}).get("stream"):
+                usage = ((body or {}).get("stream_options") or {}).get("include_usage", False)
+                entry = HttpReply(200, None, events=chat_events(completion, usage))
+            else:
+                entry = HttpReply(200, completion)
         elif isinstance(entry, ResponsesReply):
             response = _response(entry, body or {}, number, len(raw))
             if (body or {}).get("stream"):
@@ -516,6 +522,38 @@ def _chunks(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
+def chat_events(
+    completion: dict[str, Any], include_usage: bool, chunk_chars: int = 8
+) -> list[tuple[str, Any]]:
+    """`completion` as Chat Completions streams it: chunks of deltas, then `[DONE]`."""
+    head = {key: completion[key] for key in ("id", "created", "model", "system_fingerprint")}
+    head["object"] = "chat.completion.chunk"
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> tuple[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return ("", {**head, "choices": [choice]})
+
+    (choice,) = completion["choices"]
+    message = choice["message"]
+    events = [chunk({"role": "assistant", "content": ""})]
+    for piece in _chunks(message["content"] or "", chunk_chars) if message["content"] else []:
+        events.append(chunk({"content": piece}))
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        function = call["function"]
+        opening = {"index": index, "id": call["id"], "type": "function"}
+        opening["function"] = {"name": function["name"], "arguments": ""}
+        events.append(chunk({"tool_calls": [opening]}))
+        for piece in _chunks(function["arguments"], chunk_chars):
+            events.append(
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            )
+    events.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        events.append(("", {**head, "choices": [], "usage": completion["usage"]}))
+    events.append(("", "[DONE]"))
+    return events
+
+
 def responses_events(
     response: dict[str, Any], chunk_chars: int = 8
 ) -> list[tuple[str, dict[str, Any]]]:
@@ -571,7 +609,7 @@ def responses_events(
 
 def send_events(
     handler: BaseHTTPRequestHandler,
-    events: list[tuple[str, dict[str, Any]]],
+    events: list[tuple[str, Any]],
     *,
     pause_after: int | None,
     hangup_after: int | None,
@@ -596,7 +634,9 @@ def send_events(
             return
         if number and pace_seconds:
             time.sleep(pace_seconds)
-        handler.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+        line = data if isinstance(data, str) else json.dumps(data)  # Chat's "[DONE]" as is
+        named = f"event: {name}\n" if name else ""  # Chat Completions names no event
+        handler.wfile.write(f"{named}data: {line}\n\n".encode())
         handler.wfile.flush()
 
 

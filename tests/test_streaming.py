@@ -133,6 +133,42 @@ async def test_a_streamed_responses_run_gives_the_transcript_an_unstreamed_one_d
     assert await history_event_types(streamed) == await history_event_types(plain)
 
 
+async def test_a_streamed_chat_completions_run_gives_the_transcript_an_unstreamed_one_does(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def script() -> list[Any]:
+        search = ("call_s", "search_orders", '{"email": "a@b.com"}')
+        both = [
+            ("call_c", "get_customer", '{"email": "a@b.com"}'),
+            ("call_t", "get_tracking", '{"order_id": 1042}'),
+        ]
+        return [
+            fake_openai.Reply(tool_calls=[search]),
+            fake_openai.Reply("Checking two things.", tool_calls=both, cached_tokens=128),
+            fake_openai.Reply(ANSWER),
+        ]
+
+    runs = []
+    for stream in (False, True):
+        with fake_openai.FakeOpenAI(script()) as fake:
+            monkeypatch.setenv("OPENAI_API_KEY", fake.api_key)
+            monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+            model = ModelSettings(
+                provider="openai", model="gpt-fake-mini", stream=stream, retry=FAST_MODEL_RETRY
+            )
+            agent_input = AgentInput(prompt="where is order 1042", tools=TOOLS, model=model)
+            runs.append(await run_agent(client, task_queue, agent_input))
+            assert [r.body.get("stream") for r in fake.requests] == [stream or None] * 3
+            assert all(fake_openai.pairing_error(r.body["messages"]) is None for r in fake.requests)
+    plain, streamed = runs
+    assert streamed.result is not None and plain.result is not None, streamed.error
+    assert streamed.result.answer == ANSWER
+    assert streamed.transcript == plain.transcript
+    cached = [r.usage.cached_input_tokens for r in streamed.result.step_records]
+    assert cached == [r.usage.cached_input_tokens for r in plain.result.step_records] == [0, 128, 0]
+    assert await history_event_types(streamed) == await history_event_types(plain)
+
+
 async def _start(client: Client, task_queue: str, agent_input: AgentInput) -> AgentRun:
     handle = await client.start_workflow(
         AgentWorkflow.run, agent_input, id=f"stream-{uuid.uuid4()}", task_queue=task_queue
