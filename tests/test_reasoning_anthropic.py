@@ -270,3 +270,42 @@ async def test_thinking_survives_tool_errors_loop_detection_and_compaction(
         final = fake_anthropic._final_tool_use_turn(request.body["messages"])
         assert final is not None
         assert request.body["messages"][final]["content"][0]["type"] == "thinking"
+
+
+async def test_thinking_between_calls_goes_back_in_its_place(fake: FakeAnthropic) -> None:
+    """Interleaved thinking: a block after a call goes back after that call, before the next."""
+
+    def thought(text: str) -> dict[str, Any]:
+        return {"type": "thinking", "thinking": text, "signature": signature(text)}
+
+    content = [
+        thought("First the order."),
+        {"type": "text", "text": "Looking."},
+        {"type": "tool_use", "id": "toolu_a", "name": "get_order", "input": {"order_id": 1}},
+        thought("Then its parcel."),
+        {"type": "tool_use", "id": "toolu_b", "name": "get_tracking", "input": {"order_id": 1}},
+    ]
+    fake.script += [Reply(content=content, stop_reason="tool_use"), Reply("done")]
+    first = _request([UserMessage(content="where is order 1")])
+    reply = await anthropic_provider.complete(first)
+    assert [p.position for p in reply.message.reasoning] == [0, 2]
+    results = [
+        ToolResult(tool_call_id=call.id, tool_name=call.name, content="{}")
+        for call in reply.message.tool_calls
+    ]
+    await anthropic_provider.complete(_request([*first.messages, reply.message, *results]))
+    sent = fake.requests[-1].body["messages"][1]["content"]
+    assert sent == content
+    assert request_error(fake.requests[-1].body) is None
+
+
+async def test_adaptive_thinking_and_effort_reach_the_api(fake: FakeAnthropic) -> None:
+    fake.script += [Reply("fine", thinking="Short.")]
+    settings = {"thinking_budget_tokens": None, "adaptive_thinking": True}
+    await anthropic_provider.complete(
+        _request([UserMessage(content="hi")], reasoning_effort="high", **settings)
+    )
+    body = fake.requests[-1].body
+    assert body["thinking"] == {"type": "adaptive"} and body["output_config"] == {"effort": "high"}
+    assert body["max_tokens"] == anthropic_provider.DEFAULT_MAX_TOKENS
+    assert "anthropic-beta" not in fake.requests[-1].headers
