@@ -33,6 +33,7 @@ def test_streaming_adds_no_history_event(tmp_path: Path) -> None:
     assert (off["stream"], on["stream"]) == (False, True)
     assert on["steps"] == off["steps"] == 2
     assert on["events"] == off["events"]
-    # The same bytes, but for `"stream":true` in each model call's settings.
-    assert 0 < on["history_bytes"] - off["history_bytes"] <= 20 * on["steps"]
+    # The same bytes, but for `"stream":true` in each model call's settings (and the lengths
+    # that grow with it): tens of bytes a step, where a signal per delta batch is hundreds.
+    assert 0 < on["history_bytes"] - off["history_bytes"] <= 64 * on["steps"]
     assert off["deltas_read"] == 0 and on["deltas_read"] >= 1
