@@ -43,6 +43,7 @@ import forking
 import payload_codec
 from activities import telemetry
 from workflows.agent import AgentWorkflow
+from workflows.model_gateway import MODEL_ACTIVITY
 from workflows.models import (
     DEFAULT_TASK_QUEUE,
     EVENTS_TOPIC,
@@ -53,11 +54,13 @@ from workflows.models import (
     EarlierSteps,
     FailureDetails,
     Limits,
+    ModelDelta,
     ModelSettings,
     PlanDecision,
     PlanState,
     RunStatus,
     StepRecord,
+    StreamProgress,
     ToolApproval,
     ToolApprovalPolicy,
     ToolCallDecision,
@@ -81,6 +84,11 @@ CLOSED_QUERY_TIMEOUT = timedelta(seconds=10)
 TRANSCRIPT_PAGE_BYTES = 1_000_000
 """The JSON a transcript or trace page holds at most: half what a query may answer, for the
 envelope."""
+DELTA_POLL_INTERVAL = timedelta(milliseconds=100)
+"""How often `AgentRun.deltas` reads the run's pending model call: the workers send its
+progress at most this often too."""
+
+
 STREAM_POLL_COOLDOWN = timedelta(milliseconds=100)
 """How soon a caught-up follower asks again, at first."""
 STREAM_MAX_POLL_INTERVAL = timedelta(seconds=1)
@@ -360,6 +368,87 @@ class AgentRun:
         """The run has ended, and did not continue as new."""
         status = (await self.client.get_workflow_handle(self.id).describe()).status
         return status not in (WorkflowExecutionStatus.RUNNING, None)
+
+    async def deltas(
+        self, *, interval: timedelta = DELTA_POLL_INTERVAL
+    ) -> AsyncIterator[ModelDelta]:
+        """The text (and reasoning summaries) of the run's streaming model calls as they are
+        written (`ModelSettings(stream=True)`), until the run ends. A delta of kind "void" says
+        that an attempt failed and what it streamed is void: its retry streams anew.
+
+        Read from the model activity's heartbeats (describe, every `interval`): no history event
+        per delta. A live view, best effort: the last ~100 ms of a call may end before it is
+        read, and a sub-agent's calls are its own run's. The transcript has every reply whole."""
+        reader = DeltaReader()
+        latest = self.client.get_workflow_handle(self.id)  # follows continue-as-new
+        converter = self.client.data_converter
+        while True:
+            description = await latest.describe()
+            for pending in description.raw_description.pending_activities:
+                if pending.activity_type.name != MODEL_ACTIVITY:
+                    continue
+                progress = None
+                if pending.heartbeat_details.payloads:
+                    decoded = await converter.decode(
+                        pending.heartbeat_details.payloads, [StreamProgress]
+                    )
+                    progress = decoded[0] if isinstance(decoded[0], StreamProgress) else None
+                for delta in reader.read(progress, pending.attempt):
+                    yield delta
+            if description.status != WorkflowExecutionStatus.RUNNING:
+                return
+            await asyncio.sleep(interval.total_seconds())
+
+
+class DeltaReader:
+    """Successive snapshots of streaming calls' progress, as deltas: what each adds, and a void
+    when an attempt was given up (a newer attempt of its step, or a retry that has not beaten
+    yet)."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, int] | None = None
+        self._text = 0
+        self._reasoning = 0
+        self._void: set[tuple[int, int]] = set()
+
+    def read(self, progress: StreamProgress | None, pending_attempt: int) -> list[ModelDelta]:
+        if progress is None:
+            return []
+        key = (progress.step, progress.attempt)
+        out: list[ModelDelta] = []
+        if key in self._void:
+            return out
+        if pending_attempt > progress.attempt:  # the snapshot is of a failed attempt
+            return self._voided(key)
+        if self._key != key:
+            if self._key is not None and self._key[0] == key[0]:
+                out += self._voided(self._key)
+            self._key, self._text, self._reasoning = key, 0, 0
+        step, attempt = key
+        text_end = progress.text_offset + len(progress.text)
+        if text_end > self._text:
+            start = max(self._text - progress.text_offset, 0)
+            out.append(
+                ModelDelta(step=step, attempt=attempt, kind="text", text=progress.text[start:])
+            )
+            self._text = text_end
+        reasoning_end = progress.reasoning_offset + len(progress.reasoning)
+        if reasoning_end > self._reasoning:
+            start = max(self._reasoning - progress.reasoning_offset, 0)
+            out.append(
+                ModelDelta(
+                    step=step, attempt=attempt, kind="reasoning", text=progress.reasoning[start:]
+                )
+            )
+            self._reasoning = reasoning_end
+        return out
+
+    def _voided(self, key: tuple[int, int]) -> list[ModelDelta]:
+        self._void.add(key)
+        if self._key != key:
+            return []
+        self._key = None
+        return [ModelDelta(step=key[0], attempt=key[1], kind="void")]
 
 
 class AgentClient:

@@ -9,9 +9,9 @@ connecting with the pydantic data converter, building the worker, and starting a
 Temporal dev server. The command-line plumbing comes from cli.plumbing.
 
 A worker is one Temporal worker per task queue it polls: the run's queue (workflows, tools,
-scripted model calls) and one queue per real provider, `<queue>-model-openai` and
-`<queue>-model-anthropic`, each with that provider's limits (AGENT_MODEL_CONCURRENCY_* and
-AGENT_MODEL_RATE_*, activities/admission.py, docs/admission.md).
+scripted model calls) and one queue per real provider, `<queue>-model-openai`,
+`<queue>-model-anthropic` and `<queue>-model-openai-responses`, each with that provider's limits
+(AGENT_MODEL_CONCURRENCY_* and AGENT_MODEL_RATE_*, activities/admission.py, docs/admission.md).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from activities import admission, message_store, telemetry, toolkits
 from activities.admission import Admission
 from activities.mcp_config import MCP_CONFIG_VARIABLE, mcp_config_from
 from activities.mcp_tools import McpTools
-from activities.model_call import call_model
+from activities.model_call import STREAM_HEARTBEAT_THROTTLE, call_model
 from activities.store_check import StoreNotWritable, check_stores
 from activities.tools import resolve_tools, tool_activities
 from agent_client import ensure_search_attributes
@@ -152,6 +152,8 @@ def build_worker(
             activities=[call_model],
             max_concurrent_activities=own.concurrency,
             max_task_queue_activities_per_second=own.rate_per_second,
+            # A streaming call's progress rides on its heartbeats: sent at most this often.
+            max_heartbeat_throttle_interval=STREAM_HEARTBEAT_THROTTLE,
             **shared,
         )
     return AgentWorkers(run_queue, provider_queues)

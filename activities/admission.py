@@ -36,8 +36,9 @@ from temporalio.exceptions import ApplicationError
 from activities.providers._http_errors import transient_error
 from workflows.errors import AgentConfigurationError
 
-ADMITTED_PROVIDERS = ("openai", "anthropic")
-"""The providers whose calls have a queue of their own (the scripted model's stay on the run's)."""
+ADMITTED_PROVIDERS = ("openai", "anthropic", "openai-responses")
+"""The providers whose calls have a queue of their own (the scripted model's stay on the run's).
+The variables spell openai-responses OPENAI_RESPONSES."""
 
 CONCURRENCY_VARIABLE = "AGENT_MODEL_CONCURRENCY"
 RATE_VARIABLE = "AGENT_MODEL_RATE"
@@ -144,8 +145,9 @@ def model_key(model: str) -> str:
 
 
 def _provider_and_model(name: str, rest: str) -> tuple[str, str]:
-    for provider in ADMITTED_PROVIDERS:
-        spelled = provider.upper()
+    # The longest spelling first: OPENAI_RESPONSES_GPT_5 is openai-responses', not openai's.
+    for provider in sorted(ADMITTED_PROVIDERS, key=lambda p: -len(p)):
+        spelled = model_key(provider)
         if rest == spelled:
             return provider, ""
         if rest.startswith(spelled + "_"):
@@ -153,7 +155,8 @@ def _provider_and_model(name: str, rest: str) -> tuple[str, str]:
             if not model:
                 break
             return provider, model
-    known = " or ".join(p.upper() for p in ADMITTED_PROVIDERS)
+    *most, last = (model_key(p) for p in ADMITTED_PROVIDERS)
+    known = f"{', '.join(most)} or {last}"
     raise AgentConfigurationError(
         f"{name} names no provider: after {name[: len(name) - len(rest)]} comes {known}, "
         f"then _<MODEL> for one model (scripted model calls take no limits)"

@@ -13,7 +13,13 @@ from temporalio.exceptions import ApplicationError
 from activities import admission, message_store, pricing, progress, telemetry
 from activities._heartbeat import heartbeating
 from activities.oversized_reply import bounded_reply
-from activities.providers import anthropic_provider, openai_provider, scripted
+from activities.providers import (
+    _streaming,
+    anthropic_provider,
+    openai_provider,
+    openai_responses_provider,
+    scripted,
+)
 from workflows.errors import AgentConfigurationError
 from workflows.history import CONTENT_MIN_CHARS, STORE_MISS, content_ref
 from workflows.models import ModelRequest, ModelResponse
@@ -21,9 +27,14 @@ from workflows.transcript import Message
 
 Provider = Callable[[ModelRequest], Awaitable[ModelResponse]]
 
+STREAM_HEARTBEAT_THROTTLE = _streaming.HEARTBEAT_THROTTLE
+"""The provider workers' `max_heartbeat_throttle_interval`: a streaming call's progress, which
+rides on its heartbeats, is sent at most this often (the deltas' batch)."""
+
 PROVIDERS: dict[str, Provider] = {
     "scripted": scripted.complete,
     "openai": openai_provider.complete,
+    "openai-responses": openai_responses_provider.complete,
     "anthropic": anthropic_provider.complete,
 }
 
@@ -89,11 +100,17 @@ async def call_model(request: ModelRequest) -> ModelResponse:
     provider = PROVIDERS.get(settings.provider)
     if provider is None:
         raise AgentConfigurationError(f"unknown model provider {settings.provider!r}")
+    attempt = activity.info().attempt
     try:
-        async with heartbeating(), admission.admitted(settings.provider, settings.model):
-            with telemetry.chat_span(request) as span:
-                response = await provider(request)
-                span.record(response)
+        with _streaming.publishing(request, attempt) as publisher:
+            beat_with = publisher.heartbeat if publisher is not None else None
+            async with (
+                heartbeating(beat_with),
+                admission.admitted(settings.provider, settings.model),
+            ):
+                with telemetry.chat_span(request) as span:
+                    response = await provider(request)
+                    span.record(response)
     except Exception as error:
         activity.logger.warning(
             "step %d: %s call to %s failed (attempt %d): %s",
@@ -104,6 +121,15 @@ async def call_model(request: ModelRequest) -> ModelResponse:
             error,
         )
         raise
+    if response.reasoning_left_out:
+        # Also in the step's record (StepRecord.reasoning_left_out): the trace says so.
+        activity.logger.info(
+            "step %d: %d reasoning parts of the transcript left out of the %s call: made by "
+            "another provider, or refused by this call's settings",
+            request.step,
+            response.reasoning_left_out,
+            settings.provider,
+        )
     price = settings.price or pricing.price_for(response.model) or pricing.price_for(settings.model)
     usage = response.usage.model_copy(update={"cost_usd": pricing.cost_usd(response.usage, price)})
     # Paid for: a reply too large to report is cut to fit rather than failed and paid again.

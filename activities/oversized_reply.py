@@ -11,7 +11,8 @@ gets is cut to size, saying so and naming where the whole is:
 - a tool call whose arguments are over MAX_ARGUMENT_CHARS gets, instead of them, a JSON string
   saying so: not an object, so the workflow refuses the call without running the tool
   (workflows/dispatch.py), and the model reads why and may ask again;
-- if that is still too large (a great many calls), the calls are dropped, and the text says so.
+- if that is still too large (a great many calls), the calls are dropped, and the text says so
+  (and the reasoning with them: no provider needs the reasoning of a turn without calls).
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ def bounded_reply(response: ModelResponse) -> ModelResponse:
     if content is not None:
         content, _ = truncate_middle(content, MAX_CONTENT_CHARS, where)
     calls = tuple(_bounded_call(call, where) for call in message.tool_calls)
+    # The reasoning stays: a provider refuses the calls' results without it.
     bounded = response.model_copy(
-        update={"message": AssistantMessage(content=content, tool_calls=calls)}
+        update={"message": message.model_copy(update={"content": content, "tool_calls": calls})}
     )
     if size_of(bounded) <= MAX_REPLY_BYTES:
         return bounded

@@ -15,17 +15,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, cast, get_args
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 import payload_codec
 from activities.mcp_config import MCP_CONFIG_VARIABLE, McpConfig, mcp_config_from
 from cli.plumbing import CommandLineError, OneLineArgumentParser, say, temporal_address
 from workflows.errors import AgentConfigurationError
-from workflows.models import DEFAULT_TASK_QUEUE, Limits, ScriptedTurn
+from workflows.models import (
+    DEFAULT_TASK_QUEUE,
+    Limits,
+    ModelSettings,
+    ReasoningEffort,
+    ScriptedTurn,
+)
 
-Provider = Literal["scripted", "openai", "anthropic"]
-PROVIDERS: tuple[Provider, ...] = ("scripted", "openai", "anthropic")
-DEFAULT_MODELS: dict[Provider, str] = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-6"}
+Provider = Literal["scripted", "openai", "anthropic", "openai-responses"]
+PROVIDERS: tuple[Provider, ...] = ("scripted", "openai", "anthropic", "openai-responses")
+DEFAULT_MODELS: dict[Provider, str] = {
+    "openai": "gpt-4o-mini",
+    "anthropic": "claude-sonnet-4-6",
+    "openai-responses": "gpt-5-mini",
+}
 SCRIPTED_MODEL = "scripted-demo"
 KEY_VARIABLES: dict[Provider, str] = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 DEFAULT_STATS_LIMIT = 500
@@ -74,6 +84,13 @@ class RunArgs:
     chat: bool = False
     """`chat`: every line typed is a turn (or steers the working turn); the prompt, when not
     given, is the first line."""
+    thinking_budget: int | None = None
+    """--thinking-budget: Anthropic extended thinking's budget_tokens."""
+    reasoning_effort: ReasoningEffort | None = None
+    """--reasoning-effort: openai-responses' reasoning.effort, Anthropic's output_config.effort."""
+    stream: bool = False
+    """--stream, else on when stderr is a terminal (and not --json): print the model's text as
+    it is written."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -321,6 +338,19 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
         help="scripted provider: play this conversation (a JSON list of ScriptedTurn objects) "
         "instead of the built-in support demo",
     )
+    parser.add_argument(
+        "--thinking-budget",
+        type=_positive_int,
+        metavar="N",
+        help="anthropic: think for up to N tokens (at least 1024) before answering; the "
+        "thinking is kept and sent back with each tool-use turn",
+    )
+    parser.add_argument(
+        "--reasoning-effort",
+        choices=get_args(ReasoningEffort),
+        help="how hard a reasoning model thinks: openai-responses (none ... xhigh) or "
+        "anthropic (low ... max)",
+    )
     parser.add_argument("--max-steps", type=_positive_int, default=Limits().max_steps)
     parser.add_argument(
         "--max-cost-usd", type=_positive_float, help="fail the run once it has cost more"
@@ -363,6 +393,12 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
     parser.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
     parser.add_argument("--no-wait", action="store_true", help="print the workflow id and return")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument(
+        "--stream",
+        action=argparse.BooleanOptionalAction,
+        help="print the model's text on stderr as it is written (real providers); "
+        "default: on at a terminal, without --json",
+    )
     parser.add_argument(
         "--trace",
         action="store_true",
@@ -438,10 +474,27 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
             "the scripted demo calls the demo's tools: with --tools, give --script or a real "
             "provider (or add --tools demo)"
         )
+    model = args.model or DEFAULT_MODELS.get(provider, SCRIPTED_MODEL)
+    try:  # the settings' own checks, as one line, before anything starts
+        ModelSettings(
+            provider=provider,
+            model=model,
+            thinking_budget_tokens=args.thinking_budget,
+            reasoning_effort=args.reasoning_effort,
+        )
+    except ValidationError as error:
+        message = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
+        flags = {
+            "thinking_budget_tokens": "--thinking-budget",
+            "reasoning_effort": "--reasoning-effort",
+        }
+        for field, flag in flags.items():
+            message = message.replace(field, flag)
+        parser.error(message)
     return RunArgs(
         prompt=args.prompt,
         provider=provider,
-        model=args.model or DEFAULT_MODELS.get(provider, SCRIPTED_MODEL),
+        model=model,
         script=None if script is None else tuple(script),
         max_steps=args.max_steps,
         max_cost_usd=args.max_cost_usd,
@@ -461,6 +514,9 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
         mcp_config=mcp_config,
         conversation=args.conversation,
         chat=chat,
+        thinking_budget=args.thinking_budget,
+        reasoning_effort=args.reasoning_effort,
+        stream=args.stream if args.stream is not None else sys.stderr.isatty() and not args.json,
     )
 
 

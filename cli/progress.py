@@ -4,11 +4,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 
 from cli.plumbing import say
 from cli.tables import shorten
-from workflows.models import AgentEvent, StepRecord, ToolCallRecord, Usage
+from workflows.models import AgentEvent, ModelDelta, StepRecord, ToolCallRecord, Usage
 
 
 def usage_text(usage: Usage) -> str:
@@ -54,11 +55,15 @@ class StepLines:
     """Prints each finished step once, on stderr: from the stream while the run goes, then from
     its result or failure, which have every step."""
 
-    def __init__(self) -> None:
+    def __init__(self, before: Callable[[], None] | None = None) -> None:
         self.printed = 0
+        self._before = before
+        """Called before a line is printed (to end a streamed text's line)."""
 
     def show(self, records: Sequence[StepRecord]) -> None:
         for record in records[self.printed :]:
+            if self._before is not None:
+                self._before()
             say(step_line(record))
         self.printed = max(self.printed, len(records))
 
@@ -101,3 +106,40 @@ class StepsFromEvents:
             case "step_started" | "completed" | "failed":
                 self.finished = len(self.records)
         return self.records[: self.finished]
+
+
+class DeltaLines:
+    """A streaming model call's text on stderr as it is written: text as is, reasoning
+    summaries in brackets, a note when an attempt failed and what it wrote is void."""
+
+    def __init__(self) -> None:
+        self._at: tuple[int, int, str] | None = None
+        """(step, attempt, kind) of what was written last; None at the start of a line."""
+
+    def text(self, delta: ModelDelta) -> str:
+        """What to write for `delta` (pure, for tests)."""
+        where = (delta.step, delta.attempt, delta.kind)
+        if delta.kind == "void":
+            out = self._line_end()
+            return out + f"[step {delta.step}, attempt {delta.attempt} failed: its text is void]\n"
+        out = ""
+        if self._at != where:
+            out = self._line_end() + ("[thinking: " if delta.kind == "reasoning" else "")
+            self._at = where
+        return out + delta.text
+
+    def _line_end(self) -> str:
+        at, self._at = self._at, None
+        if at is None:
+            return ""
+        return "]\n" if at[2] == "reasoning" else "\n"
+
+    def show(self, delta: ModelDelta) -> None:
+        sys.stderr.write(self.text(delta))
+        sys.stderr.flush()
+
+    def end(self) -> None:
+        """End the line being written, if any."""
+        if end := self._line_end():
+            sys.stderr.write(end)
+            sys.stderr.flush()

@@ -32,7 +32,7 @@ from agent_client import AgentClient, AgentRun, AgentRunFailed
 from cli import chat, conversation, decide
 from cli.args import Result, RunArgs
 from cli.plumbing import say
-from cli.progress import StepLines, StepsFromEvents, usage_text
+from cli.progress import DeltaLines, StepLines, StepsFromEvents, usage_text
 from cli.tables import trace_table
 from worker import build_worker, embedded_dev_server, free_port
 from workflows.errors import AgentConfigurationError
@@ -69,6 +69,8 @@ class Following:
     address: str | None
     """The server, for the subcommands shown when a question is not asked here."""
     namespace: str
+    stream: bool = False
+    """Print the model's text on stderr as it is written."""
 
     @classmethod
     def of(cls, args: RunArgs | Result) -> Following:
@@ -79,6 +81,7 @@ class Following:
             trace=args.trace,
             address=args.address,
             namespace=args.namespace,
+            stream=isinstance(args, RunArgs) and args.stream,
         )
 
     def traced(self, records: Sequence[StepRecord]) -> Sequence[StepRecord] | None:
@@ -114,7 +117,13 @@ def build_input(args: RunArgs) -> AgentInput:
         script = list(args.script) if args.script is not None else demo
         model = ModelSettings(provider="scripted", model=args.model, script=script)
     else:
-        model = ModelSettings(provider=args.provider, model=args.model)
+        model = ModelSettings(
+            provider=args.provider,
+            model=args.model,
+            thinking_budget_tokens=args.thinking_budget,
+            reasoning_effort=args.reasoning_effort,
+            stream=args.stream and args.provider in STREAMING_PROVIDERS,
+        )
     if args.conversation and args.provider == "scripted" and args.script is None:
         script = [*script, *conversation_demo_tail()]
         model = model.model_copy(update={"script": script})
@@ -273,10 +282,12 @@ async def _start_and_report(
 
 async def follow(agent_run: AgentRun, following: Following) -> int:
     """Wait for the run's end, printing its steps and its plans; print the outcome."""
-    lines = StepLines()
+    deltas = DeltaLines()
+    lines = StepLines(before=deltas.end)
     stop = asyncio.Event()
     watcher = asyncio.create_task(_watch(agent_run, lines, stop, following))
     outcome = asyncio.create_task(agent_run.result())
+    printer = asyncio.create_task(print_deltas(agent_run, deltas)) if following.stream else None
     try:
         await asyncio.wait({watcher, outcome}, return_when=asyncio.FIRST_COMPLETED)
         if not outcome.done():
@@ -290,9 +301,10 @@ async def follow(agent_run: AgentRun, following: Following) -> int:
         # Let the watcher finish the call it is making rather than cancel it half-way.
         stop.set()
         await asyncio.wait({watcher}, timeout=WATCHER_STOP_SECONDS)
-        for task in (watcher, outcome):
+        tasks = [watcher, outcome, *([printer] if printer is not None else [])]
+        for task in tasks:
             task.cancel()  # nothing happens to a task that is done
-        await asyncio.gather(watcher, outcome, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
     workflow_id = agent_run.id
     try:
         result = outcome.result()
@@ -331,6 +343,18 @@ async def follow(agent_run: AgentRun, following: Following) -> int:
                 )
             )
     return 0
+
+
+STREAMING_PROVIDERS = ("openai", "anthropic", "openai-responses")
+"""The providers whose adapters stream (the scripted model does not)."""
+
+
+async def print_deltas(agent_run: AgentRun, lines: DeltaLines) -> None:
+    """The model's text on stderr as it is written; a failed attempt's is marked void."""
+    with contextlib.suppress(RPCError):
+        async for delta in agent_run.deltas():
+            lines.show(delta)
+    lines.end()
 
 
 async def _watch(

@@ -13,12 +13,29 @@ would refuse: roles that do not alternate, a `tool_use` not answered by a `tool_
 next user message, a `tool_result` for an id the previous assistant message did not use, blank
 text, more than four cache breakpoints. An exhausted script answers 500.
 
+Thinking, as the API holds it: a `Reply(thinking=...)` starts with a `thinking` block signed by
+the fake (`redacted_thinking=...` adds a `redacted_thinking` block with sealed data), and a
+request with `thinking` on is refused with the API's 400 when the assistant turn before the last
+tool results does not start with a thinking block, when any thinking block's signature (or
+redacted data) is not one the fake made for exactly that text, or when its settings break the
+rules (budget under 1024, max_tokens not above it, a temperature other than 1). With thinking off,
+that turn may hold no thinking at all.
+
+A request with `"stream": true` gets the same message as server-sent events, as the API sends
+them (message_start, each block's start, deltas and stop, message_delta, message_stop), text and
+thinking in `chunk_chars` pieces. `Reply(pause_after=N)` waits for the fake's `hold` (a
+threading.Event) after N events, so a test can see a half-written reply; `hangup_after=N` resets
+the connection after N events instead (a stream that breaks off).
+
 Faults a network brings are scripted too: `Hangup()` resets the connection without an answer,
 `Slow(seconds, entry)` answers only after a delay, and `HttpReply(raw=...)` sends any bytes.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import threading
 import time
@@ -26,10 +43,17 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.fake_openai import reset
+from tests.fake_openai import reset, send_events
 
 PATH = "/v1/messages"
 MAX_CACHE_BREAKPOINTS = 4
+_SECRET = b"fake-anthropic-thinking-key"
+MISSING_THINKING = (
+    "messages.{index}.content.0.type: Expected 'thinking' or 'redacted_thinking', but found "
+    "'{found}'. When 'thinking' is enabled, a final 'assistant' message must start with a "
+    "thinking block (preceeding the lastmost set of 'tool_use' and 'tool_result' blocks)"
+)
+"""The API's 400 for a tool-use turn sent back without its thinking (issue 19)."""
 
 
 @dataclass
@@ -52,6 +76,36 @@ class Reply:
     cache_creation_input_tokens: int = 0
     model: str | None = None
     """Defaults to the requested model."""
+    thinking: str | None = None
+    """A thinking block, first, signed by the fake."""
+    redacted_thinking: str | None = None
+    """A redacted_thinking block after it, its data sealed by the fake (this text, encrypted)."""
+    thinking_tokens: int | None = None
+    """output_tokens_details.thinking_tokens; defaults to an estimate from the thinking."""
+    chunk_chars: int = 8
+    """Streamed: the size of each text, thinking or input delta."""
+    pause_after: int | None = None
+    """Streamed: wait for the fake's `hold` after this many events."""
+    hangup_after: int | None = None
+    """Streamed: reset the connection after this many events."""
+    pace_seconds: float = 0.0
+    """Streamed: the time between two events."""
+
+
+def signature(thinking: str) -> str:
+    """The fake's signature of a thinking text: any change to the text breaks it."""
+    return base64.b64encode(hmac.new(_SECRET, thinking.encode(), hashlib.sha256).digest()).decode()
+
+
+def sealed(text: str) -> str:
+    """A redacted_thinking block's data: the text and its seal, opaque to the client."""
+    payload = base64.b64encode(text.encode()).decode()
+    return f"{payload}.{signature('redacted:' + payload)}"
+
+
+def _unsealed(data: str) -> bool:
+    payload, _, seal = data.partition(".")
+    return hmac.compare_digest(seal, signature("redacted:" + payload))
 
 
 @dataclass
@@ -63,6 +117,11 @@ class HttpReply:
     """How long the fake waits before answering; a client that gave up meanwhile gets nothing."""
     raw: bytes | None = None
     """Sent instead of `body` encoded as JSON: a body JSON cannot encode, or not JSON at all."""
+    events: list[tuple[str, dict[str, Any]]] | None = None
+    """Sent instead of `body` as server-sent events (name, data)."""
+    pause_after: int | None = None
+    hangup_after: int | None = None
+    pace_seconds: float = 0.0
 
 
 @dataclass
@@ -111,7 +170,79 @@ def request_error(body: dict[str, Any]) -> HttpReply | None:
             f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
             f"Found {breakpoints}.",
         )
-    return pairing_error(messages)
+    return pairing_error(messages) or thinking_error(body)
+
+
+def thinking_error(body: dict[str, Any]) -> HttpReply | None:
+    """The API's 400s for thinking: settings that do not go with it, a thinking block changed
+    or not made by the API, the open tool-use turn without its thinking (thinking on) or with
+    it (thinking off); None when the request keeps the rules."""
+    thinking = body.get("thinking") or {"type": "disabled"}
+    kind = thinking.get("type")
+    enabled = kind in ("enabled", "adaptive")
+    if kind == "enabled":
+        budget = thinking.get("budget_tokens")
+        if not isinstance(budget, int) or budget < 1024:
+            return error(
+                400, "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+            )
+        if body["max_tokens"] <= budget:
+            return error(
+                400,
+                "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our "
+                "documentation at https://docs.claude.com/en/docs/build-with-claude/"
+                "extended-thinking#max-tokens-and-context-window-size",
+            )
+    if enabled and body.get("temperature", 1) != 1:
+        return error(
+            400,
+            "`temperature` may only be set to 1 when thinking is enabled or in adaptive mode. "
+            "Please consult our documentation at https://docs.claude.com/en/docs/"
+            "build-with-claude/extended-thinking#feature-compatibility",
+        )
+    messages = body.get("messages") or []
+    for index, message in enumerate(messages):
+        for position, block in enumerate(_blocks(message.get("content"))):
+            where = f"messages.{index}.content.{position}"
+            if block.get("type") == "thinking":
+                text, signed = block.get("thinking"), block.get("signature")
+                if not isinstance(text, str) or not isinstance(signed, str):
+                    return error(400, f"{where}.thinking.signature: Field required")
+                if not hmac.compare_digest(signed, signature(text)):
+                    return error(400, f"{where}: Invalid `signature` in `thinking` block")
+            elif block.get("type") == "redacted_thinking":
+                data = block.get("data")
+                if not isinstance(data, str) or not _unsealed(data):
+                    return error(400, f"{where}: Invalid `data` in `redacted_thinking` block")
+    final = _final_tool_use_turn(messages)
+    if final is None:
+        return None
+    blocks = _blocks(messages[final].get("content"))
+    kinds = [block.get("type") for block in blocks]
+    if kind == "enabled" and kinds[0] not in ("thinking", "redacted_thinking"):
+        return error(400, MISSING_THINKING.format(index=final, found=kinds[0]))
+    if not enabled and ("thinking" in kinds or "redacted_thinking" in kinds):
+        position = next(i for i, k in enumerate(kinds) if k in ("thinking", "redacted_thinking"))
+        return error(
+            400,
+            f"messages.{final}.content.{position}.type: When thinking is disabled, an "
+            "`assistant` message in the final position cannot contain `thinking`. To use "
+            "thinking blocks, enable `thinking` in your request.",
+        )
+    return None
+
+
+def _final_tool_use_turn(messages: list[dict[str, Any]]) -> int | None:
+    """The assistant turn whose tool_use blocks the last user turn answers (the open tool-use
+    turn, the one thinking rules bind), or a final assistant turn; None when there is none."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].get("role") != "assistant":
+            continue
+        blocks = _blocks(messages[index].get("content"))
+        is_last = index == len(messages) - 1
+        answered = index == len(messages) - 2 and any(b.get("type") == "tool_use" for b in blocks)
+        return index if (is_last or answered) and blocks else None
+    return None
 
 
 def pairing_error(messages: list[dict[str, Any]]) -> HttpReply | None:
@@ -218,6 +349,8 @@ class FakeAnthropic:
         self.script = list(script or [])
         self.api_key = api_key
         self.requests: list[Recorded] = []
+        self.hold = threading.Event()
+        """What a streamed `Reply(pause_after=N)` waits for."""
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -279,7 +412,17 @@ class FakeAnthropic:
                 message["content"] = _RAW_CONTENT
                 encoded = json.dumps(message)
                 raw_reply = encoded.replace(json.dumps(_RAW_CONTENT), entry.content_json).encode()
-            entry = HttpReply(200, message, raw=raw_reply)
+            if body.get("stream"):
+                entry = HttpReply(
+                    200,
+                    None,
+                    events=sse_events(message, entry.chunk_chars),
+                    pause_after=entry.pause_after,
+                    hangup_after=entry.hangup_after,
+                    pace_seconds=entry.pace_seconds,
+                )
+            else:
+                entry = HttpReply(200, message, raw=raw_reply)
         return replace(entry, delay_seconds=entry.delay_seconds + delay) if delay else entry
 
 
@@ -290,14 +433,28 @@ def _message(reply: Reply, request: dict[str, Any], number: int, size: int) -> d
     content = reply.content
     if content is None:
         content = []
+        if reply.thinking is not None:
+            content.append(
+                {
+                    "type": "thinking",
+                    "thinking": reply.thinking,
+                    "signature": signature(reply.thinking),
+                }
+            )
+        if reply.redacted_thinking is not None:
+            content.append({"type": "redacted_thinking", "data": sealed(reply.redacted_thinking)})
         if reply.text is not None:
             content.append({"type": "text", "text": reply.text})
         for id, name, input in reply.tool_uses:
             content.append({"type": "tool_use", "id": id, "name": name, "input": input})
     uncached = reply.input_tokens if reply.input_tokens is not None else size // 4
+    thinking_tokens = reply.thinking_tokens
+    if thinking_tokens is None:
+        thought = (reply.thinking or "") + (reply.redacted_thinking or "")
+        thinking_tokens = (len(thought) + 3) // 4
     output = reply.output_tokens
     if output is None:
-        output = max(len(json.dumps(content)) // 4, 1)
+        output = max(len(json.dumps(content)) // 4, 1) + thinking_tokens
     return {
         "id": f"msg_fake{number:04d}",
         "type": "message",
@@ -315,9 +472,81 @@ def _message(reply: Reply, request: dict[str, Any], number: int, size: int) -> d
                 "ephemeral_1h_input_tokens": 0,
             },
             "output_tokens": output,
+            "output_tokens_details": {"thinking_tokens": thinking_tokens},
             "service_tier": "standard",
         },
     }
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def sse_events(message: dict[str, Any], chunk_chars: int = 8) -> list[tuple[str, dict[str, Any]]]:
+    """`message` as the Messages API streams it."""
+    usage = message["usage"]
+    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": start})
+    ]
+    for index, block in enumerate(message["content"]):
+        kind = block["type"]
+        deltas: list[dict[str, Any]] = []
+        if kind == "text":
+            first: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [
+                {"type": "text_delta", "text": c} for c in _chunks(block["text"], chunk_chars)
+            ]
+        elif kind == "thinking":
+            first = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [
+                {"type": "thinking_delta", "thinking": c}
+                for c in _chunks(block["thinking"], chunk_chars)
+            ]
+            deltas.append({"type": "signature_delta", "signature": block["signature"]})
+        elif kind == "tool_use":
+            first = {**block, "input": {}}
+            arguments = json.dumps(block["input"])
+            deltas = [
+                {"type": "input_json_delta", "partial_json": c}
+                for c in _chunks(arguments, chunk_chars)
+            ]
+        else:
+            first = block
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": first},
+            )
+        )
+        events += [
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+            for d in deltas
+        ]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    final_usage = {
+        key: usage[key]
+        for key in (
+            "input_tokens",
+            "cache_creation_input_tokens",
+            "cache_read_input_tokens",
+            "output_tokens",
+            "output_tokens_details",
+        )
+        if key in usage
+    }
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": final_usage,
+            },
+        )
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
 
 
 def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
@@ -330,6 +559,20 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
                 reset(self)
                 return
             time.sleep(reply.delay_seconds)
+            if reply.events is not None:
+                try:
+                    send_events(
+                        self,
+                        reply.events,
+                        pause_after=reply.pause_after,
+                        hangup_after=reply.hangup_after,
+                        hold=fake.hold,
+                        headers={"request-id": f"req_fake{len(fake.requests):04d}"},
+                        pace_seconds=reply.pace_seconds,
+                    )
+                except OSError:
+                    self.close_connection = True
+                return
             payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
             try:
                 self.send_response(reply.status)

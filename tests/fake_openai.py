@@ -13,6 +13,20 @@ to a transcript that breaks the tool-call pairing rule. An exhausted script answ
 Faults a network brings are scripted too: `Hangup()` resets the connection without an answer,
 `Slow(seconds, entry)` answers only after a delay, and `HttpReply(raw=...)` sends any bytes.
 
+The Responses API (POST /v1/responses) is served too, statelessly, as with `store=false`: a
+`ResponsesReply` answers with reasoning items (their `encrypted_content` sealed by the fake, and
+sent only when the request's `include` asks for it), text and function calls. Like the real API it
+answers 400 to a reasoning item sent back without its encrypted content ("Item with id 'rs_...'
+not found. Items are not persisted when 'store' is set to false..."), with its content changed,
+or without the item it preceded; to a `function_call` without its `function_call_output` (and
+the reverse); and to a `previous_response_id`, since it keeps nothing.
+
+With `"stream": true` a Chat Completions reply comes as chunks of deltas (usage last, when
+`stream_options.include_usage`), and a Responses reply as the API's server-sent events
+(response.created, each item's added, deltas and done events, response.completed), text,
+summaries and arguments in `chunk_chars` pieces; `pause_after=N` waits for the fake's
+`stream_hold` after N events and `hangup_after=N` resets the connection there.
+
 For many runs at once, a `responder` answers each request from its body instead of the script,
 and `max_in_flight=N` makes the fake a provider that serves N requests at once: one more gets
 OpenAI's 429 with a `retry-after` (`refusal_headers`), and `in_flight`, `peak_in_flight` and
@@ -22,6 +36,9 @@ threading.Event) keeps the requests it serves in flight until it is set.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import socket
 import struct
@@ -33,6 +50,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 PATHS = ("/v1/chat/completions", "/chat/completions")
+RESPONSES_PATHS = ("/v1/responses", "/responses")
+_SECRET = b"fake-openai-reasoning-key"
+NOT_PERSISTED = (
+    "Item with id '{id}' not found. Items are not persisted when 'store' is set to false. Try "
+    "again with 'store' set to true, or remove this item from your input."
+)
+"""The API's 400 for a reasoning item sent back without its encrypted content (issue 19)."""
 
 
 @dataclass
@@ -54,6 +78,101 @@ class Reply:
 
 
 @dataclass
+class ResponsesReply:
+    """One Responses API reply: by default its reasoning item, then its text, then its calls."""
+
+    text: str | None = None
+    calls: list[tuple[str, str, str]] = field(default_factory=list)
+    """(call_id, name, arguments as raw text) per function call."""
+    reasoning: str | None = None
+    """The summary of a reasoning item before everything else."""
+    items: list[tuple[str, Any]] | None = None
+    """The output in any order instead: ("reasoning", summary), ("text", text) or ("call",
+    (call_id, name, arguments))."""
+    input_tokens: int | None = None
+    """Defaults to an estimate from the request's size."""
+    cached_tokens: int = 0
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    """Defaults to an estimate from the reasoning summaries (the real ones think longer)."""
+    status: str = "completed"
+    incomplete_reason: str | None = None
+    model: str | None = None
+    chunk_chars: int = 8
+    """Streamed: the size of each delta."""
+    pause_after: int | None = None
+    """Streamed: wait for the fake's `stream_hold` after this many events."""
+    hangup_after: int | None = None
+    """Streamed: reset the connection after this many events."""
+
+
+def seal(item_id: str, summary: Any) -> str:
+    """The fake's encrypted_content of a reasoning item: any change to it, or to the item's id
+    or summary, breaks it."""
+    plain = item_id + json.dumps(summary, sort_keys=True)
+    digest = hmac.new(_SECRET, plain.encode(), hashlib.sha256).digest()
+    return "gAAAA" + base64.b64encode(digest).decode()
+
+
+def responses_error(body: dict[str, Any]) -> HttpReply | None:
+    """The Responses API's 400 for a stateless request it refuses; None when it is valid."""
+    if body.get("previous_response_id"):
+        return error(
+            400,
+            f"Previous response with id '{body['previous_response_id']}' not found.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
+    items = body.get("input")
+    if isinstance(items, str):
+        return None
+    if not isinstance(items, list) or not items:
+        return error(400, "Missing required parameter: 'input'.", param="input")
+    calls: dict[str, int] = {}
+    answered: set[str] = set()
+    for index, item in enumerate(items):
+        kind = item.get("type") or ("message" if "role" in item else None)
+        if kind == "reasoning":
+            item_id = str(item.get("id"))
+            encrypted = item.get("encrypted_content")
+            if not encrypted:
+                return error(400, NOT_PERSISTED.format(id=item_id), param="input")
+            if not hmac.compare_digest(encrypted, seal(item_id, item.get("summary"))):
+                return error(
+                    400,
+                    f"The encrypted content for item {item_id} could not be verified.",
+                    param="input",
+                    code="invalid_encrypted_content",
+                )
+            following = items[index + 1] if index + 1 < len(items) else {}
+            if (
+                following.get("type") not in ("function_call", "reasoning")
+                and following.get("role") != "assistant"
+            ):
+                return error(
+                    400,
+                    f"Item '{item_id}' of type 'reasoning' was provided without its required "
+                    "following item.",
+                    param="input",
+                )
+        elif kind == "function_call":
+            calls.setdefault(str(item.get("call_id")), index)
+        elif kind == "function_call_output":
+            call_id = str(item.get("call_id"))
+            if call_id not in calls:
+                return error(
+                    400,
+                    f"No tool call found for function call output with call_id {call_id}.",
+                    param="input",
+                )
+            answered.add(call_id)
+    for call_id in calls:
+        if call_id not in answered:
+            return error(400, f"No tool output found for function call {call_id}.", param="input")
+    return None
+
+
+@dataclass
 class HttpReply:
     status: int
     body: Any
@@ -64,6 +183,10 @@ class HttpReply:
     """Sent instead of `body` encoded as JSON: a body JSON cannot encode, or not JSON at all."""
     served: bool = False
     """Set by the fake on a reply it serves: counted in `in_flight` until it is sent."""
+    events: list[tuple[str, Any]] | None = None
+    """Sent instead of `body` as server-sent events (name, data)."""
+    pause_after: int | None = None
+    hangup_after: int | None = None
 
 
 @dataclass
@@ -76,7 +199,7 @@ class Slow:
     """Answer with `then`, but only after `seconds`: slower than the client's timeout, say."""
 
     seconds: float
-    then: Reply | HttpReply
+    then: Reply | ResponsesReply | HttpReply
 
 
 def error(
@@ -148,7 +271,7 @@ class _Server(ThreadingHTTPServer):
 class FakeOpenAI:
     def __init__(
         self,
-        script: list[Reply | HttpReply | Hangup | Slow] | None = None,
+        script: list[Reply | ResponsesReply | HttpReply | Hangup | Slow] | None = None,
         *,
         api_key: str = "sk-test-fake",
         responder: Callable[[dict[str, Any]], Reply | HttpReply] | None = None,
@@ -168,6 +291,8 @@ class FakeOpenAI:
         self.latency_seconds = latency_seconds
         self.hold = hold
         self.requests: list[Recorded] = []
+        self.stream_hold = threading.Event()
+        """What a streamed `ResponsesReply(pause_after=N)` waits for."""
         self.in_flight = 0
         """Requests being served: taken, not yet answered."""
         self.peak_in_flight = 0
@@ -203,7 +328,8 @@ class FakeOpenAI:
             recorded = Recorded(path, headers, raw, body, at=time.monotonic())
             self.requests.append(recorded)
             number = len(self.requests)
-            if path not in PATHS:
+            responses = path in RESPONSES_PATHS
+            if path not in PATHS and not responses:
                 return error(404, f"Invalid URL (POST {path})")
             if headers.get("authorization") != f"Bearer {self.api_key}":
                 given = headers.get("authorization", "").removeprefix("Bearer ")
@@ -222,9 +348,12 @@ class FakeOpenAI:
                     code="rate_limit_exceeded",
                     headers=self.refusal_headers,
                 )
-            if broken := pairing_error((body or {}).get("messages", [])):
+            if responses:
+                if broken := responses_error(body or {}):
+                    return broken
+            elif broken := pairing_error((body or {}).get("messages", [])):
                 return broken
-            entry: Reply | HttpReply | Hangup | Slow
+            entry: Reply | ResponsesReply | HttpReply | Hangup | Slow
             if self.responder is not None:
                 entry = self.responder(body or {})
             elif self.script:
@@ -242,7 +371,24 @@ class FakeOpenAI:
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         if isinstance(entry, Reply):
-            entry = HttpReply(200, _completion(entry, body or {}, number, len(raw)))
+            completion = _completion(entry, body or {}, number, len(raw))
+            if (body or {}).get("stream"):
+                usage = ((body or {}).get("stream_options") or {}).get("include_usage", False)
+                entry = HttpReply(200, None, events=chat_events(completion, usage))
+            else:
+                entry = HttpReply(200, completion)
+        elif isinstance(entry, ResponsesReply):
+            response = _response(entry, body or {}, number, len(raw))
+            if (body or {}).get("stream"):
+                entry = HttpReply(
+                    200,
+                    None,
+                    events=responses_events(response, entry.chunk_chars),
+                    pause_after=entry.pause_after,
+                    hangup_after=entry.hangup_after,
+                )
+            else:
+                entry = HttpReply(200, response)
         return replace(entry, delay_seconds=entry.delay_seconds + delay, served=True)
 
     def finished(self, reply: HttpReply) -> None:
@@ -297,6 +443,203 @@ def _completion(reply: Reply, request: dict[str, Any], number: int, size: int) -
     }
 
 
+def _response(
+    reply: ResponsesReply, request: dict[str, Any], number: int, size: int
+) -> dict[str, Any]:
+    items = reply.items
+    if items is None:
+        items = [("reasoning", reply.reasoning)] if reply.reasoning is not None else []
+        items += [("text", reply.text)] if reply.text is not None else []
+        items += [("call", call) for call in reply.calls]
+    encrypted = "reasoning.encrypted_content" in (request.get("include") or ())
+    output: list[dict[str, Any]] = []
+    thought = ""
+    for position, (kind, value) in enumerate(items):
+        prefix = {"reasoning": "rs", "text": "msg", "call": "fc"}[kind]
+        item_id = f"{prefix}_fake{number:04d}_{position}"
+        if kind == "reasoning":
+            summary = [{"type": "summary_text", "text": value}]
+            item: dict[str, Any] = {"id": item_id, "type": "reasoning", "summary": summary}
+            if encrypted:
+                item["encrypted_content"] = seal(item_id, summary)
+            thought += value
+        elif kind == "text":
+            item = {
+                "id": item_id,
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": value, "annotations": []}],
+            }
+        else:
+            call_id, name, arguments = value
+            item = {
+                "id": item_id,
+                "type": "function_call",
+                "call_id": call_id,
+                "name": name,
+                "arguments": arguments,
+                "status": "completed",
+            }
+        output.append(item)
+    reasoning_tokens = reply.reasoning_tokens
+    if reasoning_tokens is None:
+        reasoning_tokens = (len(thought) + 3) // 4
+    prompt = reply.input_tokens if reply.input_tokens is not None else size // 4
+    completion = reply.output_tokens
+    if completion is None:
+        completion = len(json.dumps(output)) // 4 + reasoning_tokens
+    return {
+        "id": f"resp_fake{number:04d}",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": reply.status,
+        "error": None,
+        "incomplete_details": (
+            {"reason": reply.incomplete_reason} if reply.incomplete_reason else None
+        ),
+        "instructions": request.get("instructions"),
+        "model": reply.model or request.get("model", "gpt-fake"),
+        "output": output,
+        "parallel_tool_calls": bool(request.get("parallel_tool_calls", True)),
+        "tool_choice": "auto",
+        "tools": request.get("tools") or [],
+        "store": bool(request.get("store", True)),
+        "metadata": {},
+        "temperature": request.get("temperature", 1.0),
+        "top_p": 1.0,
+        "usage": {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": reply.cached_tokens, "cache_write_tokens": 0},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+            "total_tokens": prompt + completion,
+        },
+    }
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def chat_events(
+    completion: dict[str, Any], include_usage: bool, chunk_chars: int = 8
+) -> list[tuple[str, Any]]:
+    """`completion` as Chat Completions streams it: chunks of deltas, then `[DONE]`."""
+    head = {key: completion[key] for key in ("id", "created", "model", "system_fingerprint")}
+    head["object"] = "chat.completion.chunk"
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> tuple[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return ("", {**head, "choices": [choice]})
+
+    (choice,) = completion["choices"]
+    message = choice["message"]
+    events = [chunk({"role": "assistant", "content": ""})]
+    for piece in _chunks(message["content"] or "", chunk_chars) if message["content"] else []:
+        events.append(chunk({"content": piece}))
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        function = call["function"]
+        opening = {"index": index, "id": call["id"], "type": "function"}
+        opening["function"] = {"name": function["name"], "arguments": ""}
+        events.append(chunk({"tool_calls": [opening]}))
+        for piece in _chunks(function["arguments"], chunk_chars):
+            events.append(
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            )
+    events.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        events.append(("", {**head, "choices": [], "usage": completion["usage"]}))
+    events.append(("", "[DONE]"))
+    return events
+
+
+def responses_events(
+    response: dict[str, Any], chunk_chars: int = 8
+) -> list[tuple[str, dict[str, Any]]]:
+    """`response` as the Responses API streams it."""
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    def add(kind: str, **data: Any) -> None:
+        events.append((kind, {"type": kind, "sequence_number": len(events), **data}))
+
+    add("response.created", response={**response, "status": "in_progress", "output": []})
+    for index, item in enumerate(response["output"]):
+        at = {"item_id": item["id"], "output_index": index}
+        if item["type"] == "message":
+            add("response.output_item.added", output_index=index, item={**item, "content": []})
+            part = item["content"][0]
+            empty = {**part, "text": ""}
+            add("response.content_part.added", **at, content_index=0, part=empty)
+            for piece in _chunks(part["text"], chunk_chars):
+                add("response.output_text.delta", **at, content_index=0, delta=piece, logprobs=[])
+            add("response.output_text.done", **at, content_index=0, text=part["text"], logprobs=[])
+            add("response.content_part.done", **at, content_index=0, part=part)
+        elif item["type"] == "reasoning":
+            added = {k: v for k, v in item.items() if k != "encrypted_content"}
+            add("response.output_item.added", output_index=index, item={**added, "summary": []})
+            for number, summary in enumerate(item["summary"]):
+                empty = {**summary, "text": ""}
+                add("response.reasoning_summary_part.added", **at, summary_index=number, part=empty)
+                for piece in _chunks(summary["text"], chunk_chars):
+                    add(
+                        "response.reasoning_summary_text.delta",
+                        **at,
+                        summary_index=number,
+                        delta=piece,
+                    )
+                add(
+                    "response.reasoning_summary_text.done",
+                    **at,
+                    summary_index=number,
+                    text=summary["text"],
+                )
+                add(
+                    "response.reasoning_summary_part.done", **at, summary_index=number, part=summary
+                )
+        else:
+            add("response.output_item.added", output_index=index, item={**item, "arguments": ""})
+            for piece in _chunks(item["arguments"], chunk_chars):
+                add("response.function_call_arguments.delta", **at, delta=piece)
+            add("response.function_call_arguments.done", **at, arguments=item["arguments"])
+        add("response.output_item.done", output_index=index, item=item)
+    add("response.completed", response=response)
+    return events
+
+
+def send_events(
+    handler: BaseHTTPRequestHandler,
+    events: list[tuple[str, Any]],
+    *,
+    pause_after: int | None,
+    hangup_after: int | None,
+    hold: threading.Event,
+    headers: dict[str, str],
+    pace_seconds: float = 0.0,
+) -> None:
+    """Send `events` as server-sent events, pausing for `hold` or hanging up where asked, and
+    `pace_seconds` apart (a model that writes at a human pace)."""
+    handler.send_response(200)
+    handler.send_header("content-type", "text/event-stream")
+    handler.send_header("connection", "close")
+    for name, value in headers.items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    handler.close_connection = True
+    for number, (name, data) in enumerate(events):
+        if number == pause_after:
+            hold.wait()
+        if number == hangup_after:
+            reset(handler)
+            return
+        if number and pace_seconds:
+            time.sleep(pace_seconds)
+        line = data if isinstance(data, str) else json.dumps(data)  # Chat's "[DONE]" as is
+        named = f"event: {name}\n" if name else ""  # Chat Completions names no event
+        handler.wfile.write(f"{named}data: {line}\n\n".encode())
+        handler.wfile.flush()
+
+
 def reset(handler: BaseHTTPRequestHandler) -> None:
     """Close the handler's connection with a TCP reset (linger 0), not an orderly FIN."""
     handler.close_connection = True
@@ -317,6 +660,19 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             if reply.served and fake.hold is not None:
                 fake.hold.wait()
             fake.finished(reply)
+            if reply.events is not None:
+                try:
+                    send_events(
+                        self,
+                        reply.events,
+                        pause_after=reply.pause_after,
+                        hangup_after=reply.hangup_after,
+                        hold=fake.stream_hold,
+                        headers={"x-request-id": f"req_fake{len(fake.requests):04d}"},
+                    )
+                except OSError:
+                    self.close_connection = True
+                return
             payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
             try:
                 self.send_response(reply.status)

@@ -213,8 +213,9 @@ BAD = {
         "AGENT_MODEL_RATE_ANTHROPIC='fast': must be calls a second above 0, as 5, 5/s or 300/min"
     ),
     "AGENT_MODEL_RATE_OPENIA=5": (
-        "AGENT_MODEL_RATE_OPENIA names no provider: after AGENT_MODEL_RATE_ comes OPENAI or "
-        "ANTHROPIC, then _<MODEL> for one model (scripted model calls take no limits)"
+        "AGENT_MODEL_RATE_OPENIA names no provider: after AGENT_MODEL_RATE_ comes OPENAI, "
+        "ANTHROPIC or OPENAI_RESPONSES, then _<MODEL> for one model (scripted model calls take "
+        "no limits)"
     ),
 }
 

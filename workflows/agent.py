@@ -394,6 +394,7 @@ class AgentWorkflow:
                 usage=response.usage,
                 finish_reason=response.finish_reason,
                 turn=talk.turn if talk.on else None,
+                reasoning_left_out=response.reasoning_left_out,
             )
             state.step_records.append(record)
             calls = response.message.tool_calls

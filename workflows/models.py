@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from temporalio.common import SearchAttributeKey
 
 # Tool specs (workflows/specs.py) and the records a run is made of (workflows/state.py) live
@@ -90,7 +90,18 @@ class ScriptedTurn(BaseModel):
     """How long the scripted model takes to reply: a real model's latency, for benchmarks."""
 
 
-Provider = Literal["scripted", "openai", "anthropic"]
+Provider = Literal["scripted", "openai", "openai-responses", "anthropic"]
+"""`openai` is Chat Completions (OpenAI and OpenAI-compatible servers); `openai-responses` is
+OpenAI's Responses API, stateless, with encrypted reasoning (docs/providers.md)."""
+
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+REASONING_EFFORTS: dict[str, tuple[str, ...]] = {
+    "openai-responses": ("none", "minimal", "low", "medium", "high", "xhigh"),
+    "anthropic": ("low", "medium", "high", "xhigh", "max"),
+}
+"""The efforts each provider takes (Anthropic's is `output_config.effort`)."""
+MIN_THINKING_BUDGET = 1024
+"""Anthropic's smallest `budget_tokens`."""
 
 
 class ModelSettings(BaseModel):
@@ -105,6 +116,75 @@ class ModelSettings(BaseModel):
     """Required by Anthropic; defaults to 4096 there."""
     price: Price | None = None
     """Overrides the price table for this run's model."""
+    thinking_budget_tokens: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Anthropic extended thinking: the tokens the model may think for before it answers (at
+    least 1024, and less than max_output_tokens; with no max_output_tokens the call allows the
+    budget plus 4096). Its thinking blocks are kept, signed, and sent back."""
+    adaptive_thinking: bool = Field(default=False, exclude_if=lambda v: not v)
+    """Anthropic adaptive thinking: the model decides whether and how much to think (models
+    that offer it). Not with thinking_budget_tokens."""
+    reasoning_effort: ReasoningEffort | None = Field(default=None, exclude_if=lambda v: v is None)
+    """How hard a reasoning model thinks: `reasoning.effort` for openai-responses (none,
+    minimal, low, medium, high, xhigh), `output_config.effort` for anthropic (low, medium,
+    high, xhigh, max). (The reasoning settings are left out of the JSON when unset, so a run
+    without them keeps the history bytes it had.)"""
+
+    stream: bool = Field(default=False, exclude_if=lambda v: not v)
+    """Use the provider's streaming API: the text (and reasoning summaries) as the model writes
+    them reach `AgentRun.deltas()` through the model activity's heartbeats, never the history;
+    the transcript gets the assembled message, as without streaming. The CLI turns it on at a
+    terminal. (The scripted model does not stream.)"""
+
+    @model_validator(mode="after")
+    def _reasoning_settings_fit(self) -> ModelSettings:
+        # Refused here, where the run is built, rather than as the provider's 400 at step 1.
+        budget = self.thinking_budget_tokens
+        thinking = budget is not None or self.adaptive_thinking
+        if thinking and self.provider != "anthropic":
+            raise ValueError(
+                f"thinking_budget_tokens and adaptive_thinking are Anthropic's (provider is "
+                f"{self.provider!r}); OpenAI reasoning models take reasoning_effort with "
+                "provider 'openai-responses'"
+            )
+        if budget is not None:
+            if self.adaptive_thinking:
+                raise ValueError("give thinking_budget_tokens or adaptive_thinking, not both")
+            if budget < MIN_THINKING_BUDGET:
+                raise ValueError(
+                    f"thinking_budget_tokens={budget}: Anthropic needs at least "
+                    f"{MIN_THINKING_BUDGET}"
+                )
+            if self.max_output_tokens is not None and self.max_output_tokens <= budget:
+                raise ValueError(
+                    f"max_output_tokens={self.max_output_tokens} must be greater than "
+                    f"thinking_budget_tokens={budget}: thinking counts against max_tokens"
+                )
+        if thinking and self.temperature not in (None, 1.0):
+            raise ValueError(
+                f"temperature={self.temperature:g} cannot be set with Anthropic thinking (only "
+                "1, the default, is allowed): leave temperature unset"
+            )
+        effort = self.reasoning_effort
+        if effort is not None:
+            allowed = REASONING_EFFORTS.get(self.provider)
+            if allowed is None:
+                raise ValueError(
+                    f"reasoning_effort is for provider 'openai-responses' or 'anthropic' "
+                    f"(provider is {self.provider!r})"
+                )
+            if effort not in allowed:
+                raise ValueError(
+                    f"reasoning_effort={effort!r} is not one that {self.provider} takes: "
+                    + ", ".join(allowed)
+                )
+            reasoning = self.provider == "openai-responses" and effort != "none"
+            if reasoning and self.temperature is not None:
+                raise ValueError(
+                    "temperature cannot be set with reasoning_effort: OpenAI's reasoning "
+                    "models refuse it (reasoning_effort='none' allows it on models that "
+                    "offer it)"
+                )
+        return self
 
 
 class Limits(BaseModel):
@@ -268,6 +348,41 @@ class ModelResponse(BaseModel):
     """Which attempt of the model activity produced this reply."""
     response_id: str | None = None
     """The provider's id of this reply (OpenAI's chatcmpl-..., Anthropic's msg_...), for tracing."""
+    reasoning_left_out: int = Field(default=0, exclude_if=lambda count: not count)
+    """Reasoning parts in the transcript this call did not send: made by another provider or
+    API, or refused by this call's settings (Anthropic with thinking off)."""
+
+
+STREAM_KEPT_CHARS = 32_000
+"""The newest characters of each kind a streaming call's heartbeat carries: enough for a reader
+polling every 100 ms, bounded whatever the reply's length."""
+
+
+class StreamProgress(BaseModel):
+    """What a streaming model call has written so far: the details of its heartbeats. Each
+    heartbeat carries all of it (up to STREAM_KEPT_CHARS a kind), so a reader that missed one
+    misses nothing; heartbeats are no history events."""
+
+    step: int
+    attempt: int
+    text: str = ""
+    """The newest text written, after `text_offset` characters no longer carried."""
+    text_offset: int = 0
+    reasoning: str = ""
+    """The newest reasoning summary (or summarised thinking) written, after reasoning_offset."""
+    reasoning_offset: int = 0
+
+
+class ModelDelta(BaseModel):
+    """One piece of a streaming model call's output, as `AgentRun.deltas()` yields it."""
+
+    step: int
+    attempt: int
+    """The model activity's attempt that wrote it."""
+    kind: Literal["text", "reasoning", "void"]
+    """"void": the attempt failed, and everything it streamed is void (a UI drops it; the next
+    attempt streams anew)."""
+    text: str = ""
 
 
 class ToolActivityInput(BaseModel):

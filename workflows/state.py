@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 from temporalio.exceptions import ApplicationError
 
@@ -29,6 +29,10 @@ class Usage(BaseModel):
     """Input tokens read from the provider's prompt cache."""
     cache_write_tokens: int = 0
     """Input tokens written to the prompt cache (Anthropic bills them above the input rate)."""
+    reasoning_tokens: int = Field(default=0, exclude_if=lambda tokens: not tokens)
+    """Output tokens the model spent reasoning, as the provider reports them: a part of
+    output_tokens (and priced with them), never on top. Left out of the JSON when 0, so runs
+    without reasoning keep the history bytes they had."""
     cost_usd: float | None = 0.0
     """None when a call's model has no price: an unknown cost is not a zero cost."""
 
@@ -43,6 +47,7 @@ class Usage(BaseModel):
             output_tokens=self.output_tokens + other.output_tokens,
             cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
             cost_usd=cost,
         )
 
@@ -169,6 +174,9 @@ class StepRecord(BaseModel):
     tool_calls: list[ToolCallRecord] = []
     turn: int | None = None
     """The conversation turn it belongs to; None in a run that is not a conversation."""
+    reasoning_left_out: int = Field(default=0, exclude_if=lambda count: not count)
+    """Reasoning parts of the transcript this call did not send: another provider's, or refused
+    by its settings (see ModelResponse.reasoning_left_out). Left out of the JSON when 0."""
 
 
 class EarlierSteps(BaseModel):

@@ -5,6 +5,11 @@ matching ids, in call order, before any other message. Providers reject anything
 (seed 000), so the rule is enforced here, at append time, not discovered at the next model call.
 Messages are frozen and the transcript only grows: nothing is ever edited in place.
 
+An assistant message may also hold the model's reasoning (`ReasoningPart`): opaque, tagged with
+the provider and API that made it, kept byte for byte. It goes back to that provider only
+(`reasoning_for`): Anthropic refuses a tool-use turn without its signed thinking, OpenAI's
+stateless Responses API an item whose encrypted reasoning is gone. Another provider never sees it.
+
 Pure data and pure functions: imported by the workflow (deterministic) and by activities alike.
 """
 
@@ -34,6 +39,27 @@ class ToolCall(_Frozen):
     """The arguments exactly as the model produced them: a JSON text that may be invalid."""
 
 
+class ReasoningPart(_Frozen):
+    """The model's reasoning as its provider sent it: an Anthropic `thinking` or
+    `redacted_thinking` block, an OpenAI Responses `reasoning` item. Never read, never edited:
+    the provider checks its signature (or decrypts it) when it comes back."""
+
+    provider: str
+    """The provider that made it ("anthropic", "openai-responses"): only it is sent the part."""
+    api: str
+    """The API within the provider ("messages", "responses")."""
+    model: str
+    """The model that wrote it, for the trace."""
+    kind: str
+    """The block's or item's type: "thinking", "redacted_thinking", "reasoning"."""
+    data: str
+    """The block or item as JSON text, every field as the provider sent it."""
+    position: int = Field(default=0, ge=0)
+    """Where it stood in the reply: the number of the message's items before it, counting its
+    text (when it has any) as one item placed where its first text block was, then each tool
+    call. A provider gets its parts back in the order it wrote them."""
+
+
 class UserMessage(_Frozen):
     role: Literal["user"] = "user"
     content: str
@@ -44,6 +70,10 @@ class AssistantMessage(_Frozen):
     content: str | None = None
     """Text the model wrote; may stand beside tool calls."""
     tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: tuple[ReasoningPart, ...] = Field(default=(), exclude_if=lambda parts: not parts)
+    """The model's reasoning before (and between) its text and calls, for the provider that
+    made it. Left out of the JSON when there is none, so messages without reasoning keep the
+    bytes (and the linear-history references) they always had."""
 
 
 class ToolResult(_Frozen):
@@ -57,6 +87,41 @@ class ToolResult(_Frozen):
 
 Message = Annotated[UserMessage | AssistantMessage | ToolResult, Field(discriminator="role")]
 message_adapter: TypeAdapter[Message] = TypeAdapter(Message)
+
+
+ReplyItem = ReasoningPart | str | ToolCall
+"""One item of an assistant message in reply order: a reasoning part, its text, a tool call."""
+
+
+def reply_items(message: AssistantMessage) -> list[ReplyItem]:
+    """The message's reasoning parts, text and calls in the order the model wrote them."""
+    items: list[str | ToolCall] = [message.content] if message.content else []
+    items += message.tool_calls
+    ordered: list[ReplyItem] = []
+    parts = sorted(message.reasoning, key=lambda part: part.position)  # stable: same-place order
+    for index, item in enumerate(items):
+        ordered += [part for part in parts if part.position == index]
+        ordered.append(item)
+    ordered += [part for part in parts if part.position >= len(items)]
+    return ordered
+
+
+def reasoning_for(
+    message: AssistantMessage, provider: str, api: str, *, accepted: bool = True
+) -> tuple[list[ReplyItem], int]:
+    """The message's items as `provider`'s `api` may be sent them, and how many reasoning
+    parts were left out: those another provider (or API) made, and all of them when the call
+    does not accept reasoning (Anthropic with thinking off refuses thinking blocks)."""
+    items: list[ReplyItem] = []
+    left_out = 0
+    for item in reply_items(message):
+        if isinstance(item, ReasoningPart) and not (
+            accepted and item.provider == provider and item.api == api
+        ):
+            left_out += 1
+            continue
+        items.append(item)
+    return items, left_out
 
 
 def pending_calls(messages: list[Message] | tuple[Message, ...]) -> list[ToolCall]:

@@ -9,6 +9,12 @@ gives the same request bytes. Three prompt-cache breakpoints mark the growing pr
 tool definition, the system block and the last block of the last message. Step k+1 re-sends
 step k's request as its prefix, so the provider serves it from the cache written at step k.
 
+Thinking (`thinking_budget_tokens`, `adaptive_thinking`): the reply's `thinking` and
+`redacted_thinking` blocks are kept in the transcript as reasoning parts, exactly as sent, and go
+back in their place in every later request of the run with thinking on: the API refuses a
+tool-use turn whose thinking is missing or changed. With thinking off they are left out (the API
+refuses them then), as is the reasoning of any other provider; the step's record counts them.
+
 Errors are classified in `_http_errors` (shared with the other HTTP providers); a reply cut off
 at the output-token limit, an empty reply or one that cannot be read is retryable as
 `ProviderIncompleteReply`.
@@ -21,9 +27,11 @@ import os
 from typing import Any
 
 import anthropic
+import httpx2
 from anthropic.types import Message as AnthropicMessage
 from temporalio.exceptions import ApplicationError
 
+from activities.providers import _streaming
 from activities.providers._http_errors import (
     connection_error,
     cut_off_reply,
@@ -31,14 +39,28 @@ from activities.providers._http_errors import (
     provider_message,
     status_error,
     timeout_error,
+    transient_error,
     unreadable_reply,
 )
 from activities.providers._tls import tls_context
 from workflows.errors import AgentConfigurationError, AgentProviderError
 from workflows.models import ModelRequest, ModelResponse, ToolSpec, Usage
-from workflows.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
+from workflows.transcript import (
+    AssistantMessage,
+    Message,
+    ReasoningPart,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    reasoning_for,
+)
 
 PROVIDER = "Anthropic"
+PROVIDER_ID, API = "anthropic", "messages"
+"""How the transcript tags the reasoning this adapter keeps."""
+REASONING_BLOCKS = ("thinking", "redacted_thinking")
+INTERLEAVED_THINKING_BETA = "interleaved-thinking-2025-05-14"
+"""Thinking between tool calls, on models that need the beta for it (newer ones do it anyway)."""
 DEFAULT_MAX_TOKENS = 4096
 """`max_tokens` is required by the Messages API; used when the run does not set one."""
 CACHE_CONTROL: dict[str, str] = {"type": "ephemeral"}
@@ -53,9 +75,14 @@ async def complete(request: ModelRequest) -> ModelResponse:
             "ANTHROPIC_BASE_URL for another endpoint), or run with provider='scripted'"
         )
     settings = request.settings
-    params = request_params(request)
+    params, left_out = request_params_counted(request)
     # The SDK has no `temperature` argument; it goes in the body as the API expects it.
     extra_body = {"temperature": params.pop("temperature")} if "temperature" in params else None
+    extra_headers = (
+        {"anthropic-beta": INTERLEAVED_THINKING_BETA}
+        if settings.thinking_budget_tokens is not None
+        else None
+    )
     try:
         async with anthropic.AsyncAnthropic(
             api_key=api_key,
@@ -63,7 +90,25 @@ async def complete(request: ModelRequest) -> ModelResponse:
             timeout=settings.timeout_seconds,
             http_client=anthropic.DefaultAsyncHttpxClient(verify=tls_context()),
         ) as client:
-            response = await client.messages.create(**params, extra_body=extra_body)
+            publisher = _streaming.current()
+            if publisher is None:
+                response = await client.messages.create(
+                    **params, extra_body=extra_body, extra_headers=extra_headers
+                )
+            else:
+                async with client.messages.stream(
+                    **params, extra_body=extra_body, extra_headers=extra_headers
+                ) as stream:
+                    async for event in stream:
+                        if event.type == "content_block_delta":
+                            if event.delta.type == "text_delta":
+                                publisher.text(event.delta.text)
+                            elif event.delta.type == "thinking_delta":
+                                publisher.reasoning(event.delta.thinking)
+                    # The message the stream assembled: the same as create's.
+                    response = await stream.get_final_message()
+    except httpx2.TransportError as error:  # a stream cut off half-way: not wrapped by the SDK
+        raise connection_error(PROVIDER, error) from None
     except anthropic.AnthropicError as error:
         failure = provider_error(error, timeout_seconds=settings.timeout_seconds)
         # httpx's frames on a connection error or timeout would push the attempt's failure past
@@ -72,43 +117,80 @@ async def complete(request: ModelRequest) -> ModelResponse:
         raise failure from (None if isinstance(error, anthropic.APIConnectionError) else error)
     except (ValueError, RecursionError) as error:  # the SDK decodes the body unguarded
         raise unreadable_reply(PROVIDER, settings.model, error) from None
-    return to_model_response(response, request)
+    reply = to_model_response(response, request)
+    return reply.model_copy(update={"reasoning_left_out": left_out}) if left_out else reply
 
 
 def request_params(request: ModelRequest) -> dict[str, Any]:
     """The Messages API body for `request`: plain dicts in a fixed key order, built fresh."""
+    return request_params_counted(request)[0]
+
+
+def request_params_counted(request: ModelRequest) -> tuple[dict[str, Any], int]:
+    """The body, and how many of the transcript's reasoning parts it leaves out."""
     settings = request.settings
     params: dict[str, Any] = {
         "model": settings.model,
         "max_tokens": max_tokens(request),
     }
+    thinking = thinking_param(request)
+    if thinking is not None:
+        params["thinking"] = thinking
+    if settings.reasoning_effort is not None:
+        params["output_config"] = {"effort": settings.reasoning_effort}
     if request.system:
         params["system"] = [{"type": "text", "text": request.system, "cache_control": _cache()}]
-    params["messages"] = to_anthropic_messages(request.messages)
+    params["messages"], left_out = anthropic_turns(request.messages, thinking=thinking is not None)
     if request.tools:
         tools = [_tool(spec) for spec in request.tools]
         tools[-1]["cache_control"] = _cache()
         params["tools"] = tools
     if settings.temperature is not None:
         params["temperature"] = settings.temperature
-    return params
+    return params, left_out
+
+
+def thinking_param(request: ModelRequest) -> dict[str, Any] | None:
+    settings = request.settings
+    if settings.thinking_budget_tokens is not None:
+        return {"type": "enabled", "budget_tokens": settings.thinking_budget_tokens}
+    if settings.adaptive_thinking:
+        return {"type": "adaptive"}
+    return None
 
 
 def max_tokens(request: ModelRequest) -> int:
-    return request.settings.max_output_tokens or DEFAULT_MAX_TOKENS
+    settings = request.settings
+    if settings.max_output_tokens is not None:
+        return settings.max_output_tokens
+    # Thinking counts against max_tokens, which must exceed its budget: room for both.
+    return (settings.thinking_budget_tokens or 0) + DEFAULT_MAX_TOKENS
 
 
-def to_anthropic_messages(messages: list[Message] | tuple[Message, ...]) -> list[dict[str, Any]]:
-    """The transcript as Messages API turns.
+def to_anthropic_messages(
+    messages: list[Message] | tuple[Message, ...], *, thinking: bool = False
+) -> list[dict[str, Any]]:
+    """The transcript as Messages API turns (see `anthropic_turns`)."""
+    return anthropic_turns(messages, thinking=thinking)[0]
+
+
+def anthropic_turns(
+    messages: list[Message] | tuple[Message, ...], *, thinking: bool
+) -> tuple[list[dict[str, Any]], int]:
+    """The transcript as Messages API turns, and the reasoning parts left out.
 
     Every message becomes content blocks, and consecutive messages of one role become one turn
     (the API requires user and assistant to alternate): the tool results that answer an
     assistant message form one user turn, in call order, with any user message after them. The
-    last block of the last turn carries a cache breakpoint.
+    last block of the last turn carries a cache breakpoint. Thinking blocks go back in their
+    place, as they came, when `thinking` is on; otherwise, and for any other provider's
+    reasoning, they are left out.
     """
     turns: list[dict[str, Any]] = []
+    left_out = 0
     for message in messages:
-        role, blocks = _blocks(message)
+        role, blocks, dropped = _blocks(message, thinking)
+        left_out += dropped
         if not blocks:
             continue  # an assistant message with neither text nor calls says nothing
         if turns and turns[-1]["role"] == role:
@@ -118,12 +200,12 @@ def to_anthropic_messages(messages: list[Message] | tuple[Message, ...]) -> list
     if turns:
         last = turns[-1]["content"]
         last[-1] = {**last[-1], "cache_control": _cache()}
-    return turns
+    return turns, left_out
 
 
-def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
+def _blocks(message: Message, thinking: bool) -> tuple[str, list[dict[str, Any]], int]:
     if isinstance(message, UserMessage):
-        return "user", [{"type": "text", "text": message.content}]
+        return "user", [{"type": "text", "text": message.content}], 0
     if isinstance(message, ToolResult):
         block: dict[str, Any] = {
             "type": "tool_result",
@@ -132,15 +214,25 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
         }
         if message.is_error:
             block["is_error"] = True
-        return "user", [block]
+        return "user", [block], 0
     blocks: list[dict[str, Any]] = []
-    if message.content and message.content.strip():  # the API refuses blank text blocks
-        blocks.append({"type": "text", "text": message.content})
-    for call in message.tool_calls:
-        blocks.append(
-            {"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call.arguments)}
-        )
-    return "assistant", blocks
+    items, left_out = reasoning_for(message, PROVIDER_ID, API, accepted=thinking)
+    for item in items:
+        if isinstance(item, ReasoningPart):
+            blocks.append(json.loads(item.data))  # every field as the API sent it
+        elif isinstance(item, str):
+            if item.strip():  # the API refuses blank text blocks
+                blocks.append({"type": "text", "text": item})
+        else:
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": item.id,
+                    "name": item.name,
+                    "input": _input(item.arguments),
+                }
+            )
+    return "assistant", blocks, left_out
 
 
 def _input(arguments: str) -> dict[str, Any]:
@@ -168,6 +260,8 @@ def to_model_response(response: AnthropicMessage, request: ModelRequest) -> Mode
     try:
         texts: list[str] = []
         calls: list[ToolCall] = []
+        # (block, whether text came before it, calls before it): placed once the text is known.
+        thoughts: list[tuple[Any, bool, int]] = []
         last_type: str | None = None
         for block in response.content:
             last_type = block.type
@@ -176,7 +270,9 @@ def to_model_response(response: AnthropicMessage, request: ModelRequest) -> Mode
             elif block.type == "tool_use":
                 arguments = json.dumps(block.input, separators=(",", ":"))
                 calls.append(ToolCall(id=block.id or "", name=block.name, arguments=arguments))
-            # Other blocks (thinking, server tools) are never asked for and are left out.
+            elif block.type in REASONING_BLOCKS:
+                thoughts.append((block, bool(texts), len(calls)))
+            # Other blocks (server tools) are never asked for and are left out.
         usage = response.usage
         cache_read = usage.cache_read_input_tokens or 0
         cache_write = usage.cache_creation_input_tokens or 0
@@ -185,8 +281,22 @@ def to_model_response(response: AnthropicMessage, request: ModelRequest) -> Mode
             output_tokens=usage.output_tokens,
             cached_input_tokens=cache_read,
             cache_write_tokens=cache_write,
+            reasoning_tokens=_thinking_tokens(usage),
         )
         stop_reason = response.stop_reason
+        has_any_text = bool("".join(texts))
+        reasoning = tuple(
+            ReasoningPart(
+                provider=PROVIDER_ID,
+                api=API,
+                model=model,
+                kind=block.type,
+                data=json.dumps(block.to_dict(), ensure_ascii=False, separators=(",", ":")),
+                # The text is one item, first: a block after a call or the text follows it.
+                position=before + (1 if has_any_text and (after_text or before) else 0),
+            )
+            for block, after_text, before in thoughts
+        )
     except ApplicationError:
         raise
     except (AttributeError, TypeError, ValueError, RecursionError) as error:
@@ -228,12 +338,17 @@ def to_model_response(response: AnthropicMessage, request: ModelRequest) -> Mode
             f"(stop_reason={stop_reason!r})"
         )
     return ModelResponse(
-        message=AssistantMessage(content=text, tool_calls=tuple(calls)),
+        message=AssistantMessage(content=text, tool_calls=tuple(calls), reasoning=reasoning),
         usage=neutral_usage,
         model=model,
         finish_reason=stop_reason,
         response_id=getattr(response, "id", None) or None,
     )
+
+
+def _thinking_tokens(usage: Any) -> int:
+    details = getattr(usage, "output_tokens_details", None)
+    return int(getattr(details, "thinking_tokens", 0) or 0)
 
 
 def provider_error(error: anthropic.AnthropicError, *, timeout_seconds: float) -> ApplicationError:
@@ -244,6 +359,11 @@ def provider_error(error: anthropic.AnthropicError, *, timeout_seconds: float) -
         return connection_error(PROVIDER, error.__cause__)
     if not isinstance(error, anthropic.APIStatusError):
         return AgentProviderError(f"Anthropic client error: {error}")
+    if error.status_code < 400:
+        # An `error` event in a stream that had started with 200 (overloaded, say): the attempt
+        # is lost, as with a 5xx, and the retry starts the stream anew.
+        message = provider_message(error.body, error.message)
+        return transient_error(f"{PROVIDER}'s stream broke off with an error: {message}")
     return status_error(
         PROVIDER,
         error.status_code,

@@ -18,10 +18,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import httpx2
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 from temporalio.exceptions import ApplicationError
 
+from activities.providers import _streaming
 from activities.providers._http_errors import (
     MAX_RETRY_AFTER,
     RETRYABLE_STATUSES,
@@ -71,7 +73,13 @@ async def complete(request: ModelRequest) -> ModelResponse:
             timeout=settings.timeout_seconds,
             http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
         ) as client:
-            response = await client.chat.completions.create(**params)
+            publisher = _streaming.current()
+            if publisher is None:
+                response = await client.chat.completions.create(**params)
+            else:
+                response = await _streamed(client, params, publisher)
+    except httpx2.TransportError as error:  # a stream cut off half-way: not wrapped by the SDK
+        raise connection_error(PROVIDER, error) from None
     except openai.OpenAIError as error:
         failure = provider_error(error, timeout_seconds=settings.timeout_seconds)
         # httpx's frames on a connection error or timeout would push the attempt's failure past
@@ -81,6 +89,59 @@ async def complete(request: ModelRequest) -> ModelResponse:
     except (ValueError, RecursionError) as error:  # the SDK decodes the body unguarded
         raise unreadable_reply(PROVIDER, settings.model, error) from None
     return to_model_response(response, request)
+
+
+async def _streamed(
+    client: openai.AsyncOpenAI, params: dict[str, Any], publisher: _streaming.StreamPublisher
+) -> ChatCompletion:
+    """The call streamed (`stream=True`, usage in the last chunk), its chunks assembled into the
+    completion `create` would have returned. (The SDK's `chat.completions.stream` helper parses
+    only strict tools.)"""
+    chunks = await client.chat.completions.create(
+        **params, stream=True, stream_options={"include_usage": True}
+    )
+    head: dict[str, Any] = {}
+    content: list[str] = []
+    refusal: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    finish_reason = None
+    usage = None
+    async for chunk in chunks:
+        head = head or {"id": chunk.id, "created": chunk.created, "model": chunk.model}
+        if chunk.usage is not None:
+            usage = chunk.usage.model_dump()
+        for choice in chunk.choices:
+            delta = choice.delta
+            if delta.content:
+                content.append(delta.content)
+                publisher.text(delta.content)
+            if delta.refusal:
+                refusal.append(delta.refusal)
+            for call in delta.tool_calls or ():
+                whole = calls.setdefault(
+                    call.index,
+                    {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                )
+                whole["id"] = call.id or whole["id"]
+                if call.function is not None:
+                    whole["function"]["name"] += call.function.name or ""
+                    whole["function"]["arguments"] += call.function.arguments or ""
+            finish_reason = choice.finish_reason or finish_reason
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": "".join(content) if content else None,
+        "refusal": "".join(refusal) if refusal else None,
+    }
+    if calls:
+        message["tool_calls"] = [calls[index] for index in sorted(calls)]
+    return ChatCompletion.model_validate(
+        {
+            **head,
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason or "stop"}],
+            "usage": usage,
+        }
+    )
 
 
 def request_params(request: ModelRequest) -> dict[str, Any]:

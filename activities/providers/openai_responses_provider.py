@@ -1,0 +1,267 @@
+"""OpenAI's Responses API, stateless: one `responses.create` per activity attempt, SDK retries off.
+
+The workflow holds the conversation, so OpenAI keeps none of it: every call sends `store=False`
+and the whole input, never a `previous_response_id`, and asks for the reasoning back encrypted
+(`include=["reasoning.encrypted_content"]`). The reply's `reasoning` items are kept in the
+transcript as reasoning parts, exactly as sent, and go back in their place, each before the item
+it preceded: with `store=False` the API can only read a reasoning item from its encrypted
+content ("Item with id 'rs_...' not found" otherwise). Another provider's reasoning is left out,
+and the step's record counts it. Each `function_call` goes back with its `call_id`, followed by
+its `function_call_output`.
+
+The key comes from OPENAI_API_KEY and the endpoint from OPENAI_BASE_URL, as for Chat Completions
+(`provider="openai"`, which stays Chat Completions for OpenAI-compatible servers). Errors are
+the Chat Completions adapter's, classified in `_http_errors`: the same SDK, the same classes, the
+same retries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import httpx2
+import openai
+from openai.types.responses import Response
+from temporalio.exceptions import ApplicationError
+
+from activities.providers import _streaming
+from activities.providers._http_errors import (
+    connection_error,
+    cut_off_reply,
+    incomplete_reply,
+    unreadable_reply,
+)
+from activities.providers._tls import tls_context
+from activities.providers.openai_provider import provider_error
+from workflows.errors import AgentConfigurationError
+from workflows.models import ModelRequest, ModelResponse, ToolSpec, Usage
+from workflows.transcript import (
+    AssistantMessage,
+    Message,
+    ReasoningPart,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    reasoning_for,
+)
+
+PROVIDER = "OpenAI"
+PROVIDER_ID, API = "openai-responses", "responses"
+"""How the transcript tags the reasoning this adapter keeps."""
+INCLUDE = ["reasoning.encrypted_content"]
+
+
+async def complete(request: ModelRequest) -> ModelResponse:
+    """Make one Responses API call for `request` and map the reply back."""
+    api_key = os.environ.get("OPENAI_API_KEY")
+    if not api_key:
+        raise AgentConfigurationError(
+            "OPENAI_API_KEY is not set: export it in the worker's environment (and "
+            "OPENAI_BASE_URL for another endpoint), or run with provider='scripted'"
+        )
+    settings = request.settings
+    params, left_out = request_params_counted(request)
+    try:
+        async with openai.AsyncOpenAI(
+            api_key=api_key,
+            max_retries=0,
+            timeout=settings.timeout_seconds,
+            http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
+        ) as client:
+            publisher = _streaming.current()
+            if publisher is None:
+                response = await client.responses.create(**params)
+            else:
+                async with client.responses.stream(**params) as stream:
+                    async for event in stream:
+                        if event.type == "response.output_text.delta":
+                            publisher.text(event.delta)
+                        elif event.type == "response.reasoning_summary_text.delta":
+                            publisher.reasoning(event.delta)
+                    # The response the stream assembled: the same as create's.
+                    try:
+                        response = await stream.get_final_response()
+                    except RuntimeError as unfinished:  # failed, or cut short, mid-stream
+                        raise incomplete_reply(
+                            f"OpenAI's stream for model {settings.model!r} ended without a "
+                            f"complete response: {unfinished}"
+                        ) from None
+    except httpx2.TransportError as error:  # a stream cut off half-way: not wrapped by the SDK
+        raise connection_error(PROVIDER, error) from None
+    except openai.OpenAIError as error:
+        failure = provider_error(error, timeout_seconds=settings.timeout_seconds)
+        # As in the Chat Completions adapter: httpx's frames would push the failure past 4 KB.
+        raise failure from (None if isinstance(error, openai.APIConnectionError) else error)
+    except (ValueError, RecursionError) as error:  # the SDK decodes the body unguarded
+        raise unreadable_reply(PROVIDER, settings.model, error) from None
+    reply = to_model_response(response, request)
+    return reply.model_copy(update={"reasoning_left_out": left_out}) if left_out else reply
+
+
+def request_params(request: ModelRequest) -> dict[str, Any]:
+    """The Responses parameters for `request`: the same request, the same bytes."""
+    return request_params_counted(request)[0]
+
+
+def request_params_counted(request: ModelRequest) -> tuple[dict[str, Any], int]:
+    """The parameters, and how many of the transcript's reasoning parts they leave out."""
+    settings = request.settings
+    items, left_out = to_input_items(request.messages)
+    params: dict[str, Any] = {"model": settings.model}
+    if request.system:
+        params["instructions"] = request.system
+    params["input"] = items
+    params["store"] = False
+    params["include"] = list(INCLUDE)
+    if request.tools:
+        params["tools"] = [_tool(spec) for spec in request.tools]
+        params["parallel_tool_calls"] = True
+    if settings.reasoning_effort is not None:
+        params["reasoning"] = {"effort": settings.reasoning_effort}
+    if settings.temperature is not None:
+        params["temperature"] = settings.temperature
+    if settings.max_output_tokens is not None:
+        params["max_output_tokens"] = settings.max_output_tokens
+    return params, left_out
+
+
+def to_input_items(
+    messages: list[Message] | tuple[Message, ...],
+) -> tuple[list[dict[str, Any]], int]:
+    """The transcript as Responses input items, and the reasoning parts left out (another
+    provider's). No item carries an id but the reasoning items, which need theirs: with
+    `store=False` an id names nothing the API could look up."""
+    out: list[dict[str, Any]] = []
+    left_out = 0
+    for message in messages:
+        if isinstance(message, UserMessage):
+            out.append({"role": "user", "content": message.content})
+        elif isinstance(message, ToolResult):
+            out.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message.tool_call_id,
+                    "output": message.content,
+                }
+            )
+        else:
+            items, dropped = reasoning_for(message, PROVIDER_ID, API)
+            left_out += dropped
+            for item in items:
+                if isinstance(item, ReasoningPart):
+                    out.append(json.loads(item.data))  # every field as the API sent it
+                elif isinstance(item, str):
+                    out.append({"role": "assistant", "content": item})
+                else:
+                    # Arguments go back exactly as the model wrote them, even when not valid JSON.
+                    out.append(
+                        {
+                            "type": "function_call",
+                            "call_id": item.id,
+                            "name": item.name,
+                            "arguments": item.arguments,
+                        }
+                    )
+    return out, left_out
+
+
+def _tool(spec: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "name": spec.name,
+        "description": spec.description,
+        "parameters": spec.parameters,
+        "strict": False,
+    }
+
+
+def to_model_response(response: Response, request: ModelRequest) -> ModelResponse:
+    """The reply as a neutral response; an unusable reply raises `ProviderIncompleteReply`."""
+    settings = request.settings
+    model = getattr(response, "model", None) or settings.model
+    try:
+        texts: list[str] = []
+        refusals: list[str] = []
+        calls: list[ToolCall] = []
+        thoughts: list[tuple[Any, bool, int]] = []
+        last_type: str | None = None
+        for item in response.output:
+            last_type = item.type
+            if item.type == "reasoning":
+                thoughts.append((item, bool(texts), len(calls)))
+            elif item.type == "message":
+                for part in item.content:
+                    if part.type == "output_text":
+                        texts.append(part.text)
+                    elif part.type == "refusal":
+                        refusals.append(part.refusal)
+            elif item.type == "function_call":
+                # Arguments are kept as raw text, even invalid JSON: the workflow answers that.
+                calls.append(
+                    ToolCall(id=item.call_id or "", name=item.name, arguments=item.arguments or "")
+                )
+            # Other items (built-in tools) are never asked for and are left out.
+        usage = response.usage
+        input_details = usage.input_tokens_details if usage else None
+        output_details = usage.output_tokens_details if usage else None
+        neutral_usage = Usage(
+            input_tokens=usage.input_tokens if usage else 0,
+            output_tokens=usage.output_tokens if usage else 0,
+            cached_input_tokens=(input_details.cached_tokens or 0) if input_details else 0,
+            reasoning_tokens=(output_details.reasoning_tokens or 0) if output_details else 0,
+        )
+        status = response.status
+        details = response.incomplete_details
+        incomplete_reason = details.reason if details is not None else None
+        failure = response.error.message if response.error is not None else None
+    except ApplicationError:
+        raise
+    except (AttributeError, TypeError, ValueError, RecursionError) as error:
+        raise incomplete_reply(
+            f"OpenAI sent a reply for model {model!r} that could not be read: "
+            f"{type(error).__name__}: {error}"
+        ) from error
+
+    # A refusal stands in for the text, so the loop sees why there is no answer.
+    text = "".join(texts) or "".join(refusals) or None
+    has_text = bool(text and text.strip())
+    if status == "failed":
+        raise incomplete_reply(f"OpenAI model {model!r} failed to reply: {failure or 'no reason'}")
+    if status == "incomplete" and incomplete_reason == "max_output_tokens":
+        raise cut_off_reply(
+            PROVIDER,
+            model,
+            settings.max_output_tokens,
+            in_tool_call=last_type == "function_call",
+            has_text=has_text,
+        )
+    if status == "incomplete":
+        raise incomplete_reply(
+            f"OpenAI model {model!r} sent an incomplete reply ({incomplete_reason or 'no reason'})"
+        )
+    if not has_text and not calls:
+        raise incomplete_reply(
+            f"OpenAI model {model!r} sent an empty reply: no text and no tool calls "
+            f"(status={status!r})"
+        )
+    reasoning = tuple(
+        ReasoningPart(
+            provider=PROVIDER_ID,
+            api=API,
+            model=model,
+            kind="reasoning",
+            data=json.dumps(item.to_dict(), ensure_ascii=False, separators=(",", ":")),
+            # The text is one item, first: a reasoning item after a call or the text follows it.
+            position=before + (1 if text and (after_text or before) else 0),
+        )
+        for item, after_text, before in thoughts
+    )
+    return ModelResponse(
+        message=AssistantMessage(content=text, tool_calls=tuple(calls), reasoning=reasoning),
+        usage=neutral_usage,
+        model=model,
+        finish_reason="tool_calls" if calls else "stop",
+        response_id=getattr(response, "id", None) or None,
+    )
