@@ -58,6 +58,7 @@ from workflows.models import (
     TracePageRequest,
     TranscriptPageRequest,
 )
+from workflows.reporting import run_details, run_summary
 from workflows.transcript import Message
 
 AWAITING_APPROVAL_QUERY = "AgentStatus='awaiting_approval'"
@@ -80,8 +81,9 @@ _log = logging.getLogger(__name__)
 
 
 async def ensure_search_attributes(client: Client) -> None:
-    """Register AgentStatus and AgentStep if the server lacks them: the workflow sets them at
-    every step, and a server that does not know them fails the workflow's task."""
+    """Register the run's search attributes (AgentStatus, AgentStep, AgentCostUsd, AgentError)
+    if the server lacks them: the workflow sets them, and a server that does not know them
+    fails the workflow's task."""
     namespace = client.namespace
     known = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=namespace)
@@ -108,7 +110,12 @@ async def ensure_search_attributes(client: Client) -> None:
     _log.info("registered search attributes %s", sorted(missing))
 
 
-_CLI_TYPES = {"AgentStatus": "Keyword", "AgentStep": "Int"}
+_CLI_TYPES = {
+    "AgentStatus": "Keyword",
+    "AgentStep": "Int",
+    "AgentCostUsd": "Double",
+    "AgentError": "Keyword",
+}
 
 
 class AgentRunFailed(Exception):
@@ -230,9 +237,11 @@ class AgentRun:
         `remember` applies the decision to the later calls of the same tool in the run that
         asked. Raises temporalio.client.WorkflowUpdateFailedError, saying why, for an unknown
         or already decided call id."""
+        # By name: the SDK types a described async update's result as its coroutine.
         return await self.handle.execute_update(
-            AgentWorkflow.decide_tool_call,
+            "decide_tool_call",
             ToolCallDecision(call_id=call_id, approve=approve, reason=reason, remember=remember),
+            result_type=ToolApproval,
         )
 
     async def events(
@@ -271,8 +280,13 @@ class AgentClient:
         return cls(client, task_queue)
 
     async def start(self, agent_input: AgentInput, *, workflow_id: str | None = None) -> AgentRun:
-        """Start a run. The first start checks that the server knows AgentStatus and AgentStep
-        (registering them if allowed): a run on a server without them could not report."""
+        """Start a run. The first start checks that the server knows the run's search attributes
+        (registering them if allowed): a run on a server without them could not report.
+
+        The run carries a static summary (its label and the start of its prompt) and static
+        details (its model, limits and tools), which the Web UI shows on its page and
+        `temporal workflow describe` prints; like every payload, they are encrypted when keys
+        are set."""
         if not self._search_attributes_checked:
             await ensure_search_attributes(self.client)
             self._search_attributes_checked = True
@@ -282,6 +296,8 @@ class AgentClient:
             id=workflow_id or f"agent-{uuid.uuid4().hex[:12]}",
             task_queue=self.task_queue,
             memo={"label": agent_input.label} if agent_input.label else None,
+            static_summary=run_summary(agent_input),
+            static_details=run_details(agent_input),
         )
         return AgentRun(handle, self.client)
 

@@ -29,6 +29,10 @@ runs in flight carry its marker without these). A real provider's model calls go
 provider's task queue (`<queue>-model-openai`), where every worker admits them under the
 provider's limits (issue 17); a scripted run's calls stay on the run's queue."""
 
+OPERATOR_UI = "operator-ui"
+"""What an operator sees in the Web UI's list (issue 23): AgentCostUsd beside AgentStatus and
+AgentStep, AgentError when a run fails, and all of them exact whenever the run waits or ends."""
+
 
 @dataclass(frozen=True)
 class Behaviours:
@@ -72,9 +76,14 @@ class Behaviours:
     (`model_gateway.model_task_queue`), where workers admit them under its concurrency and rate
     limits (older runs, and every scripted run, call the model on the run's own queue). Part of
     RELEASE_4."""
+    reports_for_operators: bool = True
+    """The status upsert also sets AgentCostUsd (the cost so far, a sub-agent's included once it
+    ended) and, when the run fails, AgentError (the error's type); and while the run waits or
+    once it ended, any change of step or cost is upserted, so the list is exact then (older runs
+    upserted AgentStatus and AgentStep only, and only when the status changed)."""
 
 
-LEGACY = Behaviours(*(False,) * 11)
+LEGACY = Behaviours(*(False,) * 12)
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
@@ -86,6 +95,7 @@ def decide(provider: str) -> Behaviours:
     release_2 = workflow.patched(RELEASE_2)
     faults = workflow.patched(FAULTS_RELEASE)
     release_4 = workflow.patched(RELEASE_4)
+    operator_ui = workflow.patched(OPERATOR_UI)
     return Behaviours(
         reports_status=reports_status,
         per_tool_approval=release_2,
@@ -98,4 +108,5 @@ def decide(provider: str) -> Behaviours:
         sub_agent_approvals_reach_the_parent=release_4,
         bounded_state=release_4,
         model_calls_on_provider_queues=release_4 and provider != "scripted",
+        reports_for_operators=operator_ui,
     )
