@@ -17,6 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.pricing import DEMO_PRICE
 from agent_client import AgentClient, AgentRun, AgentRunFailed
+from payload_codec import ENCODING, PayloadKey, data_converter
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, eventually, turn
 from worker import build_worker, temporal_binary
 from workflows.gates import REFUSED
@@ -217,3 +218,27 @@ async def test_a_failed_run_names_its_error_and_a_sub_agents_cost_counts_in_its_
     assert shown[AGENT_COST_USD.name] == pytest.approx(4.5)
     child_shown = await attributes(agents.run(f"{run.id}/call_1_1"))
     assert child_shown[AGENT_COST_USD.name] == pytest.approx(1.8)
+
+
+async def test_with_keys_the_summary_and_details_are_ciphertext(
+    client: Client, task_queue: str
+) -> None:
+    keys = [PayloadKey("web-ui", bytes(range(32)))]
+    encrypted = Client(
+        client.service_client, namespace=client.namespace, data_converter=data_converter(keys=keys)
+    )
+    agents = AgentClient(encrypted, task_queue)
+    label = f"secret-label-{uuid.uuid4().hex[:8]}"
+    async with build_worker(encrypted, task_queue, **TEST_WORKER_OPTIONS):
+        run = await agents.start(
+            AgentInput(prompt=PROMPT, label=label, model=ModelSettings(script=[turn(text="hi")]))
+        )
+        await run.result()
+    history = await client.get_workflow_handle(run.id).fetch_history()
+    metadata = history.events[0].user_metadata
+    for payload in (metadata.summary, metadata.details):
+        assert payload.metadata["encoding"] == ENCODING
+        assert label.encode() not in payload.data
+    # With the keys, they read.
+    described = await encrypted.get_workflow_handle(run.id).describe()
+    assert await described.static_summary() == f"{label}: Cancel order 1042: it arrived damaged."
