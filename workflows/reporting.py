@@ -265,7 +265,8 @@ def calls_markdown(waiting: Sequence[tuple[ToolApproval, bool]], argument_chars:
 
 
 def cost_text(cost: float | None) -> str:
-    return "unknown (a model call of this run has no price)" if cost is None else f"${cost:.4f}"
+    """A cost for the Markdown renderer (its `$` escaped: two of them would be math)."""
+    return "unknown (a model call of this run has no price)" if cost is None else f"\\${cost:.4f}"
 
 
 def code_span(text: str) -> str:
@@ -281,7 +282,8 @@ def code_span(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-_MARKDOWN_SPECIAL = set("\\`*_[]<>#|~")
+_MARKDOWN_SPECIAL = set("\\`*_[]<>#|~$")
+"""Escaped in plain text; `$` too, since the Web UI's renderer reads `$...$` as math."""
 
 
 def markdown_text(text: str) -> str:
@@ -316,7 +318,7 @@ def run_details(agent_input: AgentInput) -> str:
     limits = agent_input.limits
     bounds = [f"{limits.max_steps} steps"]
     if limits.max_cost_usd is not None:
-        bounds.append(f"${limits.max_cost_usd:g}")
+        bounds.append(f"\\${limits.max_cost_usd:g}")
     if limits.max_total_tokens is not None:
         bounds.append(f"{limits.max_total_tokens:,} tokens")
     if limits.max_context_tokens is not None:
@@ -340,7 +342,7 @@ def run_details(agent_input: AgentInput) -> str:
         else ""
     )
     priced = (
-        f", priced by the run at {made_up}${price.input:g} / ${price.output:g} per million "
+        f", priced by the run at {made_up}\\${price.input:g} / \\${price.output:g} per million "
         "input / output tokens"
         if price is not None
         else ""
