@@ -131,7 +131,8 @@ async def test_describe_metadata_and_a_list_query_on_cost_show_what_a_run_is(
                 "workflow",
                 "list",
                 "--query",
-                "AgentCostUsd > 1",
+                # docs/web-ui.md's "most expensive" list
+                "AgentCostUsd > 1 AND ParentWorkflowId IS NULL",
             )
             return [line.split()[1] for line in out.splitlines()[1:] if line.strip()]
 
@@ -183,7 +184,7 @@ async def test_a_refused_update_says_why_in_one_line_and_without_a_stack_trace(
 
 
 async def test_a_failed_run_names_its_error_and_a_sub_agents_cost_counts_in_its_parents(
-    client: Client, task_queue: str
+    temporal_env: WorkflowEnvironment, client: Client, task_queue: str
 ) -> None:
     child = priced(
         turn(call("get_order", order_id=1042), usage=STEP_USAGE),
@@ -218,6 +219,14 @@ async def test_a_failed_run_names_its_error_and_a_sub_agents_cost_counts_in_its_
     assert shown[AGENT_COST_USD.name] == pytest.approx(4.5)
     child_shown = await attributes(agents.run(f"{run.id}/call_1_1"))
     assert child_shown[AGENT_COST_USD.name] == pytest.approx(1.8)
+
+    # docs/web-ui.md's "failed at a limit" list finds it.
+    async def failed_at_a_limit() -> bool:
+        query = 'AgentError IN ("AgentStepLimitExceeded", "AgentBudgetExceeded")'
+        out = await temporal_cli(temporal_env, "workflow", "list", "--query", query)
+        return run.id in out
+
+    await eventually(failed_at_a_limit, what="the failed run in the list")
 
 
 async def test_with_keys_the_summary_and_details_are_ciphertext(
