@@ -155,7 +155,7 @@ async def _has(listed: Any, workflow_id: str) -> bool:
 
 
 async def test_a_refused_update_says_why_in_one_line_and_without_a_stack_trace(
-    client: Client, task_queue: str
+    temporal_env: WorkflowEnvironment, client: Client, task_queue: str
 ) -> None:
     agents = AgentClient(client, task_queue)
     async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
@@ -169,6 +169,17 @@ async def test_a_refused_update_says_why_in_one_line_and_without_a_stack_trace(
             with pytest.raises(WorkflowUpdateFailedError) as refused:
                 await decide
             refusals.append(refused.value.cause)
+
+        # A signal cannot be refused to its sender: the run's page says it was ignored, and why.
+        await run.handle.signal("decide_tool_call", {"call_id": "call_7_7", "approve": True})
+
+        async def said_ignored() -> bool:
+            metadata = await temporal_cli(temporal_env, "workflow", "metadata", "-w", run.id)
+            return (
+                "**A decision sent by signal was ignored**: no tool call 'call\\_7\\_7'" in metadata
+            )
+
+        await eventually(said_ignored, what="the ignored signal on the run's page")
         await run.decide_tool_call("call_2_1", approve=False, reason="keep it")
         await run.result()
 

@@ -265,6 +265,7 @@ class ToolCallGate:
             await self._send_to_sub_agent(decision)
         except ApplicationError as failed:
             workflow.logger.warning("tool call decision not forwarded: %s", failed.message)
+            self._reporter.decision_ignored(f"not forwarded: {failed.message}")
 
     async def wait(self, call: ToolCall) -> str | None:
         """Wait, spending nothing, for the decision on a call; None when approved, else the
