@@ -6,6 +6,7 @@ from __future__ import annotations
 from activities.pricing import DEMO_PRICE
 from workflows.models import AgentInput, Limits, ModelSettings, ToolApprovalPolicy, Usage
 from workflows.reporting import (
+    CANCELLED,
     SUMMARY_CHARS,
     code_span,
     cost_text,
@@ -67,3 +68,9 @@ def test_the_details_name_the_model_limits_tools_and_policy() -> None:
     assert "7 steps, \\$2.5" in details
     assert "`get_order`, `cancel_order`; also `delegate` (sub-agents)" in details
     assert "except `cancel_order`" in details
+
+
+def test_a_cancelled_run_says_cancelled_though_its_agent_status_is_failed() -> None:
+    details = current_details("failed", CANCELLED, None, 2, Usage(cost_usd=0.5))
+    assert details.startswith("**Cancelled**, after undoing its side effects")
+    assert "cost: \\$0.5000" in details

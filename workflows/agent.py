@@ -59,7 +59,7 @@ with workflow.unsafe.imports_passed_through():
         TranscriptPageRequest,
     )
     from workflows.outcomes import Outcome
-    from workflows.reporting import Reporter
+    from workflows.reporting import CANCELLED, Reporter
     from workflows.saga import Saga
     from workflows.state import RunState
     from workflows.tool_runner import ToolRunner, not_run_because
@@ -307,7 +307,7 @@ class AgentWorkflow:
         return result
 
     async def _end_cancelled(self) -> AgentResult:
-        self._reporter.set_status("failed", "cancelled")
+        self._reporter.set_status("failed", CANCELLED)
         self._reporter.publish(
             "failed", usage=self._state.usage, outcome="cancelled", text="cancelled"
         )

@@ -64,6 +64,9 @@ _HEADLINES: dict[AgentStatus, str] = {
     "completed": "Completed",
     "failed": "Failed",
 }
+CANCELLED = "cancelled"
+"""The details of a cancelled run: its AgentStatus is failed, its execution CANCELED, and the
+current details' headline says Cancelled."""
 _LAG_NOTE = (
     f"While a run runs, the list's `AgentStep` and `AgentCostUsd` move with its status and "
     f"every {AGENT_STEP_EVERY} steps, so they may lag; whenever it waits or ends they are exact."
@@ -195,9 +198,11 @@ def current_details(
     """The run's page in the Web UI: a headline with the step and the cost so far, then what
     needs deciding and how (from `markdown`), as Markdown."""
     what, body = markdown or (f": {markdown_text(details)}", "")
+    if details == CANCELLED and markdown is None:
+        what = ", after undoing its side effects (the execution ends CANCELED)"
     money = "cost so far" if status in ("running", "awaiting_approval") else "cost"
     parts = [
-        f"**{_HEADLINES[status]}**{what}",
+        f"**{'Cancelled' if details == CANCELLED else _HEADLINES[status]}**{what}",
         f"Steps done: {steps} · {money}: {cost_text(usage.cost_usd)}",
     ]
     if body:
