@@ -69,6 +69,7 @@ from workflows.models import (
     TranscriptPageRequest,
     TurnRecord,
 )
+from workflows.reporting import run_details, run_summary
 from workflows.transcript import Message
 
 AWAITING_APPROVAL_QUERY = "AgentStatus='awaiting_approval'"
@@ -107,8 +108,9 @@ _log = logging.getLogger(__name__)
 async def ensure_search_attributes(
     client: Client, keys: Sequence[SearchAttributeKey[Any]] = SEARCH_ATTRIBUTES
 ) -> None:
-    """Register AgentStatus and AgentStep (or `keys`) if the server lacks them: the workflow
-    sets them at every step, and a server that does not know them fails the workflow's task."""
+    """Register the run's search attributes (AgentStatus, AgentStep, AgentCostUsd, AgentError;
+    or `keys`) if the server lacks them: the workflow sets them, and a server that does not
+    know them fails the workflow's task."""
     namespace = client.namespace
     known = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=namespace)
@@ -135,7 +137,13 @@ async def ensure_search_attributes(
     _log.info("registered search attributes %s", sorted(missing))
 
 
-_CLI_TYPES = {"AgentStatus": "Keyword", "AgentStep": "Int", "AgentForkedFrom": "Keyword"}
+_CLI_TYPES = {
+    "AgentStatus": "Keyword",
+    "AgentStep": "Int",
+    "AgentCostUsd": "Double",
+    "AgentError": "Keyword",
+    "AgentForkedFrom": "Keyword",
+}
 
 
 class AgentRunFailed(Exception):
@@ -259,9 +267,11 @@ class AgentRun:
         `remember` applies the decision to the later calls of the same tool in the run that
         asked. Raises temporalio.client.WorkflowUpdateFailedError, saying why, for an unknown
         or already decided call id."""
+        # By name: the SDK types a described async update's result as its coroutine.
         return await self.handle.execute_update(
-            AgentWorkflow.decide_tool_call,
+            "decide_tool_call",
             ToolCallDecision(call_id=call_id, approve=approve, reason=reason, remember=remember),
+            result_type=ToolApproval,
         )
 
     # --- a conversation (AgentInput.conversation; docs/conversations.md) ----------------------
@@ -483,9 +493,14 @@ class AgentClient:
         search_attributes: TypedSearchAttributes | None = None,
         task_queue: str | None = None,
     ) -> AgentRun:
-        """Start a run. The first start checks that the server knows AgentStatus and AgentStep
+        """Start a run. The first start checks that the server knows the run's search attributes
         (registering them if allowed): a run on a server without them could not report.
-        `memo` is the run's memo (by default its label)."""
+        `memo` is the run's memo (by default its label).
+
+        The run carries a static summary (its label and the start of its prompt) and static
+        details (its model, limits and tools), which the Web UI shows on its page and
+        `temporal workflow describe` prints; like every payload, they are encrypted when keys
+        are set."""
         if not self._search_attributes_checked:
             await ensure_search_attributes(self.client)
             self._search_attributes_checked = True
@@ -498,6 +513,8 @@ class AgentClient:
             if memo is not None
             else ({"label": agent_input.label} if agent_input.label else None),
             search_attributes=search_attributes,
+            static_summary=run_summary(agent_input),
+            static_details=run_details(agent_input),
         )
         return AgentRun(handle, self.client)
 

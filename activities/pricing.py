@@ -47,6 +47,14 @@ SHIPPED_PRICES: dict[str, Price] = {
 }
 
 
+DEMO_PRICE = Price(input=1.0, cached_input=0.1, output=4.0)
+"""MADE UP, for the offline demo only: the scripted model costs nothing, but with this price
+(set by the CLI on the built-in demo's runs, in `ModelSettings.price`) a newcomer sees cost
+wherever a real model's would appear: the progress lines, the result, the `status` query, the
+run's page and the AgentCostUsd search attribute. It is no provider's price; the scripted
+model's name is not in the price table, so other scripted runs stay unpriced."""
+
+
 @cache
 def _configured_prices(path: str) -> dict[str, Price]:
     raw = json.loads(Path(path).read_text())

@@ -23,7 +23,7 @@ from typing import Any
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from activities import telemetry, toolkits
+from activities import pricing, telemetry, toolkits
 from activities.admission import Admission
 from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
 from activities.mcp_tools import McpTools
@@ -115,7 +115,9 @@ def build_input(args: RunArgs) -> AgentInput:
     if args.provider == "scripted":
         demo = demo_plan_script() if args.plan else support_demo_script()
         script = list(args.script) if args.script is not None else demo
-        model = ModelSettings(provider="scripted", model=args.model, script=script)
+        # The built-in demo carries a made-up price, so that its cost shows; a --script does not.
+        price = pricing.DEMO_PRICE if args.script is None else None
+        model = ModelSettings(provider="scripted", model=args.model, script=script, price=price)
     else:
         model = ModelSettings(
             provider=args.provider,
@@ -170,6 +172,7 @@ async def _run(args: RunArgs) -> int:
         say(
             "scripted model: it replays the seeds' support conversation whatever the prompt"
             + ("; its plan expects to be approved" if args.plan else "")
+            + "; its price is made up, to show cost"
             + "; set OPENAI_API_KEY or ANTHROPIC_API_KEY for a real model"
         )
     if args.address is not None:

@@ -53,7 +53,12 @@ EXPECTED_IMAGES = {
     "temporal-ui": "temporalio/ui",
     "store-database": "postgres",
 }
-SEARCH_ATTRIBUTES = {"AgentStatus": "Keyword", "AgentStep": "Int"}
+SEARCH_ATTRIBUTES = {
+    "AgentStatus": "Keyword",
+    "AgentStep": "Int",
+    "AgentCostUsd": "Double",
+    "AgentError": "Keyword",
+}
 PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 TEMPORAL_ADDRESS = "temporal:7233"
 STORES = ("AGENT_DEMO_DB",)

@@ -221,7 +221,7 @@ async def test_encrypted_history_holds_no_content_and_the_keys_read_it_all(
     codec = EncryptionCodec([KEY_A])
     metadata = WorkflowMetadata()
     json_format.Parse(codec.decrypt(run.metadata_payload).data, metadata)
-    assert metadata.current_details == "completed in 3 steps"
+    assert metadata.current_details.startswith("**Completed**: completed in 3 steps")
 
     # Search attributes are not encoded: they say only how far the run got.
     description = await run.handle.describe()

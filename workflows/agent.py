@@ -39,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         AgentError,
         AgentFatalToolError,
     )
-    from workflows.gates import PlanGate, ToolCallGate
+    from workflows.gates import PlanGate, ToolCallGate, refusal
     from workflows.loop_detection import LoopDetector
     from workflows.model_gateway import ModelGateway
     from workflows.models import (
@@ -61,7 +61,7 @@ with workflow.unsafe.imports_passed_through():
         TranscriptPageRequest,
     )
     from workflows.outcomes import Outcome
-    from workflows.reporting import Reporter
+    from workflows.reporting import CANCELLED, Reporter
     from workflows.saga import Saga
     from workflows.state import RunState
     from workflows.tool_runner import ToolRunner, not_run_because
@@ -130,12 +130,14 @@ class AgentWorkflow:
 
     # --- queries -------------------------------------------------------------------------------
 
-    @workflow.query
+    @workflow.query(description="The whole transcript as JSON (over 2 MB, use transcript_page).")
     def transcript(self) -> list[Message]:
         """The whole transcript: plain JSON for the CLI; over 2 MB, use transcript_page."""
         return list(self._transcript.messages)
 
-    @workflow.query
+    @workflow.query(
+        description='The transcript page by page. Input: {"start": 0, "max_bytes": 1000000}.'
+    )
     def transcript_page(self, request: TranscriptPageRequest) -> TranscriptPage:
         """The transcript from `start`, as many messages as fit in `max_bytes` of JSON (one at
         least), so a transcript of any size can be read, page by page."""
@@ -149,19 +151,31 @@ class AgentWorkflow:
             page.append(message)
         return TranscriptPage(messages=page, start=request.start, total=len(messages))
 
-    @workflow.query
+    @workflow.query(
+        description="One record per step kept: the model call and the tool calls it led to."
+    )
     def trace(self) -> list[StepRecord]:
         """One record per step kept (a long run adds its oldest up: see trace_page): the model
         call and every tool call it led to."""
         return self._state.step_records
 
-    @workflow.query
+    @workflow.query(
+        description=(
+            "The step records page by page, earlier steps added up. "
+            'Input: {"start": 0, "max_bytes": 1000000}.'
+        )
+    )
     def trace_page(self, request: TracePageRequest) -> TracePage:
         """The kept step records from `start`, as many as fit in `max_bytes` of JSON, with the
         earlier steps added up: the trace of a run of any length, page by page."""
         return self._trace.page(request)
 
-    @workflow.query
+    @workflow.query(
+        description=(
+            "What the run does or waits for: status, step, usage and cost, limits, the plan, "
+            "the tool calls that wait."
+        )
+    )
     def status(self) -> RunStatus:
         state = self._state
         return RunStatus(
@@ -187,26 +201,52 @@ class AgentWorkflow:
     # --- decisions: plain JSON strings, so `temporal workflow signal --input '"..."'` and the
     # Web UI's signal dialog can decide without any Python ------------------------------------
 
-    @workflow.signal
+    @workflow.signal(
+        description=(
+            "Approve the plan that waits. Input: an optional comment for the model, as a JSON "
+            'string ("go ahead"). No answer comes back: the update decide_plan shows the outcome.'
+        )
+    )
     def approve_plan(self, comment: str | None = None) -> None:
         """Approve the plan that is waiting; the optional comment is passed on to the model."""
         self._plan_gate.decide_by_signal(PlanDecision(approve=True, comment=comment))
 
-    @workflow.signal
+    @workflow.signal(
+        description=(
+            "Reject the plan that waits. Input: the feedback the model plans again from, as a "
+            'JSON string ("refund instead"). No answer: the update decide_plan shows the outcome.'
+        )
+    )
     def reject_plan(self, feedback: str) -> None:
         """Reject the plan that is waiting; the feedback becomes the person's next message."""
         self._plan_gate.decide_by_signal(PlanDecision(approve=False, comment=feedback))
 
-    @workflow.update
+    @workflow.update(
+        description=(
+            'Approve or reject the plan that waits, and answer it as decided. Input: {"approve": '
+            'true, "version": 1} or {"approve": false, "version": 1, "comment": "what to '
+            "change\"}; version may be left out. The run's page shows the one waiting."
+        )
+    )
     def decide_plan(self, decision: PlanDecision) -> PlanState:
         """Approve or reject the waiting plan in one round trip; answers the plan as decided."""
         return self._plan_gate.decide(decision)
 
     @decide_plan.validator
     def _validate_plan_decision(self, decision: PlanDecision) -> None:
-        self._plan_gate.validate(decision)
+        try:
+            self._plan_gate.validate(decision)
+        except ValueError as refused:
+            raise refusal(str(refused)) from None
 
-    @workflow.update
+    @workflow.update(
+        description=(
+            'Approve or deny a tool call that waits, and answer it as decided. Input: {"call_id": '
+            '"call_2_1", "approve": true} or {"call_id": "call_2_1", "approve": false, "reason": '
+            '"why not"}; add "remember": true for the tool\'s later calls. The run\'s page lists '
+            "the calls that wait (a sub-agent's as call_1_1/call_2_1)."
+        )
+    )
     async def decide_tool_call(self, decision: ToolCallDecision) -> ToolApproval:
         """Approve or deny a tool call that waits, this run's or (by its qualified id,
         `call_1_1/call_2_1`) its sub-agent's; answers the call's approval as decided."""
@@ -214,15 +254,30 @@ class AgentWorkflow:
 
     @decide_tool_call.validator
     def _validate_tool_decision(self, decision: ToolCallDecision) -> None:
-        self._tool_gate.validate(decision)
+        try:
+            self._tool_gate.validate(decision)
+        except ValueError as refused:
+            raise refusal(str(refused)) from None
 
     # The same decision as a signal, for `temporal workflow signal --name decide_tool_call
     # --input '{"call_id": "...", "approve": true}'` and the Web UI's signal dialog.
-    @workflow.signal(name="decide_tool_call")
+    @workflow.signal(
+        name="decide_tool_call",
+        description=(
+            "Approve or deny a tool call that waits: the same input as the update of this name, "
+            "but no answer comes back (a bad one is ignored, and the run's page says why)."
+        ),
+    )
     async def decide_tool_call_by_signal(self, decision: ToolCallDecision) -> None:
         await self._tool_gate.decide_by_signal(decision)
 
-    @workflow.signal(name=SUB_AGENT_APPROVALS_SIGNAL)
+    @workflow.signal(
+        name=SUB_AGENT_APPROVALS_SIGNAL,
+        description=(
+            "Sent by this run's sub-agents, not by people: their tool calls that started or "
+            "stopped waiting for a person."
+        ),
+    )
     def sub_agent_approvals(self, report: SubAgentReport) -> None:
         """From this run's sub-agent: its calls that started or stopped waiting for a person."""
         self._tool_gate.take_report(report)
@@ -309,7 +364,7 @@ class AgentWorkflow:
                     return await self._end_cancelled()
             else:
                 await self._saga.compensate()
-            self._reporter.set_status("failed", f"failed: {error.type}")
+            self._reporter.set_status("failed", f"failed: {error.type}", error=error.type)
             final = self._saga.explain(error)
             self._reporter.publish(
                 "failed", usage=self._state.usage, outcome=error.type, text=final.message
@@ -332,7 +387,7 @@ class AgentWorkflow:
         return result
 
     async def _end_cancelled(self) -> AgentResult:
-        self._reporter.set_status("failed", "cancelled")
+        self._reporter.set_status("failed", CANCELLED)
         self._reporter.publish(
             "failed", usage=self._state.usage, outcome="cancelled", text="cancelled"
         )

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
+from temporalio.converter import DefaultFailureConverter, PayloadConverter
 from temporalio.exceptions import ApplicationError, FailureError
 
 from workflows.budget import Budget
@@ -33,7 +35,7 @@ from workflows.models import (
     ToolCallDecision,
 )
 from workflows.outcomes import RECORDED_ARGUMENT_CHARS, count
-from workflows.reporting import Reporter
+from workflows.reporting import Explained, Reporter, calls_markdown, plan_markdown
 from workflows.state import RunState
 from workflows.transcript import ToolCall
 
@@ -44,6 +46,21 @@ DECIDE_TOOL_CALL = "decide_tool_call"
 SUB_AGENT_CONFIRM_SECONDS = 60.0
 """How long a decision forwarded to a sub-agent waits for the sub-agent to report it taken
 before the update answers that it was sent but not yet taken."""
+REFUSED = "DecisionRefused"
+"""The type of the error an update's validator refuses a decision with."""
+
+
+def refusal(reason: str) -> ApplicationError:
+    """A validator's refusal: a non-retryable ApplicationError whose failure is its one-line
+    message and nothing else. Built from a finished failure, so the failure converter copies it
+    as it is and adds no Python stack trace (the Web UI's update dialog would show one)."""
+    failure = Failure(
+        message=reason,
+        application_failure_info=ApplicationFailureInfo(type=REFUSED, non_retryable=True),
+    )
+    error = DefaultFailureConverter().from_failure(failure, PayloadConverter.default)
+    assert isinstance(error, ApplicationError)
+    return error
 
 
 class PlanGate:
@@ -64,14 +81,20 @@ class PlanGate:
         plan = self._state.plan
         waiting = plan if plan and plan.status == "awaiting_approval" else None
         if waiting is None or self._decision is not None:
-            raise ValueError("no plan is waiting for a decision")
+            raise ValueError(
+                f"no plan is waiting for a decision (the run is {self._reporter.status}: "
+                f"{self._reporter.details}); a plan is decided only while it waits"
+            )
         if decision.version is not None and decision.version != waiting.version:
             raise ValueError(
                 f"plan version {decision.version} is not the one waiting: "
                 f"version {waiting.version} is"
             )
         if not decision.approve and not (decision.comment or "").strip():
-            raise ValueError("a rejection needs feedback for the model")
+            raise ValueError(
+                "a rejection needs feedback for the model: send "
+                f'{{"approve": false, "version": {waiting.version}, "comment": "what to change"}}'
+            )
 
     def decide(self, decision: PlanDecision) -> PlanState:
         """Apply a validated decision; answers the plan as decided."""
@@ -91,6 +114,7 @@ class PlanGate:
         except ValueError as refused:
             # A signal cannot be refused to its sender; the run's log says why it was ignored.
             workflow.logger.warning("plan decision ignored: %s", refused)
+            self._reporter.decision_ignored(str(refused))
             return
         self.decide(decision)
 
@@ -105,6 +129,7 @@ class PlanGate:
             "awaiting_approval",
             f"waiting for a person to approve plan v{version} ({count(len(steps), 'step')}): "
             "signal approve_plan or reject_plan, or update decide_plan",
+            markdown=plan_markdown(version, steps),
         )
         self._budget.pause(workflow.now())
         try:
@@ -186,7 +211,9 @@ class ToolCallGate:
             else:
                 asked += 1
         if asked:
-            self._reporter.set_status("awaiting_approval", self._details())
+            self._reporter.set_status(
+                "awaiting_approval", self._details(), markdown=self._markdown()
+            )
 
     def validate(self, decision: ToolCallDecision) -> None:
         request = self._by_call.get(decision.call_id) or self._sub_agent_call(decision.call_id)
@@ -198,7 +225,11 @@ class ToolCallGate:
                 f"(waiting: {', '.join(waiting) or 'none'})"
             )
         if request.status != "awaiting_approval":
-            raise ValueError(f"tool call {decision.call_id!r} is decided already: {request.status}")
+            waiting = [a.call_id for a in (*self.awaiting(), *self.sub_agent_awaiting())]
+            raise ValueError(
+                f"tool call {decision.call_id!r} is decided already: {request.status} "
+                f"(waiting: {', '.join(waiting) or 'none'})"
+            )
 
     def decide(self, decision: ToolCallDecision) -> ToolApproval:
         """Apply a validated decision; answers the call's approval as decided."""
@@ -207,7 +238,9 @@ class ToolCallGate:
         if decision.remember:
             self._remember(request.tool, decision)
         if self._anything_waiting():
-            self._reporter.set_status("awaiting_approval", self._details())
+            self._reporter.set_status(
+                "awaiting_approval", self._details(), markdown=self._markdown()
+            )
         else:
             self._reporter.set_status("running", f"step {self._state.steps}: tool calls decided")
         return request.model_copy()
@@ -224,6 +257,7 @@ class ToolCallGate:
             self.validate(decision)
         except ValueError as refused:
             workflow.logger.warning("tool call decision ignored: %s", refused)
+            self._reporter.decision_ignored(str(refused))
             return
         if decision.call_id in self._by_call:
             self.decide(decision)
@@ -232,6 +266,7 @@ class ToolCallGate:
             await self._send_to_sub_agent(decision)
         except ApplicationError as failed:
             workflow.logger.warning("tool call decision not forwarded: %s", failed.message)
+            self._reporter.decision_ignored(f"not forwarded: {failed.message}")
 
     async def wait(self, call: ToolCall) -> str | None:
         """Wait, spending nothing, for the decision on a call; None when approved, else the
@@ -344,7 +379,9 @@ class ToolCallGate:
             self._paused_for_sub_agent = waiting
             self._people_wait(1 if waiting else -1)
         if self._anything_waiting():
-            self._reporter.set_status("awaiting_approval", self._details())
+            self._reporter.set_status(
+                "awaiting_approval", self._details(), markdown=self._markdown()
+            )
         elif self._reporter.status == "awaiting_approval":
             self._reporter.set_status("running", f"step {self._state.steps}: {decided}")
 
@@ -497,6 +534,13 @@ class ToolCallGate:
             outcome=request.status,
             text=decision.reason,
         )
+
+    def _markdown(self) -> Explained:
+        waiting = [
+            (a, isinstance(a, SubAgentApproval))
+            for a in (*self.awaiting(), *self.sub_agent_awaiting())
+        ]
+        return calls_markdown(waiting, DETAILS_ARGUMENT_CHARS)
 
     def _details(self) -> str:
         waiting = [*self.awaiting(), *self.sub_agent_awaiting()]

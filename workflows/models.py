@@ -49,8 +49,14 @@ AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 """running, awaiting_approval, compensating, completed or failed: find runs waiting on a person
 with `temporal workflow list --query "AgentStatus='awaiting_approval'"`."""
 AGENT_STEP = SearchAttributeKey.for_int("AgentStep")
-"""Model calls made so far."""
-SEARCH_ATTRIBUTES = (AGENT_STATUS, AGENT_STEP)
+"""Model calls made so far: exact whenever the run waits or has ended; while it runs, it moves
+with the status and at least every 10 steps (workflows/reporting.py)."""
+AGENT_COST_USD = SearchAttributeKey.for_float("AgentCostUsd")
+"""US dollars spent so far, on the same schedule as AgentStep, a sub-agent's cost included
+once it ended; unset while a model call of the run has no price. `AgentCostUsd > 1`."""
+AGENT_ERROR = SearchAttributeKey.for_keyword("AgentError")
+"""The error type a failed run ended with (AgentStepLimitExceeded, AgentBudgetExceeded, ...)."""
+SEARCH_ATTRIBUTES = (AGENT_STATUS, AGENT_STEP, AGENT_COST_USD, AGENT_ERROR)
 
 AgentStatus = Literal["running", "awaiting_approval", "compensating", "completed", "failed"]
 

@@ -1,33 +1,84 @@
 """Reporting: what a run tells the world while it goes, without touching its transcript.
 
-Three channels: the progress stream (`AgentEvent`s, workflow state only, no history event), the
-search attributes AgentStatus and AgentStep (each upsert is a history event and a visibility
-write, so they move only with the status and every AGENT_STEP_EVERY steps), and the current
-details that the Web UI shows on a run's page. No transcript content goes into the last two.
+Four channels:
+- the progress stream (`AgentEvent`s, workflow state only, no history event);
+- the search attributes AgentStatus, AgentStep, AgentCostUsd and AgentError (each upsert is a
+  history event and a visibility write, so they move with the status, every AGENT_STEP_EVERY
+  steps, and whenever the run waits or ends with a step or a cost the list does not show yet);
+- the current details that the Web UI shows on a run's page, written for its Markdown renderer:
+  what the run does or waits for, at which step, what it cost so far, and for a wait the
+  handler and the exact input to paste into the UI's update dialog (no command: a query answers
+  them);
+- the static summary and details a run is started with (`run_summary`, `run_details`), which
+  the client sets from the run's input.
+
+No transcript content goes into the search attributes. The current details quote what a person
+must decide on (a plan's steps, a waiting call's arguments), as the `status` query does; they are
+a query answer, so they are encrypted with the payloads when keys are set.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import SearchAttributeUpdate
 from temporalio.contrib.workflow_streams import WorkflowStream
 
 import workflows.versioning as versioning
 from workflows.models import (
+    AGENT_COST_USD,
+    AGENT_ERROR,
     AGENT_STATUS,
     AGENT_STEP,
     EVENTS_TOPIC,
     AgentEvent,
     AgentEventKind,
+    AgentInput,
     AgentStatus,
+    ToolApproval,
 )
-from workflows.outcomes import Outcome
-from workflows.state import RunState
+from workflows.outcomes import Outcome, count
+from workflows.state import RunState, Usage
 
 AGENT_STEP_EVERY = 10
-"""The AgentStep search attribute is brought up to date at least this often (and whenever the
-status changes): a step then costs no search-attribute upsert of its own."""
+"""While a run runs, AgentStep (and AgentCostUsd) is brought up to date at least this often
+(and whenever the status changes): a step then costs no search-attribute upsert of its own."""
+
+SUMMARY_CHARS = 120
+"""A run's static summary: one line, the label and the start of the prompt's first line."""
+DETAILS_TOOLS = 30
+"""Tools named in a run's static details; the rest are counted."""
+DETAILS_PLAN_STEPS = 30
+"""A waiting plan's steps listed in the current details; the rest are counted."""
+DETAILS_STEP_CHARS = 300
+DETAILS_CALLS = 10
+"""Waiting tool calls listed in the current details, each with its input to paste."""
+
+_HEADLINES: dict[AgentStatus, str] = {
+    "running": "Running",
+    "awaiting_approval": "Waiting for a person",
+    "compensating": "Undoing side effects",
+    "completed": "Completed",
+    "failed": "Failed",
+}
+CANCELLED = "cancelled"
+"""The details of a cancelled run: its AgentStatus is failed, its execution CANCELED, and the
+current details' headline says Cancelled."""
+_LAG_NOTE = (
+    f"While a run runs, the list's `AgentStep` and `AgentCostUsd` move with its status and "
+    f"every {AGENT_STEP_EVERY} steps, so they may lag; whenever it waits or ends they are exact."
+)
+_SIGNAL_NOTE = (
+    "but a signal gets no answer: use the update, which shows whether the decision was taken, "
+    "or why not."
+)
+
+Explained = tuple[str, str]
+"""What the current details say of a wait: the headline's words after "Waiting for a person",
+and the Markdown below the step and cost (what to decide, and how)."""
 
 
 class Reporter:
@@ -39,6 +90,10 @@ class Reporter:
         self.status: AgentStatus = "running"
         self.details = "starting"
         self._step_reported = 0
+        self._cost_reported: float | None = None
+        self._markdown: Explained | None = None
+        self._ignored: str | None = None
+        """Why the newest decision sent by signal was ignored (a signal cannot be answered)."""
         self._reported_calls: set[str] = set()
         """Calls of the reply being run whose tool_call_finished event is out already."""
 
@@ -47,23 +102,66 @@ class Reporter:
         fields.setdefault("step", self._state.steps)
         self._events.publish(AgentEvent(kind=kind, at=workflow.now(), **fields))
 
-    def set_status(self, status: AgentStatus, details: str) -> None:
+    def set_status(
+        self,
+        status: AgentStatus,
+        details: str,
+        *,
+        markdown: Explained | None = None,
+        error: str | None = None,
+    ) -> None:
         """Keep the search attributes, the current details and the `status` query saying what
-        the run is doing."""
+        the run is doing. `details` is the line of the `status` query; `markdown`, when given,
+        what the current details say about it (else the line itself); `error` the type of the
+        error a failed run ends with (AgentError)."""
         steps = self._state.steps
+        cost = self._state.usage.cost_usd
         if self.behaviours.coarse_step_attribute:
             step_due = steps - self._step_reported >= AGENT_STEP_EVERY
         else:
             step_due = status == self.status == "running"
         changed = status != self.status or details == "starting" or step_due
+        operators = self.behaviours.reports_for_operators
+        if operators and status != "running":
+            # Waiting or ended: the list shows the step and cost of this moment.
+            changed = changed or (steps, cost) != (self._step_reported, self._cost_reported)
         if self.behaviours.reports_status and changed:
-            workflow.upsert_search_attributes(
-                [AGENT_STATUS.value_set(status), AGENT_STEP.value_set(steps)]
-            )
+            updates: list[SearchAttributeUpdate[Any]] = [
+                AGENT_STATUS.value_set(status),
+                AGENT_STEP.value_set(steps),
+            ]
+            if operators:
+                updates.append(
+                    AGENT_COST_USD.value_unset() if cost is None else AGENT_COST_USD.value_set(cost)
+                )
+                if error is not None:
+                    updates.append(AGENT_ERROR.value_set(error))
+            workflow.upsert_search_attributes(updates)
             self._step_reported = steps
+            self._cost_reported = cost
         self.status = status
         self.details = details
-        workflow.set_current_details(details)
+        self._markdown = markdown
+        self._ignored = None
+        self._show()
+
+    def decision_ignored(self, reason: str) -> None:
+        """A decision sent by signal was refused: the signal's sender cannot be told, so the
+        run's page says so until the status next changes."""
+        self._ignored = reason
+        self._show()
+
+    def _show(self) -> None:
+        workflow.set_current_details(
+            current_details(
+                self.status,
+                self.details,
+                self._markdown,
+                self._state.steps,
+                self._state.usage,
+                self._ignored,
+            )
+        )
 
     def call_finished(self, outcome: Outcome) -> None:
         """The tool_call_finished event of a call, once per call."""
@@ -84,3 +182,191 @@ class Reporter:
 
     def reply_done(self) -> None:
         self._reported_calls.clear()
+
+
+# --- the current details (Markdown) ---------------------------------------------------------
+
+
+def current_details(
+    status: AgentStatus,
+    details: str,
+    markdown: Explained | None,
+    steps: int,
+    usage: Usage,
+    ignored: str | None = None,
+) -> str:
+    """The run's page in the Web UI: a headline with the step and the cost so far, then what
+    needs deciding and how (from `markdown`), as Markdown."""
+    what, body = markdown or (f": {markdown_text(details)}", "")
+    if details == CANCELLED and markdown is None:
+        what = ", after undoing its side effects (the execution ends CANCELED)"
+    money = "cost so far" if status in ("running", "awaiting_approval") else "cost"
+    parts = [
+        f"**{'Cancelled' if details == CANCELLED else _HEADLINES[status]}**{what}",
+        f"Steps done: {steps} · {money}: {cost_text(usage.cost_usd)}",
+    ]
+    if body:
+        parts.append(body)
+    if ignored:
+        parts.append(f"**A decision sent by signal was ignored**: {markdown_text(ignored)}")
+    if status == "running":
+        parts.append(f"_{_LAG_NOTE}_")
+    return "\n\n".join(parts)
+
+
+def plan_markdown(version: int, steps: Sequence[str]) -> Explained:
+    """A waiting plan: its steps as a numbered list, and the inputs that decide it."""
+    shown = [
+        f"{n}. {markdown_text(_bounded(step, DETAILS_STEP_CHARS))}"
+        for n, step in enumerate(steps[:DETAILS_PLAN_STEPS], start=1)
+    ]
+    if len(steps) > DETAILS_PLAN_STEPS:
+        shown.append(f"\n… and {count(len(steps) - DETAILS_PLAN_STEPS, 'more step')}")
+    approve = _json({"approve": True, "version": version})
+    reject = _json({"approve": False, "version": version, "comment": "what to change"})
+    what = f" to approve plan v{version} ({count(len(steps), 'step')}):"
+    return what, "\n\n".join(
+        [
+            "\n".join(shown),
+            "To decide, open **Send an Update**, choose `decide_plan` and paste one of:",
+            f"- to approve: {code_span(approve)}\n- to reject, saying what to change: "
+            f"{code_span(reject)}",
+            "The signals `approve_plan` (input: a comment, as a JSON string such as "
+            '`"go ahead"`) and `reject_plan` (the feedback, as a JSON string) do the same, '
+            + _SIGNAL_NOTE,
+        ]
+    )
+
+
+def calls_markdown(waiting: Sequence[tuple[ToolApproval, bool]], argument_chars: int) -> Explained:
+    """Tool calls that wait for a person (each with whether it is a sub-agent's): a numbered
+    list with their arguments in code, and the inputs that decide them."""
+    lines = []
+    for n, (approval, sub_agent) in enumerate(waiting[:DETAILS_CALLS], start=1):
+        arguments = approval.arguments
+        cut = " (cut)" if len(arguments) > argument_chars else ""
+        whose = ", a sub-agent's" if sub_agent else ""
+        lines.append(
+            f"{n}. {code_span(approval.tool)} (call {code_span(approval.call_id)}{whose}) with "
+            f"{code_span(arguments[:argument_chars])}{cut}"
+        )
+    if len(waiting) > DETAILS_CALLS:
+        lines.append(f"\n… and {count(len(waiting) - DETAILS_CALLS, 'more call')}")
+    first = waiting[0][0].call_id if waiting else "call_1_1"
+    approve = _json({"call_id": first, "approve": True})
+    deny = _json({"call_id": first, "approve": False, "reason": "why not"})
+    what = f" to decide {count(len(waiting), 'tool call')}:"
+    return what, "\n\n".join(
+        [
+            "\n".join(lines),
+            "To decide, open **Send an Update**, choose `decide_tool_call` and paste, for "
+            "each call (its `call_id` as above):",
+            f"- to approve: {code_span(approve)}\n- to deny, with the reason the model reads: "
+            f"{code_span(deny)}",
+            'Add `"remember": true` to decide the same way for this tool\'s later calls in the '
+            "run. The signal `decide_tool_call` takes the same input, " + _SIGNAL_NOTE,
+        ]
+    )
+
+
+def cost_text(cost: float | None) -> str:
+    """A cost for the Markdown renderer (its `$` escaped: two of them would be math)."""
+    return "unknown (a model call of this run has no price)" if cost is None else f"\\${cost:.4f}"
+
+
+def code_span(text: str) -> str:
+    """`text` as a Markdown code span, which the renderer shows as it is (straight quotes, no
+    emphasis): the fence is longer than any run of backticks inside."""
+    text = " ".join(text.splitlines())
+    longest = run = 0
+    for char in text:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+_MARKDOWN_SPECIAL = set("\\`*_[]<>#|~$")
+"""Escaped in plain text; `$` too, since the Web UI's renderer reads `$...$` as math."""
+
+
+def markdown_text(text: str) -> str:
+    """Plain text for the Markdown renderer: one line, its special characters escaped."""
+    line = " ".join(text.splitlines())
+    return "".join(f"\\{c}" if c in _MARKDOWN_SPECIAL else c for c in line)
+
+
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _bounded(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- the static summary and details (set by the client at the start) -----------------------
+
+
+def run_summary(agent_input: AgentInput) -> str:
+    """One line for the run's Summary: its label and the start of its prompt's first line."""
+    first_line = next(
+        (line.strip() for line in agent_input.prompt.splitlines() if line.strip()), ""
+    )
+    summary = f"{agent_input.label}: {first_line}" if agent_input.label else first_line
+    return _bounded(summary or "(empty prompt)", SUMMARY_CHARS)
+
+
+def run_details(agent_input: AgentInput) -> str:
+    """The run's static details (Markdown): the model, the limits and the tools offered."""
+    model = agent_input.model
+    limits = agent_input.limits
+    bounds = [f"{limits.max_steps} steps"]
+    if limits.max_cost_usd is not None:
+        bounds.append(f"\\${limits.max_cost_usd:g}")
+    if limits.max_total_tokens is not None:
+        bounds.append(f"{limits.max_total_tokens:,} tokens")
+    if limits.max_context_tokens is not None:
+        bounds.append(f"{limits.max_context_tokens:,} context tokens")
+    if limits.max_wall_seconds is not None:
+        bounds.append(f"{limits.max_wall_seconds:g} s of wall time")
+    if agent_input.tools is None:
+        tools = "every tool its worker registered"
+    else:
+        names = [code_span(name) for name in agent_input.tools[:DETAILS_TOOLS]]
+        more = len(agent_input.tools) - DETAILS_TOOLS
+        tools = ", ".join(names) + (f" and {count(more, 'more')}" if more > 0 else "") or "none"
+    extras = [
+        *(["`submit_plan` (plan mode: a person approves the plan)"] if agent_input.plan else []),
+        *(["`delegate` (sub-agents)"] if agent_input.sub_agents else []),
+    ]
+    price = model.price
+    made_up = (
+        "a made-up price (the scripted model costs nothing) of "
+        if model.provider == "scripted"
+        else ""
+    )
+    priced = (
+        f", priced by the run at {made_up}\\${price.input:g} / \\${price.output:g} per million "
+        "input / output tokens"
+        if price is not None
+        else ""
+    )
+    policy = agent_input.tool_approval
+    if policy.approve_all:
+        approvals = "no call waits for a person (approve_all)"
+    else:
+        allowed = ", ".join(code_span(name) for name in policy.allow)
+        approvals = "calls of tools that change data wait for a person" + (
+            f", except {allowed}" if allowed else ""
+        )
+    lines = [
+        f"- **Model**: {code_span(model.provider)} {code_span(model.model)}{priced}",
+        f"- **Limits**: {', '.join(bounds)}; a person may take "
+        f"{agent_input.approval_timeout_seconds:g} s to decide",
+        f"- **Tools**: {tools}" + (f"; also {', '.join(extras)}" if extras else ""),
+        f"- **Approvals**: {approvals}",
+    ]
+    if agent_input.label:
+        lines.append(f"- **Label**: {code_span(agent_input.label)}")
+    return "\n".join(lines)

@@ -29,10 +29,11 @@ runs in flight carry its marker without these). A real provider's model calls go
 provider's task queue (`<queue>-model-openai`), where every worker admits them under the
 provider's limits (issue 17); a scripted run's calls stay on the run's queue."""
 
-RELEASE_5 = "tools-relisted-on-continue-as-new"
+RELEASE_5 = "relisted-tools-local-tools-operator-ui"
 """A run that continues as new lists its tools again (issue 18); a model call names the
 previous reply's text by reference, and a tool declared local runs as a local activity
-(issue 21)."""
+(issue 21); AgentCostUsd and AgentError beside AgentStatus and AgentStep, all exact whenever
+the run waits or ends (issue 23)."""
 CONVERSATIONS = "conversations"
 """Conversations (AgentInput.conversation): asked only by a conversation's run, so that other
 runs record no marker for it; its turns, steering and interrupts are behind the flag."""
@@ -94,9 +95,15 @@ class Behaviours:
     """A conversation's run waits for the next message after an answer, takes steering
     messages at safe points and stops a turn on an interrupt. Only a run whose input asks for
     a conversation asks for it; every other run has it False."""
+    reports_for_operators: bool = True
+    """The status upsert also sets AgentCostUsd (the cost so far, a sub-agent's included once it
+    ended) and, when the run fails, AgentError (the error's type); and while the run waits or
+    once it ended, any change of step or cost is upserted, so the list is exact then (older runs
+    upserted AgentStatus and AgentStep only, and only when the status changed). Part of
+    RELEASE_5."""
 
 
-LEGACY = Behaviours(*(False,) * 15)
+LEGACY = Behaviours(*(False,) * 16)
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
@@ -127,4 +134,5 @@ def decide(provider: str, conversation: bool = False) -> Behaviours:
         replies_by_reference=release_5,
         local_tools=release_5,
         conversations=conversations,
+        reports_for_operators=release_5,
     )

@@ -1,0 +1,234 @@
+"""The Web UI as an operator meets it (issue 23), in a real browser: a dev server with its UI, a
+worker, a plan run and a tool-approval run, each page opened in headless Chromium (Debian's
+`chromium`; .ci/run installs it) and read through the DevTools protocol once the UI has rendered
+it. The run's page must show the summary, the current details with the plan's steps, and the
+waiting call's arguments with their quotes straight.
+
+Marked `browser`: `pytest -m "not browser"` leaves it out where there is no Chromium. Without
+Chromium and without that option, it fails and says what to install."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import websockets
+from temporalio.testing import WorkflowEnvironment
+
+from activities.demo_script import SUPPORT_DEMO_SYSTEM
+from activities.pricing import DEMO_PRICE
+from agent_client import AgentClient, AgentRun
+from cli.run import DEMO_PLAN, demo_plan_script
+from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, turn
+from worker import build_worker, embedded_dev_server, free_port
+from workflows.models import AgentInput, ModelSettings
+
+pytestmark = pytest.mark.browser
+
+PAGE_SECONDS = 30.0
+"""How long a page may take to show what is awaited (the UI polls the server)."""
+ARGUMENTS = '{"order_id":1042,"reason":"arrived damaged"}'
+"""The waiting call's arguments as the scripted model writes them (compact JSON)."""
+
+# Everything a page shows: the document's text, then each same-origin frame's (the UI renders
+# the summary, the details and the current details as Markdown, each in a frame of its own),
+# as text and as HTML, so that the test sees which elements hold the words.
+PAGE_CONTENT = """(() => {
+  const parts = [document.body ? document.body.innerText : ''];
+  const html = [];
+  for (const frame of document.querySelectorAll('iframe')) {
+    const body = frame.contentDocument && frame.contentDocument.body;
+    if (body) { parts.push(body.innerText); html.push(frame.id + ': ' + body.innerHTML); }
+  }
+  return JSON.stringify({text: parts.join('\\n'), frames: html.join('\\n')});
+})()"""
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if found := shutil.which(name):
+            return found
+    pytest.fail("no Chromium: apt-get install chromium (or run pytest -m 'not browser')")
+
+
+class Browser:
+    """One headless Chromium, driven over the DevTools protocol (one page)."""
+
+    def __init__(self, socket: Any) -> None:
+        self._socket = socket
+        self._next_id = 0
+
+    async def send(self, method: str, **params: Any) -> dict[str, Any]:
+        self._next_id += 1
+        ask = self._next_id
+        await self._socket.send(json.dumps({"id": ask, "method": method, "params": params}))
+        while True:
+            message = json.loads(await self._socket.recv())
+            if message.get("id") == ask:
+                assert "error" not in message, message
+                return dict(message["result"])
+
+    async def content(self) -> tuple[str, str]:
+        answer = await self.send("Runtime.evaluate", expression=PAGE_CONTENT, returnByValue=True)
+        content = json.loads(answer["result"]["value"])
+        return content["text"], content["frames"]
+
+    async def open(self, url: str, *awaited: str) -> tuple[str, str]:
+        """Open `url` and answer its text and its frames' HTML once every one of `awaited` is
+        in the text; fail, showing the text, if that takes over PAGE_SECONDS."""
+        await self.send("Page.navigate", url=url)
+        text = frames = ""
+
+        async def shown() -> bool:
+            nonlocal text, frames
+            text, frames = await self.content()
+            return all(words in text for words in awaited)
+
+        try:
+            await eventually(shown, timeout=PAGE_SECONDS, interval=0.25, what=f"{awaited} shown")
+        except AssertionError:
+            pytest.fail(f"{url} did not show {awaited}; it showed:\n{text}")
+        return text, frames
+
+
+@contextlib.contextmanager
+def chromium_process(port: int) -> Iterator[subprocess.Popen[bytes]]:
+    with tempfile.TemporaryDirectory() as profile:
+        process = subprocess.Popen(
+            [
+                chromium(),
+                "--headless",
+                "--no-sandbox",  # CI runs as root
+                "--disable-gpu",
+                f"--remote-debugging-port={port}",
+                f"--user-data-dir={profile}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            yield process
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+
+
+def _page_socket(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json", timeout=1) as answer:
+            targets = json.load(answer)
+    except (urllib.error.URLError, ConnectionError):
+        return None
+    return next((t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page"), None)
+
+
+@pytest.fixture(scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    port = free_port()
+    with chromium_process(port):
+        found: list[str] = []
+
+        def listening() -> bool:
+            address = _page_socket(port)
+            found.extend([address] if address else [])
+            return bool(found)
+
+        await eventually(listening, timeout=30, what="Chromium's DevTools endpoint")
+        async with websockets.connect(found[0], max_size=None) as socket:
+            yield Browser(socket)
+
+
+@pytest.fixture(scope="module")
+async def web_ui() -> AsyncIterator[tuple[WorkflowEnvironment, str]]:
+    """A dev server of its own, with the Web UI (the session's has none)."""
+    port = free_port()
+    async with embedded_dev_server(ui_port=port) as env:
+        yield env, f"http://127.0.0.1:{port}"
+
+
+async def waiting(run: AgentRun) -> bool:
+    return (await run.status()).status == "awaiting_approval"
+
+
+async def page_of(run: AgentRun, ui: str, tab: str) -> str:
+    described = await run.handle.describe()
+    return f"{ui}/namespaces/default/workflows/{run.id}/{described.run_id}/{tab}"
+
+
+async def test_a_waiting_runs_page_says_what_waits_and_what_to_send(
+    web_ui: tuple[WorkflowEnvironment, str], browser: Browser, task_queue: str
+) -> None:
+    env, ui = web_ui
+    agents = AgentClient(env.client, task_queue)
+    async with build_worker(env.client, task_queue, **TEST_WORKER_OPTIONS):
+        plan_run = await agents.start(
+            AgentInput(
+                prompt="Where is my latest order? My email is a@b.com.\nThanks!",
+                label="order-status",
+                system=SUPPORT_DEMO_SYSTEM,
+                plan=True,
+                model=ModelSettings(script=demo_plan_script(), price=DEMO_PRICE),
+            )
+        )
+        call_run = await agents.start(
+            AgentInput(
+                prompt="Cancel order 1042, it arrived damaged.",
+                label="cancel",
+                tools=["cancel_order"],
+                model=ModelSettings(
+                    script=[
+                        turn(call("cancel_order", order_id=1042, reason="arrived damaged")),
+                        turn(text="Order 1042 is cancelled."),
+                    ],
+                    price=DEMO_PRICE,
+                ),
+            )
+        )
+        for run in (plan_run, call_run):
+            await eventually(lambda run=run: waiting(run), what=f"{run.id} waits for a person")
+
+        # The plan run's page, User Metadata tab: summary, details and the current details.
+        text, frames = await browser.open(
+            await page_of(plan_run, ui, "user-metadata"), DEMO_PLAN[-1], "decide_plan"
+        )
+        assert "order-status: Where is my latest order? My email is a@b.com." in text
+        assert "scripted-demo" in text and "made-up price" in text and "20 steps" in text
+        assert "Waiting for a person to approve plan v1 (3 steps):" in text
+        assert "cost so far: $0.00" in text
+        # The steps as a numbered list (the renderer may curl a step's apostrophes: prose).
+        steps = frames[frames.index("<ol>") : frames.index("</ol>")]
+        assert steps.count("<li>") == len(DEMO_PLAN)
+        assert "Check the customer and the tracking of the latest order." in steps
+        # What to paste, with straight quotes, in code.
+        assert '<code>{"approve": true, "version": 1}</code>' in frames
+
+        # The tool-approval run's page: the arguments as the model wrote them, straight.
+        text, frames = await browser.open(
+            await page_of(call_run, ui, "user-metadata"), "cancel_order", "decide_tool_call"
+        )
+        assert "cancel: Cancel order 1042, it arrived damaged." in text
+        assert f"<code>{ARGUMENTS}</code>" in frames
+        assert ARGUMENTS in text and "“" not in text.split("Current Details")[-1]
+        assert '<code>{"call_id": "call_1_1", "approve": true}</code>' in frames
+
+        # The list, filtered as the docs' ready-made URL says, shows both waiting runs.
+        text, _ = await browser.open(
+            f"{ui}/namespaces/default/workflows?query=AgentStatus%3D%22awaiting_approval%22",
+            plan_run.id,
+            call_run.id,
+        )
+
+        # Decided from the update, both runs finish.
+        await plan_run.approve_plan()
+        await call_run.decide_tool_call("call_1_1", approve=False, reason="not today")
+        await asyncio.gather(plan_run.result(), call_run.result())

@@ -1,0 +1,76 @@
+"""What the run writes for the Web UI's Markdown renderer, without a server: code spans that
+hold any text, plain text that stays plain, and a summary that stays one bounded line."""
+
+from __future__ import annotations
+
+from activities.pricing import DEMO_PRICE
+from workflows.models import AgentInput, Limits, ModelSettings, ToolApprovalPolicy, Usage
+from workflows.reporting import (
+    CANCELLED,
+    SUMMARY_CHARS,
+    code_span,
+    cost_text,
+    current_details,
+    markdown_text,
+    plan_markdown,
+    run_details,
+    run_summary,
+)
+
+
+def test_a_code_span_holds_backticks_and_quotes_as_they_are() -> None:
+    assert code_span('{"a": "b"}') == '`{"a": "b"}`'
+    assert code_span("a`b") == "``a`b``"
+    assert code_span("`x`") == "`` `x` ``"
+    assert code_span("one\ntwo") == "`one two`"
+
+
+def test_plain_text_is_escaped_and_kept_on_one_line() -> None:
+    assert markdown_text("*not* _emphasis_ <b> $1 / $4\nnext") == (
+        "\\*not\\* \\_emphasis\\_ \\<b\\> \\$1 / \\$4 next"
+    )
+    assert cost_text(0.01234) == "\\$0.0123"
+    assert cost_text(None).startswith("unknown")
+
+
+def test_a_plans_steps_are_a_numbered_list_and_the_input_to_paste_is_code() -> None:
+    what, body = plan_markdown(2, ["Look *it* up", "Cancel it"])
+    assert what == " to approve plan v2 (2 steps):"
+    assert "1. Look \\*it\\* up\n2. Cancel it" in body
+    assert '`{"approve": true, "version": 2}`' in body
+    details = current_details("awaiting_approval", "ignored line", (what, body), 3, Usage())
+    assert details.startswith("**Waiting for a person** to approve plan v2 (2 steps):")
+    assert "Steps done: 3 · cost so far: \\$0.0000" in details
+    assert "may lag" not in details  # only while running
+
+
+def test_the_summary_is_the_label_and_the_prompts_first_line_bounded() -> None:
+    assert run_summary(AgentInput(prompt="\n  Where is it?  \nmore", label="x")) == (
+        "x: Where is it?"
+    )
+    long = run_summary(AgentInput(prompt="y" * 500))
+    assert len(long) == SUMMARY_CHARS and long.endswith("…")
+    assert run_summary(AgentInput(prompt="   ")) == "(empty prompt)"
+
+
+def test_the_details_name_the_model_limits_tools_and_policy() -> None:
+    details = run_details(
+        AgentInput(
+            prompt="p",
+            tools=["get_order", "cancel_order"],
+            model=ModelSettings(price=DEMO_PRICE),
+            limits=Limits(max_steps=7, max_cost_usd=2.5),
+            tool_approval=ToolApprovalPolicy(allow=["cancel_order"]),
+            sub_agents=True,
+        )
+    )
+    assert "`scripted` `scripted-demo`" in details and "made-up price" in details
+    assert "7 steps, \\$2.5" in details
+    assert "`get_order`, `cancel_order`; also `delegate` (sub-agents)" in details
+    assert "except `cancel_order`" in details
+
+
+def test_a_cancelled_run_says_cancelled_though_its_agent_status_is_failed() -> None:
+    details = current_details("failed", CANCELLED, None, 2, Usage(cost_usd=0.5))
+    assert details.startswith("**Cancelled**, after undoing its side effects")
+    assert "cost: \\$0.5000" in details
