@@ -259,7 +259,8 @@ async def test_an_interrupt_cancels_the_model_call_in_flight(
     client: Client, task_queue: str, openai: fake_openai.FakeOpenAI
 ) -> None:
     openai.script = [
-        fake_openai.Slow(5.0, fake_openai.Reply("never read")),
+        # Long enough that on a busy machine the interrupt lands while it is in flight.
+        fake_openai.Slow(60.0, fake_openai.Reply("never read")),
         fake_openai.Reply("After the interrupt."),
     ]
     async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
