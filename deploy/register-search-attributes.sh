@@ -26,7 +26,8 @@ if ! temporal operator search-attribute create --address "$ADDRESS" --namespace 
     --name AgentStatus --type Keyword \
     --name AgentStep --type Int \
     --name AgentCostUsd --type Double \
-    --name AgentError --type Keyword; then
+    --name AgentError --type Keyword \
+    --name AgentForkedFrom --type Keyword; then
     # Some server versions answer "already exists" for an attribute that is already there.
     echo "create reported an error (already registered?): checking the namespace's list" >&2
 fi
@@ -45,9 +46,10 @@ has AgentStatus keyword || missing="$missing AgentStatus(Keyword)"
 has AgentStep int || missing="$missing AgentStep(Int)"
 has AgentCostUsd double || missing="$missing AgentCostUsd(Double)"
 has AgentError keyword || missing="$missing AgentError(Keyword)"
+has AgentForkedFrom keyword || missing="$missing AgentForkedFrom(Keyword)"
 if [ -n "$missing" ]; then
     echo "search attributes missing or of another type in $NAMESPACE:$missing" >&2
     printf '%s\n' "$attributes" >&2
     exit 1
 fi
-echo "search attributes AgentStatus (Keyword), AgentStep (Int), AgentCostUsd (Double) and AgentError (Keyword) are registered in $NAMESPACE"
+echo "search attributes AgentStatus (Keyword), AgentStep (Int), AgentCostUsd (Double), AgentError (Keyword) and AgentForkedFrom (Keyword) are registered in $NAMESPACE"

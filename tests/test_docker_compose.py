@@ -23,6 +23,7 @@ import pytest
 import yaml
 from temporalio.common import SearchAttributeKey
 
+import forking
 import workflows.models
 from activities.store_check import StoreNotWritable, check_postgres
 from payload_codec import keys_from_env
@@ -58,6 +59,7 @@ SEARCH_ATTRIBUTES = {
     "AgentStep": "Int",
     "AgentCostUsd": "Double",
     "AgentError": "Keyword",
+    "AgentForkedFrom": "Keyword",
 }
 PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 TEMPORAL_ADDRESS = "temporal:7233"
@@ -871,11 +873,12 @@ def test_search_attribute_registration_tolerates_already_exists(
 
 
 def test_search_attributes_match_the_workflow() -> None:
-    """The ones the workflow upserts, read from its code: a renamed key fails here."""
+    """The ones the workflow upserts and the one a fork starts with, read from the code: a
+    renamed key fails here."""
+    keys = [v for v in vars(workflows.models).values() if isinstance(v, SearchAttributeKey)]
     declared = {
-        value.name: value.indexed_value_type.name.title()  # KEYWORD -> Keyword, the CLI's word
-        for value in vars(workflows.models).values()
-        if isinstance(value, SearchAttributeKey)
+        key.name: key.indexed_value_type.name.title()  # KEYWORD -> Keyword, the CLI's word
+        for key in [*keys, *forking.FORK_SEARCH_ATTRIBUTES]
     }
     assert declared == SEARCH_ATTRIBUTES
 
