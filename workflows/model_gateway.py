@@ -58,6 +58,8 @@ class ModelGateway:
         self._last_sent: list[Message] = []
         self._last_ref = ""
         self._last_tools: list[ToolSpec] = []
+        self._last_tools_ref: str | None = None
+        """The reference of `_last_tools`, hashed once for as long as the tools stay the same."""
         self._stored_contents: set[str] = set()
         """Tool results and replies the workers were asked to keep (the next call names them)."""
         self._script_digest: str | None = None
@@ -102,6 +104,8 @@ class ModelGateway:
             self._last_ref = history.chain_refs(new, self._last_ref)[-1] if new else self._last_ref
         else:
             self._last_ref = history.chain_refs(messages)[-1]
+        if offered != self._last_tools:
+            self._last_tools_ref = None
         self._last_sent, self._last_tools = messages, offered
         return response
 
@@ -123,6 +127,12 @@ class ModelGateway:
         if self._script_digest is None:
             self._script_digest = history.script_ref(script)
         return self._script_digest
+
+    def _tools_ref(self) -> str:
+        """The tools' JSON is hashed once, not at every step (it was 1% of a replay)."""
+        if self._last_tools_ref is None:
+            self._last_tools_ref = history.tools_ref(self._last_tools)
+        return self._last_tools_ref
 
     def _by_reference(self, request: ModelRequest) -> ModelRequest | None:
         """The request with what earlier calls sent named by reference: the previous request
@@ -155,7 +165,7 @@ class ModelGateway:
                 "prefix_ref": self._last_ref if extends else None,
                 "prefix_count": start,
                 "messages": new,
-                "tools_ref": history.tools_ref(request.tools) if same_tools else None,
+                "tools_ref": self._tools_ref() if same_tools else None,
                 "tools": [] if same_tools else request.tools,
             }
         )
