@@ -37,6 +37,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
 from agent_client import AgentRun
+from cli.plumbing import exit_now
 from worker import build_worker, embedded_dev_server
 from workflows.agent import AgentWorkflow
 from workflows.models import (
@@ -148,4 +149,5 @@ async def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    # Without the SDK's teardown, which can abort at exit after a Replayer or a dev server.
+    exit_now(asyncio.run(main()))

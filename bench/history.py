@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
+from cli.plumbing import exit_now
 from worker import build_worker, embedded_dev_server
 from workflows.agent import AgentWorkflow
 from workflows.models import AgentInput, Limits, ModelSettings, ScriptedCall, ScriptedTurn
@@ -139,4 +140,5 @@ async def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    # Without the SDK's teardown, which can abort at exit after a Replayer or a dev server.
+    exit_now(asyncio.run(main()))

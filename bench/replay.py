@@ -28,6 +28,7 @@ from temporalio.worker import Replayer
 
 import payload_codec
 from bench import workload
+from cli.plumbing import exit_now
 from worker import build_worker, embedded_dev_server
 from workflows.agent import AgentWorkflow
 
@@ -84,4 +85,5 @@ async def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    # Without the SDK's teardown, which can abort at exit after a Replayer or a dev server.
+    exit_now(asyncio.run(main()))
