@@ -361,10 +361,16 @@ async def throughput(
     async with build_worker(client, queue, **options):
         await workload.run_agent(client, queue, 1)
         agent = await batch(runs, lambda: workload.run_agent(client, queue, steps, delay))
+    queue = f"bench-throughput-agent-local-{uuid.uuid4()}"
+    async with build_worker(client, queue, **options):
+        await workload.run_agent(client, queue, 1, local_tool=True)
+        local = await batch(
+            runs, lambda: workload.run_agent(client, queue, steps, delay, local_tool=True)
+        )
     ideal = (steps + 1) * delay
     ratio = agent.seconds / ideal
     cores = os.cpu_count() or 1
-    for name, taken in (("floor", floor), ("agent", agent)):
+    for name, taken in (("floor", floor), ("agent", agent), ("agent, local tool", local)):
         report.add(
             "throughput",
             f"{runs} concurrent {steps}-step runs, model {1000 * delay:.0f} ms a call: {name}",
@@ -374,6 +380,16 @@ async def throughput(
             f"{(taken.worker_cpu + taken.server_cpu) / cores:.1f} s on {cores} cores",
             "<= 1.25x ideal" if name == "agent" else "",
             ratio <= 1.25 if name == "agent" else None,
+        )
+    floor_cpu = (floor.worker_cpu + floor.server_cpu) / runs
+    for name, taken in (("agent", agent), ("agent, local tool", local)):
+        cpu = (taken.worker_cpu + taken.server_cpu) / runs
+        report.add(
+            "throughput",
+            f"CPU a run (worker + dev server), {name} / floor",
+            f"{1000 * cpu:.0f} / {1000 * floor_cpu:.0f} ms ({cpu / floor_cpu:.2f}x)",
+            "<= 1.10x floor",
+            cpu / floor_cpu <= 1.10,
         )
     report.add(
         "throughput",
@@ -387,6 +403,7 @@ async def throughput(
         "delay_seconds": delay,
         "floor": floor._asdict(),
         "agent": agent._asdict(),
+        "agent_local_tool": local._asdict(),
         "total_seconds": agent.seconds,
         "ideal_seconds": ideal,
         "ratio": ratio,
