@@ -18,9 +18,12 @@ from __future__ import annotations
 import email.utils
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import timedelta
+from typing import TypeVar
 
+import httpx2
 from temporalio.exceptions import ApplicationError
 
 from workflows.errors import AgentProviderError
@@ -160,3 +163,30 @@ def cut_off_reply(
         f"{provider} model {model!r}: the reply was cut off at the output-token limit "
         f"({limit}) {where}; raise max_output_tokens if this repeats"
     )
+
+
+SdkError = TypeVar("SdkError", bound=Exception)
+
+
+@contextmanager
+def provider_failures(
+    provider: str,
+    model: str,
+    sdk_error: type[SdkError],
+    connection_failure: type[Exception],
+    to_failure: Callable[[SdkError], ApplicationError],
+) -> Iterator[None]:
+    """The one mapping of a provider call's failures, for every adapter: a stream cut off
+    half-way (which the SDKs do not wrap), the SDK's own errors (`to_failure`), and a body the
+    SDK could not decode."""
+    try:
+        yield
+    except httpx2.TransportError as error:
+        raise connection_error(provider, error) from None
+    except sdk_error as error:
+        # httpx's frames on a connection error or timeout would push the attempt's failure past
+        # the server's 4 KB limit, and the history would show "Failure exceeds size limit."
+        # instead of its type: the message names the cause, so the chain is dropped.
+        raise to_failure(error) from (None if isinstance(error, connection_failure) else error)
+    except (ValueError, RecursionError) as error:  # the SDK decodes the body unguarded
+        raise unreadable_reply(provider, model, error) from None

@@ -22,12 +22,12 @@ at the output-token limit, an empty reply or one that cannot be read is retryabl
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any
 
 import anthropic
-import httpx2
 from anthropic.types import Message as AnthropicMessage
 from temporalio.exceptions import ApplicationError
 
@@ -36,11 +36,11 @@ from activities.providers._http_errors import (
     connection_error,
     cut_off_reply,
     incomplete_reply,
+    provider_failures,
     provider_message,
     status_error,
     timeout_error,
     transient_error,
-    unreadable_reply,
 )
 from activities.providers._tls import tls_context
 from workflows.errors import AgentConfigurationError, AgentProviderError
@@ -83,7 +83,13 @@ async def complete(request: ModelRequest) -> ModelResponse:
         if settings.thinking_budget_tokens is not None
         else None
     )
-    try:
+    with provider_failures(
+        PROVIDER,
+        settings.model,
+        anthropic.AnthropicError,
+        anthropic.APIConnectionError,
+        functools.partial(provider_error, timeout_seconds=settings.timeout_seconds),
+    ):
         async with anthropic.AsyncAnthropic(
             api_key=api_key,
             max_retries=0,
@@ -107,16 +113,6 @@ async def complete(request: ModelRequest) -> ModelResponse:
                                 publisher.reasoning(event.delta.thinking)
                     # The message the stream assembled: the same as create's.
                     response = await stream.get_final_message()
-    except httpx2.TransportError as error:  # a stream cut off half-way: not wrapped by the SDK
-        raise connection_error(PROVIDER, error) from None
-    except anthropic.AnthropicError as error:
-        failure = provider_error(error, timeout_seconds=settings.timeout_seconds)
-        # httpx's frames on a connection error or timeout would push the attempt's failure past
-        # the server's 4 KB limit, and the history would show "Failure exceeds size limit."
-        # instead of its type: the message names the cause, so the chain is dropped.
-        raise failure from (None if isinstance(error, anthropic.APIConnectionError) else error)
-    except (ValueError, RecursionError) as error:  # the SDK decodes the body unguarded
-        raise unreadable_reply(PROVIDER, settings.model, error) from None
     reply = to_model_response(response, request)
     return reply.model_copy(update={"reasoning_left_out": left_out}) if left_out else reply
 

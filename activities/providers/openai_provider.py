@@ -15,10 +15,10 @@ at the output-token limit, an empty reply or one that cannot be read is retryabl
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
-import httpx2
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 from temporalio.exceptions import ApplicationError
@@ -31,11 +31,11 @@ from activities.providers._http_errors import (
     connection_error,
     cut_off_reply,
     incomplete_reply,
+    provider_failures,
     provider_message,
     retry_after,
     status_error,
     timeout_error,
-    unreadable_reply,
 )
 from activities.providers._tls import tls_context
 from workflows.errors import AgentConfigurationError, AgentProviderError
@@ -66,7 +66,13 @@ async def complete(request: ModelRequest) -> ModelResponse:
         )
     settings = request.settings
     params = request_params(request)
-    try:
+    with provider_failures(
+        PROVIDER,
+        settings.model,
+        openai.OpenAIError,
+        openai.APIConnectionError,
+        functools.partial(provider_error, timeout_seconds=settings.timeout_seconds),
+    ):
         async with openai.AsyncOpenAI(
             api_key=api_key,
             max_retries=0,
@@ -78,16 +84,6 @@ async def complete(request: ModelRequest) -> ModelResponse:
                 response = await client.chat.completions.create(**params)
             else:
                 response = await _streamed(client, params, publisher)
-    except httpx2.TransportError as error:  # a stream cut off half-way: not wrapped by the SDK
-        raise connection_error(PROVIDER, error) from None
-    except openai.OpenAIError as error:
-        failure = provider_error(error, timeout_seconds=settings.timeout_seconds)
-        # httpx's frames on a connection error or timeout would push the attempt's failure past
-        # the server's 4 KB limit, and the history would show "Failure exceeds size limit."
-        # instead of its type: the message names the cause, so the chain is dropped.
-        raise failure from (None if isinstance(error, openai.APIConnectionError) else error)
-    except (ValueError, RecursionError) as error:  # the SDK decodes the body unguarded
-        raise unreadable_reply(PROVIDER, settings.model, error) from None
     return to_model_response(response, request)
 
 

@@ -17,21 +17,20 @@ same retries.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any
 
-import httpx2
 import openai
 from openai.types.responses import Response
 from temporalio.exceptions import ApplicationError
 
 from activities.providers import _streaming
 from activities.providers._http_errors import (
-    connection_error,
     cut_off_reply,
     incomplete_reply,
-    unreadable_reply,
+    provider_failures,
 )
 from activities.providers._tls import tls_context
 from activities.providers.openai_provider import provider_error
@@ -63,7 +62,13 @@ async def complete(request: ModelRequest) -> ModelResponse:
         )
     settings = request.settings
     params, left_out = request_params_counted(request)
-    try:
+    with provider_failures(
+        PROVIDER,
+        settings.model,
+        openai.OpenAIError,
+        openai.APIConnectionError,
+        functools.partial(provider_error, timeout_seconds=settings.timeout_seconds),
+    ):
         async with openai.AsyncOpenAI(
             api_key=api_key,
             max_retries=0,
@@ -88,14 +93,6 @@ async def complete(request: ModelRequest) -> ModelResponse:
                             f"OpenAI's stream for model {settings.model!r} ended without a "
                             f"complete response: {unfinished}"
                         ) from None
-    except httpx2.TransportError as error:  # a stream cut off half-way: not wrapped by the SDK
-        raise connection_error(PROVIDER, error) from None
-    except openai.OpenAIError as error:
-        failure = provider_error(error, timeout_seconds=settings.timeout_seconds)
-        # As in the Chat Completions adapter: httpx's frames would push the failure past 4 KB.
-        raise failure from (None if isinstance(error, openai.APIConnectionError) else error)
-    except (ValueError, RecursionError) as error:  # the SDK decodes the body unguarded
-        raise unreadable_reply(PROVIDER, settings.model, error) from None
     reply = to_model_response(response, request)
     return reply.model_copy(update={"reasoning_left_out": left_out}) if left_out else reply
 
