@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -170,7 +171,23 @@ def temporal_binary() -> str:
     return found
 
 
+LISTEN_PORTS = range(20_000, 32_768)
+"""Where free_port looks: below Linux's ephemeral range (32768-60999), from which every outbound
+connection takes its local port. A port the kernel hands out as free from that range can be
+taken by a connection between the probe and the server's bind (a CI run lost the dev server's
+Web UI so: "bind: address already in use")."""
+
+
 def free_port() -> int:
+    """A port nothing listens on now, for a server this process is about to start."""
+    for _ in range(100):
+        port = random.choice(LISTEN_PORTS)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
