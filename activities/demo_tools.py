@@ -18,7 +18,6 @@ import json
 import os
 import re
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -27,6 +26,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from activities.sqlite_wal import use_wal
 from activities.tools import current_call, tool
 from workflows.models import CompensationInput
 
@@ -138,27 +138,13 @@ def connect(path: str | Path | None = None) -> Iterator[sqlite3.Connection]:
     connection = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
     try:
         connection.row_factory = sqlite3.Row
-        _use_wal(connection)
+        # Every commit on the disk: these rows are what the tools changed.
+        use_wal(connection, BUSY_TIMEOUT_SECONDS, fsync=True)
         connection.execute("PRAGMA foreign_keys = ON")
         _ensure_seeded(connection)
         yield connection
     finally:
         connection.close()
-
-
-def _use_wal(connection: sqlite3.Connection) -> None:
-    """WAL mode, once per file. Switching needs the file to itself, and SQLite answers "database
-    is locked" at once, without its busy timeout, when another connection's first use holds it:
-    eight threads' first calls met that in CI. So it is tried again, for the busy timeout."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
-    while True:
-        try:
-            connection.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as error:
-            if "locked" not in str(error) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
 
 
 @contextmanager

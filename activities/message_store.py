@@ -38,6 +38,7 @@ from typing import Any, Protocol, cast
 from pydantic import TypeAdapter
 
 from activities.pg_store import postgres_store
+from activities.sqlite_wal import use_wal
 from activities.store_config import (
     DEFAULT_RETENTION_HOURS,
     LEGACY_RETENTION_VARIABLE,
@@ -90,6 +91,8 @@ __all__ = [
 
 PRUNE_EVERY_SECONDS = 3600.0
 """A store prunes when it is opened, then at most this often (when it is written)."""
+BUSY_TIMEOUT_SECONDS = 30.0
+"""How long a write waits for another process's lock on a shared file."""
 
 
 class MessageStore(Protocol):
@@ -138,7 +141,13 @@ class SqliteMessageStore:
         """The store's connection (callers hold the lock); opening it prunes."""
         if self._connection is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            connection = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+            connection = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_SECONDS, check_same_thread=False
+            )
+            # A commit a model call, on the worker's event loop: it must not wait for the disk.
+            # A store that loses its last commits to a power cut only costs a StoreMiss (the
+            # request goes again whole, workflows/model_gateway.py), never a run.
+            use_wal(connection, BUSY_TIMEOUT_SECONDS, fsync=False)
             # Deleted and replaced entries are overwritten, not left in free pages.
             connection.execute("PRAGMA secure_delete = ON")
             with connection:

@@ -230,6 +230,9 @@ def test_with_keys_the_file_holds_no_plaintext_and_the_same_keys_read_it(tmp_pat
     store = SqliteMessageStore(path, keys=[KEY_A])
     store.put_chain(links_of(messages))
     store.put_blob("content-1", SECRET)
+    # While the store is open its commits are in the write-ahead log beside the file.
+    assert path.with_name("messages.db-wal").exists()
+    assert SECRET.encode() not in b"".join(p.read_bytes() for p in tmp_path.glob("messages.db*"))
     store.close()
 
     assert SECRET.encode() not in path.read_bytes()
