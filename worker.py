@@ -34,6 +34,7 @@ from typing import Any, Self
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 import activities.read_result  # noqa: F401  (registers read_result)
 import payload_codec
@@ -52,6 +53,15 @@ from workflows.model_gateway import model_task_queue
 from workflows.models import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES
 
 DEFAULT_ADDRESS = "localhost:7233"
+
+WORKFLOW_RUNNER = SandboxedWorkflowRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
+)
+"""The sandbox, with the `workflows` package handed over from the worker like the SDK's own
+modules. Its rooms were already passed through (workflows/agent.py says why); this adds
+agent.py itself, which the sandbox otherwise imports again, compiling its source, for every run
+it starts: a third of a short run's worker CPU (docs/performance.md). Nothing in `workflows/` keeps
+state in a module, and tests/test_determinism.py holds it to the sandbox's rules instead."""
 
 
 async def connect(address: str, namespace: str = "default") -> Client:
@@ -130,6 +140,7 @@ def build_worker(
     tracing = telemetry.worker_interceptors(client)
     if tracing:
         options["interceptors"] = [*tracing, *options.get("interceptors", ())]
+    options.setdefault("workflow_runner", WORKFLOW_RUNNER)
     run_queue = Worker(
         client,
         task_queue=task_queue,
