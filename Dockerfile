@@ -19,7 +19,7 @@ COPY pyproject.toml README.md ./
 COPY workflows ./workflows
 COPY activities ./activities
 COPY cli ./cli
-COPY worker.py starter.py agent_client.py forking.py payload_codec.py codec_server.py ./
+COPY worker.py starter.py agent_client.py forking.py payload_codec.py codec_server.py sandbox_runner.py ./
 COPY deploy/payload-key.sh ./deploy/
 RUN pip install --no-cache-dir . \
     && rm -rf build *.egg-info

@@ -34,7 +34,6 @@ from typing import Any, Self
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 import activities.read_result  # noqa: F401  (registers read_result)
 import payload_codec
@@ -47,21 +46,13 @@ from activities.store_check import StoreNotWritable, check_stores
 from activities.tools import resolve_tools, tool_activities
 from agent_client import ensure_search_attributes
 from cli.plumbing import CommandLineError, OneLineArgumentParser, exit_now, temporal_address
+from sandbox_runner import WORKFLOW_RUNNER
 from workflows.agent import AgentWorkflow
 from workflows.errors import AgentConfigurationError
 from workflows.model_gateway import model_task_queue
 from workflows.models import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES
 
 DEFAULT_ADDRESS = "localhost:7233"
-
-WORKFLOW_RUNNER = SandboxedWorkflowRunner(
-    restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
-)
-"""The sandbox, with the `workflows` package handed over from the worker like the SDK's own
-modules. Its rooms were already passed through (workflows/agent.py says why); this adds
-agent.py itself, which the sandbox otherwise imports again, compiling its source, for every run
-it starts: a third of a short run's worker CPU (docs/performance.md). Nothing in `workflows/` keeps
-state in a module, and tests/test_determinism.py holds it to the sandbox's rules instead."""
 
 
 async def connect(address: str, namespace: str = "default") -> Client:

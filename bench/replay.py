@@ -29,6 +29,7 @@ from temporalio.worker import Replayer
 import payload_codec
 from bench import workload
 from cli.plumbing import exit_now
+from sandbox_runner import WORKFLOW_RUNNER
 from worker import build_worker, embedded_dev_server
 from workflows.agent import AgentWorkflow
 
@@ -43,7 +44,12 @@ async def measure(client: Client, task_queue: str, steps: int, runs: int, local:
         for r in chain
     ]
     longest = max(histories, key=lambda h: len(h.events))
-    replayer = Replayer(workflows=[AgentWorkflow], data_converter=payload_codec.data_converter())
+    # With the worker's own sandbox settings: what a restarted worker replays with.
+    replayer = Replayer(
+        workflows=[AgentWorkflow],
+        data_converter=payload_codec.data_converter(),
+        workflow_runner=WORKFLOW_RUNNER,
+    )
     times = []
     for _ in range(runs):
         started = time.perf_counter()

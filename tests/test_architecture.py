@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,3 +114,17 @@ def test_a_client_and_the_workflow_load_neither_provider_sdk() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_every_top_level_module_is_installed_and_copied_into_the_image() -> None:
+    """A module that pip or the Dockerfile leaves out works in the checkout and fails installed."""
+    top_level = sorted(path.stem for path in ROOT.glob("*.py"))
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert sorted(config["tool"]["setuptools"]["py-modules"]) == top_level
+    copied = {
+        word
+        for line in (ROOT / "Dockerfile").read_text().splitlines()
+        if line.startswith("COPY ")
+        for word in line.split()[1:-1]
+    }
+    assert [name for name in top_level if f"{name}.py" not in copied] == []

@@ -19,8 +19,9 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from sandbox_runner import WORKFLOW_RUNNER
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
-from worker import WORKFLOW_RUNNER, build_worker
+from worker import build_worker
 from workflows.agent import AgentWorkflow
 
 WORKFLOWS = Path(__file__).resolve().parent.parent / "workflows"

@@ -1,0 +1,74 @@
+"""How the worker runs workflow code: the SDK's sandbox, with two of its costs taken out.
+
+- **The `workflows` package is passed through.** Its rooms always were (workflows/agent.py says
+  why); this adds agent.py itself, which the sandbox otherwise imports again, compiling its
+  source, for every run it starts: a third of a one-step run's worker CPU here, where
+  PYTHONDONTWRITEBYTECODE is set as in the Dockerfile. Nothing in `workflows/` keeps state in a
+  module, and tests/test_determinism.py holds it to the sandbox's rules instead.
+- **A payload's serialization context is looked up directly.** For every payload of every
+  activation and completion (three passes each way), the SDK asks the sandboxed instance which
+  context the payload belongs to by compiling and running a two-line snippet under the sandbox's
+  importer (temporalio 1.35, `workflow_sandbox/_runner.py`). The answer is a lookup in the
+  instance's pending commands, in SDK code the sandbox passes through: `_Instance` below makes
+  that lookup itself, and compiles each snippet it still runs once. A profile of a 500-step
+  replay put 23% of its samples in those two questions (docs/performance.md).
+  tests/test_sandbox_runner.py checks every answer against the SDK's own during real runs, and
+  pyproject.toml pins temporalio to a minor release, so an SDK that moves this code fails there.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import CodeType
+from typing import Any
+
+from temporalio.converter import SerializationContext
+from temporalio.converter._extstore import StorageDriverStoreContext
+from temporalio.worker._command_aware_visitor import CommandInfo
+from temporalio.worker._workflow_instance import WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker.workflow_sandbox import (
+    SandboxedWorkflowRunner,
+    SandboxRestrictions,
+    _runner as sandbox,
+)
+from temporalio.worker.workflow_sandbox._in_sandbox import InSandbox
+
+PASSED_THROUGH = ("workflows",)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(code: str) -> CodeType:
+    return compile(code, "<sandbox>", "exec")
+
+
+class _Instance(sandbox._Instance):
+    def _in_sandbox(self) -> InSandbox:
+        in_sandbox: InSandbox = self.globals_and_locals["__temporal_in_sandbox"]  # type: ignore[assignment]
+        return in_sandbox
+
+    def get_serialization_context(
+        self, command_info: CommandInfo | None
+    ) -> SerializationContext | None:
+        return self._in_sandbox().get_serialization_context(command_info)
+
+    def get_external_store_context(
+        self, command_info: CommandInfo | None
+    ) -> StorageDriverStoreContext:
+        return self._in_sandbox().get_external_store_context(command_info)
+
+    def _run_code(self, code: str, **extra_globals: Any) -> None:
+        # The SDK's own, given the code compiled once (exec compiles a str at every call).
+        super()._run_code(_compiled(code), **extra_globals)  # type: ignore[arg-type]
+
+
+class AgentSandboxRunner(SandboxedWorkflowRunner):
+    """SandboxedWorkflowRunner, making the `_Instance` above."""
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _Instance(det, self.runner_class, self.restrictions)
+
+
+WORKFLOW_RUNNER = AgentSandboxRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
+)
+"""The runner every agent worker and replayer uses (worker.build_worker, bench/replay.py)."""
