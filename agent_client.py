@@ -366,12 +366,17 @@ class AgentRun:
             offset = page.next_offset
             if page.more_ready:
                 continue
-            if ended or (not page.items and await self._closed()):
+            if ended:
                 return
             if page.items:
                 pause = poll_cooldown.total_seconds()
-            else:
+            elif pause < STREAM_MAX_POLL_INTERVAL.total_seconds():
                 pause = min(pause * 1.5, STREAM_MAX_POLL_INTERVAL.total_seconds())
+            elif await self._closed():
+                # A terminated run publishes no last event. Asked only once the asks have
+                # slowed to their longest, so a follower in the short quiet of a model call
+                # does not describe the run on every empty page.
+                return
             await asyncio.sleep(pause)
 
     async def _closed(self) -> bool:
