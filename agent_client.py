@@ -339,7 +339,9 @@ class AgentRun:
 
         The events are read by query, which writes nothing to the run's history, so following a
         run costs it nothing (docs/performance.md, "Following a run"). While nothing comes, the
-        asks slow from `poll_cooldown` to STREAM_MAX_POLL_INTERVAL."""
+        asks slow from `poll_cooldown` to STREAM_MAX_POLL_INTERVAL; only at that pace does it
+        describe the run, to end when the run was terminated (a terminated run publishes no last
+        event, so its follower ends a couple of seconds after it)."""
         pause = poll_cooldown.total_seconds()
         offset = from_offset
         # The workflow id alone: the latest run of the chain, which holds the stream's events.
