@@ -339,7 +339,9 @@ class AgentRun:
 
         The events are read by query, which writes nothing to the run's history, so following a
         run costs it nothing (docs/performance.md, "Following a run"). While nothing comes, the
-        asks slow from `poll_cooldown` to STREAM_MAX_POLL_INTERVAL."""
+        asks slow from `poll_cooldown` to STREAM_MAX_POLL_INTERVAL; only at that pace does it
+        describe the run, to end when the run was terminated (a terminated run publishes no last
+        event, so its follower ends a couple of seconds after it)."""
         pause = poll_cooldown.total_seconds()
         offset = from_offset
         # The workflow id alone: the latest run of the chain, which holds the stream's events.
@@ -366,12 +368,17 @@ class AgentRun:
             offset = page.next_offset
             if page.more_ready:
                 continue
-            if ended or (not page.items and await self._closed()):
+            if ended:
                 return
             if page.items:
                 pause = poll_cooldown.total_seconds()
-            else:
+            elif pause < STREAM_MAX_POLL_INTERVAL.total_seconds():
                 pause = min(pause * 1.5, STREAM_MAX_POLL_INTERVAL.total_seconds())
+            elif await self._closed():
+                # A terminated run publishes no last event. Asked only once the asks have
+                # slowed to their longest, so a follower in the short quiet of a model call
+                # does not describe the run on every empty page.
+                return
             await asyncio.sleep(pause)
 
     async def _closed(self) -> bool:

@@ -197,7 +197,19 @@ class End(OfRun):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Fork(OfRun):
+class ForkOptions:
+    """The run options a fork and an evaluation's forks take (`_FORKED_RUN_OPTIONS`)."""
+
+    max_steps: int | None
+    """None: the original's limits (counted from the fork point)."""
+    approve_all: bool
+    allow: tuple[str, ...]
+    task_queue: str | None
+    """None: the original's."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fork(OfRun, ForkOptions):
     """`fork WORKFLOW_ID --step K`: a new run from the run's step K, followed like a run."""
 
     command: ClassVar[str] = "fork"
@@ -208,14 +220,8 @@ class Fork(OfRun):
     script: tuple[ScriptedTurn, ...] | None
     """The scripted fork's replies from step K + 1."""
     system: str | None
-    max_steps: int | None
-    """None: the original's limits (counted from the fork point)."""
     max_cost_usd: float | None
-    approve_all: bool
-    allow: tuple[str, ...]
     label: str | None
-    task_queue: str | None
-    """None: the original's."""
     no_wait: bool
     trace: bool
 
@@ -228,7 +234,7 @@ class Diff(OnServer):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Eval(OnServer):
+class Eval(OnServer, ForkOptions):
     """`eval --label L --fork-step K --provider P --model M`: fork a label's recent runs."""
 
     command: ClassVar[str] = "eval"
@@ -239,10 +245,6 @@ class Eval(OnServer):
     limit: int
     score: str | None
     """`module:function`, checked to be importable and callable here."""
-    max_steps: int | None
-    approve_all: bool
-    allow: tuple[str, ...]
-    task_queue: str | None
 
 
 @dataclass(frozen=True)
@@ -320,24 +322,7 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
             help="the run is a conversation: after its answer it waits for the next message "
             "(self-contained: typed here, as `chat`; with --address: `starter.py send`)",
         )
-    parser.add_argument(
-        "--provider",
-        choices=PROVIDERS,
-        help="default: the provider whose key is set (OPENAI_API_KEY first, then "
-        "ANTHROPIC_API_KEY), else the scripted offline demo",
-    )
-    parser.add_argument(
-        "--model",
-        help="model name (defaults: "
-        + ", ".join(f"{p} {m}" for p, m in DEFAULT_MODELS.items())
-        + ")",
-    )
-    parser.add_argument(
-        "--script",
-        type=Path,
-        help="scripted provider: play this conversation (a JSON list of ScriptedTurn objects) "
-        "instead of the built-in support demo",
-    )
+    _add_run_options(parser, "run", "--provider", "--model", "--script")
     parser.add_argument(
         "--thinking-budget",
         type=_positive_int,
@@ -351,35 +336,14 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
         help="how hard a reasoning model thinks: openai-responses (none ... xhigh) or "
         "anthropic (low ... max)",
     )
-    parser.add_argument("--max-steps", type=_positive_int, default=Limits().max_steps)
-    parser.add_argument(
-        "--max-cost-usd", type=_positive_float, help="fail the run once it has cost more"
-    )
+    _add_run_options(parser, "run", "--max-steps", "--max-cost-usd")
     parser.add_argument(
         "--plan",
         action="store_true",
         help="plan mode: the model submits a plan and the run waits for a person to approve it "
         "(self-contained: asked here, on stdin; with --address: `starter.py approve`)",
     )
-    parser.add_argument(
-        "--approve-all",
-        action="store_true",
-        help="a trusted job: no tool call waits for a person (by default the calls of tools "
-        "that change data do: self-contained, asked here; with --address, `approve-call`)",
-    )
-    parser.add_argument(
-        "--allow",
-        action="append",
-        default=[],
-        metavar="TOOL",
-        help="the calls of this tool run without asking (repeatable)",
-    )
-    parser.add_argument(
-        "--label",
-        help="the kind of task (e.g. order-status), kept in the run's memo: "
-        "`starter.py stats` groups runs by it",
-    )
-    parser.add_argument("--system", help="the system prompt (default: the support demo's)")
+    _add_run_options(parser, "run", "--approve-all", "--allow", "--label", "--system")
     parser.add_argument(
         "--tools",
         action="append",
@@ -390,8 +354,7 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
     )
     parser.add_argument("--address", help="Temporal frontend; without it the run is self-contained")
     parser.add_argument("--namespace", default="default")
-    parser.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
-    parser.add_argument("--no-wait", action="store_true", help="print the workflow id and return")
+    _add_run_options(parser, "run", "--task-queue", "--no-wait")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument(
         "--stream",
@@ -399,12 +362,7 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
         help="print the model's text on stderr as it is written (real providers); "
         "default: on at a terminal, without --json",
     )
-    parser.add_argument(
-        "--trace",
-        action="store_true",
-        help="once the run has ended, print its steps as a table on stderr (with --json: the "
-        "step records, as the `trace` key)",
-    )
+    _add_run_options(parser, "run", "--trace")
     parser.add_argument(
         "--linger",
         action="store_true",
@@ -422,8 +380,7 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
         args.conversation = True
     if not args.prompt.strip() and not chat:
         parser.error("the prompt is empty")
-    if args.label is not None and not args.label.strip():
-        parser.error("--label is empty")
+    _check_not_blank(parser, "--label", args.label)
     address = temporal_address(args.address)
     if args.linger and address is not None:
         parser.error("--linger is for self-contained runs; with --address the server is yours")
@@ -452,22 +409,18 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
             "--trace prints the steps once the run has ended; with --no-wait, use "
             "`starter.py trace WORKFLOW_ID` later"
         )
-    if args.system is not None and not args.system.strip():
-        parser.error("--system is empty")
+    _check_not_blank(parser, "--system", args.system)
     if args.tools and address is not None:
         parser.error(
             "--tools is for the embedded worker; with --address, start the worker with --tools"
         )
     keyed = (p for p, variable in KEY_VARIABLES.items() if os.environ.get(variable))
     provider: Provider = args.provider or next(keyed, None) or "scripted"
-    script: list[ScriptedTurn] | None = None
+    script = None
     if args.script is not None:
         if provider != "scripted":
             parser.error("--script is for the scripted provider")
-        try:
-            script = _SCRIPT_ADAPTER.validate_json(args.script.read_bytes())
-        except (OSError, ValueError) as error:
-            parser.error(f"--script {args.script}: {str(error).splitlines()[0]}")
+        script = _read_script(parser, args.script)
     demo_tools = {"demo", "activities.demo_tools"}
     if provider == "scripted" and script is None and args.tools and not demo_tools & {*args.tools}:
         parser.error(
@@ -495,7 +448,7 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
         prompt=args.prompt,
         provider=provider,
         model=model,
-        script=None if script is None else tuple(script),
+        script=script,
         max_steps=args.max_steps,
         max_cost_usd=args.max_cost_usd,
         plan=args.plan,
@@ -626,27 +579,8 @@ def parse_subcommand(argv: list[str]) -> Subcommand:
     fork.add_argument(
         "--step", type=_non_negative_int, required=True, help="fork after this step (0: the prompt)"
     )
-    _add_fork_options(fork)
-    fork.add_argument(
-        "--model", help="the fork's model (default: the original's; with --provider, its default)"
-    )
-    fork.add_argument(
-        "--provider", choices=PROVIDERS, help="the fork's provider (default: the original's)"
-    )
-    fork.add_argument(
-        "--script",
-        type=Path,
-        help="scripted provider: the fork's replies from step K + 1 (a JSON list of ScriptedTurn)",
-    )
-    fork.add_argument("--system", help="the fork's system prompt (default: the original's)")
-    fork.add_argument(
-        "--max-cost-usd", type=_positive_float, help="fail the fork once it has cost more"
-    )
-    fork.add_argument("--label", help="the fork's label (default: the original's)")
-    fork.add_argument("--no-wait", action="store_true", help="print the fork's id and return")
-    fork.add_argument(
-        "--trace", action="store_true", help="once the fork has ended, print its steps"
-    )
+    _add_run_options(fork, "fork", *_FORKED_RUN_OPTIONS, "--model", "--provider", "--script")
+    _add_run_options(fork, "fork", "--system", "--max-cost-usd", "--label", "--no-wait", "--trace")
     diff = commands.add_parser(
         Diff.command,
         parents=[common],
@@ -661,10 +595,9 @@ def parse_subcommand(argv: list[str]) -> Subcommand:
         "fork each of a label's last completed runs at step K with another model, and compare "
         "each fork with its original (tool approval on: no fork changes data unless allowed)",
     )
-    evaluate.add_argument("--label", required=True, help="the runs' --label")
+    _add_run_options(evaluate, "eval", "--label")
     evaluate.add_argument("--fork-step", type=_non_negative_int, required=True, metavar="K")
-    evaluate.add_argument("--provider", choices=PROVIDERS, required=True)
-    evaluate.add_argument("--model", help="default: the provider's default model")
+    _add_run_options(evaluate, "eval", "--provider", "--model")
     evaluate.add_argument(
         "--limit",
         type=_positive_int,
@@ -677,7 +610,7 @@ def parse_subcommand(argv: list[str]) -> Subcommand:
         help="score(original: AgentResult, fork: AgentResult) -> number, instead of whether "
         "the answers are equal",
     )
-    _add_fork_options(evaluate)
+    _add_run_options(evaluate, "eval", *_FORKED_RUN_OPTIONS)
 
     args = parser.parse_args(argv)
     chosen = commands.choices[args.command]
@@ -703,34 +636,11 @@ def parse_subcommand(argv: list[str]) -> Subcommand:
     return cast(Subcommand, kind(**fields))  # kind is one of the Subcommand types
 
 
-def _add_fork_options(parser: argparse.ArgumentParser) -> None:
-    """The run options a fork takes as a new run does."""
-    parser.add_argument(
-        "--max-steps",
-        type=_positive_int,
-        help="the fork's own steps, counted from the fork point (default: the original's)",
-    )
-    parser.add_argument(
-        "--approve-all",
-        action="store_true",
-        help="no tool call of the fork waits for a person (by default, those that change data do)",
-    )
-    parser.add_argument(
-        "--allow",
-        action="append",
-        default=[],
-        metavar="TOOL",
-        help="the calls of this tool run without asking (repeatable)",
-    )
-    parser.add_argument("--task-queue", help="the queue the fork runs on (default: the original's)")
-
-
 def _check_fork_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """A fork's and an evaluation's options, made final: a bad one is one line, exit 2."""
     args.allow = tuple(args.allow)
     if args.command == Eval.command:
-        if not args.label.strip():
-            parser.error("--label is empty")
+        _check_not_blank(parser, "--label", args.label)
         args.model = args.model or DEFAULT_MODELS.get(args.provider, SCRIPTED_MODEL)
         if args.score is not None:
             try:
@@ -738,21 +648,14 @@ def _check_fork_options(parser: argparse.ArgumentParser, args: argparse.Namespac
             except ValueError as error:
                 parser.error(f"--score {args.score}: {error}")
         return
-    if args.system is not None and not args.system.strip():
-        parser.error("--system is empty")
-    if args.label is not None and not args.label.strip():
-        parser.error("--label is empty")
+    _check_not_blank(parser, "--system", args.system)
+    _check_not_blank(parser, "--label", args.label)
     if args.no_wait and args.trace:
         parser.error("--trace prints the steps once the fork has ended; not with --no-wait")
-    script = None
     if args.script is not None:
         if args.provider != "scripted":
             parser.error("--script is for the scripted provider (give --provider scripted)")
-        try:
-            script = tuple(_SCRIPT_ADAPTER.validate_json(args.script.read_bytes()))
-        except (OSError, ValueError) as error:
-            parser.error(f"--script {args.script}: {str(error).splitlines()[0]}")
-    args.script = script
+        args.script = _read_script(parser, args.script)
 
 
 def load_score(spec: str) -> Any:
@@ -804,3 +707,120 @@ def _positive_float(text: str) -> float:
 
 
 _positive_float.__name__ = "positive number"
+
+
+RunCommand = Literal["run", "fork", "eval"]
+"""The commands that start runs: a run, a fork, an evaluation (which forks)."""
+
+
+@dataclass(frozen=True)
+class _RunOption:
+    """An option of the commands that start runs, declared once: what it takes, and what each
+    command says of it: its help, or its help with a default or `required`."""
+
+    takes: dict[str, Any]
+    run: str | dict[str, Any]
+    fork: str | dict[str, Any]
+    eval: str | dict[str, Any] | None = None
+    """None: as `fork` says it (an evaluation's runs are forks)."""
+
+    def said_by(self, command: RunCommand) -> dict[str, Any]:
+        said = self.run if command == "run" else self.fork
+        if command == "eval" and self.eval is not None:
+            said = self.eval
+        return {"help": said} if isinstance(said, str) else said
+
+
+_RUN_OPTIONS: dict[str, _RunOption] = {
+    "--provider": _RunOption(
+        {"choices": PROVIDERS},
+        run="default: the provider whose key is set (OPENAI_API_KEY first, then "
+        "ANTHROPIC_API_KEY), else the scripted offline demo",
+        fork="the fork's provider (default: the original's)",
+        eval={"required": True},
+    ),
+    "--model": _RunOption(
+        {},
+        run=f"model name (defaults: {', '.join(f'{p} {m}' for p, m in DEFAULT_MODELS.items())})",
+        fork="the fork's model (default: the original's; with --provider, its default)",
+        eval="default: the provider's default model",
+    ),
+    "--script": _RunOption(
+        {"type": Path},
+        run="scripted provider: play this conversation (a JSON list of ScriptedTurn objects) "
+        "instead of the built-in support demo",
+        fork="scripted provider: the fork's replies from step K + 1 (a JSON list of ScriptedTurn)",
+    ),
+    "--system": _RunOption(
+        {},
+        run="the system prompt (default: the support demo's)",
+        fork="the fork's system prompt (default: the original's)",
+    ),
+    "--max-steps": _RunOption(
+        {"type": _positive_int},
+        run={"default": Limits().max_steps},
+        fork="the fork's own steps, counted from the fork point (default: the original's)",
+    ),
+    "--max-cost-usd": _RunOption(
+        {"type": _positive_float},
+        run="fail the run once it has cost more",
+        fork="fail the fork once it has cost more",
+    ),
+    "--approve-all": _RunOption(
+        {"action": "store_true"},
+        run="a trusted job: no tool call waits for a person (by default the calls of tools that "
+        "change data do: self-contained, asked here; with --address, `approve-call`)",
+        fork="no tool call of the fork waits for a person (by default, those that change data do)",
+    ),
+    "--allow": _RunOption(
+        {"action": "append", "default": [], "metavar": "TOOL"},  # argparse appends to a copy
+        run="the calls of this tool run without asking (repeatable)",
+        fork="the calls of this tool run without asking (repeatable)",
+    ),
+    "--label": _RunOption(
+        {},
+        run="the kind of task (e.g. order-status), kept in the run's memo: `starter.py stats` "
+        "groups runs by it",
+        fork="the fork's label (default: the original's)",
+        eval={"required": True, "help": "the runs' --label"},
+    ),
+    "--task-queue": _RunOption(
+        {},
+        run={"default": DEFAULT_TASK_QUEUE},
+        fork="the queue the fork runs on (default: the original's)",
+    ),
+    "--no-wait": _RunOption(
+        {"action": "store_true"},
+        run="print the workflow id and return",
+        fork="print the fork's id and return",
+    ),
+    "--trace": _RunOption(
+        {"action": "store_true"},
+        run="once the run has ended, print its steps as a table on stderr (with --json: the step "
+        "records, as the `trace` key)",
+        fork="once the fork has ended, print its steps",
+    ),
+}
+_FORKED_RUN_OPTIONS = ("--max-steps", "--approve-all", "--allow", "--task-queue")
+"""The run options a fork and an evaluation both take."""
+
+
+def _add_run_options(parser: argparse.ArgumentParser, command: RunCommand, *flags: str) -> None:
+    """Add these run options as `command` says them, in this order (the order of --help)."""
+    for flag in flags:
+        option = _RUN_OPTIONS[flag]
+        parser.add_argument(flag, **option.takes, **option.said_by(command))
+
+
+def _check_not_blank(parser: argparse.ArgumentParser, flag: str, value: str | None) -> None:
+    if value is not None and not value.strip():
+        parser.error(f"{flag} is empty")
+
+
+def _read_script(parser: argparse.ArgumentParser, path: Path) -> tuple[ScriptedTurn, ...]:
+    """The scripted provider's turns from --script; a file that cannot be read or is not a
+    list of ScriptedTurn is one line, exit 2."""
+    try:
+        return tuple(_SCRIPT_ADAPTER.validate_json(path.read_bytes()))
+    except (OSError, ValueError) as error:
+        parser.error(f"--script {path}: {str(error).splitlines()[0]}")

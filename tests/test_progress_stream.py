@@ -4,11 +4,20 @@ continue-as-new see every event once, in order; a finished run's stream drains a
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import (
+    Client,
+    DescribeWorkflowInput,
+    Interceptor,
+    OutboundInterceptor,
+    QueryWorkflowInput,
+    WorkflowExecutionDescription,
+)
 
 from agent_client import AgentRun, AgentRunFailed
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
@@ -170,6 +179,81 @@ async def test_a_follower_ends_when_the_run_is_terminated(client: Client, task_q
             seen.append(item.data.kind)
             if item.data.kind == "approval_requested":
                 await agent_run.handle.terminate("an operator stopped it")
+    assert seen[-1] == "approval_requested"
+
+
+class Asks(Interceptor):
+    """A client's queries and describes, in the order it makes them, for a test to wait on."""
+
+    def __init__(self) -> None:
+        self.made: list[str] = []
+        self.changed = asyncio.Condition()
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _CountedAsks(next, self)
+
+    async def note(self, ask: str) -> None:
+        async with self.changed:
+            self.made.append(ask)
+            self.changed.notify_all()
+
+    async def wait_for(self, condition: Callable[[], bool]) -> None:
+        async with self.changed:
+            await self.changed.wait_for(condition)
+
+
+class _CountedAsks(OutboundInterceptor):
+    def __init__(self, next: OutboundInterceptor, asks: Asks) -> None:
+        super().__init__(next)
+        self._asks = asks
+
+    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+        await self._asks.note("query")
+        return await super().query_workflow(input)
+
+    async def describe_workflow(self, input: DescribeWorkflowInput) -> WorkflowExecutionDescription:
+        await self._asks.note("describe")
+        return await super().describe_workflow(input)
+
+
+async def test_an_idle_follower_asks_whether_the_run_ended_only_at_its_slowest(
+    client: Client, task_queue: str
+) -> None:
+    """A follower of a run that publishes nothing (it waits for an approval) slows its asks,
+    and describes the run, to notice a termination, only once they are at their slowest: not
+    on every empty page. It still ends when the run is terminated."""
+    agent_input = scripted_input(
+        [turn(call("cancel_order", order_id=104999, reason="asked")), turn(text="done")],
+        tools=["cancel_order"],
+        tool_approval=ToolApprovalPolicy(),
+    )
+    asks = Asks()
+    watching = Client(**{**client.config(), "interceptors": [asks]})
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        agent_run = await start(client, task_queue, agent_input)
+        waiting = asyncio.Event()
+        idle_from = 0
+
+        async def follow() -> list[str]:
+            nonlocal idle_from
+            seen: list[str] = []
+            async for item in AgentRun(agent_run.handle, watching).events():
+                seen.append(item.data.kind)
+                if item.data.kind == "approval_requested":
+                    idle_from = len(asks.made)
+                    waiting.set()
+            return seen
+
+        follower = asyncio.create_task(follow())
+        await waiting.wait()
+        await asks.wait_for(lambda: "describe" in asks.made[idle_from:])
+        await agent_run.handle.terminate("an operator stopped it")
+        seen = await follower
+    idle = asks.made[idle_from:]
+    empty_pages_before_describing = idle.index("describe")
+    # From STREAM_POLL_COOLDOWN (100 ms), growing by half, the pause reaches
+    # STREAM_MAX_POLL_INTERVAL (1 s) after six empty pages; the seventh is the first described.
+    assert idle[:empty_pages_before_describing] == ["query"] * 7
     assert seen[-1] == "approval_requested"
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 
 class AgentError(ApplicationError):
@@ -75,6 +75,13 @@ def failure_type(cause: BaseException | None) -> str:
     if isinstance(cause, ApplicationError) and cause.type:
         return cause.type
     return type(cause).__name__ if cause is not None else "unknown error"
+
+
+def activity_failure_cause(error: ActivityError | ApplicationError) -> BaseException | None:
+    """What made an activity call fail: the ActivityError's cause, or the error itself, since a
+    local activity's own non-retryable failure can arrive as a bare ApplicationError, without
+    its ActivityError."""
+    return error.cause if isinstance(error, ActivityError) else error
 
 
 def describe_failure(cause: BaseException | None) -> str:

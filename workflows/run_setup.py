@@ -21,7 +21,12 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 import workflows.approval as approval
 import workflows.dispatch as dispatch
 import workflows.tool_catalog as tool_catalog
-from workflows.errors import FATAL_ERROR_TYPES, AgentConfigurationError, describe_failure
+from workflows.errors import (
+    FATAL_ERROR_TYPES,
+    AgentConfigurationError,
+    activity_failure_cause,
+    describe_failure,
+)
 from workflows.models import AgentInput, RunTools, ToolSelection
 from workflows.state import RunState
 from workflows.versioning import Behaviours
@@ -108,8 +113,7 @@ async def _recorded(names: list[str] | None) -> RunTools:
             summary="the run's tool specs",
         )
     except (ActivityError, ApplicationError) as error:
-        # A local activity's own failure can arrive unwrapped, without its ActivityError.
-        cause = error.cause if isinstance(error, ActivityError) else error
+        cause = activity_failure_cause(error)
         if isinstance(cause, CancelledError):
             # Cancelled before step 1: the run ends CANCELED, not as a configuration error.
             raise asyncio.CancelledError("the run was cancelled as it started") from None

@@ -30,7 +30,12 @@ from temporalio.exceptions import (
 from workflows.budget import Budget
 from workflows.builtin_tools import DELEGATE, DELEGATE_PARAMETERS, READ_RESULT
 from workflows.dispatch import Finish, PlannedCall, Refuse, Run, SubmitPlan, schema_problems
-from workflows.errors import FATAL_ERROR_TYPES, describe_failure, failure_type
+from workflows.errors import (
+    FATAL_ERROR_TYPES,
+    activity_failure_cause,
+    describe_failure,
+    failure_type,
+)
 from workflows.gates import ToolCallGate
 from workflows.interruption import NOT_RUN, Interruption, cancelled_text
 from workflows.model_gateway import ModelGateway
@@ -223,8 +228,7 @@ class ToolRunner:
                 self._log_effect(call, run, idempotency_key, unknown=True)
             raise
         except (ActivityError, ApplicationError) as error:
-            # A local activity's own failure can arrive unwrapped, without its ActivityError.
-            cause = error.cause if isinstance(error, ActivityError) else error
+            cause = activity_failure_cause(error)
             latency = _ms_since(started)
             attempts = _attempts_made(error, spec)
             content = self._failure_text(spec, cause)

@@ -117,13 +117,9 @@ async def complete(request: ModelRequest) -> ModelResponse:
     return reply.model_copy(update={"reasoning_left_out": left_out}) if left_out else reply
 
 
-def request_params(request: ModelRequest) -> dict[str, Any]:
-    """The Messages API body for `request`: plain dicts in a fixed key order, built fresh."""
-    return request_params_counted(request)[0]
-
-
 def request_params_counted(request: ModelRequest) -> tuple[dict[str, Any], int]:
-    """The body, and how many of the transcript's reasoning parts it leaves out."""
+    """The Messages API body for `request` (plain dicts in a fixed key order, built fresh), and
+    how many of the transcript's reasoning parts it leaves out."""
     settings = request.settings
     params: dict[str, Any] = {
         "model": settings.model,

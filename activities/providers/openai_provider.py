@@ -15,8 +15,10 @@ at the output-token limit, an empty reply or one that cannot be read is retryabl
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
@@ -39,7 +41,7 @@ from activities.providers._http_errors import (
 )
 from activities.providers._tls import tls_context
 from workflows.errors import AgentConfigurationError, AgentProviderError
-from workflows.models import ModelRequest, ModelResponse, ToolSpec, Usage
+from workflows.models import ModelRequest, ModelResponse, ModelSettings, ToolSpec, Usage
 from workflows.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "RETRYABLE_STATUSES",
     "TRANSIENT_ERROR_TYPE",
     "complete",
+    "openai_client",
     "provider_error",
     "request_params",
     "retry_after",
@@ -58,14 +61,27 @@ PROVIDER = "OpenAI"
 
 async def complete(request: ModelRequest) -> ModelResponse:
     """Make one Chat Completions call for `request` and map the reply back."""
+    params = request_params(request)
+    async with openai_client(request.settings) as client:
+        publisher = _streaming.current()
+        if publisher is None:
+            response = await client.chat.completions.create(**params)
+        else:
+            response = await _streamed(client, params, publisher)
+    return to_model_response(response, request)
+
+
+@contextlib.asynccontextmanager
+async def openai_client(settings: ModelSettings) -> AsyncIterator[openai.AsyncOpenAI]:
+    """A client for one call, SDK retries off, closed after it; every failure inside the block
+    is mapped by `provider_failures`. Shared by Chat Completions and the Responses adapter: one
+    SDK, one key, one classification."""
     api_key = os.environ.get("OPENAI_API_KEY")
     if not api_key:
         raise AgentConfigurationError(
             "OPENAI_API_KEY is not set: export it in the worker's environment (and "
             "OPENAI_BASE_URL for an OpenAI-compatible endpoint), or run with provider='scripted'"
         )
-    settings = request.settings
-    params = request_params(request)
     with provider_failures(
         PROVIDER,
         settings.model,
@@ -79,12 +95,7 @@ async def complete(request: ModelRequest) -> ModelResponse:
             timeout=settings.timeout_seconds,
             http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
         ) as client:
-            publisher = _streaming.current()
-            if publisher is None:
-                response = await client.chat.completions.create(**params)
-            else:
-                response = await _streamed(client, params, publisher)
-    return to_model_response(response, request)
+            yield client
 
 
 async def _streamed(

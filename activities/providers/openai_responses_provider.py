@@ -17,24 +17,15 @@ same retries.
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 from typing import Any
 
-import openai
 from openai.types.responses import Response
 from temporalio.exceptions import ApplicationError
 
 from activities.providers import _streaming
-from activities.providers._http_errors import (
-    cut_off_reply,
-    incomplete_reply,
-    provider_failures,
-)
-from activities.providers._tls import tls_context
-from activities.providers.openai_provider import provider_error
-from workflows.errors import AgentConfigurationError
+from activities.providers._http_errors import cut_off_reply, incomplete_reply
+from activities.providers.openai_provider import openai_client
 from workflows.models import ModelRequest, ModelResponse, ToolSpec, Usage
 from workflows.transcript import (
     AssistantMessage,
@@ -54,45 +45,27 @@ INCLUDE = ["reasoning.encrypted_content"]
 
 async def complete(request: ModelRequest) -> ModelResponse:
     """Make one Responses API call for `request` and map the reply back."""
-    api_key = os.environ.get("OPENAI_API_KEY")
-    if not api_key:
-        raise AgentConfigurationError(
-            "OPENAI_API_KEY is not set: export it in the worker's environment (and "
-            "OPENAI_BASE_URL for another endpoint), or run with provider='scripted'"
-        )
     settings = request.settings
     params, left_out = request_params_counted(request)
-    with provider_failures(
-        PROVIDER,
-        settings.model,
-        openai.OpenAIError,
-        openai.APIConnectionError,
-        functools.partial(provider_error, timeout_seconds=settings.timeout_seconds),
-    ):
-        async with openai.AsyncOpenAI(
-            api_key=api_key,
-            max_retries=0,
-            timeout=settings.timeout_seconds,
-            http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
-        ) as client:
-            publisher = _streaming.current()
-            if publisher is None:
-                response = await client.responses.create(**params)
-            else:
-                async with client.responses.stream(**params) as stream:
-                    async for event in stream:
-                        if event.type == "response.output_text.delta":
-                            publisher.text(event.delta)
-                        elif event.type == "response.reasoning_summary_text.delta":
-                            publisher.reasoning(event.delta)
-                    # The response the stream assembled: the same as create's.
-                    try:
-                        response = await stream.get_final_response()
-                    except RuntimeError as unfinished:  # failed, or cut short, mid-stream
-                        raise incomplete_reply(
-                            f"OpenAI's stream for model {settings.model!r} ended without a "
-                            f"complete response: {unfinished}"
-                        ) from None
+    async with openai_client(settings) as client:
+        publisher = _streaming.current()
+        if publisher is None:
+            response = await client.responses.create(**params)
+        else:
+            async with client.responses.stream(**params) as stream:
+                async for event in stream:
+                    if event.type == "response.output_text.delta":
+                        publisher.text(event.delta)
+                    elif event.type == "response.reasoning_summary_text.delta":
+                        publisher.reasoning(event.delta)
+                # The response the stream assembled: the same as create's.
+                try:
+                    response = await stream.get_final_response()
+                except RuntimeError as unfinished:  # failed, or cut short, mid-stream
+                    raise incomplete_reply(
+                        f"OpenAI's stream for model {settings.model!r} ended without a "
+                        f"complete response: {unfinished}"
+                    ) from None
     reply = to_model_response(response, request)
     return reply.model_copy(update={"reasoning_left_out": left_out}) if left_out else reply
 
