@@ -33,7 +33,7 @@ from typing import Any, Self
 
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
 import activities.read_result  # noqa: F401  (registers read_result)
 import payload_codec
@@ -160,6 +160,16 @@ def build_worker(
             **shared,
         )
     return AgentWorkers(run_queue, provider_queues)
+
+
+def replayer() -> Replayer:
+    """A Replayer of agent runs as a worker replays them after a restart: its converter and its
+    sandbox settings (sandbox_runner.WORKFLOW_RUNNER)."""
+    return Replayer(
+        workflows=[AgentWorkflow],
+        data_converter=payload_codec.data_converter(),
+        workflow_runner=WORKFLOW_RUNNER,
+    )
 
 
 def temporal_binary() -> str:

@@ -24,14 +24,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from temporalio.client import Client
-from temporalio.worker import Replayer
 
-import payload_codec
 from bench import workload
 from cli.plumbing import exit_now
-from sandbox_runner import WORKFLOW_RUNNER
-from worker import build_worker, embedded_dev_server
-from workflows.agent import AgentWorkflow
+from worker import build_worker, embedded_dev_server, replayer as worker_replayer
 
 
 async def measure(client: Client, task_queue: str, steps: int, runs: int, local: bool) -> Any:
@@ -44,12 +40,8 @@ async def measure(client: Client, task_queue: str, steps: int, runs: int, local:
         for r in chain
     ]
     longest = max(histories, key=lambda h: len(h.events))
-    # With the worker's own sandbox settings: what a restarted worker replays with.
-    replayer = Replayer(
-        workflows=[AgentWorkflow],
-        data_converter=payload_codec.data_converter(),
-        workflow_runner=WORKFLOW_RUNNER,
-    )
+    # With the worker's own converter and sandbox settings: what a restarted worker replays with.
+    replayer = worker_replayer()
     times = []
     for _ in range(runs):
         started = time.perf_counter()

@@ -27,13 +27,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer
 
 from bench import workload
-from worker import build_worker, embedded_dev_server
-from workflows.agent import AgentWorkflow
+from worker import build_worker, embedded_dev_server, replayer as worker_replayer
 
 RUNS = 5
 """Runs per median: the issue's minimum."""
@@ -74,6 +71,9 @@ class Workers:
     client: Client
     agent_queue: str
     floor_queue: str
+    floor_passed_through_queue: str
+    """The floor on the agent's sandbox settings (sandbox_runner.WORKFLOW_RUNNER): what of the
+    difference is the agent's code, and what the sandbox's cost a run."""
 
 
 @contextlib.asynccontextmanager
@@ -81,11 +81,19 @@ async def workers(env: WorkflowEnvironment) -> AsyncIterator[Workers]:
     """One agent worker and one floor worker, in this process, each on its own task queue."""
     client = env.client
     agent_queue, floor_queue = f"bench-agent-{uuid.uuid4()}", f"bench-floor-{uuid.uuid4()}"
-    async with build_worker(client, agent_queue), workload.floor_worker(client, floor_queue):
-        yielded = Workers(client, agent_queue, floor_queue)
-        # Warm up both: the first run of a workflow type pays for its sandbox's imports.
+    passed_through = f"bench-floor-passed-through-{uuid.uuid4()}"
+    async with (
+        build_worker(client, agent_queue),
+        workload.floor_worker(client, floor_queue),
+        workload.floor_worker(
+            client, passed_through, workflow_runner=workload.FLOOR_PASSED_THROUGH
+        ),
+    ):
+        yielded = Workers(client, agent_queue, floor_queue, passed_through)
+        # Warm up each: the first run of a workflow type pays for its sandbox's imports.
         await workload.run_agent(client, agent_queue, 1)
         await workload.run_floor(client, floor_queue, 1)
+        await workload.run_floor(client, passed_through, 1)
         yield yielded
 
 
@@ -151,7 +159,7 @@ async def overhead(
     figures: dict[str, Any] = {}
     section = f"overhead{label}"
     for steps in steps_list:
-        floor, agent, whole, local = await interleaved(
+        floor, agent, whole, local, floor_through = await interleaved(
             runs,
             lambda s=steps: workload.run_floor(w.client, w.floor_queue, s),
             lambda s=steps: workload.run_agent(w.client, w.agent_queue, s),
@@ -159,6 +167,7 @@ async def overhead(
             lambda s=steps: workload.run_agent(w.client, w.agent_queue, s, linear_history=False),
             # The same lookup declared @tool(local=True): a local activity a call.
             lambda s=steps: workload.run_agent(w.client, w.agent_queue, s, local_tool=True),
+            lambda s=steps: workload.run_floor(w.client, w.floor_passed_through_queue, s),
         )
         bare = statistics.median([await workload.run_bare(steps) for _ in range(runs)])
         ratio = median(agent) / median(floor)
@@ -178,6 +187,8 @@ async def overhead(
             "agent_local_tool_seconds": [s.seconds for s in local],
             "agent_local_tool_median": median(local),
             "agent_local_tool_worker_cpu_median": median(local, "worker_cpu"),
+            "floor_passed_through_worker_cpu_median": median(floor_through, "worker_cpu"),
+            "floor_passed_through_median": median(floor_through),
             "ratio": ratio,
             "agent_workflow_id": agent[0].workflow_id,
             "floor_workflow_id": floor[0].workflow_id,
@@ -208,6 +219,7 @@ async def overhead(
             ("agent", agent),
             ("agent, linear_history=False", whole),
             ("agent, local tool", local),
+            ("floor on the agent's sandbox settings", floor_through),
         )
         for system, samples in systems:
             report.add(
@@ -290,7 +302,7 @@ async def history(report: Report, w: Workers, steps_list: list[int]) -> dict[str
 
 async def replay(report: Report, client: Client, workflow_id: str, steps: int, runs: int) -> dict:
     history = await client.get_workflow_handle(workflow_id).fetch_history()
-    replayer = Replayer(workflows=[AgentWorkflow], data_converter=pydantic_data_converter)
+    replayer = worker_replayer()
     times = []
     for _ in range(runs):
         started = time.perf_counter()

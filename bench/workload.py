@@ -15,6 +15,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from activities.providers import scripted
 from activities.tools import tool, tool_specs
@@ -25,6 +26,7 @@ from bench.floor_workflow import (
     floor_tool,
     tool_result_text,
 )
+from sandbox_runner import PASSED_THROUGH, AgentSandboxRunner
 from workflows.agent import AgentWorkflow
 from workflows.models import (
     AgentInput,
@@ -72,6 +74,14 @@ def agent_input(steps: int, delay_seconds: float = 0.0, *, local_tool: bool = Fa
         model=ModelSettings(provider="scripted", script=script(steps, delay_seconds, tool_name)),
         limits=Limits(max_steps=steps + 1),
     )
+
+
+FLOOR_PASSED_THROUGH = AgentSandboxRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules(
+        *PASSED_THROUGH, "bench.floor_workflow"
+    )
+)
+"""The agent's sandbox settings, given to the floor: its module passed through too."""
 
 
 def floor_worker(client: Client, task_queue: str, **options: Any) -> Worker:
