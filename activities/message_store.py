@@ -443,7 +443,7 @@ def resolve_prefix(ref: str, count: int) -> list[Message] | None:
         texts = message_store().get_chain(ref)
     if texts is None or len(texts) != count:
         return None
-    return [message_adapter.validate_json(text) for text in texts]
+    return _parsed_messages(texts)
 
 
 def resolve_blob(ref: str) -> str | None:
@@ -482,6 +482,35 @@ def _parse_once(ref: str, adapter: TypeAdapter[Any]) -> Any:
         while len(_parsed) > _PARSED_KEPT:
             _parsed.popitem(last=False)
     return list(value)
+
+
+_messages: OrderedDict[str, Message] = OrderedDict()
+_messages_chars = 0
+MESSAGES_KEPT_CHARS = 16_000_000
+"""The JSON of the messages kept parsed, at most: a run's next call names the chain its last call
+sent, so all its messages but the newest were parsed already (parsing each again made every call
+linear in the run's length). Messages are frozen, so one parsed copy serves every call."""
+
+
+def _parsed_messages(texts: list[str]) -> list[Message]:
+    global _messages_chars
+    with _parsed_lock:
+        known = [_messages.get(text) for text in texts]
+    parsed = [
+        message if message is not None else message_adapter.validate_json(text)
+        for text, message in zip(texts, known, strict=True)
+    ]
+    with _parsed_lock:
+        for text, message in zip(texts, parsed, strict=True):
+            if text in _messages:
+                _messages.move_to_end(text)
+            else:
+                _messages[text] = message
+                _messages_chars += len(text)
+        while _messages and _messages_chars > MESSAGES_KEPT_CHARS:
+            text, _ = _messages.popitem(last=False)
+            _messages_chars -= len(text)
+    return parsed
 
 
 def resolve_tools(ref: str) -> list[ToolSpec] | None:

@@ -478,3 +478,34 @@ def test_a_tool_list_parsed_already_is_still_written_when_first_named(
     remember(named, resolved)
 
     assert refs(path) == [tools_ref(TOOLS)], "for when this process and its memory are gone"
+
+
+def test_a_chain_named_again_is_parsed_only_in_its_new_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SqliteMessageStore(tmp_path / "messages.db")
+    monkeypatch.setattr(message_store, "_store", store)
+    first = [UserMessage(content="one"), AssistantMessage(content="two")]
+    store.put_chain(links_of(first))
+    head = chain_refs(first)[-1]
+    parsed = message_store.resolve_prefix(head, 2)
+    assert parsed == first
+    more = [UserMessage(content="three")]
+    store.put_chain(links_of(more, head))
+    longer = message_store.resolve_prefix(chain_refs(first + more)[-1], 3)
+    assert longer == first + more
+    assert longer is not None and parsed is not None
+    assert all(a is b for a, b in zip(parsed, longer[:2], strict=True)), "parsed again"
+
+
+def test_the_parsed_messages_kept_are_bounded_by_their_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(message_store, "MESSAGES_KEPT_CHARS", 1_000)
+    store = SqliteMessageStore(tmp_path / "messages.db")
+    monkeypatch.setattr(message_store, "_store", store)
+    messages: list[Message] = [UserMessage(content=f"{i}: " + "x" * 200) for i in range(20)]
+    store.put_chain(links_of(messages))
+    assert message_store.resolve_prefix(chain_refs(messages)[-1], 20) == messages
+    assert 0 < message_store._messages_chars <= 1_000
+    assert len(message_store._messages) < 20
