@@ -9,9 +9,17 @@ import pytest
 from temporalio.client import Client
 
 import tests.tools_for_tests as test_tools
+from activities.providers import scripted
 from activities.providers.scripted import recorded_requests
 from tests.helpers import call, run_agent, scripted_input, turn
-from workflows.models import Limits, Usage
+from workflows.models import (
+    Limits,
+    ModelRequest,
+    ModelSettings,
+    ScriptedTurn,
+    ToolSpec,
+    Usage,
+)
 from workflows.transcript import AssistantMessage, ToolResult, UserMessage
 
 
@@ -381,3 +389,22 @@ async def test_an_output_schema_that_refers_outside_itself_is_refused_at_the_sta
     assert "https://example.com/order.json" in run.failure.message
     assert "inline them under $defs" in run.failure.message
     assert run.trace == []
+
+
+async def test_the_scripted_estimate_counts_the_json_of_what_it_was_sent() -> None:
+    """Each message's JSON is measured once (the estimate used to dump the whole transcript at
+    every call): the count is still that of the whole request's JSON, and of a new message."""
+    tool = ToolSpec(name="lookup", description="d", parameters={"type": "object"})
+    messages = [UserMessage(content='say "hé"'), AssistantMessage(content="x" * 301)]
+    for sent in (messages, [*messages, UserMessage(content="more")], []):
+        request = ModelRequest(
+            settings=ModelSettings(provider="scripted", script=[ScriptedTurn(text="ok")] * 5),
+            system="be brief",
+            messages=sent,
+            tools=[tool],
+            step=1,
+        )
+        whole = "be brief" + json.dumps([m.model_dump(mode="json") for m in sent])
+        whole += json.dumps([tool.model_dump(mode="json")])
+        reply = await scripted.complete(request)
+        assert reply.usage.input_tokens == scripted.estimate_tokens(whole)

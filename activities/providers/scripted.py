@@ -10,15 +10,19 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections import defaultdict
+from collections import OrderedDict
+from collections.abc import Sequence
 
+from pydantic import BaseModel
 from temporalio import activity
 
 from workflows.errors import ScriptedModelMismatch
 from workflows.models import ModelRequest, ModelResponse, Usage
 from workflows.transcript import AssistantMessage, ToolCall, ToolResult
 
-_requests: defaultdict[str, list[ModelRequest]] = defaultdict(list)
+_requests: OrderedDict[str, list[ModelRequest]] = OrderedDict()
+RECORDED_RUNS = 1_000
+"""The newest runs whose requests are kept, so that a long-lived worker's memory stays bounded."""
 
 
 def recorded_requests(workflow_id: str) -> list[ModelRequest]:
@@ -33,7 +37,7 @@ def estimate_tokens(text: str) -> int:
 
 async def complete(request: ModelRequest) -> ModelResponse:
     if activity.in_activity():
-        _requests[activity.info().workflow_id or ""].append(request)
+        _record(activity.info().workflow_id or "", request)
     if request.purpose == "summary":
         return _summary(request)
     script = request.settings.script
@@ -65,12 +69,11 @@ async def complete(request: ModelRequest) -> ModelResponse:
         for position, call in enumerate(turn.calls)
     )
     message = AssistantMessage(content=text, tool_calls=calls)
+    # estimate_tokens of the system prompt, the messages' JSON and the tools' JSON, one after
+    # the other: their lengths added up.
+    chars = len(request.system or "") + _json_chars(request.messages) + _json_chars(request.tools)
     usage = turn.usage or Usage(
-        input_tokens=estimate_tokens(
-            (request.system or "")
-            + json.dumps([m.model_dump(mode="json") for m in request.messages])
-            + json.dumps([t.model_dump(mode="json") for t in request.tools])
-        ),
+        input_tokens=(chars + 3) // 4,
         output_tokens=estimate_tokens(message.model_dump_json()),
     )
     return ModelResponse(
@@ -79,6 +82,34 @@ async def complete(request: ModelRequest) -> ModelResponse:
         model=request.settings.model,
         finish_reason="tool_calls" if calls else "stop",
     )
+
+
+def _record(workflow_id: str, request: ModelRequest) -> None:
+    _requests.setdefault(workflow_id, []).append(request)
+    _requests.move_to_end(workflow_id)
+    while len(_requests) > RECORDED_RUNS:
+        _requests.popitem(last=False)
+
+
+_sizes: OrderedDict[int, tuple[BaseModel, int]] = OrderedDict()
+_SIZES_KEPT = 8_192
+
+
+def _json_chars(items: Sequence[BaseModel]) -> int:
+    """len(json.dumps([item.model_dump(mode="json") for item in items])), each item's share
+    counted once: a run's calls send the same message objects again (the message store keeps
+    them parsed), and dumping the whole transcript at every call made the estimate linear in the
+    run's length. Keyed by identity; the entry holds the object, so its id is not reused."""
+    total = 0
+    for item in items:
+        kept = _sizes.get(id(item))
+        if kept is None or kept[0] is not item:
+            kept = (item, len(json.dumps(item.model_dump(mode="json"))))
+            _sizes[id(item)] = kept
+            if len(_sizes) > _SIZES_KEPT:
+                _sizes.popitem(last=False)
+        total += kept[1]
+    return total + 2 + 2 * max(len(items) - 1, 0)
 
 
 _TEMPLATE = re.compile(r"\{last_tool_result(?:\.(\w+))?\}")
