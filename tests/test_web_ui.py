@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import urllib.error
@@ -102,7 +104,10 @@ class Browser:
 
 @contextlib.contextmanager
 def chromium_process(port: int) -> Iterator[subprocess.Popen[bytes]]:
-    with tempfile.TemporaryDirectory() as profile:
+    # Chromium's helper processes can still be writing the profile as it is removed (a CI run
+    # met "Directory not empty"): they are stopped with it, as one process group, and what they
+    # leave is not the test's failure.
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
         process = subprocess.Popen(
             [
                 chromium(),
@@ -115,11 +120,13 @@ def chromium_process(port: int) -> Iterator[subprocess.Popen[bytes]]:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         try:
             yield process
         finally:
-            process.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
             process.wait(timeout=10)
 
 
