@@ -357,28 +357,38 @@ async def batch(runs: int, start: Callable[[], Awaitable[object]]) -> Batch:
     )
 
 
-async def throughput(
-    report: Report, env: WorkflowEnvironment, runs: int, steps: int, delay: float
-) -> dict[str, Any]:
+async def throughput(report: Report, runs: int, steps: int, delay: float) -> dict[str, Any]:
     """`runs` concurrent K-step runs on one worker, every model call taking `delay` seconds: the
-    floor's batch first, then the agent's (each on a fresh worker)."""
-    client = env.client
+    floor's batch, the agent's and the agent's with its local tool, each on a fresh worker and a
+    fresh dev server. (On one in-memory server, each batch paid for the runs the others and the
+    earlier sections left in it: the agent's batch, run second, measured 1.7x the floor's
+    dev-server CPU, and 1.0x on a server of its own.)"""
     # Slots for every run's activity at once: the latency bound is the ideal, not a slot count.
     options = {"max_concurrent_activities": max(runs, 100)}
-    queue = f"bench-throughput-floor-{uuid.uuid4()}"
-    async with workload.floor_worker(client, queue, **options):
-        await workload.run_floor(client, queue, 1)
-        floor = await batch(runs, lambda: workload.run_floor(client, queue, steps, delay))
-    queue = f"bench-throughput-agent-{uuid.uuid4()}"
-    async with build_worker(client, queue, **options):
-        await workload.run_agent(client, queue, 1)
-        agent = await batch(runs, lambda: workload.run_agent(client, queue, steps, delay))
-    queue = f"bench-throughput-agent-local-{uuid.uuid4()}"
-    async with build_worker(client, queue, **options):
-        await workload.run_agent(client, queue, 1, local_tool=True)
-        local = await batch(
-            runs, lambda: workload.run_agent(client, queue, steps, delay, local_tool=True)
-        )
+
+    async def on_a_fresh_server(
+        name: str, serve: Callable[[Client, str], Any], run: Callable[..., Awaitable[object]]
+    ) -> Batch:
+        async with dev_server(10_000) as env:
+            queue = f"bench-throughput-{name}-{uuid.uuid4()}"
+            async with serve(env.client, queue):
+                await run(env.client, queue, 1)
+                return await batch(runs, lambda: run(env.client, queue, steps, delay))
+
+    def agent_worker(client: Client, queue: str) -> Any:
+        return build_worker(client, queue, **options)
+
+    floor = await on_a_fresh_server(
+        "floor",
+        lambda client, queue: workload.floor_worker(client, queue, **options),
+        workload.run_floor,
+    )
+    agent = await on_a_fresh_server("agent", agent_worker, workload.run_agent)
+    local = await on_a_fresh_server(
+        "agent-local",
+        agent_worker,
+        lambda *args: workload.run_agent(*args, local_tool=True),
+    )
     ideal = (steps + 1) * delay
     ratio = agent.seconds / ideal
     cores = os.cpu_count() or 1
@@ -523,11 +533,11 @@ async def run_suite(plan: Plan, peers: bool) -> Report:
                 figures["peers"] = await timed(
                     "peers", peer_bench.run(report, w, plan.overhead_steps, plan.runs)
                 )
-        figures["throughput"] = await timed(
-            "throughput",
-            throughput(report, env, plan.throughput_runs, plan.throughput_steps, plan.model_delay),
-        )
         figures["tokens"] = await timed("tokens", tokens(report, env.client, plan.token_steps))
+    figures["throughput"] = await timed(
+        "throughput",
+        throughput(report, plan.throughput_runs, plan.throughput_steps, plan.model_delay),
+    )
     figures["pacing"] = await timed("pacing", pacing(report, plan.overhead_steps[0], plan.runs))
     figures["load_average_after"] = load_average()
     figures["seconds"] = time.perf_counter() - started
