@@ -9,6 +9,7 @@ activity, and a sub-agent's child workflow.
 
 from __future__ import annotations
 
+import sys
 import uuid
 from typing import Any
 
@@ -25,7 +26,17 @@ from workflows.agent import AgentWorkflow
 answers: list[tuple[str, Any, Any]] = []
 
 
+fresh_modules: set[str] = set()
+
+
 class _Checked(sandbox_runner._Instance):
+    def activate(self, act: Any) -> Any:
+        completion = super().activate(act)
+        # Proxies of restricted modules exist only for modules the sandbox imports itself.
+        modules = self.importer.new_modules
+        fresh_modules.update(n for n, m in modules.items() if sys.modules.get(n) is not m)
+        return completion
+
     def get_serialization_context(self, command_info: Any) -> Any:
         ours = super().get_serialization_context(command_info)
         answers.append(
@@ -47,6 +58,7 @@ class _CheckedRunner(sandbox_runner.AgentSandboxRunner):
 
 async def test_every_context_is_the_one_the_sdk_gives(client: Client, task_queue: str) -> None:
     answers.clear()
+    fresh_modules.clear()
     key = f"k-{uuid.uuid4().hex[:6]}"
     child = child_model(turn(call("count_me", key=f"{key}-c")), turn(text="child done"))
     script = [
@@ -73,6 +85,8 @@ async def test_every_context_is_the_one_the_sdk_gives(client: Client, task_queue
     child_ids = {c.workflow_id for c in contexts if isinstance(c, WorkflowSerializationContext)}
     assert any(workflow_id.endswith("/call_2_1") for workflow_id in child_ids), child_ids
     assert any(kind == "store" for kind, _, _ in answers)
+    # So the builtins isinstance and issubclass need no unwrapping of proxies.
+    assert fresh_modules == {"__main__"}
 
 
 def test_each_snippet_the_sandbox_runs_is_compiled_once() -> None:
