@@ -17,6 +17,7 @@ scripted model's calls stay on the run's own queue.
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -145,7 +146,7 @@ class ModelGateway:
         messages = request.messages
         head = messages[: len(sent)]
         # After a compaction rewrote the start, the view goes again, but its results by hash.
-        extends = len(head) == len(sent) and all(a is b for a, b in zip(sent, head, strict=True))
+        extends = len(head) == len(sent) and all(map(operator.is_, sent, head))
         start = len(sent) if extends else 0
         same_tools = self._last_tools == request.tools
         script = request.settings.script
