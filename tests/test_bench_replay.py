@@ -24,3 +24,4 @@ def test_replay_bench_replays_both_kinds_of_run(tmp_path: Path) -> None:
     assert rows["activity"]["steps"] == rows["local"]["steps"] == 20
     assert rows["local"]["events"] < rows["activity"]["events"] * 0.8, rows
     assert all(len(row["seconds"]) == 1 and row["median"] > 0 for row in rows.values())
+    assert all(row["cold_seconds"] > 0 for row in rows.values())
