@@ -159,8 +159,13 @@ async def _chat(agent_run: AgentRun, following: Following) -> int:
     try:
         number = 1
         while True:
-            if not await _turn(agent_run, number, following, stdin, ctrl_c):
+            going_on, started = await _turn(agent_run, number, following, stdin, ctrl_c)
+            if not going_on:
                 break
+            if started is not None:
+                # A line typed as the turn ended started the next one: follow it.
+                number = started
+                continue
             say(PROMPT.strip())
             line = await _line_or_ctrl_c(stdin, ctrl_c)
             if line is None or line.strip() in ENDS:
@@ -179,8 +184,10 @@ async def _chat(agent_run: AgentRun, following: Following) -> int:
 
 async def _turn(
     agent_run: AgentRun, number: int, following: Following, stdin: Lines, ctrl_c: CtrlC
-) -> bool:
-    """One turn at the terminal; False once the conversation is to end (a second Ctrl-C)."""
+) -> tuple[bool, int | None]:
+    """One turn at the terminal: False once the conversation is to end (a second Ctrl-C), and
+    the number of the next turn when a line typed as this one ended started it (the line went
+    to the workflow after its turn had answered; a CI run lost that turn's answer so)."""
     answers: asyncio.Queue[str | None] = asyncio.Queue()
     following_it = asyncio.ensure_future(follow_turn(agent_run, number, following, answers))
     pressed = 0
@@ -194,14 +201,17 @@ async def _turn(
             if press.done() and not press.cancelled():
                 pressed += 1
                 if pressed > 1:
-                    return False
+                    return False, None
                 await _interrupt(agent_run)
             if line.done() and not line.cancelled():
                 text = line.result()
                 if text is None or text.strip() in ENDS:
-                    return False
-                await _steer_or_answer(agent_run, text, answers)
-        return following_it.result() is not None
+                    return False, None
+                posted = await _steer_or_answer(agent_run, number, text, answers)
+                if posted is not None and posted != number:
+                    # This turn had ended: its answer is printed before the next is followed.
+                    return (await following_it) is not None, posted
+        return following_it.result() is not None, None
     finally:
         following_it.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -209,22 +219,26 @@ async def _turn(
 
 
 async def _steer_or_answer(
-    agent_run: AgentRun, text: str, answers: asyncio.Queue[str | None]
-) -> None:
-    """A line typed while the turn works: the answer to what waits for a person, else a
-    steering message."""
+    agent_run: AgentRun, number: int, text: str, answers: asyncio.Queue[str | None]
+) -> int | None:
+    """A line typed while turn `number` works: the answer to what waits for a person, else a
+    message for the conversation. The number of the turn the message went to: `number` when it
+    steers this one, the next when this one had ended; None when nothing was sent."""
     status = await agent_run.status()
     plan_waits = status.plan is not None and status.plan.status == "awaiting_approval"
     if plan_waits or status.approvals:
         answers.put_nowait(text)
-        return
+        return None
     if not text.strip():
-        return
+        return None
     try:
         turn = await agent_run.post(text.strip())
-        say(f"(sent to turn {turn}; the model reads it at its next call)")
     except WorkflowUpdateFailedError as refused:
         say(f"not sent: {decide.refusal(refused)}")
+        return None
+    if turn == number:
+        say(f"(sent to turn {turn}; the model reads it at its next call)")
+    return turn
 
 
 async def _interrupt(agent_run: AgentRun) -> None:
