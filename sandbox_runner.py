@@ -1,4 +1,4 @@
-"""How the worker runs workflow code: the SDK's sandbox, with two of its costs taken out.
+"""How the worker runs workflow code: the SDK's sandbox, with three of its costs taken out.
 
 - **The `workflows` package is passed through.** Its rooms always were (workflows/agent.py says
   why); this adds agent.py itself, which the sandbox otherwise imports again, compiling its

@@ -15,7 +15,6 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from activities.providers import scripted
 from activities.tools import tool, tool_specs
@@ -26,7 +25,7 @@ from bench.floor_workflow import (
     floor_tool,
     tool_result_text,
 )
-from sandbox_runner import PASSED_THROUGH, AgentSandboxRunner
+from sandbox_runner import WORKFLOW_RUNNER, AgentSandboxRunner
 from workflows.agent import AgentWorkflow
 from workflows.models import (
     AgentInput,
@@ -77,9 +76,7 @@ def agent_input(steps: int, delay_seconds: float = 0.0, *, local_tool: bool = Fa
 
 
 FLOOR_PASSED_THROUGH = AgentSandboxRunner(
-    restrictions=SandboxRestrictions.default.with_passthrough_modules(
-        *PASSED_THROUGH, "bench.floor_workflow"
-    )
+    restrictions=WORKFLOW_RUNNER.restrictions.with_passthrough_modules("bench.floor_workflow")
 )
 """The agent's sandbox settings, given to the floor: its module passed through too."""
 
