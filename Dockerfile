@@ -1,6 +1,7 @@
-# The agent worker: `python worker.py`, configured by TEMPORAL_ADDRESS (see docker-compose.yml).
-# The same image runs the codec server (`python codec_server.py`) and the one-shot that makes the
-# payload key (`sh deploy/payload-key.sh`).
+# The agent worker: `durable-agent worker`, configured by TEMPORAL_ADDRESS (see
+# docker-compose.yml). The same image runs the codec server (`python -m
+# durable_agent.codec_server`) and the one-shot that makes the payload key
+# (`sh deploy/payload-key.sh`).
 FROM python:3.11-slim
 
 # Every file the worker writes is under /data, which the `agent` user owns and compose mounts a
@@ -12,17 +13,20 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     AGENT_MESSAGE_STORE=/data/messages.db \
     AGENT_RESULT_STORE=/data/results.db
 
-WORKDIR /app
-
-# Only what the package and the worker need (README.md is the package's readme).
+# The package is built from /src, installed into site-packages, and /src removed: the image runs
+# the installed `durable_agent` from /app, where no source folder of that name can shadow it.
+# Only what the package needs (README.md is its readme).
+WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY durable_agent ./durable_agent
 COPY workflows ./workflows
 COPY activities ./activities
 COPY cli ./cli
-COPY worker.py starter.py agent_client.py forking.py payload_codec.py codec_server.py sandbox_runner.py ./
-COPY deploy/payload-key.sh ./deploy/
 RUN pip install --no-cache-dir . \
-    && rm -rf build *.egg-info
+    && cd / && rm -rf /src
+
+WORKDIR /app
+COPY deploy/payload-key.sh ./deploy/
 
 # A non-root user, and the directories it writes owned by it: a named volume mounted on one
 # starts with this owner and mode. /keys holds the payload key and the codec token (owner only).
@@ -32,4 +36,4 @@ RUN useradd --create-home --uid 10001 agent \
     && chmod 0700 /keys
 USER agent
 
-CMD ["python", "worker.py"]
+CMD ["durable-agent", "worker"]

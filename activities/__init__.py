@@ -10,9 +10,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from activities.model_call import call_model
-    from activities.toolkits import Toolkit, register_toolkit
-    from activities.tools import (
+    from durable_agent.activities.model_call import call_model
+    from durable_agent.activities.toolkits import Toolkit, register_toolkit
+    from durable_agent.activities.tools import (
         ToolError,
         current_call,
         registered_tools,
@@ -22,22 +22,22 @@ if TYPE_CHECKING:
     )
 
 _HOMES = {
-    "call_model": "activities.model_call",
-    "Toolkit": "activities.toolkits",
-    "register_toolkit": "activities.toolkits",
-    "ToolError": "activities.tools",
-    "current_call": "activities.tools",
-    "registered_tools": "activities.tools",
-    "tool": "activities.tools",
-    "tool_activities": "activities.tools",
-    "tool_specs": "activities.tools",
+    "call_model": "durable_agent.activities.model_call",
+    "Toolkit": "durable_agent.activities.toolkits",
+    "register_toolkit": "durable_agent.activities.toolkits",
+    "ToolError": "durable_agent.activities.tools",
+    "current_call": "durable_agent.activities.tools",
+    "registered_tools": "durable_agent.activities.tools",
+    "tool": "durable_agent.activities.tools",
+    "tool_activities": "durable_agent.activities.tools",
+    "tool_specs": "durable_agent.activities.tools",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name in _HOMES:
         return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module 'activities' has no attribute {name!r}")
+    raise AttributeError(f"module 'durable_agent.activities' has no attribute {name!r}")
 
 
 __all__ = [

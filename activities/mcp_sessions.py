@@ -22,7 +22,7 @@ from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from activities.mcp_config import McpServerConfig
+from durable_agent.activities.mcp_config import McpServerConfig
 
 logger = logging.getLogger(__name__)
 

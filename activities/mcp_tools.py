@@ -53,13 +53,13 @@ from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-import workflows.tool_catalog as tool_catalog
-from activities import progress, telemetry
-from activities._heartbeat import heartbeating
-from activities.mcp_config import McpConfig, McpServerConfig
-from activities.mcp_sessions import McpConnection
-from activities.tools import bounded_result
-from workflows.models import (
+import durable_agent.workflows.tool_catalog as tool_catalog
+from durable_agent.activities import progress, telemetry
+from durable_agent.activities._heartbeat import heartbeating
+from durable_agent.activities.mcp_config import McpConfig, McpServerConfig
+from durable_agent.activities.mcp_sessions import McpConnection
+from durable_agent.activities.tools import bounded_result
+from durable_agent.workflows.models import (
     RunTools,
     ToolActivityInput,
     ToolActivityResult,

@@ -37,9 +37,9 @@ from typing import Any, Protocol, cast
 
 from pydantic import TypeAdapter
 
-from activities.pg_store import postgres_store
-from activities.sqlite_wal import use_wal
-from activities.store_config import (
+from durable_agent.activities.pg_store import postgres_store
+from durable_agent.activities.sqlite_wal import use_wal
+from durable_agent.activities.store_config import (
     DEFAULT_RETENTION_HOURS,
     LEGACY_RETENTION_VARIABLE,
     RETENTION_VARIABLE,
@@ -53,8 +53,8 @@ from activities.store_config import (
     sealed_key_id,
     store_url_from_env,
 )
-from payload_codec import PayloadKey
-from workflows.history import (
+from durable_agent.payload_codec import PayloadKey
+from durable_agent.workflows.history import (
     chain_refs,
     message_json,
     script_json,
@@ -62,8 +62,8 @@ from workflows.history import (
     tools_json as tools_json,  # the hashed form, which older workers stored
     tools_ref,
 )
-from workflows.models import ModelRequest, ScriptedTurn, ToolSpec
-from workflows.transcript import Message, message_adapter
+from durable_agent.workflows.models import ModelRequest, ScriptedTurn, ToolSpec
+from durable_agent.workflows.transcript import Message, message_adapter
 
 logger = logging.getLogger(__name__)
 

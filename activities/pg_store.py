@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from activities.store_config import (
+from durable_agent.activities.store_config import (
     DEFAULT_RETENTION_HOURS,
     TOUCH_EVERY_SECONDS,
     RecentChains,
@@ -43,8 +43,8 @@ from activities.store_config import (
     redacted,
     retention_hours_from_env,
 )
-from payload_codec import PayloadKey
-from workflows.errors import AgentConfigurationError
+from durable_agent.payload_codec import PayloadKey
+from durable_agent.workflows.errors import AgentConfigurationError
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool

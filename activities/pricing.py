@@ -17,7 +17,7 @@ import os
 from functools import cache
 from pathlib import Path
 
-from workflows.models import Price, Usage
+from durable_agent.workflows.models import Price, Usage
 
 PRICES_AS_OF = "2026-11"
 

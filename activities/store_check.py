@@ -28,8 +28,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from activities.pg_store import BLOB_TABLES, StoreSchemaTooNew, ensure_schema
-from activities.store_config import STORE_URL_VARIABLE, redacted, store_url_from_env
+from durable_agent.activities.pg_store import BLOB_TABLES, StoreSchemaTooNew, ensure_schema
+from durable_agent.activities.store_config import STORE_URL_VARIABLE, redacted, store_url_from_env
 
 DB_PATH_ENV = "AGENT_DEMO_DB"
 DEFAULT_DB_PATH = Path(".agent-demo") / "demo.db"

@@ -32,9 +32,9 @@ from urllib.parse import urlsplit
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-import payload_codec
-from payload_codec import KEYS_VARIABLE, NONCE_BYTES, PayloadKey, PayloadKeyError
-from workflows.errors import AgentConfigurationError
+from durable_agent import payload_codec
+from durable_agent.payload_codec import KEYS_VARIABLE, NONCE_BYTES, PayloadKey, PayloadKeyError
+from durable_agent.workflows.errors import AgentConfigurationError
 
 logger = logging.getLogger(__name__)
 

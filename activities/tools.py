@@ -28,15 +28,15 @@ from pydantic_core import to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-import workflows.tool_catalog as tool_catalog
-from activities import progress, telemetry
-from activities._heartbeat import heartbeating
-from activities.message_store import message_store
-from activities.result_store import result_store, worker_local
-from workflows.builtin_tools import DELEGATE, FINISH, READ_RESULT, SUBMIT_PLAN
-from workflows.errors import AgentError
-from workflows.history import CONTENT_MIN_CHARS, content_ref
-from workflows.models import (
+import durable_agent.workflows.tool_catalog as tool_catalog
+from durable_agent.activities import progress, telemetry
+from durable_agent.activities._heartbeat import heartbeating
+from durable_agent.activities.message_store import message_store
+from durable_agent.activities.result_store import result_store, worker_local
+from durable_agent.workflows.builtin_tools import DELEGATE, FINISH, READ_RESULT, SUBMIT_PLAN
+from durable_agent.workflows.errors import AgentError
+from durable_agent.workflows.history import CONTENT_MIN_CHARS, content_ref
+from durable_agent.workflows.models import (
     DEFAULT_MAX_RESULT_CHARS,
     CompensationInput,
     RetrySettings,
@@ -46,7 +46,7 @@ from workflows.models import (
     ToolSelection,
     ToolSpec,
 )
-from workflows.outcomes import bounded
+from durable_agent.workflows.outcomes import bounded
 
 logger = logging.getLogger(__name__)
 

@@ -55,13 +55,13 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowFailureError
 
-from activities.admission import Admission, ProviderLimits
-from cli.plumbing import exit_now
+from durable_agent.activities.admission import Admission, ProviderLimits
+from durable_agent.cli.plumbing import exit_now
+from durable_agent.worker import build_worker, connect, embedded_dev_server
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.model_gateway import model_task_queue
+from durable_agent.workflows.models import AgentInput, ModelSettings, ToolApprovalPolicy
 from tests.fake_openai import RATE_LIMIT_HEADERS, FakeOpenAI, Recorded, Reply
-from worker import build_worker, connect, embedded_dev_server
-from workflows.agent import AgentWorkflow
-from workflows.model_gateway import model_task_queue
-from workflows.models import AgentInput, ModelSettings, ToolApprovalPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
 RETRY_AFTER_SECONDS = float(RATE_LIMIT_HEADERS["retry-after-ms"]) / 1000

@@ -68,12 +68,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.client import Client
 
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
-from activities import pricing
-from activities.providers.scripted import recorded_requests
 from bench.tokens import CHARS_PER_TOKEN, cacheable_tokens, prompt_bytes
-from worker import build_worker, embedded_dev_server
-from workflows.agent import AgentWorkflow
-from workflows.models import (
+from durable_agent.activities import pricing
+from durable_agent.activities.providers.scripted import recorded_requests
+from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import (
     AgentInput,
     Limits,
     ModelSettings,

@@ -17,7 +17,13 @@ from pydantic import BaseModel
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
+    from durable_agent.workflows.transcript import (
+        AssistantMessage,
+        Message,
+        ToolCall,
+        ToolResult,
+        UserMessage,
+    )
 
 RESULT_CHARS = 200
 """What the benchmark's tool returns per call, in the agent's runs and the floor's."""

@@ -36,11 +36,11 @@ from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
-from agent_client import AgentRun
-from cli.plumbing import exit_now
-from worker import build_worker, embedded_dev_server
-from workflows.agent import AgentWorkflow
-from workflows.models import (
+from durable_agent.agent_client import AgentRun
+from durable_agent.cli.plumbing import exit_now
+from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import (
     EVENTS_TOPIC,
     AgentEvent,
     AgentInput,

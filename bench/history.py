@@ -30,10 +30,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
-from cli.plumbing import exit_now
-from worker import build_worker, embedded_dev_server
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentInput, Limits, ModelSettings, ScriptedCall, ScriptedTurn
+from durable_agent.cli.plumbing import exit_now
+from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import (
+    AgentInput,
+    Limits,
+    ModelSettings,
+    ScriptedCall,
+    ScriptedTurn,
+)
 
 
 def agent_input(steps: int, result_chars: int, linear: bool, reply_chars: int = 0) -> AgentInput:

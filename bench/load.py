@@ -54,13 +54,13 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from activities import demo_tools
-from activities.providers.scripted import recorded_requests
-from cli.plumbing import exit_now
-from worker import build_worker, embedded_dev_server
-from workflows.agent import AgentWorkflow
-from workflows.errors import AgentError
-from workflows.models import (
+from durable_agent.activities import demo_tools
+from durable_agent.activities.providers.scripted import recorded_requests
+from durable_agent.cli.plumbing import exit_now
+from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.errors import AgentError
+from durable_agent.workflows.models import (
     AgentInput,
     AgentResult,
     FailureDetails,
@@ -70,7 +70,7 @@ from workflows.models import (
     ScriptedTurn,
     ToolApprovalPolicy,
 )
-from workflows.transcript import Message, Transcript
+from durable_agent.workflows.transcript import Message, Transcript
 
 TASK_QUEUE = "bench-load"
 FIRST_ORDER = demo_tools.BULK_FIRST_ID

@@ -23,11 +23,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
-from activities.providers.scripted import recorded_requests
-from worker import build_worker, embedded_dev_server
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentInput, Limits, ModelSettings, ScriptedCall, ScriptedTurn
-from workflows.transcript import Transcript
+from durable_agent.activities.providers.scripted import recorded_requests
+from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import (
+    AgentInput,
+    Limits,
+    ModelSettings,
+    ScriptedCall,
+    ScriptedTurn,
+)
+from durable_agent.workflows.transcript import Transcript
 
 
 async def main(argv: list[str] | None = None) -> int:

@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.client import Client, WorkflowHistory
 
 from bench import workload
-from cli.plumbing import exit_now
-from worker import build_worker, embedded_dev_server, replayer as worker_replayer
+from durable_agent.cli.plumbing import exit_now
+from durable_agent.worker import build_worker, embedded_dev_server, replayer as worker_replayer
 
 
 async def measure(client: Client, task_queue: str, steps: int, runs: int, local: bool) -> Any:

@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.client import Client
 
 from bench import workload
-from cli.plumbing import exit_now
-from worker import embedded_dev_server
+from durable_agent.cli.plumbing import exit_now
+from durable_agent.worker import embedded_dev_server
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -33,11 +33,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from agent_client import AgentRun
+from durable_agent.agent_client import AgentRun
+from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import (
+    AgentInput,
+    Limits,
+    ModelDelta,
+    ModelSettings,
+    StreamProgress,
+)
 from tests import fake_anthropic
-from worker import build_worker, embedded_dev_server
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentInput, Limits, ModelDelta, ModelSettings, StreamProgress
 
 TOOL = "get_order"
 

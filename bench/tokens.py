@@ -26,12 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from temporalio.client import Client
 
-from activities import pricing
-from activities.providers.openai_provider import request_params
-from activities.providers.scripted import recorded_requests
-from worker import build_worker, embedded_dev_server
-from workflows.agent import AgentWorkflow
-from workflows.models import (
+from durable_agent.activities import pricing
+from durable_agent.activities.providers.openai_provider import request_params
+from durable_agent.activities.providers.scripted import recorded_requests
+from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import (
     AgentInput,
     Limits,
     ModelRequest,

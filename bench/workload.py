@@ -16,8 +16,6 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
-from activities.providers import scripted
-from activities.tools import tool, tool_specs
 from bench.floor_workflow import (
     FloorInput,
     FloorWorkflow,
@@ -25,9 +23,11 @@ from bench.floor_workflow import (
     floor_tool,
     tool_result_text,
 )
-from sandbox_runner import WORKFLOW_RUNNER, AgentSandboxRunner
-from workflows.agent import AgentWorkflow
-from workflows.models import (
+from durable_agent.activities.providers import scripted
+from durable_agent.activities.tools import tool, tool_specs
+from durable_agent.sandbox_runner import WORKFLOW_RUNNER, AgentSandboxRunner
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import (
     AgentInput,
     Limits,
     ModelRequest,
@@ -36,7 +36,7 @@ from workflows.models import (
     ScriptedCall,
     ScriptedTurn,
 )
-from workflows.transcript import Message, ToolResult, UserMessage
+from durable_agent.workflows.transcript import Message, ToolResult, UserMessage
 
 PROMPT = "Check every item of the order and say which ones ship."
 

@@ -17,11 +17,17 @@ from typing import Any, ClassVar, Literal, cast, get_args
 
 from pydantic import TypeAdapter, ValidationError
 
-import payload_codec
-from activities.mcp_config import MCP_CONFIG_VARIABLE, McpConfig, mcp_config_from
-from cli.plumbing import CommandLineError, OneLineArgumentParser, say, temporal_address
-from workflows.errors import AgentConfigurationError
-from workflows.models import (
+from durable_agent import payload_codec
+from durable_agent.activities.mcp_config import MCP_CONFIG_VARIABLE, McpConfig, mcp_config_from
+from durable_agent.activities.toolkits import DEMO_TOOLS
+from durable_agent.cli.plumbing import (
+    CommandLineError,
+    OneLineArgumentParser,
+    say,
+    temporal_address,
+)
+from durable_agent.workflows.errors import AgentConfigurationError
+from durable_agent.workflows.models import (
     DEFAULT_TASK_QUEUE,
     Limits,
     ModelSettings,
@@ -421,7 +427,7 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
         if provider != "scripted":
             parser.error("--script is for the scripted provider")
         script = _read_script(parser, args.script)
-    demo_tools = {"demo", "activities.demo_tools"}
+    demo_tools = {"demo", DEMO_TOOLS}
     if provider == "scripted" and script is None and args.tools and not demo_tools & {*args.tools}:
         parser.error(
             "the scripted demo calls the demo's tools: with --tools, give --script or a real "

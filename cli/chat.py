@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 
-from activities import telemetry
-from worker import UNPACED_DEV_SERVER_ARGS, connect, free_port, temporal_binary
-from workflows.models import SEARCH_ATTRIBUTES
+from durable_agent.activities import telemetry
+from durable_agent.worker import UNPACED_DEV_SERVER_ARGS, connect, free_port, temporal_binary
+from durable_agent.workflows.models import SEARCH_ATTRIBUTES
 
 START_SECONDS = 30.0
 STOP_SECONDS = 10.0

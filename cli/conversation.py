@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from agent_client import AgentRun, AgentRunFailed
-from cli import decide
-from cli.args import End, Interrupt, Send
-from cli.plumbing import one_line, say
-from cli.progress import StepLines, StepsFromEvents, usage_text
-from workflows.models import AgentResult, TurnRecord
+from durable_agent.agent_client import AgentRun, AgentRunFailed
+from durable_agent.cli import decide
+from durable_agent.cli.args import End, Interrupt, Send
+from durable_agent.cli.plumbing import one_line, say
+from durable_agent.cli.progress import StepLines, StepsFromEvents, usage_text
+from durable_agent.workflows.models import AgentResult, TurnRecord
 
 ENDS = ("/end", "/quit", "/exit")
 PROMPT = "> "

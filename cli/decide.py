@@ -20,10 +20,10 @@ from typing import Any
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from agent_client import AgentRun
-from cli.args import ApproveCall, ApprovePlan, DenyCall, RejectPlan
-from cli.plumbing import one_line, say
-from workflows.models import AgentEvent, PlanState
+from durable_agent.agent_client import AgentRun
+from durable_agent.cli.args import ApproveCall, ApprovePlan, DenyCall, RejectPlan
+from durable_agent.cli.plumbing import one_line, say
+from durable_agent.workflows.models import AgentEvent, PlanState
 
 APPROVALS = ("", "y", "yes")
 

@@ -14,13 +14,21 @@ from typing import Any
 
 from temporalio.client import Client
 
-import forking
-from agent_client import AgentClient, AgentRun, AgentRunFailed
-from cli.args import DEFAULT_MODELS, SCRIPTED_MODEL, Diff, Eval, Fork, Provider, load_score
-from cli.plumbing import say
-from cli.run import Following, follow
-from cli.tables import money, shorten
-from workflows.models import (
+from durable_agent import forking
+from durable_agent.agent_client import AgentClient, AgentRun, AgentRunFailed
+from durable_agent.cli.args import (
+    DEFAULT_MODELS,
+    SCRIPTED_MODEL,
+    Diff,
+    Eval,
+    Fork,
+    Provider,
+    load_score,
+)
+from durable_agent.cli.plumbing import say
+from durable_agent.cli.run import Following, follow
+from durable_agent.cli.tables import money, shorten
+from durable_agent.workflows.models import (
     AgentEvent,
     AgentResult,
     Limits,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from cli.plumbing import say
-from cli.tables import shorten
-from workflows.models import AgentEvent, ModelDelta, StepRecord, ToolCallRecord, Usage
+from durable_agent.cli.plumbing import say
+from durable_agent.cli.tables import shorten
+from durable_agent.workflows.models import AgentEvent, ModelDelta, StepRecord, ToolCallRecord, Usage
 
 
 def usage_text(usage: Usage) -> str:

@@ -23,20 +23,20 @@ from typing import Any
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from activities import pricing, telemetry, toolkits
-from activities.admission import Admission
-from activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
-from activities.mcp_tools import McpTools
-from activities.store_check import StoreNotWritable, check_stores
-from agent_client import AgentClient, AgentRun, AgentRunFailed
-from cli import chat, conversation, decide
-from cli.args import Result, RunArgs
-from cli.plumbing import say
-from cli.progress import DeltaLines, StepLines, StepsFromEvents, usage_text
-from cli.tables import trace_table
-from worker import build_worker, embedded_dev_server, free_port
-from workflows.errors import AgentConfigurationError
-from workflows.models import (
+from durable_agent.activities import pricing, telemetry, toolkits
+from durable_agent.activities.admission import Admission
+from durable_agent.activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
+from durable_agent.activities.mcp_tools import McpTools
+from durable_agent.activities.store_check import StoreNotWritable, check_stores
+from durable_agent.agent_client import AgentClient, AgentRun, AgentRunFailed
+from durable_agent.cli import chat, conversation, decide
+from durable_agent.cli.args import Result, RunArgs
+from durable_agent.cli.plumbing import say
+from durable_agent.cli.progress import DeltaLines, StepLines, StepsFromEvents, usage_text
+from durable_agent.cli.tables import trace_table
+from durable_agent.worker import build_worker, embedded_dev_server, free_port
+from durable_agent.workflows.errors import AgentConfigurationError
+from durable_agent.workflows.models import (
     AgentInput,
     CompensationRecord,
     Limits,
@@ -202,19 +202,13 @@ async def _run(args: RunArgs) -> int:
     async with server as env:
         say(f"embedded Temporal dev server; Web UI: http://127.0.0.1:{ui_port}")
         mcp = McpTools(args.mcp_config) if args.mcp_config is not None else None
-        try:
-            if mcp is not None:
-                mcp.start()
-            async with build_worker(env.client, args.task_queue, mcp=mcp):
-                client = AgentClient(env.client, args.task_queue)
-                status = await _start_and_report(client, agent_input, args, following)
-                if args.linger:
-                    say(f"the run is in the Web UI at http://127.0.0.1:{ui_port}; Ctrl-C to stop")
-                    await _wait_for_interrupt()
-                return status
-        finally:
-            if mcp is not None:
-                await mcp.close()
+        async with build_worker(env.client, args.task_queue, mcp=mcp):  # connects MCP, closes it
+            client = AgentClient(env.client, args.task_queue)
+            status = await _start_and_report(client, agent_input, args, following)
+            if args.linger:
+                say(f"the run is in the Web UI at http://127.0.0.1:{ui_port}; Ctrl-C to stop")
+                await _wait_for_interrupt()
+            return status
 
 
 def unreachable(

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from agent_client import StepStats
-from workflows.models import (
+from durable_agent.agent_client import StepStats
+from durable_agent.workflows.models import (
     CompactionRecord,
     EarlierSteps,
     StepRecord,

@@ -15,9 +15,9 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 import tests.tools_for_tests  # noqa: F401  (registers the test tools)
-from activities import pg_store
+from durable_agent.activities import pg_store
+from durable_agent.worker import embedded_dev_server
 from tests.postgres import PostgresServer, postgres_server
-from worker import embedded_dev_server
 
 _LOCAL_HOSTS = {"127.0.0.1", "::1", "localhost"}
 

@@ -56,9 +56,9 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from activities import demo_tools
-from activities.tools import tool
-from workflows.models import RetrySettings
+from durable_agent.activities import demo_tools
+from durable_agent.activities.tools import tool
+from durable_agent.workflows.models import RetrySettings
 
 TIMEOUT_SECONDS = 3.0
 """Start-to-close timeout of every demo tool and compensation attempt in the crash tests."""
@@ -180,12 +180,11 @@ class _CrashingOutbound(WorkflowOutboundInterceptor):
 
 
 async def serve(args: argparse.Namespace) -> None:
+    from durable_agent.worker import build_worker, connect
     from tests.helpers import TEST_WORKER_OPTIONS
-    from worker import build_worker, connect, ensure_search_attributes
 
     register_tools()
     client = await connect(args.address)
-    await ensure_search_attributes(client)  # as worker.py does
     interceptors = []
     if args.crash_at:
         interceptors.append(CrashInterceptor(CrashPoint(args.crash_at, Path(args.crash_file))))

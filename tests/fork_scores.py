@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workflows.models import AgentResult
+from durable_agent.workflows.models import AgentResult
 
 
 def names_the_order(original: AgentResult, fork: AgentResult) -> float:

@@ -12,9 +12,9 @@ from typing import Any
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
-from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.models import (
+from durable_agent.worker import build_worker
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import (
     AgentInput,
     AgentResult,
     Limits,
@@ -25,7 +25,7 @@ from workflows.models import (
     StepRecord,
     ToolApprovalPolicy,
 )
-from workflows.transcript import Message, Transcript
+from durable_agent.workflows.transcript import Message, Transcript
 
 TEST_WORKER_OPTIONS: dict[str, Any] = {
     # A bug in workflow code fails the test's run at once instead of retrying the task forever.

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from activities.toolkits import Toolkit
+from durable_agent.activities.toolkits import Toolkit
 
 
 class Order(BaseModel):

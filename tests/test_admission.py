@@ -21,15 +21,15 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
-from activities import admission
-from activities.admission import Admission, Gate, ModelLimits, ProviderLimits
+from durable_agent.activities import admission
+from durable_agent.activities.admission import Admission, Gate, ModelLimits, ProviderLimits
+from durable_agent.worker import build_worker
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.errors import AgentConfigurationError
+from durable_agent.workflows.model_gateway import model_task_queue
+from durable_agent.workflows.models import AgentInput, AgentResult, ModelSettings, RetrySettings
 from tests import fake_openai
 from tests.helpers import TEST_WORKER_OPTIONS, eventually
-from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.errors import AgentConfigurationError
-from workflows.model_gateway import model_task_queue
-from workflows.models import AgentInput, AgentResult, ModelSettings, RetrySettings
 
 ROOT = Path(__file__).resolve().parent.parent
 UNREACHABLE = "127.0.0.1:1"

@@ -21,12 +21,17 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 import tests.tools_for_tests as test_tools
+from durable_agent.worker import build_worker
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import (
+    DEFAULT_MAX_RESULT_CHARS,
+    AgentInput,
+    AgentResult,
+    ModelSettings,
+)
+from durable_agent.workflows.transcript import AssistantMessage, ToolResult, Transcript
 from tests import fake_anthropic, fake_openai
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, Run
-from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.models import DEFAULT_MAX_RESULT_CHARS, AgentInput, AgentResult, ModelSettings
-from workflows.transcript import AssistantMessage, ToolResult, Transcript
 
 TOOLS = ["get_order", "count_me", "typed"]
 ANSWER_RECORDED = "Answer recorded; the run ends here."

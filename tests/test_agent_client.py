@@ -16,11 +16,11 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
-from agent_client import AgentClient, AgentRun, AgentRunFailed
+from durable_agent.agent_client import AgentClient, AgentRun, AgentRunFailed
+from durable_agent.worker import build_worker
+from durable_agent.workflows.models import AgentInput, Limits, PlanState
+from durable_agent.workflows.transcript import AssistantMessage, UserMessage
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
-from worker import build_worker
-from workflows.models import AgentInput, Limits, PlanState
-from workflows.transcript import AssistantMessage, UserMessage
 
 TOOLS = ["get_order", "cancel_order", "issue_refund", "write_thing"]
 PLAN = ["Check order 104999", "Cancel it"]

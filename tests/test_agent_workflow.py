@@ -9,10 +9,9 @@ import pytest
 from temporalio.client import Client
 
 import tests.tools_for_tests as test_tools
-from activities.providers import scripted
-from activities.providers.scripted import recorded_requests
-from tests.helpers import call, run_agent, scripted_input, turn
-from workflows.models import (
+from durable_agent.activities.providers import scripted
+from durable_agent.activities.providers.scripted import recorded_requests
+from durable_agent.workflows.models import (
     Limits,
     ModelRequest,
     ModelSettings,
@@ -20,7 +19,8 @@ from workflows.models import (
     ToolSpec,
     Usage,
 )
-from workflows.transcript import AssistantMessage, ToolResult, UserMessage
+from durable_agent.workflows.transcript import AssistantMessage, ToolResult, UserMessage
+from tests.helpers import call, run_agent, scripted_input, turn
 
 
 async def test_demo_tools_answer_the_seed_question(client: Client, task_queue: str) -> None:

@@ -13,8 +13,20 @@ from typing import Any
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.providers._http_errors import INCOMPLETE_REPLY_TYPE, TRANSIENT_ERROR_TYPE
-from activities.providers.anthropic_provider import complete
+from durable_agent.activities.providers._http_errors import (
+    INCOMPLETE_REPLY_TYPE,
+    TRANSIENT_ERROR_TYPE,
+)
+from durable_agent.activities.providers.anthropic_provider import complete
+from durable_agent.workflows.errors import AgentConfigurationError, AgentProviderError
+from durable_agent.workflows.models import ModelRequest, ModelSettings, ToolSpec, Usage
+from durable_agent.workflows.transcript import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+)
 from tests.fake_anthropic import (
     FakeAnthropic,
     HttpReply,
@@ -24,9 +36,6 @@ from tests.fake_anthropic import (
     request_error,
     sent_key,
 )
-from workflows.errors import AgentConfigurationError, AgentProviderError
-from workflows.models import ModelRequest, ModelSettings, ToolSpec, Usage
-from workflows.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
 
 MODEL = "claude-test-1"
 EPHEMERAL = {"type": "ephemeral"}

@@ -23,9 +23,9 @@ from bench.faults import (
     check,
     check_requests,
 )
+from durable_agent.workflows.agent import AgentWorkflow
 from tests import fake_openai
 from tests.helpers import call, eventually, scripted_input, turn
-from workflows.agent import AgentWorkflow
 
 REPO = Path(__file__).resolve().parent.parent
 

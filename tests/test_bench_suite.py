@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from workflows.reporting import AGENT_STEP_EVERY
+from durable_agent.workflows.reporting import AGENT_STEP_EVERY
 
 REPO = Path(__file__).resolve().parent.parent
 

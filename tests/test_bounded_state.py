@@ -5,18 +5,24 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from workflows.call_ids import FILTER_BITS, MAX_EXACT_CALL_IDS, CallIds
-from workflows.dispatch import with_unique_call_ids
-from workflows.loop_detection import MAX_REMEMBERED_CALLS, LoopDetector, call_key
-from workflows.models import TracePageRequest
-from workflows.state import CompactionRecord, RunState, StepRecord, ToolCallRecord, Usage
-from workflows.trace import (
+from durable_agent.workflows.call_ids import FILTER_BITS, MAX_EXACT_CALL_IDS, CallIds
+from durable_agent.workflows.dispatch import with_unique_call_ids
+from durable_agent.workflows.loop_detection import MAX_REMEMBERED_CALLS, LoopDetector, call_key
+from durable_agent.workflows.models import TracePageRequest
+from durable_agent.workflows.state import (
+    CompactionRecord,
+    RunState,
+    StepRecord,
+    ToolCallRecord,
+    Usage,
+)
+from durable_agent.workflows.trace import (
     MAX_KEPT_COMPACTIONS,
     MAX_KEPT_STEP_RECORDS,
     MAX_KEPT_TRACE_BYTES,
     Trace,
 )
-from workflows.transcript import AssistantMessage, ToolCall
+from durable_agent.workflows.transcript import AssistantMessage, ToolCall
 
 START = datetime(2026, 12, 1, tzinfo=UTC)
 

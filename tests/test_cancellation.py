@@ -14,10 +14,10 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 
 import tests.tools_for_tests as test_tools
+from durable_agent.worker import build_worker
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import AgentInput, AgentResult, Limits
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
-from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentInput, AgentResult, Limits
 
 
 async def cancelled(handle: WorkflowHandle[Any, AgentResult]) -> list[Any]:

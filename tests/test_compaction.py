@@ -6,11 +6,10 @@ import json
 
 from temporalio.client import Client
 
-from activities.providers.scripted import recorded_requests
-from tests.helpers import call, run_agent, scripted_input, turn
-from workflows import compaction
-from workflows.models import AgentInput, Limits
-from workflows.transcript import (
+from durable_agent.activities.providers.scripted import recorded_requests
+from durable_agent.workflows import compaction
+from durable_agent.workflows.models import AgentInput, Limits
+from durable_agent.workflows.transcript import (
     AssistantMessage,
     Message,
     ToolCall,
@@ -18,6 +17,7 @@ from workflows.transcript import (
     Transcript,
     UserMessage,
 )
+from tests.helpers import call, run_agent, scripted_input, turn
 
 
 def synthetic_transcript() -> list[Message]:

@@ -11,12 +11,12 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.testing import ActivityEnvironment
 
 import tests.tools_for_tests as test_tools
-from activities import demo_tools
-from activities.tools import registered_tools
+from durable_agent.activities import demo_tools
+from durable_agent.activities.tools import registered_tools
+from durable_agent.worker import build_worker
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import CompensationInput, Limits, ToolActivityInput
 from tests.helpers import TEST_WORKER_OPTIONS, Run, call, run_agent, scripted_input, turn
-from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.models import CompensationInput, Limits, ToolActivityInput
 
 EFFECTS = ["cancel_order", "issue_refund", "send_email", "count_me"]
 

@@ -15,7 +15,17 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 import tests.tools_for_tests as test_tools
-from agent_client import AgentClient, AgentRun, AgentRunFailed
+from durable_agent.agent_client import AgentClient, AgentRun, AgentRunFailed
+from durable_agent.worker import build_worker, temporal_binary
+from durable_agent.workflows.models import (
+    AgentInput,
+    Limits,
+    ModelSettings,
+    ScriptedTurn,
+    ToolApprovalPolicy,
+    Usage,
+)
+from durable_agent.workflows.transcript import Transcript
 from tests import fake_openai
 from tests.helpers import (
     FAST_MODEL_RETRY,
@@ -25,16 +35,6 @@ from tests.helpers import (
     scripted_input,
     turn,
 )
-from worker import build_worker, temporal_binary
-from workflows.models import (
-    AgentInput,
-    Limits,
-    ModelSettings,
-    ScriptedTurn,
-    ToolApprovalPolicy,
-    Usage,
-)
-from workflows.transcript import Transcript
 
 
 def conversation(script: list[ScriptedTurn], **options: Any) -> AgentInput:

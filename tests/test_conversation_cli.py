@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-import starter
-from worker import build_worker
+from durable_agent import starter
+from durable_agent.worker import build_worker
 
 REPO = Path(__file__).resolve().parent.parent
 PROMPT = "Where is my latest order? My email is a@b.com."

@@ -32,11 +32,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from activities import demo_tools
-from tests.helpers import TRUSTED, call, eventually, turn
-from worker import connect, free_port, temporal_binary
-from workflows.agent import AgentWorkflow
-from workflows.models import (
+from durable_agent.activities import demo_tools
+from durable_agent.worker import connect, free_port, temporal_binary
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import (
     SEARCH_ATTRIBUTES,
     AgentInput,
     AgentResult,
@@ -44,7 +43,8 @@ from workflows.models import (
     ModelSettings,
     RetrySettings,
 )
-from workflows.transcript import Transcript
+from durable_agent.workflows.transcript import Transcript
+from tests.helpers import TRUSTED, call, eventually, turn
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ["get_order", "get_customer", "cancel_order", "issue_refund", "send_email"]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from activities import demo_tools
-from activities.demo_tools import (
+from durable_agent.activities import demo_tools
+from durable_agent.activities.demo_tools import (
     cancel_order,
     connect,
     demo_db_path,
@@ -22,7 +22,7 @@ from activities.demo_tools import (
     search_orders,
     send_email,
 )
-from activities.tools import registered_tools
+from durable_agent.activities.tools import registered_tools
 
 SEEDED_AT = datetime(2026, 11, 29, 9, 30, tzinfo=UTC)
 

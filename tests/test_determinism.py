@@ -1,6 +1,7 @@
 """The workflow's code keeps the sandbox's rules, though the worker hands it over from outside.
 
-The worker passes the whole `workflows` package through the sandbox (worker.WORKFLOW_RUNNER):
+The worker passes the whole `durable_agent.workflows` package through the sandbox
+(sandbox_runner.WORKFLOW_RUNNER):
 nothing there is imported again, and compiled again, for each run. So the sandbox no longer
 catches a clock, a random number or I/O in that code; these tests do:
 
@@ -19,10 +20,10 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from sandbox_runner import WORKFLOW_RUNNER
+from durable_agent.sandbox_runner import WORKFLOW_RUNNER
+from durable_agent.worker import build_worker
+from durable_agent.workflows.agent import AgentWorkflow
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
-from worker import build_worker
-from workflows.agent import AgentWorkflow
 
 WORKFLOWS = Path(__file__).resolve().parent.parent / "workflows"
 
@@ -115,7 +116,7 @@ def test_no_workflow_module_reads_a_clock_draws_at_random_or_does_io() -> None:
 
 
 def test_the_worker_passes_the_workflows_package_through() -> None:
-    assert "workflows" in WORKFLOW_RUNNER.restrictions.passthrough_modules
+    assert "durable_agent.workflows" in WORKFLOW_RUNNER.restrictions.passthrough_modules
 
 
 async def test_a_run_under_the_strict_sandbox_is_the_same_run(

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from workflows import dispatch
-from workflows.builtin_tools import FINISH, SUBMIT_PLAN
-from workflows.dispatch import Finish, Refuse, Run, RunFacts, SubmitPlan
-from workflows.loop_detection import MAX_IDENTICAL_CALLS, LoopDetector
-from workflows.models import ToolApprovalPolicy, ToolCallDecision, ToolSpec
-from workflows.transcript import AssistantMessage, ToolCall
-from workflows.versioning import Behaviours
+from durable_agent.workflows import dispatch
+from durable_agent.workflows.builtin_tools import FINISH, SUBMIT_PLAN
+from durable_agent.workflows.dispatch import Finish, Refuse, Run, RunFacts, SubmitPlan
+from durable_agent.workflows.loop_detection import MAX_IDENTICAL_CALLS, LoopDetector
+from durable_agent.workflows.models import ToolApprovalPolicy, ToolCallDecision, ToolSpec
+from durable_agent.workflows.transcript import AssistantMessage, ToolCall
+from durable_agent.workflows.versioning import Behaviours
 
 READ = ToolSpec(
     name="get_order",

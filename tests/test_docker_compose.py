@@ -4,7 +4,6 @@ gets the key, where the stores are). The key one-shot's script runs for real, on
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import re
@@ -13,6 +12,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tomllib
 import uuid
 from fnmatch import fnmatch
 from pathlib import Path, PurePosixPath
@@ -23,10 +23,10 @@ import pytest
 import yaml
 from temporalio.common import SearchAttributeKey
 
-import forking
-import workflows.models
-from activities.store_check import StoreNotWritable, check_postgres
-from payload_codec import keys_from_env
+from durable_agent import forking
+from durable_agent.activities.store_check import StoreNotWritable, check_postgres
+from durable_agent.payload_codec import keys_from_env
+from durable_agent.workflows import models
 from tests.postgres import PostgresServer, bin_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -708,7 +708,7 @@ def test_no_other_service_gets_the_keys(services: dict[str, dict[str, Any]]) -> 
 
 def codec_arguments(service: dict[str, Any]) -> dict[str, str]:
     words = shlex.split(command_text(service))
-    assert any(word.endswith("codec_server.py") for word in words), words
+    assert "durable_agent.codec_server" in words, words
     return {word: words[i + 1] for i, word in enumerate(words[:-1]) if word.startswith("--")}
 
 
@@ -875,7 +875,7 @@ def test_search_attribute_registration_tolerates_already_exists(
 def test_search_attributes_match_the_workflow() -> None:
     """The ones the workflow upserts and the one a fork starts with, read from the code: a
     renamed key fails here."""
-    keys = [v for v in vars(workflows.models).values() if isinstance(v, SearchAttributeKey)]
+    keys = [v for v in vars(models).values() if isinstance(v, SearchAttributeKey)]
     declared = {
         key.name: key.indexed_value_type.name.title()  # KEYWORD -> Keyword, the CLI's word
         for key in [*keys, *forking.FORK_SEARCH_ATTRIBUTES]
@@ -921,7 +921,7 @@ def test_dockerfile_runs_the_worker() -> None:
     run = [args for k, args in instructions if k in {"ENTRYPOINT", "CMD"}]
     assert run, "the Dockerfile has neither ENTRYPOINT nor CMD"
     words = [word for args in run for word in exec_or_shell_words(args)]
-    assert any(word.endswith("worker.py") for word in words), words
+    assert words == ["durable-agent", "worker"], words
 
 
 def test_dockerfile_runs_as_a_user_that_is_not_root() -> None:
@@ -952,46 +952,39 @@ def test_dockerfile_copies_only_what_is_needed_and_it_is_in_the_context() -> Non
         assert source not in {".", "./", "*"}, "the Dockerfile copies the whole build context"
         assert (ROOT / source).exists(), f"COPY {source}: no such file in the project"
         assert not dockerignored(source, patterns), f"COPY {source}: .dockerignore excludes it"
-    needed = {"pyproject.toml", "README.md", "workflows", "activities", *worker_modules()}
+    needed = {"pyproject.toml", "README.md", *package_folders()}
     missing = needed - {s.rstrip("/").removeprefix("./") for s in copied}
-    assert not missing, f"the image lacks what the worker needs: {sorted(missing)}"
+    assert not missing, f"the image lacks what the package needs: {sorted(missing)}"
 
 
-def worker_modules() -> set[str]:
-    """worker.py and the project's top-level modules and packages it imports, directly or through
-    them. A package is followed through every module in it, since the image holds it whole."""
-    found: set[str] = set()
-    pending = ["worker.py"]
-    while pending:
-        name = pending.pop()
-        if name in found:
-            continue
-        found.add(name)
-        path = ROOT / name
-        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
-            for node in ast.walk(ast.parse(file.read_text())):
-                modules = (
-                    [alias.name for alias in node.names]
-                    if isinstance(node, ast.Import)
-                    else [node.module or ""]
-                    if isinstance(node, ast.ImportFrom) and node.level == 0
-                    else []
-                )
-                for module in modules:
-                    top = module.split(".")[0]
-                    if (ROOT / f"{top}.py").is_file():
-                        pending.append(f"{top}.py")
-                    elif (ROOT / top / "__init__.py").is_file():
-                        pending.append(top)
-    return found
+def package_folders() -> set[str]:
+    """The folders pyproject.toml maps into the installed package."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return set(config["tool"]["setuptools"]["package-dir"].values())
 
 
-def test_the_worker_needs_more_than_itself() -> None:
-    """The helper above: it follows worker.py's imports of the project's own modules, and of its
-    packages (the command-line plumbing in cli/ is one)."""
-    needs = worker_modules()
-    assert {"worker.py", "agent_client.py", "payload_codec.py"} <= needs
-    assert {"workflows", "activities", "cli"} <= needs
+def test_the_package_is_more_than_one_folder() -> None:
+    """The helper above: durable_agent/ and the rooms it maps (workflows/ is one)."""
+    assert {"durable_agent", "workflows", "activities", "cli"} <= package_folders()
+
+
+def test_the_image_runs_the_installed_package_not_a_source_tree() -> None:
+    """The sources are built in a directory of their own and removed: in the worker's working
+    directory, a durable_agent/ folder would shadow the installed package, and its mapped
+    rooms (durable_agent.workflows, ...) would not be found."""
+    instructions = dockerfile_instructions()
+    workdirs = [args for keyword, args in instructions if keyword == "WORKDIR"]
+    assert len(workdirs) >= 2 and workdirs[0] != workdirs[-1], workdirs
+    build = workdirs[0]
+    runs = [args for keyword, args in instructions if keyword == "RUN"]
+    assert any(f"rm -rf {build}" in run for run in runs), runs
+    copied_into_app = [
+        args
+        for index, (keyword, args) in enumerate(instructions)
+        if keyword == "COPY"
+        and workdirs[-1] in [a for k, a in instructions[:index] if k == "WORKDIR"]
+    ]
+    assert not [c for c in copied_into_app if "durable_agent" in c], copied_into_app
 
 
 @pytest.mark.parametrize("path", [".venv", ".venv/bin/python", ".git/config"])

@@ -7,8 +7,8 @@ import json
 
 from temporalio.client import Client
 
-from activities.providers.scripted import recorded_requests
-from activities.result_store import use_result_store
+from durable_agent.activities.providers.scripted import recorded_requests
+from durable_agent.activities.result_store import use_result_store
 from tests.helpers import call, run_agent, scripted_input, turn
 
 BIG = "HEAD" + "x" * 5000 + "TAIL"

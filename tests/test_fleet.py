@@ -28,11 +28,11 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from activities.result_store import result_ref
+from durable_agent.activities.result_store import result_ref
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.history import STORE_MISS
+from durable_agent.workflows.models import AgentInput, AgentResult, ModelSettings, RetrySettings
 from tests.helpers import TRUSTED, call, eventually, turn
-from workflows.agent import AgentWorkflow
-from workflows.history import STORE_MISS
-from workflows.models import AgentInput, AgentResult, ModelSettings, RetrySettings
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG = "HEAD" + "x" * 20_000 + "TAIL"

@@ -16,14 +16,14 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.demo_script import support_demo_script
-from agent_client import AgentClient
-from cli.fork import recent_completed
-from forking import read_run
+from durable_agent.activities.demo_script import support_demo_script
+from durable_agent.agent_client import AgentClient
+from durable_agent.cli.fork import recent_completed
+from durable_agent.forking import read_run
+from durable_agent.worker import build_worker
+from durable_agent.workflows.models import ToolApprovalPolicy
 from tests import fake_openai
 from tests.helpers import TEST_WORKER_OPTIONS, eventually, scripted_input
-from worker import build_worker
-from workflows.models import ToolApprovalPolicy
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -10,11 +10,11 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from activities import message_store
-from activities.providers.scripted import recorded_requests
+from durable_agent.activities import message_store
+from durable_agent.activities.providers.scripted import recorded_requests
+from durable_agent.workflows.models import AgentInput, Limits
+from durable_agent.workflows.transcript import Transcript
 from tests.helpers import call, run_agent, scripted_input, turn
-from workflows.models import AgentInput, Limits
-from workflows.transcript import Transcript
 
 STEPS = 16
 

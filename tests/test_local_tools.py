@@ -11,11 +11,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-import payload_codec
-from activities.tools import tool
+from durable_agent import payload_codec
+from durable_agent.activities.tools import tool
+from durable_agent.workflows.agent import AgentWorkflow
 from tests.helpers import call, run_agent, scripted_input, turn
 from tests.tools_for_tests import executions
-from workflows.agent import AgentWorkflow
 
 
 def event_types(history) -> list[str]:  # type: ignore[no-untyped-def]

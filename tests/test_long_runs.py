@@ -13,19 +13,19 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from agent_client import AgentRun
-from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
-from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.call_ids import FILTER_BITS, MAX_EXACT_CALL_IDS
-from workflows.continuation import (
+from durable_agent.agent_client import AgentRun
+from durable_agent.worker import build_worker
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.call_ids import FILTER_BITS, MAX_EXACT_CALL_IDS
+from durable_agent.workflows.continuation import (
     MAX_CARRIED_BYTES,
     MAX_CARRIED_EVENT_BYTES,
     MAX_CARRIED_TRANSCRIPT_BYTES,
 )
-from workflows.loop_detection import MAX_REMEMBERED_CALLS
-from workflows.models import Limits, RunStatus, TracePageRequest
-from workflows.trace import MAX_KEPT_TRACE_BYTES
+from durable_agent.workflows.loop_detection import MAX_REMEMBERED_CALLS
+from durable_agent.workflows.models import Limits, RunStatus, TracePageRequest
+from durable_agent.workflows.trace import MAX_KEPT_TRACE_BYTES
+from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 
 STEPS = 3_000
 

@@ -20,16 +20,16 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Replayer
 
-import payload_codec
-from activities.mcp_config import McpConfig, load_mcp_config
-from activities.mcp_tools import McpTools, exposed_name
-from agent_client import AgentClient
+from durable_agent import payload_codec
+from durable_agent.activities.mcp_config import McpConfig, load_mcp_config
+from durable_agent.activities.mcp_tools import McpTools, exposed_name
+from durable_agent.agent_client import AgentClient
+from durable_agent.worker import build_worker, free_port
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.errors import AgentConfigurationError
+from durable_agent.workflows.models import AgentInput, AgentResult, RetrySettings, TracePageRequest
+from durable_agent.workflows.transcript import Transcript
 from tests.helpers import TEST_WORKER_OPTIONS, Run, call, eventually, scripted_input, turn
-from worker import build_worker, free_port
-from workflows.agent import AgentWorkflow
-from workflows.errors import AgentConfigurationError
-from workflows.models import AgentInput, AgentResult, RetrySettings, TracePageRequest
-from workflows.transcript import Transcript
 
 SERVER = Path(__file__).parent / "mcp_server_for_tests.py"
 SECRET = "sk-test-" + uuid.uuid4().hex
@@ -263,7 +263,7 @@ async def test_read_only_hint_decides_the_scheduling(
 async def test_a_side_effecting_mcp_call_waits_for_approval(
     client: Client, task_queue: str, journal: Path, tmp_path: Path
 ) -> None:
-    from workflows.models import ToolApprovalPolicy, ToolCallDecision
+    from durable_agent.workflows.models import ToolApprovalPolicy, ToolCallDecision
 
     config = config_of({"shop": stdio_server(journal)}, tmp_path)
     script = [turn(call("shop__record", "c1", note="n")), turn(text="done")]
@@ -350,7 +350,7 @@ async def test_an_optional_server_down_is_left_out(
 
 async def _approve_when_waiting(handle: Any, call_id: str, before: Any = None) -> None:
     """Wait until `call_id` waits for a person, run `before`, then approve it."""
-    from workflows.models import ToolCallDecision
+    from durable_agent.workflows.models import ToolCallDecision
 
     async def waiting() -> bool:
         status = await handle.query(AgentWorkflow.status)
@@ -367,7 +367,7 @@ async def test_continue_as_new_lists_the_tools_again(
 ) -> None:
     """An optional server down when the run starts is offered once it is up, from the next run
     of the chain: the tools are listed again on continue-as-new."""
-    from workflows.models import ToolApprovalPolicy
+    from durable_agent.workflows.models import ToolApprovalPolicy
 
     port = free_port()
     later = {"url": f"http://127.0.0.1:{port}/mcp", "optional": True,
@@ -407,7 +407,7 @@ async def test_a_failed_listing_on_continue_as_new_keeps_the_tools_offered_befor
 ) -> None:
     """A server that must be there and is down when the run continues as new: the run has side
     effects behind it, so it goes on with the tools it was offered, and says so."""
-    from workflows.models import ToolApprovalPolicy
+    from durable_agent.workflows.models import ToolApprovalPolicy
 
     port = free_port()
     shop = {"url": f"http://127.0.0.1:{port}/mcp", "retry": FAST_RETRY,
@@ -491,7 +491,7 @@ def test_the_worker_refuses_a_bad_config_with_exit_2(tmp_path: Path) -> None:
 def test_server_keys_of_ours_reach_the_specs(tmp_path: Path, journal: Path) -> None:
     from mcp.types import Tool
 
-    from activities.mcp_tools import tool_spec
+    from durable_agent.activities.mcp_tools import tool_spec
 
     config = config_of(
         {"shop": stdio_server(journal, timeout_seconds=5, needs_approval=True)}, tmp_path

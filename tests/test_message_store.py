@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from activities import message_store, store_config
-from activities.message_store import (
+from durable_agent.activities import message_store, store_config
+from durable_agent.activities.message_store import (
     TOUCH_EVERY_SECONDS,
     SqliteMessageStore,
     remember,
     resolve_prefix,
 )
-from activities.result_store import SqliteResultStore
-from payload_codec import PayloadKey
-from workflows.errors import AgentConfigurationError
-from workflows.history import chain_refs, tools_ref
-from workflows.models import ModelRequest, ModelSettings, ToolSpec
-from workflows.transcript import AssistantMessage, Message, UserMessage
+from durable_agent.activities.result_store import SqliteResultStore
+from durable_agent.payload_codec import PayloadKey
+from durable_agent.workflows.errors import AgentConfigurationError
+from durable_agent.workflows.history import chain_refs, tools_ref
+from durable_agent.workflows.models import ModelRequest, ModelSettings, ToolSpec
+from durable_agent.workflows.transcript import AssistantMessage, Message, UserMessage
 
 TOOLS = [ToolSpec(name="lookup", description="d", parameters={"type": "object"})]
 KEY_A = PayloadKey("key-a", bytes(range(32)))

@@ -12,16 +12,22 @@ from datetime import timedelta
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.providers._http_errors import (
+from durable_agent.activities.providers._http_errors import (
     INCOMPLETE_REPLY_TYPE,
     TRANSIENT_ERROR_TYPE,
     retry_after,
 )
-from activities.providers.openai_provider import complete
+from durable_agent.activities.providers.openai_provider import complete
+from durable_agent.workflows.errors import AgentConfigurationError, AgentProviderError
+from durable_agent.workflows.models import ModelRequest, ModelSettings, ToolSpec
+from durable_agent.workflows.transcript import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+)
 from tests.fake_openai import FakeOpenAI, HttpReply, Reply, error
-from workflows.errors import AgentConfigurationError, AgentProviderError
-from workflows.models import ModelRequest, ModelSettings, ToolSpec
-from workflows.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
 
 ADD = ToolSpec(
     name="add",

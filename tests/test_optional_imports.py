@@ -8,11 +8,13 @@ in a bare venv, which is the same guard from outside."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pkgutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,6 @@ from tests.base_install import base_distributions
 REPO = Path(__file__).resolve().parent.parent
 RUNNER = str(REPO / "tests" / "base_install.py")
 PROMPT = "Where is my latest order? My email is a@b.com."
-ENTRY_POINTS = ("worker", "starter", "agent_client", "codec_server", "payload_codec")
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +48,22 @@ def run_base(
 
 
 def project_modules() -> list[str]:
-    names = list(ENTRY_POINTS)
-    for package in ("workflows", "activities", "cli"):
+    """Every module of the installed package, by its import name: each package pyproject.toml
+    installs, and the modules in it (an editable install maps the folders by an import hook,
+    which pkgutil cannot walk through, so each package is listed on its own)."""
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"
+    ]
+    names = []
+    for package in packages:
         names.append(package)
-        names += [m.name for m in pkgutil.walk_packages([str(REPO / package)], f"{package}.")]
+        found = importlib.util.find_spec(package)
+        assert found is not None and found.submodule_search_locations, package
+        names += [
+            f"{package}.{m.name}"
+            for m in pkgutil.iter_modules(found.submodule_search_locations)
+            if not m.ispkg
+        ]
     return names
 
 
@@ -92,7 +105,8 @@ def test_every_module_of_the_worker_starter_and_client_imports(base_env: dict[st
     done = run_base("-c", code, env=base_env)
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout)
-    assert "workflows.agent" in loaded and "activities.model_call" in loaded
+    assert "durable_agent.workflows.agent" in loaded and "durable_agent.plugin" in loaded
+    assert "durable_agent.activities.model_call" in loaded
     assert not [m for m in loaded if m.startswith("opentelemetry.sdk")]
 
 

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import pytest
 from temporalio.client import Client
 
-from activities.result_store import result_store
+from durable_agent.activities.result_store import result_store
+from durable_agent.workflows.models import AgentInput, ModelSettings
+from durable_agent.workflows.transcript import AssistantMessage
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import FAST_MODEL_RETRY, TRUSTED, run_agent
-from workflows.models import AgentInput, ModelSettings
-from workflows.transcript import AssistantMessage
 
 HUGE = 3_000_000
 """Characters: over the 2 MB a payload may be."""

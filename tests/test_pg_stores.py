@@ -16,15 +16,18 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from activities import message_store, pg_store, result_store
-from activities.pg_store import (
+from durable_agent.activities import message_store, pg_store, result_store
+from durable_agent.activities.pg_store import (
     SCHEMA_VERSION,
     PostgresDatabase,
     PostgresMessageStore,
     StoreSchemaTooNew,
 )
-from activities.result_store import PostgresResultStore, result_ref
-from payload_codec import PayloadKey
+from durable_agent.activities.result_store import PostgresResultStore, result_ref
+from durable_agent.payload_codec import PayloadKey
+from durable_agent.workflows.errors import AgentConfigurationError
+from durable_agent.workflows.history import chain_refs
+from durable_agent.workflows.transcript import Message, UserMessage
 from tests.postgres import PostgresServer
 from tests.test_message_store import (
     DAY,
@@ -36,9 +39,6 @@ from tests.test_message_store import (
     links_of,
     pair,
 )
-from workflows.errors import AgentConfigurationError
-from workflows.history import chain_refs
-from workflows.transcript import Message, UserMessage
 
 TABLES = ("agent_links", "agent_blobs", "agent_results")
 

@@ -19,12 +19,12 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 
-from activities.providers.scripted import recorded_requests
+from durable_agent.activities.providers.scripted import recorded_requests
+from durable_agent.worker import build_worker, embedded_dev_server, free_port
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import AgentInput, AgentResult, PlanDecision, RunStatus
+from durable_agent.workflows.transcript import UserMessage
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
-from worker import build_worker, embedded_dev_server, free_port
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentInput, AgentResult, PlanDecision, RunStatus
-from workflows.transcript import UserMessage
 
 TOOLS = ["get_order", "cancel_order", "issue_refund"]
 PLAN = ["Check order 104999", "Cancel it"]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from activities import pricing
+from durable_agent.activities import pricing
+from durable_agent.workflows.models import AgentInput, Limits, Price, Usage
 from tests.helpers import call, run_agent, scripted_input, turn
-from workflows.models import AgentInput, Limits, Price, Usage
 
 SONNET = pricing.SHIPPED_PRICES["claude-sonnet-4-5"]
 

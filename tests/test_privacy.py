@@ -32,10 +32,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 
-import worker
-from activities import telemetry
-from agent_client import ensure_search_attributes
-from payload_codec import (
+from durable_agent import worker
+from durable_agent.activities import telemetry
+from durable_agent.agent_client import ensure_search_attributes
+from durable_agent.payload_codec import (
     ENCODING,
     EncryptionCodec,
     PayloadKey,
@@ -43,11 +43,11 @@ from payload_codec import (
     data_converter,
     keys_from_env,
 )
+from durable_agent.worker import build_worker
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import AgentInput, AgentResult, ModelSettings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, scripted_input, turn
-from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentInput, AgentResult, ModelSettings
 
 KEY_A = PayloadKey("key-a", bytes(range(32)))
 KEY_B = PayloadKey("key-b", bytes(range(100, 132)))

@@ -19,11 +19,11 @@ from temporalio.client import (
     WorkflowExecutionDescription,
 )
 
-from agent_client import AgentRun, AgentRunFailed
+from durable_agent.agent_client import AgentRun, AgentRunFailed
+from durable_agent.worker import build_worker
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import AgentEvent, AgentInput, Limits, ToolApprovalPolicy
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
-from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentEvent, AgentInput, Limits, ToolApprovalPolicy
 
 
 async def start(client: Client, task_queue: str, agent_input: AgentInput) -> AgentRun:

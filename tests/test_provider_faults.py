@@ -22,12 +22,18 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
 import tests.tools_for_tests as test_tools
+from durable_agent.worker import build_worker
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import (
+    AgentInput,
+    AgentResult,
+    Limits,
+    ModelSettings,
+    RetrySettings,
+)
+from durable_agent.workflows.transcript import Message, Transcript
 from tests import fake_anthropic, fake_openai
 from tests.helpers import TEST_WORKER_OPTIONS
-from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentInput, AgentResult, Limits, ModelSettings, RetrySettings
-from workflows.transcript import Message, Transcript
 
 FAST = RetrySettings(maximum_attempts=3, initial_interval_seconds=0.05, backoff_coefficient=1)
 

@@ -21,10 +21,10 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities import pricing
+from durable_agent.activities import pricing
+from durable_agent.workflows.models import AgentInput, ModelSettings, Usage
 from tests import fake_anthropic, fake_openai
 from tests.helpers import FAST_MODEL_RETRY, Run, run_agent
-from workflows.models import AgentInput, ModelSettings, Usage
 
 PROMPT = "where is order 1042"
 SYSTEM = "You are the support agent of a small shop. Answer from the tools' data only."

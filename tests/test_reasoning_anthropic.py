@@ -13,13 +13,19 @@ from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.providers import anthropic_provider
+from durable_agent.activities.providers import anthropic_provider
+from durable_agent.workflows.errors import AgentProviderError
+from durable_agent.workflows.models import AgentInput, Limits, ModelRequest, ModelSettings
+from durable_agent.workflows.transcript import (
+    AssistantMessage,
+    Message,
+    ReasoningPart,
+    ToolResult,
+    UserMessage,
+)
 from tests import fake_anthropic
 from tests.fake_anthropic import MISSING_THINKING, FakeAnthropic, Reply, request_error, signature
 from tests.helpers import FAST_MODEL_RETRY, run_agent
-from workflows.errors import AgentProviderError
-from workflows.models import AgentInput, Limits, ModelRequest, ModelSettings
-from workflows.transcript import AssistantMessage, Message, ReasoningPart, ToolResult, UserMessage
 
 MODEL = "claude-fake-sonnet"
 BUDGET = 2048

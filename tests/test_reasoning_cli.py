@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-import starter
+from durable_agent import starter
 from tests import fake_anthropic, fake_openai
 
 REPO = Path(__file__).resolve().parent.parent

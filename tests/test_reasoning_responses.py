@@ -17,10 +17,31 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 import tests.tools_for_tests as test_tools
-from activities import pricing
-from activities.providers import openai_responses_provider
-from activities.providers._http_errors import INCOMPLETE_REPLY_TYPE, TRANSIENT_ERROR_TYPE
-from agent_client import AgentRun
+from durable_agent.activities import pricing
+from durable_agent.activities.providers import openai_responses_provider
+from durable_agent.activities.providers._http_errors import (
+    INCOMPLETE_REPLY_TYPE,
+    TRANSIENT_ERROR_TYPE,
+)
+from durable_agent.agent_client import AgentRun
+from durable_agent.worker import build_worker
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.errors import AgentProviderError
+from durable_agent.workflows.model_gateway import model_task_queue
+from durable_agent.workflows.models import (
+    AgentInput,
+    ModelRequest,
+    ModelSettings,
+    ToolApprovalPolicy,
+    Usage,
+)
+from durable_agent.workflows.transcript import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+)
 from tests import fake_anthropic
 from tests.fake_openai import (
     NOT_PERSISTED,
@@ -31,12 +52,6 @@ from tests.fake_openai import (
     seal,
 )
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, run_agent
-from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.errors import AgentProviderError
-from workflows.model_gateway import model_task_queue
-from workflows.models import AgentInput, ModelRequest, ModelSettings, ToolApprovalPolicy, Usage
-from workflows.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
 
 MODEL = "gpt-5-mini"
 SYSTEM = "You are the support agent of a small shop."

@@ -25,14 +25,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.worker import Replayer
 
-import workflows.tool_catalog as tool_catalog
-from activities.demo_script import DEMO_PROMPT, support_demo_script
-from forking import scripted_from
-from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
-from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.model_gateway import ModelGateway
-from workflows.models import (
+import durable_agent.workflows.tool_catalog as tool_catalog
+from durable_agent.activities.demo_script import DEMO_PROMPT, support_demo_script
+from durable_agent.forking import scripted_from
+from durable_agent.worker import build_worker
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.model_gateway import ModelGateway
+from durable_agent.workflows.models import (
     EVENTS_TOPIC,
     AgentEvent,
     AgentInput,
@@ -45,7 +44,8 @@ from workflows.models import (
     ToolApprovalPolicy,
     ToolCallDecision,
 )
-from workflows.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
+from durable_agent.workflows.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
+from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 
 HISTORIES = Path(__file__).parent / "histories"
 

@@ -10,10 +10,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from agent_client import AgentClient
+from durable_agent.agent_client import AgentClient
+from durable_agent.worker import build_worker, temporal_binary
+from durable_agent.workflows.models import AGENT_STATUS
 from tests.helpers import TEST_WORKER_OPTIONS, call, run_agent, scripted_input, turn
-from worker import build_worker, temporal_binary
-from workflows.models import AGENT_STATUS
 
 
 async def test_the_first_start_registers_the_search_attributes() -> None:

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-import starter
-from cli.args import RunArgs, parse_run
-from cli.run import run
-from worker import build_worker, free_port
-from workflows.agent import AgentWorkflow
+from durable_agent import starter
+from durable_agent.cli.args import RunArgs, parse_run
+from durable_agent.cli.run import run
+from durable_agent.worker import build_worker, free_port
+from durable_agent.workflows.agent import AgentWorkflow
 
 REPO = Path(__file__).resolve().parent.parent
 PROMPT = "Where is my latest order? My email is a@b.com."

@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-import starter
-from activities.demo_script import support_demo_script
-from agent_client import AgentClient
-from cli.args import RunArgs, parse_run
-from cli.run import DEMO_PLAN, demo_plan_script, run
+from durable_agent import starter
+from durable_agent.activities.demo_script import support_demo_script
+from durable_agent.agent_client import AgentClient
+from durable_agent.cli.args import RunArgs, parse_run
+from durable_agent.cli.run import DEMO_PLAN, demo_plan_script, run
+from durable_agent.worker import build_worker
+from durable_agent.workflows.models import ScriptedCall
 from tests.helpers import TEST_WORKER_OPTIONS, eventually
 from tests.test_agent_client import end_leftovers
-from worker import build_worker
-from workflows.models import ScriptedCall
 
 REPO = Path(__file__).resolve().parent.parent
 PROMPT = "Where is my latest order? My email is a@b.com."

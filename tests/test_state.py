@@ -11,11 +11,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from workflows.budget import Budget
-from workflows.loop_detection import LoopDetector, call_key
-from workflows.models import AgentInput, Limits, ToolCallRecord, Usage
-from workflows.state import RunState, StepRecord
-from workflows.transcript import Transcript, UserMessage
+from durable_agent.workflows.budget import Budget
+from durable_agent.workflows.loop_detection import LoopDetector, call_key
+from durable_agent.workflows.models import AgentInput, Limits, ToolCallRecord, Usage
+from durable_agent.workflows.state import RunState, StepRecord
+from durable_agent.workflows.transcript import Transcript, UserMessage
 
 HISTORIES = Path(__file__).parent / "histories"
 START = datetime(2026, 12, 1, tzinfo=UTC)

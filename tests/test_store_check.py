@@ -16,8 +16,13 @@ from pathlib import Path
 import psycopg
 import pytest
 
-import activities.store_check as store_check
-from activities.store_check import StoreNotWritable, check_stores, check_writable, store_paths
+import durable_agent.activities.store_check as store_check
+from durable_agent.activities.store_check import (
+    StoreNotWritable,
+    check_stores,
+    check_writable,
+    store_paths,
+)
 from tests.postgres import PostgresServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +57,7 @@ def run_worker(
     starts as root, imports the worker, and only then drops to uid 10001 and runs its main."""
     if as_unprivileged and os.geteuid() == 0:
         code = (
-            "import os, sys, worker\n"
+            "import os, sys\nfrom durable_agent import worker\n"
             f"os.setgroups([]); os.setgid({UNPRIVILEGED}); os.setuid({UNPRIVILEGED})\n"
             f"sys.exit(worker.main(['--address', {UNREACHABLE!r}]))\n"
         )

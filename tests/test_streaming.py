@@ -14,12 +14,12 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from agent_client import AgentRun
+from durable_agent.agent_client import AgentRun
+from durable_agent.worker import build_worker
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import AgentInput, ModelDelta, ModelSettings
 from tests import fake_anthropic, fake_openai
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, run_agent
-from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentInput, ModelDelta, ModelSettings
 
 TOOLS = ["search_orders", "get_order", "get_tracking", "get_customer"]
 SEARCH = ("toolu_search", "search_orders", {"email": "a@b.com"})

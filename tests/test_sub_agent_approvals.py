@@ -14,20 +14,20 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from activities import demo_tools
-from agent_client import AgentRun, AgentRunFailed
-from tests.helpers import call, eventually, scripted_input, turn
-from tests.test_agent_client import serving
-from tests.test_sub_agents import child_model
-from tests.test_tool_approval import until
-from workflows.agent import AgentWorkflow
-from workflows.models import (
+from durable_agent.activities import demo_tools
+from durable_agent.agent_client import AgentRun, AgentRunFailed
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import (
     AGENT_STATUS,
     AgentInput,
     RunStatus,
     ToolApprovalPolicy,
     ToolCallDecision,
 )
+from tests.helpers import call, eventually, scripted_input, turn
+from tests.test_agent_client import serving
+from tests.test_sub_agents import child_model
+from tests.test_tool_approval import until
 
 REPO = Path(__file__).resolve().parent.parent
 CANCEL = "call_1_1/call_1_1"

@@ -7,10 +7,10 @@ import json
 
 from temporalio.client import Client
 
-from activities import demo_tools
-from activities.providers.scripted import recorded_requests
+from durable_agent.activities import demo_tools
+from durable_agent.activities.providers.scripted import recorded_requests
+from durable_agent.workflows.models import Limits, ModelSettings, Usage
 from tests.helpers import FAST_MODEL_RETRY, call, run_agent, scripted_input, turn
-from workflows.models import Limits, ModelSettings, Usage
 
 TASK = "Cancel order 104999 (the customer asked) and say what happened."
 

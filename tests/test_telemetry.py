@@ -32,14 +32,20 @@ from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-import starter
-from activities import telemetry
+from durable_agent import starter
+from durable_agent.activities import telemetry
+from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import (
+    AgentInput,
+    ModelRequest,
+    ModelResponse,
+    ModelSettings,
+    Usage,
+)
+from durable_agent.workflows.transcript import AssistantMessage, UserMessage
 from tests import fake_anthropic, fake_openai
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, scripted_input, turn
-from worker import build_worker, embedded_dev_server
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentInput, ModelRequest, ModelResponse, ModelSettings, Usage
-from workflows.transcript import AssistantMessage, UserMessage
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURE = telemetry.CAPTURE_CONTENT_VARIABLE
@@ -506,8 +512,8 @@ def run_python(code: str, **environ: str) -> subprocess.CompletedProcess[str]:
 
 SPAN_OUTSIDE_A_RUN = """
     from opentelemetry import trace
-    from activities import telemetry
-    from workflows.models import ModelRequest, ModelSettings
+    from durable_agent.activities import telemetry
+    from durable_agent.workflows.models import ModelRequest, ModelSettings
 
     request = ModelRequest(settings=ModelSettings(), system=None, messages=[], tools=[], step=1)
     on = telemetry.configure_from_env()

@@ -12,19 +12,19 @@ import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 import tests.tools_for_tests as test_tools
-from agent_client import AgentRun
-from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
-from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.approval import approval_predicate
-from workflows.models import (
+from durable_agent.agent_client import AgentRun
+from durable_agent.worker import build_worker
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.approval import approval_predicate
+from durable_agent.workflows.models import (
     AgentEvent,
     AgentInput,
     AgentResult,
     ToolApprovalPolicy,
     ToolCallDecision,
 )
-from workflows.transcript import Transcript
+from durable_agent.workflows.transcript import Transcript
+from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 
 TOOLS = ["read_thing", "write_thing", "keyed_effect"]
 ASK = ToolApprovalPolicy()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from temporalio.client import Client
 
 import tests.tools_for_tests as test_tools
-from activities.tools import MAX_ERROR_MESSAGE_CHARS, ToolError, tool_error_text
+from durable_agent.activities.tools import MAX_ERROR_MESSAGE_CHARS, ToolError, tool_error_text
 from tests.helpers import call, run_agent, scripted_input, turn
 
 

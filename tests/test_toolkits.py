@@ -18,14 +18,14 @@ import pytest
 from pydantic import Field
 from temporalio.client import Client
 
-from activities import demo_tools, store_check
-from activities.toolkits import register_toolkit
-from activities.tools import describe, registered_tools, tool, tool_specs
+from durable_agent.activities import demo_tools, store_check
+from durable_agent.activities.toolkits import register_toolkit
+from durable_agent.activities.tools import describe, registered_tools, tool, tool_specs
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import AgentInput, ModelSettings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import TRUSTED, call, run_agent, scripted_input, turn
 from tests.retail_toolkit import MathTools, RetailTools
-from workflows.agent import AgentWorkflow
-from workflows.models import AgentInput, ModelSettings
 
 REPO = Path(__file__).resolve().parent.parent
 RETAIL = "tests.retail_toolkit:make_toolkit"
@@ -431,12 +431,11 @@ def test_a_field_description_wins_over_the_docstring() -> None:
 
 
 def test_the_names_an_app_needs_come_from_the_package() -> None:
-    import activities
-    import activities.toolkits
-    import activities.tools
+    from durable_agent import activities
+    from durable_agent.activities import toolkits, tools
 
-    assert activities.ToolError is activities.tools.ToolError
-    assert activities.current_call is activities.tools.current_call
-    assert activities.register_toolkit is activities.toolkits.register_toolkit
-    assert activities.Toolkit is activities.toolkits.Toolkit
+    assert activities.ToolError is tools.ToolError
+    assert activities.current_call is tools.current_call
+    assert activities.register_toolkit is toolkits.register_toolkit
+    assert activities.Toolkit is toolkits.Toolkit
     assert set(activities.__all__) >= {"ToolError", "register_toolkit", "current_call", "tool"}

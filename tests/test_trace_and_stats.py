@@ -18,16 +18,18 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-import payload_codec
-import starter
-from agent_client import AgentClient, AgentRunFailed, ClosedRun, percentile, step_stats
-from cli.tables import TABLE_WIDTH, stats_table, trace_table
-from tests import helpers
-from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
-from tests.test_agent_client import end_leftovers
-from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.models import (
+from durable_agent import payload_codec, starter
+from durable_agent.agent_client import (
+    AgentClient,
+    AgentRunFailed,
+    ClosedRun,
+    percentile,
+    step_stats,
+)
+from durable_agent.cli.tables import TABLE_WIDTH, stats_table, trace_table
+from durable_agent.worker import build_worker
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import (
     AgentResult,
     CompactionRecord,
     Limits,
@@ -37,6 +39,9 @@ from workflows.models import (
     ToolCallRecord,
     Usage,
 )
+from tests import helpers
+from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
+from tests.test_agent_client import end_leftovers
 
 PROMPT = "Where is my latest order? My email is a@b.com."
 USAGE = {"input_tokens": 100, "cached_input_tokens": 40, "output_tokens": 10}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflows.transcript import (
+from durable_agent.workflows.transcript import (
     AssistantMessage,
     ToolCall,
     ToolResult,

@@ -15,13 +15,12 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from activities.pricing import DEMO_PRICE
-from agent_client import AgentClient, AgentRun, AgentRunFailed
-from payload_codec import ENCODING, PayloadKey, data_converter
-from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, eventually, turn
-from worker import build_worker, temporal_binary
-from workflows.gates import REFUSED
-from workflows.models import (
+from durable_agent.activities.pricing import DEMO_PRICE
+from durable_agent.agent_client import AgentClient, AgentRun, AgentRunFailed
+from durable_agent.payload_codec import ENCODING, PayloadKey, data_converter
+from durable_agent.worker import build_worker, temporal_binary
+from durable_agent.workflows.gates import REFUSED
+from durable_agent.workflows.models import (
     AGENT_COST_USD,
     AGENT_ERROR,
     AGENT_STATUS,
@@ -33,6 +32,7 @@ from workflows.models import (
     ToolApprovalPolicy,
     Usage,
 )
+from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, eventually, turn
 
 STEP_USAGE = Usage(input_tokens=500_000, output_tokens=100_000)
 """At the demo's made-up price ($1 in, $4 out per million): $0.90 a step."""

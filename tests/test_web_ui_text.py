@@ -3,9 +3,15 @@ hold any text, plain text that stays plain, and a summary that stays one bounded
 
 from __future__ import annotations
 
-from activities.pricing import DEMO_PRICE
-from workflows.models import AgentInput, Limits, ModelSettings, ToolApprovalPolicy, Usage
-from workflows.reporting import (
+from durable_agent.activities.pricing import DEMO_PRICE
+from durable_agent.workflows.models import (
+    AgentInput,
+    Limits,
+    ModelSettings,
+    ToolApprovalPolicy,
+    Usage,
+)
+from durable_agent.workflows.reporting import (
     CANCELLED,
     SUMMARY_CHARS,
     code_span,

@@ -22,14 +22,14 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities import message_store, result_store
-from activities.message_store import SqliteMessageStore
-from agent_client import AgentRun
-from payload_codec import PayloadKey
+from durable_agent.activities import message_store, result_store
+from durable_agent.activities.message_store import SqliteMessageStore
+from durable_agent.agent_client import AgentRun
+from durable_agent.payload_codec import PayloadKey
+from durable_agent.worker import build_worker
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.models import ToolApprovalPolicy
 from tests.helpers import TEST_WORKER_OPTIONS, call, run_agent, scripted_input, turn
-from worker import build_worker
-from workflows.agent import AgentWorkflow
-from workflows.models import ToolApprovalPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY_A = PayloadKey("key-a", bytes(range(32)))
@@ -103,8 +103,8 @@ async def test_a_run_that_needs_no_store_writes_no_file(client: Client, task_que
 
 READER = """
     import json, sqlite3, sys
-    from activities.message_store import sqlite_store
-    from activities.result_store import SqliteResultStore
+    from durable_agent.activities.message_store import sqlite_store
+    from durable_agent.activities.result_store import SqliteResultStore
 
     messages, results = sys.argv[1:3]
     store = sqlite_store(messages)

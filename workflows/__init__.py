@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from workflows.errors import (
+    from durable_agent.workflows.errors import (
         AgentApprovalTimeout,
         AgentBudgetExceeded,
         AgentConfigurationError,
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
         AgentProviderError,
         AgentStepLimitExceeded,
     )
-    from workflows.models import (
+    from durable_agent.workflows.models import (
         AgentInput,
         AgentResult,
         Limits,
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         ToolSpec,
         Usage,
     )
-    from workflows.transcript import (
+    from durable_agent.workflows.transcript import (
         AssistantMessage,
         Message,
         ToolCall,
@@ -51,7 +51,7 @@ _HOMES = {
             "AgentProviderError",
             "AgentStepLimitExceeded",
         ],
-        "workflows.errors",
+        "durable_agent.workflows.errors",
     ),
     **dict.fromkeys(
         [
@@ -65,7 +65,7 @@ _HOMES = {
             "ToolSpec",
             "Usage",
         ],
-        "workflows.models",
+        "durable_agent.workflows.models",
     ),
     **dict.fromkeys(
         [
@@ -77,7 +77,7 @@ _HOMES = {
             "TranscriptError",
             "UserMessage",
         ],
-        "workflows.transcript",
+        "durable_agent.workflows.transcript",
     ),
 }
 
@@ -88,7 +88,7 @@ def __getattr__(name: str) -> Any:
     # would not be the classes the activities use.
     if name in _HOMES:
         return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module 'workflows' has no attribute {name!r}")
+    raise AttributeError(f"module 'durable_agent.workflows' has no attribute {name!r}")
 
 
 __all__ = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from workflows.models import ToolApprovalPolicy, ToolSpec
+from durable_agent.workflows.models import ToolApprovalPolicy, ToolSpec
 
 ApprovalPredicate = Callable[[str, dict[str, Any]], bool]
 """(tool name, arguments) -> True to run the call without asking."""

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
-from workflows.errors import (
+from durable_agent.workflows.errors import (
     AgentBudgetExceeded,
     AgentConfigurationError,
     AgentStepLimitExceeded,
 )
-from workflows.models import Limits, ToolSpec
-from workflows.state import FailureDetails, RunState, Usage
-from workflows.transcript import Message
+from durable_agent.workflows.models import Limits, ToolSpec
+from durable_agent.workflows.state import FailureDetails, RunState, Usage
+from durable_agent.workflows.transcript import Message
 
 
 def estimate_tokens(text: str) -> int:

@@ -14,8 +14,14 @@ Pure and deterministic: the summary itself comes from a model activity the workf
 
 from __future__ import annotations
 
-from workflows.budget import estimate_message_tokens
-from workflows.transcript import AssistantMessage, Message, ToolResult, Transcript, UserMessage
+from durable_agent.workflows.budget import estimate_message_tokens
+from durable_agent.workflows.transcript import (
+    AssistantMessage,
+    Message,
+    ToolResult,
+    Transcript,
+    UserMessage,
+)
 
 SUMMARY_SYSTEM = (
     "You compress the middle of an agent's working transcript so that it can go on with less "

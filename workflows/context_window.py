@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-import workflows.compaction as compaction
-from workflows.budget import Budget, estimate_message_tokens
-from workflows.model_gateway import ModelGateway
-from workflows.models import AgentInput, CompactionRecord, ModelResponse, ToolSpec
-from workflows.reporting import Reporter
-from workflows.state import RunState
-from workflows.transcript import Message, UserMessage
+import durable_agent.workflows.compaction as compaction
+from durable_agent.workflows.budget import Budget, estimate_message_tokens
+from durable_agent.workflows.model_gateway import ModelGateway
+from durable_agent.workflows.models import AgentInput, CompactionRecord, ModelResponse, ToolSpec
+from durable_agent.workflows.reporting import Reporter
+from durable_agent.workflows.state import RunState
+from durable_agent.workflows.transcript import Message, UserMessage
 
 
 class ContextWindow:

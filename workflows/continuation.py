@@ -13,13 +13,13 @@ from __future__ import annotations
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 
-import workflows.compaction as compaction
-from workflows.budget import Budget
-from workflows.errors import AgentBudgetExceeded
-from workflows.models import AgentInput, ForkSeed
-from workflows.reporting import Reporter
-from workflows.state import RunState, ToolApproval
-from workflows.transcript import pending_calls
+import durable_agent.workflows.compaction as compaction
+from durable_agent.workflows.budget import Budget
+from durable_agent.workflows.errors import AgentBudgetExceeded
+from durable_agent.workflows.models import AgentInput, ForkSeed
+from durable_agent.workflows.reporting import Reporter
+from durable_agent.workflows.state import RunState, ToolApproval
+from durable_agent.workflows.transcript import pending_calls
 
 MAX_CARRIED_BYTES = 1_800_000
 """Under Temporal's 2 MB payload limit, with room for the encoding around it."""

@@ -25,12 +25,12 @@ from typing import Literal
 
 from temporalio import workflow
 
-from workflows.budget import Budget
-from workflows.interruption import Interruption
-from workflows.models import STATUS_TURNS, AgentInput, ConversationStatus
-from workflows.outcomes import bounded
-from workflows.reporting import Reporter
-from workflows.state import (
+from durable_agent.workflows.budget import Budget
+from durable_agent.workflows.interruption import Interruption
+from durable_agent.workflows.models import STATUS_TURNS, AgentInput, ConversationStatus
+from durable_agent.workflows.outcomes import bounded
+from durable_agent.workflows.reporting import Reporter
+from durable_agent.workflows.state import (
     ConversationState,
     QueuedMessage,
     RunState,
@@ -38,7 +38,7 @@ from workflows.state import (
     TurnRecord,
     Usage,
 )
-from workflows.transcript import Transcript, UserMessage
+from durable_agent.workflows.transcript import Transcript, UserMessage
 
 MAX_QUEUED = 100
 """Messages that may wait for a safe point; one more is refused until the turn takes them."""

@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 import jsonschema
 
-import workflows.approval as approval
-from workflows.builtin_tools import (
+import durable_agent.workflows.approval as approval
+from durable_agent.workflows.builtin_tools import (
     DELEGATE_SPEC,
     FINISH,
     LOOP_TOOLS,
@@ -29,11 +29,11 @@ from workflows.builtin_tools import (
     SUBMIT_PLAN_SPEC,
     finish_spec,
 )
-from workflows.loop_detection import LoopDetector
-from workflows.models import ToolApprovalPolicy, ToolCallDecision, ToolSpec
-from workflows.outcomes import Outcome, bounded
-from workflows.transcript import AssistantMessage, ToolCall
-from workflows.versioning import Behaviours
+from durable_agent.workflows.loop_detection import LoopDetector
+from durable_agent.workflows.models import ToolApprovalPolicy, ToolCallDecision, ToolSpec
+from durable_agent.workflows.outcomes import Outcome, bounded
+from durable_agent.workflows.transcript import AssistantMessage, ToolCall
+from durable_agent.workflows.versioning import Behaviours
 
 MAX_ARGUMENT_DEPTH = 32
 """Nesting a tool's arguments may have (the object itself is level 1)."""

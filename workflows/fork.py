@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from workflows.models import AgentInput, ForkSeed
-from workflows.state import RunState
-from workflows.transcript import AssistantMessage, Transcript
+from durable_agent.workflows.models import AgentInput, ForkSeed
+from durable_agent.workflows.state import RunState
+from durable_agent.workflows.transcript import AssistantMessage, Transcript
 
 
 def seeded_state(seed: ForkSeed, started_at: datetime) -> RunState:

@@ -21,10 +21,10 @@ from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
 from temporalio.converter import DefaultFailureConverter, PayloadConverter
 from temporalio.exceptions import ApplicationError, FailureError
 
-from workflows.budget import Budget
-from workflows.dispatch import PlannedCall
-from workflows.errors import AgentApprovalTimeout
-from workflows.models import (
+from durable_agent.workflows.budget import Budget
+from durable_agent.workflows.dispatch import PlannedCall
+from durable_agent.workflows.errors import AgentApprovalTimeout
+from durable_agent.workflows.models import (
     SUB_AGENT_APPROVALS_SIGNAL,
     DecidedBy,
     PlanDecision,
@@ -34,10 +34,10 @@ from workflows.models import (
     ToolApproval,
     ToolCallDecision,
 )
-from workflows.outcomes import RECORDED_ARGUMENT_CHARS, count
-from workflows.reporting import Explained, Reporter, calls_markdown, plan_markdown
-from workflows.state import RunState
-from workflows.transcript import ToolCall
+from durable_agent.workflows.outcomes import RECORDED_ARGUMENT_CHARS, count
+from durable_agent.workflows.reporting import Explained, Reporter, calls_markdown, plan_markdown
+from durable_agent.workflows.state import RunState
+from durable_agent.workflows.transcript import ToolCall
 
 DETAILS_ARGUMENT_CHARS = 200
 """Arguments quoted in the current details (the Web UI's run page), per waiting call."""

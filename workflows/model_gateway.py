@@ -24,18 +24,24 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 
-import workflows.history as history
-import workflows.versioning as versioning
-from workflows.budget import Budget
-from workflows.errors import (
+import durable_agent.workflows.history as history
+import durable_agent.workflows.versioning as versioning
+from durable_agent.workflows.budget import Budget
+from durable_agent.workflows.errors import (
     FATAL_ERROR_TYPES,
     AgentBudgetExceeded,
     AgentProviderError,
     describe_failure,
     error_class,
 )
-from workflows.models import AgentInput, ModelRequest, ModelResponse, ScriptedTurn, ToolSpec
-from workflows.transcript import AssistantMessage, Message, ToolResult
+from durable_agent.workflows.models import (
+    AgentInput,
+    ModelRequest,
+    ModelResponse,
+    ScriptedTurn,
+    ToolSpec,
+)
+from durable_agent.workflows.transcript import AssistantMessage, Message, ToolResult
 
 MODEL_ACTIVITY = "call_model"
 """The activity type of every model call (activities/model_call.py)."""

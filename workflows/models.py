@@ -11,12 +11,12 @@ from temporalio.common import SearchAttributeKey
 # Tool specs (workflows/specs.py) and the records a run is made of (workflows/state.py) live
 # apart, since the run's state carries them; they are re-exported here, where every input and
 # output of the loop is.
-from workflows.specs import (
+from durable_agent.workflows.specs import (
     DEFAULT_MAX_RESULT_CHARS as DEFAULT_MAX_RESULT_CHARS,
     RetrySettings as RetrySettings,
     ToolSpec as ToolSpec,
 )
-from workflows.state import (
+from durable_agent.workflows.state import (
     AppliedEffect as AppliedEffect,
     ApprovalStatus as ApprovalStatus,
     CompactionRecord as CompactionRecord,
@@ -41,7 +41,7 @@ from workflows.state import (
     TurnRecord as TurnRecord,
     Usage as Usage,
 )
-from workflows.transcript import AssistantMessage, Message
+from durable_agent.workflows.transcript import AssistantMessage, Message
 
 DEFAULT_TASK_QUEUE = "agent-loop"
 

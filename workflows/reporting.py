@@ -27,8 +27,8 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
 from temporalio.contrib.workflow_streams import WorkflowStream
 
-import workflows.versioning as versioning
-from workflows.models import (
+import durable_agent.workflows.versioning as versioning
+from durable_agent.workflows.models import (
     AGENT_COST_USD,
     AGENT_ERROR,
     AGENT_STATUS,
@@ -40,8 +40,8 @@ from workflows.models import (
     AgentStatus,
     ToolApproval,
 )
-from workflows.outcomes import Outcome, count
-from workflows.state import RunState, Usage
+from durable_agent.workflows.outcomes import Outcome, count
+from durable_agent.workflows.state import RunState, Usage
 
 AGENT_STEP_EVERY = 10
 """While a run runs, AgentStep (and AgentCostUsd) is brought up to date at least this often

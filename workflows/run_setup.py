@@ -18,18 +18,18 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
-import workflows.approval as approval
-import workflows.dispatch as dispatch
-import workflows.tool_catalog as tool_catalog
-from workflows.errors import (
+import durable_agent.workflows.approval as approval
+import durable_agent.workflows.dispatch as dispatch
+import durable_agent.workflows.tool_catalog as tool_catalog
+from durable_agent.workflows.errors import (
     FATAL_ERROR_TYPES,
     AgentConfigurationError,
     activity_failure_cause,
     describe_failure,
 )
-from workflows.models import AgentInput, RunTools, ToolSelection
-from workflows.state import RunState
-from workflows.versioning import Behaviours
+from durable_agent.workflows.models import AgentInput, RunTools, ToolSelection
+from durable_agent.workflows.state import RunState
+from durable_agent.workflows.versioning import Behaviours
 
 MAX_NOTICES = 10
 """Notices a run keeps about its tools (the newest): a chain whose listing fails at every

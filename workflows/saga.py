@@ -17,12 +17,12 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
-import workflows.tool_catalog as tool_catalog
-from workflows.errors import FATAL_ERROR_TYPES, AgentError, describe_failure
-from workflows.models import AppliedEffect, CompensationRecord, CompensationStatus
-from workflows.outcomes import count
-from workflows.reporting import Reporter
-from workflows.state import RunState
+import durable_agent.workflows.tool_catalog as tool_catalog
+from durable_agent.workflows.errors import FATAL_ERROR_TYPES, AgentError, describe_failure
+from durable_agent.workflows.models import AppliedEffect, CompensationRecord, CompensationStatus
+from durable_agent.workflows.outcomes import count
+from durable_agent.workflows.reporting import Reporter
+from durable_agent.workflows.state import RunState
 
 
 class Saga:

@@ -15,8 +15,8 @@ from pydantic import BaseModel, Field
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 from temporalio.exceptions import ApplicationError
 
-from workflows.specs import ToolSpec
-from workflows.transcript import Message, UserMessage
+from durable_agent.workflows.specs import ToolSpec
+from durable_agent.workflows.transcript import Message, UserMessage
 
 
 class Usage(BaseModel):

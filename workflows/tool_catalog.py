@@ -8,8 +8,8 @@ reads. Deterministic: a dict of data, no I/O.
 
 from __future__ import annotations
 
-from workflows.builtin_tools import READ_RESULT
-from workflows.models import RunTools, ToolSpec
+from durable_agent.workflows.builtin_tools import READ_RESULT
+from durable_agent.workflows.models import RunTools, ToolSpec
 
 RESOLVE_TOOLS = "resolve_tools"
 """The activity (activities/tools.py) that reads a run's specs from the worker when it starts;

@@ -27,19 +27,26 @@ from temporalio.exceptions import (
     TimeoutType,
 )
 
-from workflows.budget import Budget
-from workflows.builtin_tools import DELEGATE, DELEGATE_PARAMETERS, READ_RESULT
-from workflows.dispatch import Finish, PlannedCall, Refuse, Run, SubmitPlan, schema_problems
-from workflows.errors import (
+from durable_agent.workflows.budget import Budget
+from durable_agent.workflows.builtin_tools import DELEGATE, DELEGATE_PARAMETERS, READ_RESULT
+from durable_agent.workflows.dispatch import (
+    Finish,
+    PlannedCall,
+    Refuse,
+    Run,
+    SubmitPlan,
+    schema_problems,
+)
+from durable_agent.workflows.errors import (
     FATAL_ERROR_TYPES,
     activity_failure_cause,
     describe_failure,
     failure_type,
 )
-from workflows.gates import ToolCallGate
-from workflows.interruption import NOT_RUN, Interruption, cancelled_text
-from workflows.model_gateway import ModelGateway
-from workflows.models import (
+from durable_agent.workflows.gates import ToolCallGate
+from durable_agent.workflows.interruption import NOT_RUN, Interruption, cancelled_text
+from durable_agent.workflows.model_gateway import ModelGateway
+from durable_agent.workflows.models import (
     AgentInput,
     AgentResult,
     AppliedEffect,
@@ -51,11 +58,11 @@ from workflows.models import (
     ToolApprovalPolicy,
     ToolSpec,
 )
-from workflows.outcomes import Outcome
-from workflows.reporting import Reporter
-from workflows.saga import Saga
-from workflows.state import RunState
-from workflows.transcript import ToolCall
+from durable_agent.workflows.outcomes import Outcome
+from durable_agent.workflows.reporting import Reporter
+from durable_agent.workflows.saga import Saga
+from durable_agent.workflows.state import RunState
+from durable_agent.workflows.transcript import ToolCall
 
 ANSWER_RECORDED = "Answer recorded; the run ends here."
 SUMMARY_CHARS = 120

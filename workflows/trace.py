@@ -9,8 +9,8 @@ same way. Pages of the kept records answer the `trace_page` query. Deterministic
 
 from __future__ import annotations
 
-from workflows.models import TracePage, TracePageRequest
-from workflows.state import EarlierSteps, RunState, StepRecord
+from durable_agent.workflows.models import TracePage, TracePageRequest
+from durable_agent.workflows.state import EarlierSteps, RunState, StepRecord
 
 MAX_KEPT_STEP_RECORDS = 1_000
 MAX_KEPT_TRACE_BYTES = 250_000

@@ -31,8 +31,8 @@ import anthropic
 from anthropic.types import Message as AnthropicMessage
 from temporalio.exceptions import ApplicationError
 
-from activities.providers import _streaming
-from activities.providers._http_errors import (
+from durable_agent.activities.providers import _streaming
+from durable_agent.activities.providers._http_errors import (
     connection_error,
     cut_off_reply,
     incomplete_reply,
@@ -42,10 +42,10 @@ from activities.providers._http_errors import (
     timeout_error,
     transient_error,
 )
-from activities.providers._tls import tls_context
-from workflows.errors import AgentConfigurationError, AgentProviderError
-from workflows.models import ModelRequest, ModelResponse, ToolSpec, Usage
-from workflows.transcript import (
+from durable_agent.activities.providers._tls import tls_context
+from durable_agent.workflows.errors import AgentConfigurationError, AgentProviderError
+from durable_agent.workflows.models import ModelRequest, ModelResponse, ToolSpec, Usage
+from durable_agent.workflows.transcript import (
     AssistantMessage,
     Message,
     ReasoningPart,

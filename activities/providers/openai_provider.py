@@ -25,8 +25,8 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 from temporalio.exceptions import ApplicationError
 
-from activities.providers import _streaming
-from activities.providers._http_errors import (
+from durable_agent.activities.providers import _streaming
+from durable_agent.activities.providers._http_errors import (
     MAX_RETRY_AFTER,
     RETRYABLE_STATUSES,
     TRANSIENT_ERROR_TYPE,
@@ -39,10 +39,22 @@ from activities.providers._http_errors import (
     status_error,
     timeout_error,
 )
-from activities.providers._tls import tls_context
-from workflows.errors import AgentConfigurationError, AgentProviderError
-from workflows.models import ModelRequest, ModelResponse, ModelSettings, ToolSpec, Usage
-from workflows.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
+from durable_agent.activities.providers._tls import tls_context
+from durable_agent.workflows.errors import AgentConfigurationError, AgentProviderError
+from durable_agent.workflows.models import (
+    ModelRequest,
+    ModelResponse,
+    ModelSettings,
+    ToolSpec,
+    Usage,
+)
+from durable_agent.workflows.transcript import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+)
 
 __all__ = [
     "MAX_RETRY_AFTER",

@@ -23,11 +23,11 @@ from typing import Any
 from openai.types.responses import Response
 from temporalio.exceptions import ApplicationError
 
-from activities.providers import _streaming
-from activities.providers._http_errors import cut_off_reply, incomplete_reply
-from activities.providers.openai_provider import openai_client
-from workflows.models import ModelRequest, ModelResponse, ToolSpec, Usage
-from workflows.transcript import (
+from durable_agent.activities.providers import _streaming
+from durable_agent.activities.providers._http_errors import cut_off_reply, incomplete_reply
+from durable_agent.activities.providers.openai_provider import openai_client
+from durable_agent.workflows.models import ModelRequest, ModelResponse, ToolSpec, Usage
+from durable_agent.workflows.transcript import (
     AssistantMessage,
     Message,
     ReasoningPart,

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 from temporalio import activity
 
-from workflows.errors import ScriptedModelMismatch
-from workflows.models import ModelRequest, ModelResponse, Usage
-from workflows.transcript import AssistantMessage, ToolCall, ToolResult
+from durable_agent.workflows.errors import ScriptedModelMismatch
+from durable_agent.workflows.models import ModelRequest, ModelResponse, Usage
+from durable_agent.workflows.transcript import AssistantMessage, ToolCall, ToolResult
 
 _requests: OrderedDict[str, list[ModelRequest]] = OrderedDict()
 RECORDED_RUNS = 1_000

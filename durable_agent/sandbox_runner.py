@@ -37,7 +37,7 @@ from temporalio.worker.workflow_sandbox import (
 )
 from temporalio.worker.workflow_sandbox._in_sandbox import InSandbox
 
-PASSED_THROUGH = ("workflows",)
+PASSED_THROUGH = ("durable_agent.workflows",)
 
 
 _UNPROXIED = ("isinstance", "issubclass")
@@ -85,7 +85,13 @@ class AgentSandboxRunner(SandboxedWorkflowRunner):
         return _Instance(det, self.runner_class, self.restrictions)
 
 
-WORKFLOW_RUNNER = AgentSandboxRunner(
-    restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
-)
-"""The runner every agent worker and replayer uses (worker.build_worker, bench/replay.py)."""
+RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
+"""The SDK's default restrictions, with the agent's deterministic modules passed through."""
+
+STOCK_RUNNER = SandboxedWorkflowRunner(restrictions=RESTRICTIONS)
+"""The SDK's own runner with the agent's modules passed through: what AgentPlugin gives a worker
+that serves an app's workflows too (durable_agent/plugin.py)."""
+
+WORKFLOW_RUNNER = AgentSandboxRunner(restrictions=RESTRICTIONS)
+"""The runner of the project's own workers and replayer (worker.build_worker, bench/replay.py):
+`AgentPlugin(fast_sandbox=True)`."""

@@ -36,15 +36,16 @@ from temporalio.client import (
     WorkflowHandle,
 )
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamItem
 from temporalio.service import RPCError
 
-import forking
-import payload_codec
-from activities import telemetry
-from workflows.agent import AgentWorkflow
-from workflows.model_gateway import MODEL_ACTIVITY
-from workflows.models import (
+from durable_agent import forking, payload_codec
+from durable_agent.activities import telemetry
+from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.errors import AgentConfigurationError
+from durable_agent.workflows.model_gateway import MODEL_ACTIVITY
+from durable_agent.workflows.models import (
     DEFAULT_TASK_QUEUE,
     EVENTS_TOPIC,
     SEARCH_ATTRIBUTES,
@@ -69,8 +70,8 @@ from workflows.models import (
     TranscriptPageRequest,
     TurnRecord,
 )
-from workflows.reporting import run_details, run_summary
-from workflows.transcript import Message
+from durable_agent.workflows.reporting import run_details, run_summary
+from durable_agent.workflows.transcript import Message
 
 AWAITING_APPROVAL_QUERY = "AgentStatus='awaiting_approval'"
 CLOSED_RUNS_QUERY = (
@@ -469,7 +470,18 @@ class DeltaReader:
 
 
 class AgentClient:
+    """Start and find agent runs. `AgentClient(client)` takes the app's own client, connected
+    with `plugins=[AgentPlugin()]`; raises AgentConfigurationError for a client whose converter
+    cannot carry the agent's pydantic models."""
+
     def __init__(self, client: Client, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
+        converter = client.data_converter.payload_converter_class
+        if not issubclass(converter, PydanticPayloadConverter):
+            raise AgentConfigurationError(
+                f"AgentClient: the client's payload converter ({converter.__name__}) cannot "
+                "carry the agent's pydantic models: connect it with "
+                "plugins=[durable_agent.AgentPlugin()]"
+            )
         self.client = client
         self.task_queue = task_queue
         self._search_attributes_checked = False

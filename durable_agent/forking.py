@@ -29,9 +29,9 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ApplicationError
 
-import workflows.history as history
-from workflows.model_gateway import MODEL_ACTIVITY
-from workflows.models import (
+import durable_agent.workflows.history as history
+from durable_agent.workflows.model_gateway import MODEL_ACTIVITY
+from durable_agent.workflows.models import (
     AgentInput,
     AgentResult,
     AppliedEffect,
@@ -50,7 +50,7 @@ from workflows.models import (
     ToolSpec,
     Usage,
 )
-from workflows.transcript import AssistantMessage, Message, ToolResult, UserMessage
+from durable_agent.workflows.transcript import AssistantMessage, Message, ToolResult, UserMessage
 
 AGENT_FORKED_FROM = SearchAttributeKey.for_keyword("AgentForkedFrom")
 """Set when a fork starts, to the workflow id it was forked from: list the forks of a run with

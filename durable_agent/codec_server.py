@@ -53,7 +53,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payloads
 
-from payload_codec import (
+from durable_agent.payload_codec import (
     KEYS_FILE_VARIABLE,
     KEYS_VARIABLE,
     EncryptionCodec,
@@ -411,7 +411,8 @@ def _usage_error(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _OneLineArgumentParser(
-        prog="codec_server.py", description="Decrypt payloads for the Web UI and the CLI."
+        prog="python -m durable_agent.codec_server",
+        description="Decrypt payloads for the Web UI and the CLI.",
     )
     parser.add_argument("--host", default=DEFAULT_HOST, help="default: 127.0.0.1 (this machine)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
