@@ -2,6 +2,7 @@
 
     python -m tests.crash_worker --address HOST:PORT --task-queue Q --ready-file F
                                  [--crash-at POINT --crash-file C] [--max-cached-workflows N]
+                                 [--mcp-config FILE]
 
 Run from the repository root, with $AGENT_DEMO_DB set. Without --crash-at it is a normal worker
 (the "fresh worker" that takes over, and the one that records the reference runs). It writes F
@@ -31,7 +32,9 @@ Every worker here re-registers the demo tools with short timeouts and quick retr
 functions, so the same database code and idempotency keys): a call lost with a killed worker is
 retried after `TIMEOUT_SECONDS`, not after the demo's 30 s. All workers of one test run this
 same registration, so the workflow sees the same tool specs on every worker. It also registers
-`wait_for_file`, a read-only tool that waits until the test lets it go.
+`wait_for_file`, a read-only tool that waits until the test lets it go. `--mcp-config` serves
+the MCP servers of a config file too, as `worker.py --mcp-config` does (their calls' activity
+types, `server__tool`, are crash points like any other).
 """
 
 from __future__ import annotations
@@ -180,10 +183,13 @@ class _CrashingOutbound(WorkflowOutboundInterceptor):
 
 
 async def serve(args: argparse.Namespace) -> None:
+    from durable_agent.activities.mcp_config import load_mcp_config
+    from durable_agent.activities.mcp_tools import McpTools
     from durable_agent.worker import build_worker, connect
     from tests.helpers import TEST_WORKER_OPTIONS
 
     register_tools()
+    mcp = McpTools(load_mcp_config(args.mcp_config)) if args.mcp_config else None
     client = await connect(args.address)
     interceptors = []
     if args.crash_at:
@@ -202,6 +208,7 @@ async def serve(args: argparse.Namespace) -> None:
         # No cache and so no sticky queue (the default): a workflow task goes to whichever
         # worker is alive, at once, and each one replays the history from the start.
         max_cached_workflows=args.max_cached_workflows,
+        mcp=mcp,
         **options,
         **TEST_WORKER_OPTIONS,
     )
@@ -218,6 +225,7 @@ def main() -> None:
     parser.add_argument("--crash-at")
     parser.add_argument("--crash-file")
     parser.add_argument("--max-cached-workflows", type=int, default=0)
+    parser.add_argument("--mcp-config")
     args = parser.parse_args()
     if args.crash_at and not args.crash_file:
         parser.error("--crash-at needs --crash-file")

@@ -4,7 +4,9 @@
     python tests/mcp_server_for_tests.py http PORT
 
 It writes what it was asked to a journal (MCP_TEST_JOURNAL, one JSON line a call), so that a
-test can see which calls reached it, with which `_meta`, and whether it was asked anything at all.
+test can see which calls reached it, with which `_meta`, and whether it was asked anything at all:
+a side-effecting tool's entries count its applications, since this server ignores idempotency
+keys, as most servers do.
 It checks its secret (MCP_TEST_TOKEN in its environment over stdio, the Authorization header
 over HTTP) against MCP_TEST_EXPECTED_TOKEN, and never says it.
 """
@@ -17,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -29,6 +32,25 @@ def _journal(entry: dict[str, Any]) -> None:
     if path:
         with open(path, "a", encoding="utf-8") as journal:
             journal.write(json.dumps(entry) + "\n")
+
+
+SLOW_SECONDS = 60.0
+"""How long the first call of a slow tool takes: longer than any test's attempt timeout."""
+
+
+def _journalled(tool: str) -> int:
+    path = os.environ.get("MCP_TEST_JOURNAL")
+    if not path or not Path(path).exists():
+        return 0
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return sum(json.loads(line).get("tool") == tool for line in lines)
+
+
+async def _slow_the_first_time(tool: str) -> None:
+    """The first call of `tool` (already journalled, so it has taken effect) outlasts its
+    attempt's timeout; every later one answers at once."""
+    if _journalled(tool) == 1:
+        await anyio.sleep(SLOW_SECONDS)
 
 
 def _authorised(ctx: Context) -> bool:
@@ -60,6 +82,23 @@ def record(note: str, ctx: Context) -> str:
     """Record a note (changes data)."""
     _called("record", ctx, note=note)
     return f"recorded {note}"
+
+
+@server.tool()
+async def charge(amount: int, ctx: Context) -> str:
+    """Charge an amount (changes data, and again on every call: no de-duplication). The first
+    charge is applied at once and answered only after SLOW_SECONDS."""
+    _called("charge", ctx, amount=amount)
+    await _slow_the_first_time("charge")
+    return f"charged {amount}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def quote(amount: int, ctx: Context) -> str:
+    """A price quote (read-only). The first one answers only after SLOW_SECONDS."""
+    _called("quote", ctx, amount=amount)
+    await _slow_the_first_time("quote")
+    return f"quoted {amount}"
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))

@@ -125,11 +125,19 @@ class Processes:
         return log
 
     async def worker(
-        self, name: str, address: str, task_queue: str, db: Path, crash_at: str | None = None
+        self,
+        name: str,
+        address: str,
+        task_queue: str,
+        db: Path,
+        crash_at: str | None = None,
+        mcp_config: Path | None = None,
     ) -> WorkerProcess:
         ready = self.directory / f"{name}.ready"
         command = [sys.executable, "-m", "tests.crash_worker", "--address", address]
         command += ["--task-queue", task_queue, "--ready-file", str(ready)]
+        if mcp_config is not None:
+            command += ["--mcp-config", str(mcp_config)]
         crash_file = None
         if crash_at is not None:
             crash_file = self.directory / f"{name}.crashed"
