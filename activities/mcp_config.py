@@ -58,12 +58,19 @@ class McpServerConfig(BaseModel):
     tools: list[str] | None = None
     """Offer only these of the server's tools (by the server's names); all when absent."""
     read_only: dict[str, bool] = {}
-    """Per tool (server's name): true runs it as read-only (concurrent, no approval by default)
-    and false as side-effecting, whatever its `readOnlyHint` says."""
+    """Per tool (server's name): true runs it as read-only (concurrent, no approval by default,
+    retried) and false as side-effecting, whatever its `readOnlyHint` and `destructiveHint`
+    say."""
     timeout_seconds: float = Field(default=30.0, gt=0)
     """One attempt of a call, as a tool's `timeout_seconds`."""
     retry: RetrySettings = RetrySettings()
-    """The retry policy of the server's calls (transport and protocol failures)."""
+    """The retry policy of the server's read-only calls (transport and protocol failures), and
+    of its side-effecting ones too with `retry_side_effects`."""
+    retry_side_effects: bool = False
+    """Retry side-effecting calls by `retry` as well. Off, such a call is sent at most once: a
+    timeout or a lost worker may come after the server applied it, and a server that ignores
+    `_meta.idempotencyKey` would apply it again. Turn it on only for a server that
+    de-duplicates by that key, or whose calls are safe to repeat."""
     needs_approval: bool | None = None
     """As `@tool(needs_approval=...)`, for all the server's tools: None asks for the
     side-effecting ones only."""

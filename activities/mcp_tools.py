@@ -12,6 +12,11 @@
   The workflow schedules a tool call as an activity named after the tool, so an MCP call's
   activity type is its tool's name (`server__tool`), which the Web UI shows with its arguments.
 
+A call that changes data is sent at most once (`tool_spec` gives it one attempt, and `call`
+never sends a later attempt of it): a timeout or a lost worker may come after its server applied
+it, and most servers ignore the idempotency key. A server opts in to its retries with
+`retry_side_effects`.
+
 A tool's name is always `SERVER__TOOL` (the server's name, two underscores, the tool's name, with
 characters outside `[A-Za-z0-9_-]` made `_`; cut to 64 with a hash when longer): unique across
 servers, within the providers' rules, and the same on every worker with the same config.
@@ -25,6 +30,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from mcp import Client, MCPError
@@ -113,11 +119,24 @@ def server_of(name: str) -> str | None:
     return prefix if separator else None
 
 
+def hinted_read_only(tool: Tool) -> bool:
+    """`readOnlyHint: true`, and no `destructiveHint: true` that says otherwise."""
+    hints = tool.annotations
+    return hints is not None and hints.read_only_hint is True and hints.destructive_hint is not True
+
+
+def may_repeat(server: McpServerConfig, read_only: bool) -> bool:
+    """Whether a call may be sent again after an attempt that may have reached the server."""
+    return read_only or server.retry_side_effects
+
+
 def tool_spec(server_name: str, server: McpServerConfig, tool: Tool) -> ToolSpec:
-    """What the workflow is told of one MCP tool: read-only by its `readOnlyHint` unless the
-    config says otherwise."""
-    hinted = tool.annotations.read_only_hint if tool.annotations is not None else None
-    read_only = server.read_only.get(tool.name, hinted is True)
+    """What the workflow is told of one MCP tool: read-only by its hints unless the config says
+    otherwise; a side-effecting one gets a single attempt unless its server opts in."""
+    read_only = server.read_only.get(tool.name, hinted_read_only(tool))
+    retry = server.retry
+    if not may_repeat(server, read_only):
+        retry = retry.model_copy(update={"maximum_attempts": 1})
     description = tool.description or tool.title or tool.name
     return ToolSpec(
         name=exposed_name(server_name, tool.name),
@@ -125,7 +144,7 @@ def tool_spec(server_name: str, server: McpServerConfig, tool: Tool) -> ToolSpec
         parameters=tool.input_schema or {"type": "object", "properties": {}},
         side_effects=not read_only,
         timeout_seconds=server.timeout_seconds,
-        retry=server.retry,
+        retry=retry,
         max_result_chars=server.max_result_chars,
         needs_approval=server.needs_approval,
     )
@@ -157,6 +176,15 @@ class McpServerDown(Exception):
     """A server could not be reached or listed."""
 
 
+@dataclass(frozen=True)
+class _Offered:
+    server: str
+    tool: str
+    """The server's name of the tool."""
+    repeatable: bool
+    """`may_repeat`: a later attempt of a call may be sent."""
+
+
 class McpTools:
     """A worker's MCP servers: their tools' specs and their calls' activities."""
 
@@ -165,8 +193,8 @@ class McpTools:
         self._connections = {
             name: McpConnection(name, server) for name, server in config.servers.items()
         }
-        self._offered: dict[str, tuple[str, str]] = {}
-        """Exposed name -> (server, the server's name of the tool), from the latest listings."""
+        self._offered: dict[str, _Offered] = {}
+        """By exposed name, from the latest listings."""
         self._secrets = config.secrets
 
     def activities(self) -> list[Callable[..., Any]]:
@@ -211,7 +239,12 @@ class McpTools:
         if server.tools is not None:
             tools = [t for t in tools if t.name in server.tools]
         specs = [tool_spec(name, server, t) for t in tools]
-        self._offered.update({s.name: (name, t.name) for s, t in zip(specs, tools, strict=True)})
+        self._offered.update(
+            {
+                s.name: _Offered(name, t.name, may_repeat(server, not s.side_effects))
+                for s, t in zip(specs, tools, strict=True)
+            }
+        )
         return specs
 
     @activity.defn(name=tool_catalog.RESOLVE_TOOLS)
@@ -278,60 +311,94 @@ class McpTools:
     async def _call(self, name: str, call: ToolActivityInput) -> ToolActivityResult:
         info = activity.info()
         await progress.report_retry(call.step, name, call_id=call.tool_call_id, tool=name)
-        target = await self._target(name)
-        server_name, tool_name = target
-        connection = self._connections[server_name]
-        timeout = info.start_to_close_timeout
-        client: Client | None = None
         try:
-            async with heartbeating():
+            target = await self._target(name)
+        except ApplicationError as error:
+            return self._not_sent(name, call, error, retry=not _last_attempt(info))
+        if info.attempt > 1 and not target.repeatable:
+            # Recorded with retries before this release (or by a worker that let them): the
+            # first attempt may have been applied, and the server would apply it again.
+            raise ApplicationError(
+                f"{name} was not sent again: an earlier attempt may have reached MCP server "
+                f"{target.server}, which does not opt in to retries of calls that change data",
+                type="McpCallNotRepeated",
+                non_retryable=True,
+            )
+        connection = self._connections[target.server]
+        timeout = info.start_to_close_timeout
+        async with heartbeating():
+            try:
                 client = await connection.client()
+            except Exception as error:
+                failure = self._retried(target.server, error)
+                retry = target.repeatable and not _last_attempt(info)
+                return self._not_sent(name, call, failure, retry=retry)
+            try:
                 result = await client.call_tool(
-                    tool_name,
+                    target.tool,
                     call.arguments,
                     read_timeout_seconds=timeout.total_seconds() if timeout else None,
                     meta=cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: call.idempotency_key}),
                 )
-        except MCPError as error:
-            if error.code in _BROKEN_CONNECTION and client is not None:
-                connection.retire(client)
-            if error.code in _UNFIXABLE_BY_RETRY:
-                text = self.redact(error.message)[:1000]
+            except MCPError as error:
+                if error.code in _BROKEN_CONNECTION:
+                    connection.retire(client)
+                if error.code in _UNFIXABLE_BY_RETRY:
+                    text = self.redact(error.message)[:1000]
+                    return ToolActivityResult(
+                        content=f"Error: {name} was refused by its MCP server: {text} "
+                        f"(JSON-RPC error {error.code}). It did not run.",
+                        is_error=True,
+                        attempt=info.attempt,
+                    )
+                raise self._retried(target.server, error) from None
+            except ValidationError:
                 return ToolActivityResult(
-                    content=f"Error: {name} was refused by its MCP server: {text} "
-                    f"(JSON-RPC error {error.code}). It did not run.",
+                    content=f"Error: {name}'s MCP server sent a malformed result.",
                     is_error=True,
                     attempt=info.attempt,
                 )
-            raise self._retried(server_name, error) from None
-        except ValidationError:
-            return ToolActivityResult(
-                content=f"Error: {name}'s MCP server sent a malformed result.",
-                is_error=True,
-                attempt=info.attempt,
-            )
-        except (asyncio.CancelledError, ApplicationError):
-            raise
-        except Exception as error:
-            # The transport broke (a process that died, a dropped HTTP session): a retry
-            # reconnects.
-            if client is not None:
+            except (asyncio.CancelledError, ApplicationError):
+                raise
+            except Exception as error:
+                # The transport broke (a process that died, a dropped HTTP session): a retry
+                # reconnects.
                 connection.retire(client)
-            activity.logger.warning(
-                "step %d: MCP tool %s failed (call %s, attempt %d): %s",
-                call.step,
-                name,
-                call.tool_call_id,
-                info.attempt,
-                self._reason(error),
-            )
-            raise self._retried(server_name, error) from None
+                self._log_failure(call, name, error)
+                raise self._retried(target.server, error) from None
         rendered = render_call_result(result)
         if result.is_error and not rendered.lower().startswith("error"):
             rendered = f"Error: {rendered or f'{name} failed'}"
         return self._bounded(call, rendered, is_error=result.is_error, attempt=info.attempt)
 
-    async def _target(self, name: str) -> tuple[str, str]:
+    def _not_sent(
+        self, name: str, call: ToolActivityInput, failure: ApplicationError, *, retry: bool
+    ) -> ToolActivityResult:
+        """A call that failed before its request was sent: raised for a retry when it gets one,
+        else an error result the model reads, which says that nothing happened (so the run
+        logs no effect of unknown outcome)."""
+        self._log_failure(call, name, failure)
+        if retry:
+            raise failure
+        return ToolActivityResult(
+            content=f"Error: {name} did not run: {failure.message}. Nothing was sent to its "
+            "MCP server.",
+            is_error=True,
+            attempt=activity.info().attempt,
+        )
+
+    def _log_failure(self, call: ToolActivityInput, name: str, error: BaseException) -> None:
+        reason = error.message if isinstance(error, ApplicationError) else self._reason(error)
+        activity.logger.warning(
+            "step %d: MCP tool %s failed (call %s, attempt %d): %s",
+            call.step,
+            name,
+            call.tool_call_id,
+            activity.info().attempt,
+            reason,
+        )
+
+    async def _target(self, name: str) -> _Offered:
         """The server and tool of an exposed name, listing its server when this worker has not
         yet (a run that started on another worker)."""
         target = self._offered.get(name)
@@ -377,6 +444,15 @@ class McpTools:
             await self._connections[name].client()
         except Exception as error:
             logger.warning("MCP server %s: not reachable yet: %s", name, self._reason(error))
+
+
+def _last_attempt(info: activity.Info) -> bool:
+    """This attempt is the last its retry policy allows (the run's deadline may end them
+    sooner)."""
+    policy = info.retry_policy
+    if policy is None or policy.maximum_attempts <= 0:
+        return False
+    return info.attempt >= policy.maximum_attempts
 
 
 def _configuration_error(message: str) -> ApplicationError:

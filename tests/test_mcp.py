@@ -500,7 +500,8 @@ def test_server_keys_of_ours_reach_the_specs(tmp_path: Path, journal: Path) -> N
         "shop", config.servers["shop"], Tool(name="lookup", input_schema={"type": "object"})
     )
     assert (spec.timeout_seconds, spec.needs_approval, spec.side_effects) == (5, True, True)
-    assert spec.retry == RetrySettings(**FAST_RETRY)
+    # No hint: it changes data, so one attempt (tests/test_mcp_side_effects.py).
+    assert spec.retry == RetrySettings(**{**FAST_RETRY, "maximum_attempts": 1})
 
 
 async def test_a_reference_server_from_pypi(
