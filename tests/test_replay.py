@@ -25,6 +25,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.worker import Replayer
 
+import durable_agent.workflows.registry as registry
 import durable_agent.workflows.tool_catalog as tool_catalog
 from durable_agent.activities.demo_script import DEMO_PROMPT, support_demo_script
 from durable_agent.forking import scripted_from
@@ -411,6 +412,6 @@ async def test_a_tool_redeployed_with_other_specs_does_not_change_what_a_run_rep
     spec = tool_catalog.get("count_me")
     assert spec is not None and not spec.side_effects
     monkeypatch.setitem(
-        tool_catalog._specs, "count_me", spec.model_copy(update={"side_effects": True})
+        registry.tool_specs, "count_me", {**spec.model_dump(), "side_effects": True}
     )
     await replayer().replay_workflow(history)
