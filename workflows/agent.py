@@ -34,7 +34,13 @@ from durable_agent.workflows.errors import (
     AgentError,
     AgentFatalToolError,
 )
-from durable_agent.workflows.gates import PlanGate, ToolCallGate, refusal
+from durable_agent.workflows.gates import (
+    PlanGate,
+    ToolCallGate,
+    ignored_by_signal,
+    validator_refusal,
+)
+from durable_agent.workflows.input_limits import InputTooLarge
 from durable_agent.workflows.loop_detection import LoopDetector
 from durable_agent.workflows.model_gateway import ModelGateway
 from durable_agent.workflows.models import (
@@ -238,7 +244,7 @@ class AgentWorkflow:
         try:
             self._plan_gate.validate(decision)
         except ValueError as refused:
-            raise refusal(str(refused)) from None
+            raise validator_refusal(refused) from None
 
     @workflow.update(
         description=(
@@ -258,7 +264,7 @@ class AgentWorkflow:
         try:
             self._tool_gate.validate(decision)
         except ValueError as refused:
-            raise refusal(str(refused)) from None
+            raise validator_refusal(refused) from None
 
     # The same decision as a signal, for `temporal workflow signal --name decide_tool_call
     # --input '{"call_id": "...", "approve": true}'` and the Web UI's signal dialog.
@@ -295,15 +301,19 @@ class AgentWorkflow:
 
     @send_message.validator
     def _validate_message(self, text: str) -> None:
-        self._conversation.validate_message(text)
+        try:
+            self._conversation.validate_message(text)
+        except InputTooLarge as refused:
+            raise validator_refusal(refused) from None
 
     @workflow.signal(name="send_message")
     def send_message_by_signal(self, text: str) -> None:
         try:
             self._conversation.validate_message(text)
         except ValueError as refused:
-            workflow.logger.warning("message ignored: %s", refused)
-            return
+            if ignored_by_signal(refused):
+                workflow.logger.warning("message ignored: %s", refused)
+                return
         self._conversation.take_message(text)
 
     @workflow.update
