@@ -12,6 +12,7 @@ import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
+import durable_agent.workflows.versioning as versioning
 import tests.tools_for_tests as test_tools
 from durable_agent.agent_client import AgentClient, AgentRun
 from durable_agent.cli.args import parse_subcommand
@@ -110,8 +111,11 @@ async def test_a_flood_of_messages_is_refused_at_the_queue_bound_and_the_turn_ke
         assert second.answer == "and this one"
         assert Transcript(messages=await run.transcript()).is_complete()
         result = await run.end()
+        history = b"".join(await history_bytes(run))
     assert [e.call.arguments["label"] for e in result.side_effects] == [label]
     assert label not in test_tools.undone
+    # Only a signal over a bound asks for the bounds' patch: this run has no marker of it.
+    assert versioning.SIGNAL_INPUT_BOUNDS.encode() not in history
 
 
 async def test_a_message_over_its_bound_is_refused_by_update_and_ignored_by_signal(
@@ -140,7 +144,12 @@ async def test_a_message_over_its_bound_is_refused_by_update_and_ignored_by_sign
         second = await run.turn(2)
         assert (second.message, second.steering, second.answer) == ("second", 0, "two")
         result = await run.end()
+        history = await history_bytes(run)
     assert [t.message for t in result.turns] == ["first", "second"]
+    # The signal's own event holds it (the server wrote it), and nothing else does; the run
+    # recorded the marker of the bounds' patch, asked because of this signal.
+    assert sum(oversize.encode() in event for event in history) == 1
+    assert any(versioning.SIGNAL_INPUT_BOUNDS.encode() in event for event in history)
 
 
 async def test_a_plan_comment_over_its_bound_is_refused(client: Client, task_queue: str) -> None:
