@@ -5,7 +5,10 @@ ignored, and the run's page says why."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +17,8 @@ from temporalio.exceptions import ApplicationError
 
 import durable_agent.workflows.versioning as versioning
 import tests.tools_for_tests as test_tools
+from durable_agent import starter
 from durable_agent.agent_client import AgentClient, AgentRun
-from durable_agent.cli.args import parse_subcommand
 from durable_agent.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.input_limits import (
@@ -27,6 +30,7 @@ from durable_agent.workflows.input_limits import (
 from durable_agent.workflows.models import AgentInput, ToolApprovalPolicy
 from durable_agent.workflows.transcript import Transcript
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
+from tests.test_conversation_cli import PROMPT, REPO, cli_env
 
 EURO = "\u20ac"
 """Three bytes in UTF-8: the queue's bound is in bytes, the per-message one in characters."""
@@ -212,14 +216,46 @@ async def test_a_denial_reason_over_its_bound_is_refused(client: Client, task_qu
         (["send", "w", "x" * (MAX_MESSAGE_CHARS + 1)], "the message is 32,001 characters"),
         (["reject", "w", "--feedback", "x" * (MAX_MESSAGE_CHARS + 1)], "--feedback is 32,001"),
         (["approve", "w", "--comment", "x" * (MAX_MESSAGE_CHARS + 1)], "--comment is 32,001"),
-        (["deny-call", "w", "call_1_1", "--reason", "x" * (MAX_REASON_CHARS + 1)], "--reason"),
+        (["deny-call", "w", "c", "--reason", "x" * (MAX_REASON_CHARS + 1)], "--reason is 2,001"),
     ],
 )
 def test_the_cli_refuses_text_over_its_bound_as_a_bad_command_line(
     argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exited:
-        parse_subcommand([*argv, "--address", "localhost:1"])
-    assert exited.value.code == 2
-    error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert says in error and len(error) < 300
+    assert starter.main([*argv, "--address", "localhost:1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert len(err.splitlines()) == 1 and says in err, err
+
+
+async def test_a_chat_line_over_its_bound_is_refused_and_the_chat_goes_on(tmp_path: Path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "starter.py",
+        "chat",
+        cwd=REPO,
+        env=cli_env(tmp_path / "demo.db"),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(f"{PROMPT}\n".encode())
+        await process.stdin.drain()
+        first = await asyncio.wait_for(process.stdout.readline(), timeout=60)
+        assert "14:20" in first.decode()
+        process.stdin.write(b"x" * (MAX_MESSAGE_CHARS + 1) + b"\n")
+        process.stdin.write(b"and the one before?\n")
+        await process.stdin.drain()
+        second = await asyncio.wait_for(process.stdout.readline(), timeout=30)
+        assert "scripted demo" in second.decode()
+        process.stdin.close()
+        _, err = await asyncio.wait_for(process.communicate(), timeout=30)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, err.decode()
+    assert "not sent: the message is 32,001 characters" in err.decode()
+    assert "ended by the user: 2 turns" in err.decode()
