@@ -205,6 +205,14 @@ async def test_a_denial_reason_over_its_bound_is_refused(client: Client, task_qu
         decision = {"call_id": "call_1_1", "approve": False, "reason": oversize}
         await too_large(run.handle.execute_update("decide_tool_call", decision))
         assert [a.status for a in (await run.status()).approvals] == ["awaiting_approval"]
+        # An id longer than any the run gives is quoted back by its start, not whole.
+        with pytest.raises(WorkflowUpdateFailedError) as unknown:
+            await run.decide_tool_call("c" * 100_000, approve=True)
+        cause = unknown.value.cause
+        assert isinstance(cause, ApplicationError)
+        message = cause.message
+        assert message.startswith(f"no tool call {'c' * 100!r}... (100,000 characters) asked")
+        assert len(message) < 300
         await run.decide_tool_call("call_1_1", approve=False, reason="no, because")
         assert (await run.result()).answer == "not done"
     assert label not in [k[0] for k in test_tools.keys_seen]
