@@ -29,7 +29,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from durable_agent.activities.pg_store import BLOB_TABLES, StoreSchemaTooNew, ensure_schema
-from durable_agent.activities.store_config import STORE_URL_VARIABLE, redacted, store_url_from_env
+from durable_agent.activities.store_config import (
+    STORE_URL_VARIABLE,
+    redacted,
+    scrubbed,
+    store_url_from_env,
+)
 
 DB_PATH_ENV = "AGENT_DEMO_DB"
 DEFAULT_DB_PATH = Path(".agent-demo") / "demo.db"
@@ -127,7 +132,10 @@ def check_postgres(url: str) -> None:
     except (psycopg.Error, StoreSchemaTooNew) as error:
         reason = error.message if isinstance(error, StoreSchemaTooNew) else one_line(error)
         raise StoreNotWritable(
-            f"the store {redacted(url)} ({STORE_URL_VARIABLE}) cannot be used: {reason}"
+            # libpq quotes back parts of the connection string it could not use.
+            scrubbed(
+                f"the store {redacted(url)} ({STORE_URL_VARIABLE}) cannot be used: {reason}", url
+            )
         ) from None
 
 

@@ -2,9 +2,14 @@
 seals them. The stores themselves are activities/message_store.py (SQLite, the default on one
 machine), activities/pg_store.py (PostgreSQL, shared by a fleet) and activities/result_store.py.
 
-- **Where.** `AGENT_STORE_URL=postgresql://user:password@host:port/database` puts the message
-  store and the result store in that database, for every worker that is given it; unset, each
-  is a SQLite file on the worker (`AGENT_MESSAGE_STORE`, `AGENT_RESULT_STORE`).
+- **Where.** `AGENT_STORE_URL=postgresql://user:password@host:port/database` (or libpq's
+  `host=... user=... password=... dbname=...` form) puts the message store and the result store
+  in that database, for every worker that is given it; unset, each is a SQLite file on the
+  worker (`AGENT_MESSAGE_STORE`, `AGENT_RESULT_STORE`), created readable by its owner only.
+- **Never shown whole.** The URL's password (in `user:password@`, in `?password=` or
+  `?sslpassword=`, or as `password=` of the key=value form) goes into no message, log line or
+  error: `redacted()` is the URL as the worker shows it, and `scrubbed()` takes the password out
+  of any text, such as libpq's own messages, which quote parts of what they could not read.
 - **How long.** `AGENT_STORE_RETENTION` (a duration: `7d`, `36h`, `90m`; 7 days by default): an
   entry unused for that long is deleted. The older `AGENT_STORE_RETENTION_HOURS` (a number of
   hours) still works; giving both is a configuration error, since one would be ignored.
@@ -27,7 +32,7 @@ import secrets
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -82,28 +87,135 @@ def retention_hours_from_env(environ: Mapping[str, str] | None = None) -> float:
     return hours
 
 
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+"""The connection parameters that are secrets: masked wherever a store's URL is shown."""
+MASK = "***"
+UNREADABLE = "(the connection string, hidden: it cannot be read)"
+"""What is shown of a key=value string that cannot be parsed: which part of it is the password
+is then unknown, so none of it is shown."""
+_STORE_URL_FORMS = (
+    "postgresql://user:password@host:port/database, with a space or @ : / ? # % in the user or "
+    "password percent-encoded (%20, %40...), or key=value pairs (host=... user=... "
+    "password='two words' dbname=...)"
+)
+
+
 def store_url_from_env(environ: Mapping[str, str] | None = None) -> str | None:
-    """`AGENT_STORE_URL` when it names a PostgreSQL database, None when it is unset (the SQLite
-    files); AgentConfigurationError for anything else."""
+    """`AGENT_STORE_URL` when it names a PostgreSQL database (a postgresql:// URL or libpq's
+    key=value string), None when it is unset (the SQLite files); AgentConfigurationError for
+    anything else, whose message holds none of the password."""
     env = os.environ if environ is None else environ
     url = env.get(STORE_URL_VARIABLE, "").strip()
     if not url:
         return None
-    if urlsplit(url).scheme not in ("postgresql", "postgres"):
-        raise AgentConfigurationError(
-            f"{STORE_URL_VARIABLE}={redacted(url)!r}: expected "
-            "postgresql://user:password@host:port/database (unset: SQLite files on the worker)"
-        )
-    return url
+    if _is_url(url) and urlsplit_or_none(url) is None:
+        problem = "it is not a URL"
+    elif _is_url(url) and _scheme(url) not in POSTGRES_SCHEMES:
+        problem = "it is not a PostgreSQL URL"
+    elif _is_url(url) and url.partition("://")[2].partition("/")[0].count("@") > 1:
+        # libpq reads up to the first @, and would show the rest of the password as the host.
+        problem = "its user or password holds an @ that is not percent-encoded"
+    elif _parameters(url) is None:
+        problem = "libpq cannot read it"
+    else:
+        return url
+    # libpq's own message is left out: it quotes the part it could not read, which may be part
+    # of the password.
+    raise AgentConfigurationError(
+        f"{STORE_URL_VARIABLE}={redacted(url)!r}: {problem}; expected {_STORE_URL_FORMS} "
+        "(unset: SQLite files on the worker)"
+    )
 
 
 def redacted(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    """The store's connection string without its secrets, for messages and logs: the password
+    of `user:password@` and the values of `password=` and `sslpassword=` (query parameters of a
+    URL, or pairs of the key=value form) become ***. A key=value string that cannot be parsed is
+    not shown at all."""
+    if _is_url(url):
+        parts = urlsplit_or_none(url)
+        if parts is None:
+            return UNREADABLE
+        shown = url
+        userinfo, at, host = parts.netloc.rpartition("@")
+        if at and ":" in userinfo:
+            shown = shown.replace(parts.netloc, f"{userinfo.partition(':')[0]}:{MASK}@{host}", 1)
+        if parts.query:
+            query = "&".join(_masked_query_pair(pair) for pair in parts.query.split("&"))
+            shown = shown.replace(f"?{parts.query}", f"?{query}", 1)
+        return shown
+    parameters = _parameters(url)
+    if parameters is None:
+        return UNREADABLE
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(
+        **{key: MASK if key in SECRET_PARAMETERS else value for key, value in parameters.items()}
+    )
+
+
+def secrets_of(url: str) -> list[str]:
+    """Every secret the connection string holds, as written and as decoded, longest first."""
+    found: set[str] = set()
+    if _is_url(url):
+        parts = urlsplit_or_none(url)
+        netloc = parts.netloc if parts is not None else url.partition("://")[2].partition("/")[0]
+        userinfo, at, _ = netloc.rpartition("@")
+        if at and ":" in userinfo:
+            found.add(userinfo.partition(":")[2])
+        query = parts.query if parts is not None else url.partition("?")[2]
+        for pair in query.split("&"):
+            name, _, value = pair.partition("=")
+            if unquote(name).lower() in SECRET_PARAMETERS:
+                found.add(value)
+    for key, value in (_parameters(url) or {}).items():
+        if key in SECRET_PARAMETERS:
+            found.add(value)
+    found |= {unquote(secret) for secret in found}
+    return sorted((secret for secret in found if secret), key=len, reverse=True)
+
+
+def scrubbed(text: str, url: str) -> str:
+    """`text` (an error's message, a log line) with every secret of `url` replaced by ***:
+    libpq quotes back the part of a connection string it could not read."""
+    for secret in secrets_of(url):
+        text = text.replace(secret, MASK)
+    return text
+
+
+def _is_url(url: str) -> bool:
+    """A URL, not libpq's key=value string (whose first `=` comes before any `://`)."""
+    return "://" in url.partition("=")[0] or "=" not in url
+
+
+def _scheme(url: str) -> str:
+    parts = urlsplit_or_none(url)
+    return "" if parts is None else parts.scheme.lower()
+
+
+def urlsplit_or_none(url: str) -> SplitResult | None:
+    try:
+        return urlsplit(url)
+    except ValueError:  # a malformed IPv6 host, a port that is not a number
+        return None
+
+
+def _masked_query_pair(pair: str) -> str:
+    name, equals, _ = pair.partition("=")
+    return f"{name}={MASK}" if equals and unquote(name).lower() in SECRET_PARAMETERS else pair
+
+
+def _parameters(url: str) -> dict[str, str] | None:
+    """libpq's reading of the connection string, None when it cannot read it. psycopg is
+    imported only here, once a URL is set: a worker on SQLite does not load it."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        return {key: str(value) for key, value in conninfo_to_dict(url).items()}
+    except ProgrammingError:
+        return None
 
 
 def configured_keys() -> list[PayloadKey]:

@@ -204,8 +204,10 @@ def test_an_unreachable_postgresql_store_stops_the_worker_in_one_line(tmp_path: 
 def test_a_store_url_that_is_not_postgresql_stops_the_worker_in_one_line(tmp_path: Path) -> None:
     assert_one_line_error(
         run_worker(store_env(tmp_path, AGENT_STORE_URL="sqlite:///data/messages.db")),
-        "AGENT_STORE_URL='sqlite:///data/messages.db': expected "
-        "postgresql://user:password@host:port/database (unset: SQLite files on the worker)",
+        "AGENT_STORE_URL='sqlite:///data/messages.db': it is not a PostgreSQL URL; expected "
+        "postgresql://user:password@host:port/database, with a space or @ : / ? # % in the user "
+        "or password percent-encoded (%20, %40...), or key=value pairs (host=... user=... "
+        "password='two words' dbname=...) (unset: SQLite files on the worker)",
     )
 
 
@@ -312,3 +314,79 @@ def test_a_store_locked_by_another_process_past_the_wait_is_not_writable(
         holder.execute("ROLLBACK")
         holder.close()
     assert str(raised.value) == f"the result store {store} cannot be written: database is locked"
+
+
+# --- the store's password is shown nowhere ------------------------------------------------------
+
+SECRET = "wrong s3cret"
+"""A wrong password with a space: libpq quotes back what it cannot read."""
+
+
+def assert_secret_not_shown(text: str) -> None:
+    for form in (SECRET, "s3cret", "wrong%20s3cret"):
+        assert form not in text, text
+
+
+def key_value(postgres: PostgresServer, database: str, password: str) -> str:
+    return (
+        f"host={postgres.host} port={postgres.port} user=postgres password={password} "
+        f"dbname={database}"
+    )
+
+
+def test_a_password_in_the_query_is_not_shown(
+    tmp_path: Path, store_url: str, postgres: PostgresServer
+) -> None:
+    database = store_url.rsplit("/", 1)[1]
+    url = f"postgresql://postgres@{postgres.host}:{postgres.port}/{database}?password=wrong%20s3cret"
+    done = run_worker(store_env(tmp_path, AGENT_STORE_URL=url))
+    assert_secret_not_shown(done.stderr)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(
+        f"worker.py: error: the store {url.replace('wrong%20s3cret', '***')} (AGENT_STORE_URL) "
+        "cannot be used: connection failed: "
+    ), line
+    assert line.endswith('password authentication failed for user "postgres"'), line
+
+
+def test_a_password_with_a_space_is_not_quoted_back(
+    tmp_path: Path, store_url: str, postgres: PostgresServer
+) -> None:
+    """Unencoded, libpq cannot read the URL and quotes the password in its message."""
+    database = store_url.rsplit("/", 1)[1]
+    url = f"postgresql://postgres:{SECRET}@{postgres.host}:{postgres.port}/{database}"
+    done = run_worker(store_env(tmp_path, AGENT_STORE_URL=url))
+    assert_secret_not_shown(done.stderr)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "percent-encoded (%20" in done.stderr
+    assert f"postgresql://postgres:***@{postgres.host}" in done.stderr
+
+
+def test_a_key_value_string_is_used_and_its_password_not_shown(
+    tmp_path: Path, store_url: str, postgres: PostgresServer
+) -> None:
+    """libpq's key=value form works as the URL does; a wrong password in it (quoted, with its
+    space) fails the check in one line that holds none of it."""
+    database = store_url.rsplit("/", 1)[1]
+    right = key_value(postgres, database, postgres.password)
+    done = run_worker(store_env(tmp_path, AGENT_STORE_URL=right))
+    assert done.returncode == 1, done.stderr  # past the check: Temporal is not there
+    assert postgres.password not in done.stderr
+
+    wrong = key_value(postgres, database, f"'{SECRET}'")
+    done = run_worker(store_env(tmp_path, AGENT_STORE_URL=wrong))
+    assert_secret_not_shown(done.stderr)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("worker.py: error: the store "), line
+    assert f"password=*** dbname={database}" in line, line
+    assert line.endswith('password authentication failed for user "postgres"'), line
+
+
+def test_a_key_value_string_libpq_cannot_read_is_not_shown(tmp_path: Path) -> None:
+    """Unquoted, the space ends the password: libpq's message quotes what follows it."""
+    done = run_worker(store_env(tmp_path, AGENT_STORE_URL=f"host=127.0.0.1 password={SECRET}"))
+    assert_secret_not_shown(done.stderr)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "password='two words'" in done.stderr

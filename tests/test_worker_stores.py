@@ -284,3 +284,26 @@ async def test_with_a_store_url_a_run_keeps_everything_sealed_in_postgresql(
     for text in (PROMPT, ARGUMENT, ANSWER, "y" * 64):
         assert text.encode() not in bodies, text
     assert FILLER not in bodies
+
+
+async def test_a_store_url_that_cannot_be_read_fails_the_run_without_its_password(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Set once the worker has started (its start-up check would stop it), the URL is read when
+    the model activity opens the store: the run fails, and its failure holds none of the
+    password (libpq would quote the part after the space)."""
+    from temporalio.client import WorkflowFailureError
+
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        monkeypatch.setenv("AGENT_STORE_URL", "host=127.0.0.1 port=1 password=wrong s3cret")
+        handle = await client.start_workflow(
+            AgentWorkflow.run,
+            a_run_that_uses_both_stores(),
+            id=f"test-{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+    history = (await handle.fetch_history()).to_json()
+    assert "AGENT_STORE_URL" in history
+    assert "s3cret" not in history, history
