@@ -338,7 +338,9 @@ def test_a_password_in_the_query_is_not_shown(
     tmp_path: Path, store_url: str, postgres: PostgresServer
 ) -> None:
     database = store_url.rsplit("/", 1)[1]
-    url = f"postgresql://postgres@{postgres.host}:{postgres.port}/{database}?password=wrong%20s3cret"
+    url = (
+        f"postgresql://postgres@{postgres.host}:{postgres.port}/{database}?password=wrong%20s3cret"
+    )
     done = run_worker(store_env(tmp_path, AGENT_STORE_URL=url))
     assert_secret_not_shown(done.stderr)
     assert done.returncode == 2, done.stderr
@@ -390,3 +392,37 @@ def test_a_key_value_string_libpq_cannot_read_is_not_shown(tmp_path: Path) -> No
     assert_secret_not_shown(done.stderr)
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     assert "password='two words'" in done.stderr
+
+
+# --- the start-up line ---------------------------------------------------------------------------
+
+
+def stores_line(stderr: str) -> str:
+    [line] = [line for line in stderr.splitlines() if " stores: " in line]
+    return line.split(" stores: ", 1)[1]
+
+
+def test_the_start_up_line_says_the_stores_are_unencrypted_without_keys(tmp_path: Path) -> None:
+    done = run_worker(store_env(tmp_path))
+    assert done.returncode == 1, done.stderr
+    assert stores_line(done.stderr) == (
+        f"message store {tmp_path / 'messages.db'}, result store {tmp_path / 'results.db'}, "
+        f"demo database {tmp_path / 'demo.db'}; unencrypted: what runs send and receive is "
+        "kept in the clear, in files only their owner may read (AGENT_PAYLOAD_KEYS seals the "
+        "stores: docs/encryption.md)"
+    )
+
+
+def test_the_start_up_line_names_the_key_and_the_database_without_its_password(
+    tmp_path: Path, store_url: str
+) -> None:
+    key = "k1=" + "A" * 43 + "="
+    done = run_worker(store_env(tmp_path, AGENT_STORE_URL=store_url, AGENT_PAYLOAD_KEYS=key))
+    assert done.returncode == 1, done.stderr
+    password = store_url.split(":")[2].split("@")[0]
+    assert password not in done.stderr
+    assert stores_line(done.stderr) == (
+        f"message store and result store in {store_url.replace(password, '***')}, demo "
+        f"database {tmp_path / 'demo.db'}; the stores sealed with payload key k1 (the demo "
+        "database is not)"
+    )
