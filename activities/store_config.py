@@ -6,6 +6,7 @@ machine), activities/pg_store.py (PostgreSQL, shared by a fleet) and activities/
   `host=... user=... password=... dbname=...` form) puts the message store and the result store
   in that database, for every worker that is given it; unset, each is a SQLite file on the
   worker (`AGENT_MESSAGE_STORE`, `AGENT_RESULT_STORE`), created readable by its owner only.
+  `AGENT_STORE_PASSWORD_FILE` names a file holding the password, for a URL that holds none.
 - **Never shown whole.** The URL's password (in `user:password@`, in `?password=` or
   `?sslpassword=`, or as `password=` of the key=value form) goes into no message, log line or
   error: `redacted()` is the URL as the worker shows it, and `scrubbed()` takes the password out
@@ -31,6 +32,7 @@ import re
 import secrets
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
 
@@ -44,6 +46,8 @@ from durable_agent.workflows.errors import AgentConfigurationError
 logger = logging.getLogger(__name__)
 
 STORE_URL_VARIABLE = "AGENT_STORE_URL"
+PASSWORD_FILE_VARIABLE = "AGENT_STORE_PASSWORD_FILE"
+"""A file holding the store's password, for a URL that holds none (docker-compose.yml)."""
 RETENTION_VARIABLE = "AGENT_STORE_RETENTION"
 LEGACY_RETENTION_VARIABLE = "AGENT_STORE_RETENTION_HOURS"
 """The retention in hours, as the SQLite stores read it before AGENT_STORE_RETENTION."""
@@ -119,13 +123,38 @@ def store_url_from_env(environ: Mapping[str, str] | None = None) -> str | None:
     elif _parameters(url) is None:
         problem = "libpq cannot read it"
     else:
-        return url
+        return _with_password_file(url, env)
     # libpq's own message is left out: it quotes the part it could not read, which may be part
     # of the password.
     raise AgentConfigurationError(
         f"{STORE_URL_VARIABLE}={redacted(url)!r}: {problem}; expected {_STORE_URL_FORMS} "
         "(unset: SQLite files on the worker)"
     )
+
+
+def _with_password_file(url: str, env: Mapping[str, str]) -> str:
+    """The URL, with the password of AGENT_STORE_PASSWORD_FILE when that is set (as libpq's
+    key=value string then)."""
+    path = env.get(PASSWORD_FILE_VARIABLE, "").strip()
+    if not path:
+        return url
+    if secrets_of(url):
+        raise AgentConfigurationError(
+            f"{STORE_URL_VARIABLE} holds a password and {PASSWORD_FILE_VARIABLE} is set: keep "
+            "one of them"
+        )
+    try:
+        password = Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or type(error).__name__
+        raise AgentConfigurationError(
+            f"{PASSWORD_FILE_VARIABLE}: cannot read {path}: {reason}"
+        ) from None
+    if not password:
+        raise AgentConfigurationError(f"{PASSWORD_FILE_VARIABLE}: {path} is empty")
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(url, password=password)
 
 
 def redacted(url: str) -> str:

@@ -426,3 +426,26 @@ def test_the_start_up_line_names_the_key_and_the_database_without_its_password(
         f"database {tmp_path / 'demo.db'}; the stores sealed with payload key k1 (the demo "
         "database is not)"
     )
+
+
+def test_the_password_can_come_from_a_file(
+    tmp_path: Path, store_url: str, postgres: PostgresServer
+) -> None:
+    """As docker-compose.yml gives it: the URL without a password, the password in a file."""
+    bare = store_url.replace(f":{postgres.password}@", "@")
+    secret = tmp_path / "agent-db-password"
+    secret.write_text(postgres.password + "\n")
+    env = store_env(tmp_path, AGENT_STORE_URL=bare, AGENT_STORE_PASSWORD_FILE=str(secret))
+    done = run_worker(env)
+    assert done.returncode == 1, done.stderr  # past the check: Temporal is not there
+    assert postgres.password not in done.stderr
+    assert "password=***" in stores_line(done.stderr)
+
+    assert_one_line_error(
+        run_worker({**env, "AGENT_STORE_PASSWORD_FILE": str(tmp_path / "missing")}),
+        f"AGENT_STORE_PASSWORD_FILE: cannot read {tmp_path / 'missing'}: No such file or directory",
+    )
+    assert_one_line_error(
+        run_worker({**env, "AGENT_STORE_URL": store_url}),
+        "AGENT_STORE_URL holds a password and AGENT_STORE_PASSWORD_FILE is set: keep one of them",
+    )
