@@ -449,3 +449,24 @@ def test_the_password_can_come_from_a_file(
         run_worker({**env, "AGENT_STORE_URL": store_url}),
         "AGENT_STORE_URL holds a password and AGENT_STORE_PASSWORD_FILE is set: keep one of them",
     )
+
+
+def test_the_command_line_shows_no_password_of_the_store(
+    tmp_path: Path, store_url: str, postgres: PostgresServer
+) -> None:
+    """`python starter.py PROMPT` checks the store before its embedded server starts: a wrong
+    password in the query stops it in one line that holds none of it."""
+    database = store_url.rsplit("/", 1)[1]
+    url = f"postgresql://postgres@{postgres.host}:{postgres.port}/{database}?password=wrong%20s3cret"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "starter.py"), "Where is my latest order?"],
+        cwd=tmp_path,
+        env=store_env(tmp_path, AGENT_STORE_URL=url),
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 2, done.stderr
+    assert_secret_not_shown(done.stderr)
+    assert "starter.py: error: the store postgresql://postgres@" in done.stderr
+    assert "?password=*** (AGENT_STORE_URL) cannot be used" in done.stderr
