@@ -117,9 +117,9 @@ def store_url_from_env(environ: Mapping[str, str] | None = None) -> str | None:
         problem = "it is not a URL"
     elif _is_url(url) and _scheme(url) not in POSTGRES_SCHEMES:
         problem = "it is not a PostgreSQL URL"
-    elif _is_url(url) and url.partition("://")[2].partition("/")[0].count("@") > 1:
-        # libpq reads up to the first @, and would show the rest of the password as the host.
-        problem = "its user or password holds an @ that is not percent-encoded"
+    elif _is_url(url) and any(c in _url_password(url) for c in "@/?#"):
+        # libpq would end the password there, and show the rest of it as the host or port.
+        problem = "its password holds an @ / ? or # that is not percent-encoded"
     elif _parameters(url) is None:
         problem = "libpq cannot read it"
     else:
@@ -163,41 +163,51 @@ def redacted(url: str) -> str:
     URL, or pairs of the key=value form) become ***. A key=value string that cannot be parsed is
     not shown at all."""
     if _is_url(url):
-        parts = urlsplit_or_none(url)
-        if parts is None:
-            return UNREADABLE
-        shown = url
-        userinfo, at, host = parts.netloc.rpartition("@")
+        scheme, _, rest = url.partition("://")
+        userinfo, at, after = rest.rpartition("@")
         if at and ":" in userinfo:
-            shown = shown.replace(parts.netloc, f"{userinfo.partition(':')[0]}:{MASK}@{host}", 1)
-        if parts.query:
-            query = "&".join(_masked_query_pair(pair) for pair in parts.query.split("&"))
-            shown = shown.replace(f"?{parts.query}", f"?{query}", 1)
-        return shown
+            # Up to the last @ of the whole URL: a / ? or @ in the password would end a
+            # reading that stops at the first, and show the rest of it.
+            rest = f"{userinfo.partition(':')[0]}:{MASK}@{after}"
+        return _SECRET_QUERY.sub(rf"\1{MASK}", f"{scheme}://{rest}")
     parameters = _parameters(url)
     if parameters is None:
         return UNREADABLE
-    from psycopg.conninfo import make_conninfo
+    shown = _KEY_VALUE.sub(_masked_key_value, url)
+    if any(secret in shown for secret in secrets_of(url)):  # read otherwise than libpq reads it
+        from psycopg.conninfo import make_conninfo
 
-    return make_conninfo(
-        **{key: MASK if key in SECRET_PARAMETERS else value for key, value in parameters.items()}
-    )
+        masked = {k: MASK if k in SECRET_PARAMETERS else v for k, v in parameters.items()}
+        shown = make_conninfo(**masked)
+    return shown
+
+
+_KEY_VALUE = re.compile(r"(\w+)(\s*=\s*)('(?:[^'\\]|\\.)*'|(?:[^\s'\\]|\\.)+)")
+"""One `key = value` pair of libpq's key=value form; the value quoted, or up to a space."""
+
+
+def _masked_key_value(pair: re.Match[str]) -> str:
+    masked = pair[1].lower() in SECRET_PARAMETERS
+    return f"{pair[1]}{pair[2]}{MASK}" if masked else pair[0]
 
 
 def secrets_of(url: str) -> list[str]:
     """Every secret the connection string holds, as written and as decoded, longest first."""
     found: set[str] = set()
     if _is_url(url):
+        first_at = url.partition("://")[2].partition("@")[0]
+        found |= {_url_password(url), first_at.partition(":")[2]}
         parts = urlsplit_or_none(url)
-        netloc = parts.netloc if parts is not None else url.partition("://")[2].partition("/")[0]
-        userinfo, at, _ = netloc.rpartition("@")
-        if at and ":" in userinfo:
-            found.add(userinfo.partition(":")[2])
-        query = parts.query if parts is not None else url.partition("?")[2]
-        for pair in query.split("&"):
-            name, _, value = pair.partition("=")
-            if unquote(name).lower() in SECRET_PARAMETERS:
-                found.add(value)
+        if parts is not None and parts.password:
+            found.add(parts.password)
+        found |= {pair[2] for pair in _SECRET_QUERY.finditer(url)}
+    else:
+        # As written (quoted or not), and below as libpq reads it, when it can.
+        found |= {
+            pair[3].strip("'")
+            for pair in _KEY_VALUE.finditer(url)
+            if pair[1].lower() in SECRET_PARAMETERS
+        }
     for key, value in (_parameters(url) or {}).items():
         if key in SECRET_PARAMETERS:
             found.add(value)
@@ -211,6 +221,12 @@ def scrubbed(text: str, url: str) -> str:
     for secret in secrets_of(url):
         text = text.replace(secret, MASK)
     return text
+
+
+def _url_password(url: str) -> str:
+    """The password of a URL's userinfo, up to the last @ of the URL ('' for none)."""
+    userinfo = url.partition("://")[2].rpartition("@")[0]
+    return userinfo.partition(":")[2]
 
 
 def _is_url(url: str) -> bool:
@@ -230,9 +246,8 @@ def urlsplit_or_none(url: str) -> SplitResult | None:
         return None
 
 
-def _masked_query_pair(pair: str) -> str:
-    name, equals, _ = pair.partition("=")
-    return f"{name}={MASK}" if equals and unquote(name).lower() in SECRET_PARAMETERS else pair
+_SECRET_QUERY = re.compile(r"([?&](?:ssl)?password=)([^&#]*)", re.IGNORECASE)
+"""A URL's `password=` or `sslpassword=` query parameter, and its value."""
 
 
 def _parameters(url: str) -> dict[str, str] | None:

@@ -457,7 +457,9 @@ def test_the_command_line_shows_no_password_of_the_store(
     """`python starter.py PROMPT` checks the store before its embedded server starts: a wrong
     password in the query stops it in one line that holds none of it."""
     database = store_url.rsplit("/", 1)[1]
-    url = f"postgresql://postgres@{postgres.host}:{postgres.port}/{database}?password=wrong%20s3cret"
+    url = (
+        f"postgresql://postgres@{postgres.host}:{postgres.port}/{database}?password=wrong%20s3cret"
+    )
     done = subprocess.run(
         [sys.executable, str(ROOT / "starter.py"), "Where is my latest order?"],
         cwd=tmp_path,
@@ -470,3 +472,40 @@ def test_the_command_line_shows_no_password_of_the_store(
     assert_secret_not_shown(done.stderr)
     assert "starter.py: error: the store postgresql://postgres@" in done.stderr
     assert "?password=*** (AGENT_STORE_URL) cannot be used" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:pw-1@h:5432/db", "postgresql://u:***@h:5432/db"),
+        ("postgresql://u@h/db", "postgresql://u@h/db"),
+        (
+            "postgresql://u@h/db?sslmode=require&password=pw-1&SSLPASSWORD=pw-2",
+            "postgresql://u@h/db?sslmode=require&password=***&SSLPASSWORD=***",
+        ),
+        ("host=h user=u password='pw 1' dbname=db", "host=h user=u password=*** dbname=db"),
+        ("host=h sslpassword=pw-2 password = pw-1", "host=h sslpassword=*** password = ***"),
+        ("host=h password=pw 1", "(the connection string, hidden: it cannot be read)"),
+    ],
+)
+def test_redacted_masks_every_secret_of_either_form(url: str, shown: str) -> None:
+    from durable_agent.activities.store_config import redacted, scrubbed
+
+    assert redacted(url) == shown
+    said = f"libpq said pw-1, pw-2, pw 1 and pw%201 of {url}"
+    for secret in ("pw-1", "pw-2", "pw 1"):
+        if secret in url:
+            assert secret not in scrubbed(said, url)
+
+
+@pytest.mark.parametrize("password", ["a/b", "a?b", "a#b", "a@b"])
+def test_a_url_whose_password_needs_encoding_is_refused_unshown(password: str) -> None:
+    from durable_agent.activities.store_config import store_url_from_env
+    from durable_agent.workflows.errors import AgentConfigurationError
+
+    url = f"postgresql://agent:zz{password}yy@db.internal:5432/agent"
+    with pytest.raises(AgentConfigurationError) as refused:
+        store_url_from_env({"AGENT_STORE_URL": url})
+    message = str(refused.value)
+    assert "postgresql://agent:***@db.internal:5432/agent" in message, message
+    assert "zz" not in message and "yy" not in message, message
