@@ -41,7 +41,7 @@ from durable_agent.activities import message_store, telemetry, toolkits
 from durable_agent.activities.admission import ADMITTED_PROVIDERS, Admission
 from durable_agent.activities.mcp_config import MCP_CONFIG_VARIABLE, mcp_config_from
 from durable_agent.activities.mcp_tools import McpTools
-from durable_agent.activities.store_check import StoreNotWritable, check_stores
+from durable_agent.activities.store_check import StoreNotWritable, check_stores, describe_stores
 from durable_agent.cli.plumbing import (
     CommandLineError,
     OneLineArgumentParser,
@@ -273,6 +273,7 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
         sys.stderr.write(f"{prog}: error: {reason}\n")
         return 2
     logging.info("serving %d tools: %s", len(served), ", ".join(served))
+    logging.info("stores: %s", describe_stores())
     try:
         if telemetry.configure_from_env():
             logging.info("tracing on (OTEL_* variables)")
