@@ -285,3 +285,18 @@ def local_lookup(key: str, failures: int = 0) -> str:
     if key.startswith("missing"):
         raise ToolError(f"no entry {key}")
     return f"{key}: found after {executions[f'local_lookup:{key}']} attempts"
+
+
+tiny_undone: list[str] = []
+"""Idempotency keys of the `tiny_effect` calls undone, in the order they were undone."""
+
+
+def undo_tiny_effect(undo: CompensationInput) -> str:
+    tiny_undone.append(undo.idempotency_key)
+    return "undone"
+
+
+@tool(side_effects=True, retry=FAST_RETRY, compensation=undo_tiny_effect)
+def tiny_effect(n: int) -> int:
+    """Side-effecting and small: for runs with thousands of effects."""
+    return n

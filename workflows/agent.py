@@ -365,13 +365,22 @@ class AgentWorkflow:
             result = await self._loop()
         except AgentError as error:
             self._close_pending_calls(f"Not run: the run stopped ({error.type}).")
+            # A conversation's answered turns keep their effects, as when it ends.
+            kept = (
+                self._conversation.unanswered_effects()
+                if self._conversation.on and behaviours.keeps_answered_effects
+                else 0
+            )
             if behaviours.cancels_end_the_run:
-                if await self._saga.undo_all():
+                if await self._saga.undo_all(kept):
+                    if kept:  # cancelling a conversation undoes all of it, as it does a run
+                        del self._state.effects[kept:]
+                        await self._saga.undo_all()
                     return await self._end_cancelled()
             else:
                 await self._saga.compensate()
             self._reporter.set_status("failed", f"failed: {error.type}", error=error.type)
-            final = self._saga.explain(error)
+            final = self._saga.explain(error, kept)
             self._reporter.publish(
                 "failed", usage=self._state.usage, outcome=error.type, text=final.message
             )
@@ -537,9 +546,8 @@ class AgentWorkflow:
         talk, state = self._conversation, self._state
         kept = talk.unanswered_effects()
         if len(state.effects) > kept:
-            answered_effects, state.effects = state.effects[:kept], state.effects[kept:]
-            cancelled = await self._saga.undo_all()
-            state.effects = answered_effects
+            cancelled = await self._saga.undo_all(kept)
+            del state.effects[kept:]
             if cancelled:  # cancelling a conversation undoes all of it, as it does a run
                 raise asyncio.CancelledError("the conversation was cancelled while it ended")
         result = self._result(talk.last_answer(), None)

@@ -34,6 +34,9 @@ RELEASE_5 = "relisted-tools-local-tools-operator-ui"
 previous reply's text by reference, and a tool declared local runs as a local activity
 (issue 21); AgentCostUsd and AgentError beside AgentStatus and AgentStep, all exact whenever
 the run waits or ends (issue 23)."""
+RELEASE_6 = "bounded-effect-log-answered-turns-kept"
+"""A side effect that would start once the compensation log is full is refused, and a
+conversation that fails keeps its answered turns' effects (issue 30)."""
 CONVERSATIONS = "conversations"
 """Conversations (AgentInput.conversation): asked only by a conversation's run, so that other
 runs record no marker for it; its turns, steering and interrupts are behind the flag."""
@@ -101,9 +104,16 @@ class Behaviours:
     once it ended, any change of step or cost is upserted, so the list is exact then (older runs
     upserted AgentStatus and AgentStep only, and only when the status changed). Part of
     RELEASE_5."""
+    bounded_effect_log: bool = True
+    """A call that changes data, or a sub-agent, is refused once the compensation log has
+    reached effect_log.MAX_LOG_BYTES (older runs had no bound). Part of RELEASE_6."""
+    keeps_answered_effects: bool = True
+    """A conversation that fails undoes only the effects made since its last answer; the
+    answered turns' stay, as they do when it ends (older runs undid them all). Part of
+    RELEASE_6."""
 
 
-LEGACY = Behaviours(*(False,) * 16)
+LEGACY = Behaviours(*(False,) * 18)
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
@@ -117,6 +127,7 @@ def decide(provider: str, conversation: bool = False) -> Behaviours:
     faults = workflow.patched(FAULTS_RELEASE)
     release_4 = workflow.patched(RELEASE_4)
     release_5 = workflow.patched(RELEASE_5)
+    release_6 = workflow.patched(RELEASE_6)
     conversations = conversation and workflow.patched(CONVERSATIONS)
     return Behaviours(
         reports_status=reports_status,
@@ -135,4 +146,6 @@ def decide(provider: str, conversation: bool = False) -> Behaviours:
         local_tools=release_5,
         conversations=conversations,
         reports_for_operators=release_5,
+        bounded_effect_log=release_6,
+        keeps_answered_effects=release_6,
     )
