@@ -33,8 +33,8 @@ from durable_agent.activities import progress, telemetry
 from durable_agent.activities._heartbeat import heartbeating
 from durable_agent.activities.message_store import message_store
 from durable_agent.activities.result_store import result_store, worker_local
-from durable_agent.workflows.effect_log import MAX_KEPT_RESULT_CHARS
 from durable_agent.workflows.builtin_tools import DELEGATE, FINISH, READ_RESULT, SUBMIT_PLAN
+from durable_agent.workflows.effect_log import MAX_KEPT_RESULT_CHARS
 from durable_agent.workflows.errors import AgentError
 from durable_agent.workflows.history import CONTENT_MIN_CHARS, content_ref
 from durable_agent.workflows.models import (

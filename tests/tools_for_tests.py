@@ -297,6 +297,6 @@ def undo_tiny_effect(undo: CompensationInput) -> str:
 
 
 @tool(side_effects=True, retry=FAST_RETRY, compensation=undo_tiny_effect)
-def tiny_effect(n: int) -> int:
-    """Side-effecting and small: for runs with thousands of effects."""
+def tiny_effect(n: int, padding: str = "") -> int:
+    """Side-effecting and small (but for its `padding`): for runs with thousands of effects."""
     return n

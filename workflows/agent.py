@@ -47,6 +47,8 @@ with workflow.unsafe.imports_passed_through():
         SUB_AGENT_APPROVALS_SIGNAL,
         AgentInput,
         AgentResult,
+        EffectsPage,
+        EffectsPageRequest,
         PlanDecision,
         PlanState,
         RunStatus,
@@ -164,6 +166,17 @@ class AgentWorkflow:
         """One record per step kept (a long run adds its oldest up: see trace_page): the model
         call and every tool call it led to."""
         return self._state.step_records
+
+    @workflow.query(
+        description=(
+            "The compensation log page by page, oldest effect first. "
+            'Input: {"start": 0, "max_bytes": 1000000}.'
+        )
+    )
+    def effects_page(self, request: EffectsPageRequest) -> EffectsPage:
+        """The side effects from `start`, as many as fit in `max_bytes` of JSON (one at least):
+        what the run would undo if it failed now, page by page."""
+        return self._saga.page(request)
 
     @workflow.query(
         description=(

@@ -8,13 +8,15 @@ so (`arguments_kept`, `result_kept`), and the compensation finds the effect by i
 
 The log travels (continue-as-new's carried state, the result a parent adopts) in a compact
 form: one JSON array per entry, the run's own key prefix written once. A run whose log has
-reached MAX_LOG_BYTES makes no more side effects: a call that changes data is refused, with
+reached MAX_LOG_BYTES (its entries' compact JSON, keys counted without the run's own
+prefix) makes no more side effects: a call that changes data is refused, with
 the reason, rather than applied with no room to undo it. Deterministic data only.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 MAX_KEPT_ARGUMENT_CHARS = 2_000
@@ -45,18 +47,23 @@ def bounded_call(call: dict[str, Any]) -> dict[str, Any]:
     return call
 
 
-def entry_bytes(effect: dict[str, Any]) -> int:
-    """What one entry adds to the log, in its compact form with the key written whole."""
-    return json_chars(_entry(effect, "")) + 1
+def key_prefix(key: str, call_id: str) -> str:
+    """What a key has before its call id: the run's own part, the same for all its calls."""
+    return key[: -len(call_id)] if key.endswith(call_id) else ""
+
+
+def entry_bytes(effect: dict[str, Any], own_prefix: str) -> int:
+    """What one entry adds to the log in its compact form, a key that starts with the run's
+    own prefix counted without it (the form writes the prefix once)."""
+    return json_chars(_entry(effect, own_prefix)) + 1
 
 
 def pack(effects: list[dict[str, Any]]) -> dict[str, Any]:
     """The compact form of a log (entries as `AppliedEffect` JSON data)."""
-    prefix = ""
-    if effects:
-        first = effects[0]["call"]
-        key, call_id = first["idempotency_key"], first["tool_call_id"]
-        prefix = key[: -len(call_id)] if key.endswith(call_id) else ""
+    prefixes = Counter(
+        key_prefix(e["call"]["idempotency_key"], e["call"]["tool_call_id"]) for e in effects
+    )
+    prefix = prefixes.most_common(1)[0][0] if prefixes else ""
     return {PACKED: 1, "key_prefix": prefix, "entries": [_entry(e, prefix) for e in effects]}
 
 

@@ -23,10 +23,10 @@ from durable_agent.workflows.state import (
     CompensationInput as CompensationInput,
     CompensationRecord as CompensationRecord,
     CompensationStatus as CompensationStatus,
-    EffectLog as EffectLog,
     ConversationState as ConversationState,
     DecidedBy as DecidedBy,
     EarlierSteps as EarlierSteps,
+    EffectLog as EffectLog,
     FailureDetails as FailureDetails,
     PlanState as PlanState,
     QueuedMessage as QueuedMessage,
@@ -521,6 +521,22 @@ class TranscriptPage(BaseModel):
     start: int
     total: int
     """Messages in the transcript; the next page starts at start + len(messages)."""
+
+
+class EffectsPageRequest(BaseModel):
+    """Input of the `effects_page` query."""
+
+    start: int = Field(default=0, ge=0)
+    """An index into the compensation log (0: the oldest effect)."""
+    max_bytes: int = Field(default=1_000_000, gt=0)
+    """The page's entries stop before this many bytes of JSON (one entry at least)."""
+
+
+class EffectsPage(BaseModel):
+    effects: list[AppliedEffect]
+    start: int
+    total: int
+    """Effects in the log; the next page starts at start + len(effects)."""
 
 
 class TracePageRequest(BaseModel):

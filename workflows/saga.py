@@ -20,7 +20,13 @@ from temporalio.exceptions import ActivityError
 import durable_agent.workflows.effect_log as effect_log
 import durable_agent.workflows.tool_catalog as tool_catalog
 from durable_agent.workflows.errors import FATAL_ERROR_TYPES, AgentError, describe_failure
-from durable_agent.workflows.models import AppliedEffect, CompensationRecord, CompensationStatus
+from durable_agent.workflows.models import (
+    AppliedEffect,
+    CompensationRecord,
+    CompensationStatus,
+    EffectsPage,
+    EffectsPageRequest,
+)
 from durable_agent.workflows.outcomes import count
 from durable_agent.workflows.reporting import Reporter
 from durable_agent.workflows.state import RunState
@@ -33,7 +39,10 @@ class Saga:
         self._heartbeat = heartbeat
         self.compensations: list[CompensationRecord] = []
         """What undoing did, newest effect first (filled when the run fails)."""
-        self._log_bytes = sum(effect.log_bytes() for effect in state.effects)
+        info = workflow.info()
+        # What every key of this run's own calls starts with (see ToolRunner._execute).
+        self._own_prefix = f"{info.workflow_id}/{info.first_execution_run_id}/"
+        self._log_bytes = sum(effect.log_bytes(self._own_prefix) for effect in state.effects)
 
     @property
     def effects(self) -> list[AppliedEffect]:
@@ -44,7 +53,7 @@ class Saga:
         kept = AppliedEffect.bounded(effect.call, effect.compensation)
         kept.outcome_unknown = effect.outcome_unknown
         self._state.effects.append(kept)
-        self._log_bytes += kept.log_bytes()
+        self._log_bytes += kept.log_bytes(self._own_prefix)
 
     def adopt(self, effects: list[AppliedEffect]) -> None:
         """A sub-agent's effects: undone by this run if it fails after delegating."""
@@ -60,6 +69,18 @@ class Saga:
             f"{self._log_bytes:,} bytes; it keeps at most {effect_log.MAX_LOG_BYTES:,} so that "
             "it can always undo them all)"
         )
+
+    def page(self, request: EffectsPageRequest) -> EffectsPage:
+        """The log's entries from `start`, as many as fit in `max_bytes` (one at least)."""
+        effects = self._state.effects
+        page: list[AppliedEffect] = []
+        size = 0
+        for effect in effects[request.start :]:
+            size += len(effect.model_dump_json())
+            if page and size > request.max_bytes:
+                break
+            page.append(effect)
+        return EffectsPage(effects=page, start=request.start, total=len(effects))
 
     async def compensate(self, keep: int = 0) -> None:
         """Undo the run's side effects, newest first, each as its own activity; the first

@@ -142,9 +142,10 @@ class AppliedEffect(BaseModel):
             outcome_unknown=call.outcome_unknown,
         )
 
-    def log_bytes(self) -> int:
-        """What this entry adds to the log (effect_log.MAX_LOG_BYTES bounds the sum)."""
-        return effect_log.entry_bytes(self.model_dump(mode="json"))
+    def log_bytes(self, own_prefix: str) -> int:
+        """What this entry adds to the log (effect_log.MAX_LOG_BYTES bounds the sum), its key
+        counted without `own_prefix`, the run's own part of its keys."""
+        return effect_log.entry_bytes(self.model_dump(mode="json"), own_prefix)
 
 
 def _pack_effects(effects: list[AppliedEffect]) -> Any:
