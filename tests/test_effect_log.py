@@ -18,13 +18,16 @@ from durable_agent.worker import build_worker
 from durable_agent.workflows import effect_log
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.continuation import MAX_CARRIED_BYTES
+from durable_agent.workflows.errors import AgentStepLimitExceeded
 from durable_agent.workflows.models import (
     AppliedEffect,
     CompensationInput,
+    CompensationRecord,
     EffectsPageRequest,
     Limits,
     RunState,
 )
+from durable_agent.workflows.saga import MAX_REPORTED_COMPENSATIONS, Saga
 from tests.helpers import TEST_WORKER_OPTIONS, call, run_agent, scripted_input, turn
 
 CALLS_PER_STEP = 100
@@ -178,6 +181,9 @@ async def test_a_failure_after_a_chain_of_effects_undoes_every_one_newest_first(
     assert run.failure.type == "AgentStepLimitExceeded"
     records = run.failure.details[0]["compensations"]
     assert len(records) == 600 and {r["status"] for r in records} == {"completed"}
+    # The message names 20 and counts the rest: with thousands it still fits in a failure.
+    assert "; and 580 more (600 in all: 600 completed)" in run.failure.message
+    assert len(run.failure.message) < 3_000
     undone = [key for key in test_tools.tiny_undone if key.startswith(run.handle.id)]
     assert [key.rsplit("/", 1)[1] for key in undone] == [
         f"call_{s}_{i}" for s in range(6, 0, -1) for i in range(CALLS_PER_STEP, 0, -1)
@@ -220,3 +226,28 @@ async def test_a_running_runs_log_is_read_page_by_page(client: Client, task_queu
     assert [e.call.arguments["n"] for e in effects] == list(range(CALLS_PER_STEP))
     assert page.total == CALLS_PER_STEP and page.start == 10
     assert 1 < len(page.effects) < 10 and page.effects[0].call.tool_call_id == "call_1_11"
+
+
+def test_the_failure_of_a_run_with_thousands_of_effects_stays_small() -> None:
+    """12,000 compensations (about what a full log of tiny effects holds) made a message and
+    details of over 2 MB, which no failure can carry: they are bounded, failures named first."""
+    saga = Saga.__new__(Saga)
+    saga._state = RunState.start(started_at=datetime(2026, 1, 1))
+    saga.compensations = [
+        CompensationRecord(
+            tool="tiny_effect",
+            tool_call_id=f"call_{n}",
+            status="failed" if n == 11_000 else "completed",
+            compensation="undo_tiny_effect",
+            error="RuntimeError: down" if n == 11_000 else None,
+        )
+        for n in range(12_000)
+    ]
+    error = saga.explain(AgentStepLimitExceeded("max_steps=3 reached"))
+    assert "tiny_effect call_11000 FAILED to undo (RuntimeError: down)" in error.message
+    assert "; and 11,980 more (12,000 in all: 11,999 completed, 1 failed)" in error.message
+    assert len(error.message) < 3_000
+    details = error.details[0]
+    assert len(details.compensations) == MAX_REPORTED_COMPENSATIONS
+    assert details.compensations_left_out == {"completed": 10_999, "failed": 1}
+    assert len(details.model_dump_json()) < 200_000

@@ -12,6 +12,7 @@ needs most, and a cancel that arrives meanwhile does not stop it (see `undo_all`
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from datetime import timedelta
 
 from temporalio import workflow
@@ -30,6 +31,13 @@ from durable_agent.workflows.models import (
 from durable_agent.workflows.outcomes import count
 from durable_agent.workflows.reporting import Reporter
 from durable_agent.workflows.state import RunState
+
+MAX_REPORTED_COMPENSATIONS = 1_000
+"""The failure's details list the first this many compensations, and count the rest by status
+(`compensations_left_out`), so that a run with thousands of effects can still fail: the error
+has to fit Temporal's 2 MB too."""
+MAX_NAMED_COMPENSATIONS = 20
+"""The failure message names this many (those that failed first), and counts the rest."""
 
 
 class Saga:
@@ -157,11 +165,28 @@ class Saga:
         """The error that ends the run, saying what was undone and what was not, and which
         effects it kept (the first `kept`: a conversation's answered turns')."""
         details = self._state.failure_details()
-        details.compensations = self.compensations
+        records = self.compensations
+        details.compensations = records[:MAX_REPORTED_COMPENSATIONS]
+        for record in records[MAX_REPORTED_COMPENSATIONS:]:
+            left_out = details.compensations_left_out
+            left_out[record.status] = left_out.get(record.status, 0) + 1
         details.kept_effects = kept
         message = error.message
-        if self.compensations:
-            outcomes = "; ".join(_describe(r) for r in self.compensations)
+        if records:
+            # Those that failed first: what a person must see, however many were undone.
+            named = [r for r in records if r.status == "failed"][:MAX_NAMED_COMPENSATIONS]
+            named += [r for r in records if r.status != "failed"][
+                : MAX_NAMED_COMPENSATIONS - len(named)
+            ]
+            shown = [r for r in records if any(r is n for n in named)]
+            outcomes = "; ".join(_describe(r) for r in shown)
+            if len(records) > len(shown):
+                tally = Counter(r.status for r in records)
+                outcomes += (
+                    f"; and {len(records) - len(shown):,} more ({len(records):,} in all: "
+                    + ", ".join(f"{n:,} {status}" for status, n in sorted(tally.items()))
+                    + ")"
+                )
             message += f". Side effects undone newest first: {outcomes}"
         if kept:
             effects = self._state.effects[:kept]

@@ -427,6 +427,8 @@ class FailureDetails(BaseModel):
     earlier_steps: EarlierSteps | None = None
     compensations: list[CompensationRecord] = []
     """Newest effect first, in the order the compensations ran."""
+    compensations_left_out: dict[str, int] = Field(default={}, exclude_if=lambda left: not left)
+    """Compensations past the first saga.MAX_REPORTED_COMPENSATIONS, by status."""
     kept_effects: int = Field(default=0, exclude_if=lambda kept: not kept)
     """A conversation's: the effects of its answered turns, which stayed (the message names
     them)."""
