@@ -379,11 +379,9 @@ class AgentWorkflow:
         except AgentError as error:
             self._close_pending_calls(f"Not run: the run stopped ({error.type}).")
             # A conversation's answered turns keep their effects, as when it ends.
-            kept = (
-                self._conversation.unanswered_effects()
-                if self._conversation.on and behaviours.keeps_answered_effects
-                else 0
-            )
+            kept = self._conversation.unanswered_effects() if self._conversation.on else 0
+            if kept and not versioning.keeps_answered_effects():
+                kept = 0
             if behaviours.cancels_end_the_run:
                 if await self._saga.undo_all(kept):
                     if kept:  # cancelling a conversation undoes all of it, as it does a run

@@ -190,11 +190,11 @@ class Saga:
             message += f". Side effects undone newest first: {outcomes}"
         if kept:
             effects = self._state.effects[:kept]
-            named = ", ".join(f"{e.call.tool} {e.call.tool_call_id}" for e in effects[:10])
-            more = f" and {kept - 10} more" if kept > 10 else ""
+            listed = ", ".join(f"{e.call.tool} {e.call.tool_call_id}" for e in effects[:10])
+            more = f" and {kept - 10:,} more" if kept > 10 else ""
             message += (
                 f". Side effects kept, as answered turns' effects stay (the person saw those "
-                f"answers): {named}{more}"
+                f"answers): {listed}{more}"
             )
         return type(error)(message, details)
 

@@ -27,6 +27,7 @@ from temporalio.exceptions import (
     TimeoutType,
 )
 
+import durable_agent.workflows.versioning as versioning
 from durable_agent.workflows.budget import Budget
 from durable_agent.workflows.builtin_tools import DELEGATE, DELEGATE_PARAMETERS, READ_RESULT
 from durable_agent.workflows.dispatch import (
@@ -185,7 +186,11 @@ class ToolRunner:
     async def _execute(self, call: ToolCall, run: Run) -> Outcome:
         spec = run.spec
         behaviours = self._reporter.behaviours
-        if spec.side_effects and behaviours.bounded_effect_log and (full := self._saga.full()):
+        if (
+            spec.side_effects
+            and (full := self._saga.full())
+            and versioning.refuses_past_a_full_log()
+        ):
             return Outcome.error(
                 call,
                 f"Error: {spec.name} was not run: {full}. Finish with what is done, and say "
@@ -329,7 +334,7 @@ class ToolRunner:
             refusal = self._out_of_bounds(arguments)
             if refusal is not None:
                 return Outcome.error(call, refusal)
-        if self._reporter.behaviours.bounded_effect_log and (full := self._saga.full()):
+        if (full := self._saga.full()) and versioning.refuses_past_a_full_log():
             return Outcome.error(call, f"Error: the sub-agent did not start: {full}.")
         started = workflow.now()
         # Its calls that wait for a person are reported here, and shown as this run's.

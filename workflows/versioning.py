@@ -34,9 +34,13 @@ RELEASE_5 = "relisted-tools-local-tools-operator-ui"
 previous reply's text by reference, and a tool declared local runs as a local activity
 (issue 21); AgentCostUsd and AgentError beside AgentStatus and AgentStep, all exact whenever
 the run waits or ends (issue 23)."""
-RELEASE_6 = "bounded-effect-log-answered-turns-kept"
-"""A side effect that would start once the compensation log is full is refused, and a
-conversation that fails keeps its answered turns' effects (issue 30)."""
+FULL_EFFECT_LOG = "full-effect-log-refuses"
+"""A side effect that would start once the compensation log is full (workflows/effect_log.py)
+is refused (older runs had no bound). Asked only when the log is full, by
+`refuses_past_a_full_log`, so a run that never fills it records no marker for it."""
+ANSWERED_EFFECTS_KEPT = "failed-conversation-keeps-answered-effects"
+"""A conversation that fails undoes only the effects made since its last answer (older runs
+undid them all). Asked only when such a conversation fails, by `keeps_answered_effects`."""
 CONVERSATIONS = "conversations"
 """Conversations (AgentInput.conversation): asked only by a conversation's run, so that other
 runs record no marker for it; its turns, steering and interrupts are behind the flag."""
@@ -104,16 +108,9 @@ class Behaviours:
     once it ended, any change of step or cost is upserted, so the list is exact then (older runs
     upserted AgentStatus and AgentStep only, and only when the status changed). Part of
     RELEASE_5."""
-    bounded_effect_log: bool = True
-    """A call that changes data, or a sub-agent, is refused once the compensation log has
-    reached effect_log.MAX_LOG_BYTES (older runs had no bound). Part of RELEASE_6."""
-    keeps_answered_effects: bool = True
-    """A conversation that fails undoes only the effects made since its last answer; the
-    answered turns' stay, as they do when it ends (older runs undid them all). Part of
-    RELEASE_6."""
 
 
-LEGACY = Behaviours(*(False,) * 18)
+LEGACY = Behaviours(*(False,) * 16)
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
@@ -127,7 +124,6 @@ def decide(provider: str, conversation: bool = False) -> Behaviours:
     faults = workflow.patched(FAULTS_RELEASE)
     release_4 = workflow.patched(RELEASE_4)
     release_5 = workflow.patched(RELEASE_5)
-    release_6 = workflow.patched(RELEASE_6)
     conversations = conversation and workflow.patched(CONVERSATIONS)
     return Behaviours(
         reports_status=reports_status,
@@ -146,6 +142,16 @@ def decide(provider: str, conversation: bool = False) -> Behaviours:
         local_tools=release_5,
         conversations=conversations,
         reports_for_operators=release_5,
-        bounded_effect_log=release_6,
-        keeps_answered_effects=release_6,
     )
+
+
+def refuses_past_a_full_log() -> bool:
+    """The compensation log is full: whether to refuse the side effect about to start, as this
+    run does, or run it, as a run recorded before the bound did. Asked only then."""
+    return workflow.patched(FULL_EFFECT_LOG)
+
+
+def keeps_answered_effects() -> bool:
+    """A conversation with answered turns' effects fails: whether to keep them, as this run
+    does, or undo them too, as a run recorded before did. Asked only then."""
+    return workflow.patched(ANSWERED_EFFECTS_KEPT)
