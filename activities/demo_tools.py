@@ -26,7 +26,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from durable_agent.activities.sqlite_wal import use_wal
+from durable_agent.activities.sqlite_wal import owner_only, use_wal
 from durable_agent.activities.tools import current_call, tool
 from durable_agent.workflows.models import CompensationInput
 
@@ -134,7 +134,7 @@ def connect(path: str | Path | None = None) -> Iterator[sqlite3.Connection]:
     `BEGIN IMMEDIATE` transactions. Rows come back as `sqlite3.Row`. Closed on exit.
     """
     db_path = Path(path) if path is not None else demo_db_path()
-    db_path.parent.mkdir(parents=True, exist_ok=True)
+    owner_only(db_path)
     connection = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)
     try:
         connection.row_factory = sqlite3.Row

@@ -38,7 +38,7 @@ from typing import Any, Protocol, cast
 from pydantic import TypeAdapter
 
 from durable_agent.activities.pg_store import postgres_store
-from durable_agent.activities.sqlite_wal import use_wal
+from durable_agent.activities.sqlite_wal import owner_only, use_wal
 from durable_agent.activities.store_config import (
     DEFAULT_RETENTION_HOURS,
     LEGACY_RETENTION_VARIABLE,
@@ -140,7 +140,7 @@ class SqliteMessageStore:
     def _connect(self) -> sqlite3.Connection:
         """The store's connection (callers hold the lock); opening it prunes."""
         if self._connection is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            owner_only(self.path)
             connection = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT_SECONDS, check_same_thread=False
             )

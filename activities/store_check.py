@@ -28,8 +28,15 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from durable_agent import payload_codec
 from durable_agent.activities.pg_store import BLOB_TABLES, StoreSchemaTooNew, ensure_schema
-from durable_agent.activities.store_config import STORE_URL_VARIABLE, redacted, store_url_from_env
+from durable_agent.activities.sqlite_wal import owner_only
+from durable_agent.activities.store_config import (
+    STORE_URL_VARIABLE,
+    redacted,
+    scrubbed,
+    store_url_from_env,
+)
 
 DB_PATH_ENV = "AGENT_DEMO_DB"
 DEFAULT_DB_PATH = Path(".agent-demo") / "demo.db"
@@ -86,7 +93,7 @@ def check_stores(environ: Mapping[str, str] | None = None) -> None:
 def check_writable(path: Path) -> None:
     """Create `path`'s directory, write beside the file, and take the file's write lock; raise
     OSError or sqlite3.Error when any of it fails."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    owner_only(path)  # as the stores make it: nobody else may read what they will hold
     # SQLite writes its journal (or WAL) next to the file: the directory must take new files.
     with tempfile.TemporaryFile(dir=path.parent, prefix=".store-check-"):
         pass
@@ -127,7 +134,10 @@ def check_postgres(url: str) -> None:
     except (psycopg.Error, StoreSchemaTooNew) as error:
         reason = error.message if isinstance(error, StoreSchemaTooNew) else one_line(error)
         raise StoreNotWritable(
-            f"the store {redacted(url)} ({STORE_URL_VARIABLE}) cannot be used: {reason}"
+            # libpq quotes back parts of the connection string it could not use.
+            scrubbed(
+                f"the store {redacted(url)} ({STORE_URL_VARIABLE}) cannot be used: {reason}", url
+            )
         ) from None
 
 
@@ -148,3 +158,21 @@ def _reason(error: OSError | sqlite3.Error) -> str:
     if isinstance(error, OSError) and error.errno is not None and error.strerror:
         return f"[Errno {error.errno}] {error.strerror}"
     return str(error) or type(error).__name__
+
+
+def describe_stores(environ: Mapping[str, str] | None = None) -> str:
+    """Where the stores are and whether they are sealed, for the worker's start-up log line:
+    without payload keys it says they are unencrypted. The URL without its password."""
+    env = os.environ if environ is None else environ
+    url = store_url_from_env(env)
+    where = [] if url is None else [f"message store and result store in {redacted(url)}"]
+    where += [f"{name.removeprefix('the ')} {path}" for name, path in store_paths(env)]
+    keys = payload_codec.keys_from_env(env)
+    if keys:
+        sealed = f"the stores sealed with payload key {keys[0].id} (the demo database is not)"
+    else:
+        sealed = (
+            "unencrypted: what runs send and receive is kept in the clear, in files only their "
+            f"owner may read ({payload_codec.KEYS_VARIABLE} seals the stores: docs/encryption.md)"
+        )
+    return f"{', '.join(where)}; {sealed}"

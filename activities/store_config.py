@@ -2,9 +2,15 @@
 seals them. The stores themselves are activities/message_store.py (SQLite, the default on one
 machine), activities/pg_store.py (PostgreSQL, shared by a fleet) and activities/result_store.py.
 
-- **Where.** `AGENT_STORE_URL=postgresql://user:password@host:port/database` puts the message
-  store and the result store in that database, for every worker that is given it; unset, each
-  is a SQLite file on the worker (`AGENT_MESSAGE_STORE`, `AGENT_RESULT_STORE`).
+- **Where.** `AGENT_STORE_URL=postgresql://user:password@host:port/database` (or libpq's
+  `host=... user=... password=... dbname=...` form) puts the message store and the result store
+  in that database, for every worker that is given it; unset, each is a SQLite file on the
+  worker (`AGENT_MESSAGE_STORE`, `AGENT_RESULT_STORE`), created readable by its owner only.
+  `AGENT_STORE_PASSWORD_FILE` names a file holding the password, for a URL that holds none.
+- **Never shown whole.** The URL's password (in `user:password@`, in `?password=` or
+  `?sslpassword=`, or as `password=` of the key=value form) goes into no message, log line or
+  error: `redacted()` is the URL as the worker shows it, and `scrubbed()` takes the password out
+  of any text, such as libpq's own messages, which quote parts of what they could not read.
 - **How long.** `AGENT_STORE_RETENTION` (a duration: `7d`, `36h`, `90m`; 7 days by default): an
   entry unused for that long is deleted. The older `AGENT_STORE_RETENTION_HOURS` (a number of
   hours) still works; giving both is a configuration error, since one would be ignored.
@@ -26,8 +32,9 @@ import re
 import secrets
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -39,6 +46,8 @@ from durable_agent.workflows.errors import AgentConfigurationError
 logger = logging.getLogger(__name__)
 
 STORE_URL_VARIABLE = "AGENT_STORE_URL"
+PASSWORD_FILE_VARIABLE = "AGENT_STORE_PASSWORD_FILE"
+"""A file holding the store's password, for a URL that holds none (docker-compose.yml)."""
 RETENTION_VARIABLE = "AGENT_STORE_RETENTION"
 LEGACY_RETENTION_VARIABLE = "AGENT_STORE_RETENTION_HOURS"
 """The retention in hours, as the SQLite stores read it before AGENT_STORE_RETENTION."""
@@ -82,28 +91,175 @@ def retention_hours_from_env(environ: Mapping[str, str] | None = None) -> float:
     return hours
 
 
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+"""The connection parameters that are secrets: masked wherever a store's URL is shown."""
+MASK = "***"
+UNREADABLE = "(the connection string, hidden: it cannot be read)"
+"""What is shown of a key=value string that cannot be parsed: which part of it is the password
+is then unknown, so none of it is shown."""
+_STORE_URL_FORMS = (
+    "postgresql://user:password@host:port/database, with a space or @ : / ? # % in the user or "
+    "password percent-encoded (%20, %40...), or key=value pairs (host=... user=... "
+    "password='two words' dbname=...)"
+)
+
+
 def store_url_from_env(environ: Mapping[str, str] | None = None) -> str | None:
-    """`AGENT_STORE_URL` when it names a PostgreSQL database, None when it is unset (the SQLite
-    files); AgentConfigurationError for anything else."""
+    """`AGENT_STORE_URL` when it names a PostgreSQL database (a postgresql:// URL or libpq's
+    key=value string), None when it is unset (the SQLite files); AgentConfigurationError for
+    anything else, whose message holds none of the password."""
     env = os.environ if environ is None else environ
     url = env.get(STORE_URL_VARIABLE, "").strip()
     if not url:
         return None
-    if urlsplit(url).scheme not in ("postgresql", "postgres"):
+    if _is_url(url) and urlsplit_or_none(url) is None:
+        problem = "it is not a URL"
+    elif _is_url(url) and _scheme(url) not in POSTGRES_SCHEMES:
+        problem = "it is not a PostgreSQL URL"
+    elif _is_url(url) and any(c in _url_password(url) for c in "@/?#"):
+        # libpq would end the password there, and show the rest of it as the host or port.
+        problem = "its password holds an @ / ? or # that is not percent-encoded"
+    elif _parameters(url) is None:
+        problem = "libpq cannot read it"
+    else:
+        return _with_password_file(url, env)
+    # libpq's own message is left out: it quotes the part it could not read, which may be part
+    # of the password.
+    raise AgentConfigurationError(
+        f"{STORE_URL_VARIABLE}={redacted(url)!r}: {problem}; expected {_STORE_URL_FORMS} "
+        "(unset: SQLite files on the worker)"
+    )
+
+
+def _with_password_file(url: str, env: Mapping[str, str]) -> str:
+    """The URL, with the password of AGENT_STORE_PASSWORD_FILE when that is set (as libpq's
+    key=value string then)."""
+    path = env.get(PASSWORD_FILE_VARIABLE, "").strip()
+    if not path:
+        return url
+    if secrets_of(url):
         raise AgentConfigurationError(
-            f"{STORE_URL_VARIABLE}={redacted(url)!r}: expected "
-            "postgresql://user:password@host:port/database (unset: SQLite files on the worker)"
+            f"{STORE_URL_VARIABLE} holds a password and {PASSWORD_FILE_VARIABLE} is set: keep "
+            "one of them"
         )
-    return url
+    try:
+        password = Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or type(error).__name__
+        raise AgentConfigurationError(
+            f"{PASSWORD_FILE_VARIABLE}: cannot read {path}: {reason}"
+        ) from None
+    if not password:
+        raise AgentConfigurationError(f"{PASSWORD_FILE_VARIABLE}: {path} is empty")
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(url, password=password)
 
 
 def redacted(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    """The store's connection string without its secrets, for messages and logs: the password
+    of `user:password@` and the values of `password=` and `sslpassword=` (query parameters of a
+    URL, or pairs of the key=value form) become ***. A key=value string that cannot be parsed is
+    not shown at all."""
+    if _is_url(url):
+        scheme, _, rest = url.partition("://")
+        userinfo, at, after = rest.rpartition("@")
+        if at and ":" in userinfo:
+            # Up to the last @ of the whole URL: a / ? or @ in the password would end a
+            # reading that stops at the first, and show the rest of it.
+            rest = f"{userinfo.partition(':')[0]}:{MASK}@{after}"
+        return _SECRET_QUERY.sub(rf"\1{MASK}", f"{scheme}://{rest}")
+    parameters = _parameters(url)
+    if parameters is None:
+        return UNREADABLE
+    shown = _KEY_VALUE.sub(_masked_key_value, url)
+    if any(secret in shown for secret in secrets_of(url)):  # read otherwise than libpq reads it
+        from psycopg.conninfo import make_conninfo
+
+        masked = {k: MASK if k in SECRET_PARAMETERS else v for k, v in parameters.items()}
+        shown = make_conninfo(**masked)
+    return shown
+
+
+_KEY_VALUE = re.compile(r"(\w+)(\s*=\s*)('(?:[^'\\]|\\.)*'|(?:[^\s'\\]|\\.)+)")
+"""One `key = value` pair of libpq's key=value form; the value quoted, or up to a space."""
+
+
+def _masked_key_value(pair: re.Match[str]) -> str:
+    masked = pair[1].lower() in SECRET_PARAMETERS
+    return f"{pair[1]}{pair[2]}{MASK}" if masked else pair[0]
+
+
+def secrets_of(url: str) -> list[str]:
+    """Every secret the connection string holds, as written and as decoded, longest first."""
+    found: set[str] = set()
+    if _is_url(url):
+        first_at = url.partition("://")[2].partition("@")[0]
+        found |= {_url_password(url), first_at.partition(":")[2]}
+        parts = urlsplit_or_none(url)
+        if parts is not None and parts.password:
+            found.add(parts.password)
+        found |= {pair[2] for pair in _SECRET_QUERY.finditer(url)}
+    else:
+        # As written (quoted or not), and below as libpq reads it, when it can.
+        found |= {
+            pair[3].strip("'")
+            for pair in _KEY_VALUE.finditer(url)
+            if pair[1].lower() in SECRET_PARAMETERS
+        }
+    for key, value in (_parameters(url) or {}).items():
+        if key in SECRET_PARAMETERS:
+            found.add(value)
+    found |= {unquote(secret) for secret in found}
+    return sorted((secret for secret in found if secret), key=len, reverse=True)
+
+
+def scrubbed(text: str, url: str) -> str:
+    """`text` (an error's message, a log line) with every secret of `url` replaced by ***:
+    libpq quotes back the part of a connection string it could not read."""
+    for secret in secrets_of(url):
+        text = text.replace(secret, MASK)
+    return text
+
+
+def _url_password(url: str) -> str:
+    """The password of a URL's userinfo, up to the last @ of the URL ('' for none)."""
+    userinfo = url.partition("://")[2].rpartition("@")[0]
+    return userinfo.partition(":")[2]
+
+
+def _is_url(url: str) -> bool:
+    """A URL, not libpq's key=value string (whose first `=` comes before any `://`)."""
+    return "://" in url.partition("=")[0] or "=" not in url
+
+
+def _scheme(url: str) -> str:
+    parts = urlsplit_or_none(url)
+    return "" if parts is None else parts.scheme.lower()
+
+
+def urlsplit_or_none(url: str) -> SplitResult | None:
+    try:
+        return urlsplit(url)
+    except ValueError:  # a malformed IPv6 host, a port that is not a number
+        return None
+
+
+_SECRET_QUERY = re.compile(r"([?&](?:ssl)?password=)([^&#]*)", re.IGNORECASE)
+"""A URL's `password=` or `sslpassword=` query parameter, and its value."""
+
+
+def _parameters(url: str) -> dict[str, str] | None:
+    """libpq's reading of the connection string, None when it cannot read it. psycopg is
+    imported only here, once a URL is set: a worker on SQLite does not load it."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        return {key: str(value) for key, value in conninfo_to_dict(url).items()}
+    except ProgrammingError:
+        return None
 
 
 def configured_keys() -> list[PayloadKey]:

@@ -52,18 +52,11 @@ def children_of_self() -> set[int]:
     return pids
 
 
-async def measure(
-    client: Client, address: str, processes: int, args: argparse.Namespace, scratch: Path
-) -> dict[str, Any]:
-    queue = f"bench-scaling-{processes}-{uuid.uuid4().hex[:8]}"
-    server_pids = children_of_self()
-    env = {
-        **os.environ,
-        "AGENT_MESSAGE_STORE": str(scratch / "messages.db"),
-        "AGENT_RESULT_STORE": str(scratch / "results.db"),
-        "AGENT_DEMO_DB": str(scratch / "demo.db"),
-    }
-    workers = [
+def start_worker_processes(
+    address: str, queue: str, processes: int, env: dict[str, str]
+) -> list[subprocess.Popen[bytes]]:
+    """`processes` workers as a deployment starts them (`worker.py --tools bench.workload`)."""
+    return [
         subprocess.Popen(
             [
                 sys.executable,
@@ -82,6 +75,27 @@ async def measure(
         )
         for _ in range(processes)
     ]
+
+
+def stop_worker_processes(workers: list[subprocess.Popen[bytes]]) -> None:
+    for process in workers:
+        process.terminate()
+    for process in workers:
+        process.wait(timeout=60)
+
+
+async def measure(
+    client: Client, address: str, processes: int, args: argparse.Namespace, scratch: Path
+) -> dict[str, Any]:
+    queue = f"bench-scaling-{processes}-{uuid.uuid4().hex[:8]}"
+    server_pids = children_of_self()
+    env = {
+        **os.environ,
+        "AGENT_MESSAGE_STORE": str(scratch / "messages.db"),
+        "AGENT_RESULT_STORE": str(scratch / "results.db"),
+        "AGENT_DEMO_DB": str(scratch / "demo.db"),
+    }
+    workers = start_worker_processes(address, queue, processes, env)
     try:
         # Warm every process up: a few runs, so each has polled and imported everything.
         await asyncio.gather(*(workload.run_agent(client, queue, 1) for _ in range(4 * processes)))
@@ -95,10 +109,7 @@ async def measure(
         worker_cpu = sum(cpu_of(w.pid) for w in workers) - worker_before
         server_cpu = sum(cpu_of(pid) for pid in server_pids) - server_before
     finally:
-        for process in workers:
-            process.terminate()
-        for process in workers:
-            process.wait(timeout=60)
+        stop_worker_processes(workers)
     return {
         "worker_processes": processes,
         "runs": args.runs,

@@ -27,6 +27,12 @@ from durable_agent.cli.plumbing import (
     temporal_address,
 )
 from durable_agent.workflows.errors import AgentConfigurationError
+from durable_agent.workflows.input_limits import (
+    InputTooLarge,
+    check_comment,
+    check_message,
+    check_reason,
+)
 from durable_agent.workflows.models import (
     DEFAULT_TASK_QUEUE,
     Limits,
@@ -634,12 +640,33 @@ def parse_subcommand(argv: list[str]) -> Subcommand:
         chosen.error("--reason is empty: the model needs to know why")
     if args.command == "send" and not args.text.strip():
         chosen.error("the message is empty")
+    _check_text_bounds(chosen, args)
     if args.command in (Fork.command, Eval.command):
         _check_fork_options(chosen, args)
     kind = next(kind for kind in _SUBCOMMAND_TYPES if kind.command == args.command)
     # Each type's fields are the destinations of its arguments, so this takes exactly those.
     fields: dict[str, Any] = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind)}
     return cast(Subcommand, kind(**fields))  # kind is one of the Subcommand types
+
+
+def _check_text_bounds(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Text for the run over its bound (workflows/input_limits.py) is a bad command line: the
+    run would refuse it, so it is not sent."""
+    texts = {
+        "send": ("the message", check_message, "text"),
+        "approve": ("--comment", check_comment, "comment"),
+        "reject": ("--feedback", check_comment, "feedback"),
+        "approve-call": ("--reason", check_reason, "reason"),
+        "deny-call": ("--reason", check_reason, "reason"),
+    }
+    if args.command not in texts:
+        return
+    what, check, field = texts[args.command]
+    try:
+        check(getattr(args, field))
+    except InputTooLarge as refused:
+        # "the comment is 40,000 characters; ..." names the option the person gave it by.
+        parser.error(str(refused).replace(refused.subject, what, 1))
 
 
 def _check_fork_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

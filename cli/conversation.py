@@ -166,20 +166,32 @@ async def _chat(agent_run: AgentRun, following: Following) -> int:
                 # A line typed as the turn ended started the next one: follow it.
                 number = started
                 continue
-            say(PROMPT.strip())
-            line = await _line_or_ctrl_c(stdin, ctrl_c)
-            if line is None or line.strip() in ENDS:
+            posted = await _next_message(agent_run, stdin, ctrl_c)
+            if posted is None:
                 break
-            if not line.strip():
-                continue
-            try:
-                number = await agent_run.post(line.strip())
-            except WorkflowUpdateFailedError as refused:
-                say(f"not sent: {decide.refusal(refused)}")
-                break
+            number = posted
     finally:
         ctrl_c.close()
     return await _end(agent_run, following)
+
+
+async def _next_message(agent_run: AgentRun, stdin: Lines, ctrl_c: CtrlC) -> int | None:
+    """The next line typed, sent: the number of the turn it went to. None ends the chat: the
+    end of input, an end word, Ctrl-C, or a refusal. A line over its bound is refused and the
+    chat goes on, so that the person can type a shorter one."""
+    while True:
+        say(PROMPT.strip())
+        line = await _line_or_ctrl_c(stdin, ctrl_c)
+        if line is None or line.strip() in ENDS:
+            return None
+        if not line.strip():
+            continue
+        try:
+            return await agent_run.post(line.strip())
+        except WorkflowUpdateFailedError as refused:
+            say(f"not sent: {decide.refusal(refused)}")
+            if not decide.too_large(refused):
+                return None
 
 
 async def _turn(

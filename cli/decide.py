@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from durable_agent.agent_client import AgentRun
 from durable_agent.cli.args import ApproveCall, ApprovePlan, DenyCall, RejectPlan
 from durable_agent.cli.plumbing import one_line, say
+from durable_agent.workflows.input_limits import TOO_LARGE
 from durable_agent.workflows.models import AgentEvent, PlanState
 
 APPROVALS = ("", "y", "yes")
@@ -222,6 +224,13 @@ async def decide_call(agent_run: AgentRun, args: ApproveCall | DenyCall) -> int:
     else:
         print(f"{agent_run.id}: {decided.call_id} ({decided.tool}) {decided.status}")
     return 0
+
+
+def too_large(refused: WorkflowUpdateFailedError) -> bool:
+    """The run (or the client) refused an input over its bound (workflows/input_limits.py):
+    a shorter one would be taken."""
+    cause = refused.cause
+    return isinstance(cause, ApplicationError) and cause.type == TOO_LARGE
 
 
 def refusal(refused: WorkflowUpdateFailedError) -> str:

@@ -17,7 +17,7 @@ import base64
 import logging
 import math
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -34,16 +34,25 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowUpdateFailedError,
 )
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamItem
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from durable_agent import forking, payload_codec
 from durable_agent.activities import telemetry
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentConfigurationError
+from durable_agent.workflows.input_limits import (
+    TOO_LARGE,
+    InputTooLarge,
+    check_comment,
+    check_message,
+    check_reason,
+)
 from durable_agent.workflows.model_gateway import MODEL_ACTIVITY
 from durable_agent.workflows.models import (
     DEFAULT_TASK_QUEUE,
@@ -263,7 +272,9 @@ class AgentRun:
         self, comment: str | None = None, *, version: int | None = None
     ) -> PlanState:
         """Approve the waiting plan (only `version`, when given). Raises
-        temporalio.client.WorkflowUpdateFailedError, saying why, when it cannot be decided."""
+        temporalio.client.WorkflowUpdateFailedError, saying why, when it cannot be decided; its
+        cause's type is AgentInputTooLarge for a comment over input_limits.MAX_MESSAGE_CHARS."""
+        _refuse_locally(check_comment, comment)
         return await self.handle.execute_update(
             AgentWorkflow.decide_plan,
             PlanDecision(approve=True, version=version, comment=comment),
@@ -271,6 +282,7 @@ class AgentRun:
 
     async def reject_plan(self, feedback: str, *, version: int | None = None) -> PlanState:
         """Reject the waiting plan; the feedback becomes the person's message to the model."""
+        _refuse_locally(check_comment, feedback)
         return await self.handle.execute_update(
             AgentWorkflow.decide_plan,
             PlanDecision(approve=False, version=version, comment=feedback),
@@ -290,7 +302,9 @@ class AgentRun:
         sub-agent's (the run forwards the decision and answers once the sub-agent took it);
         `remember` applies the decision to the later calls of the same tool in the run that
         asked. Raises temporalio.client.WorkflowUpdateFailedError, saying why, for an unknown
-        or already decided call id."""
+        or already decided call id, and (cause type AgentInputTooLarge) for a reason over
+        input_limits.MAX_REASON_CHARS."""
+        _refuse_locally(check_reason, reason)
         # By name: the SDK types a described async update's result as its coroutine.
         return await self.handle.execute_update(
             "decide_tool_call",
@@ -305,11 +319,14 @@ class AgentRun:
         is `.answer` (None when it was interrupted or hit its step limit: see `.outcome`). A
         message sent while a turn works steers that turn. Raises
         temporalio.client.WorkflowUpdateFailedError, saying why, for an empty message or one
-        to a conversation that has ended."""
+        to a conversation that has ended; its cause's type is AgentInputTooLarge for a message
+        over input_limits.MAX_MESSAGE_CHARS, or one that would take the messages waiting for
+        the turn over MAX_QUEUED_MESSAGE_BYTES (send it again once the turn has taken them)."""
         return await self.turn(await self.post(text))
 
     async def post(self, text: str) -> int:
         """Send a message without waiting for the turn: answers the turn it belongs to."""
+        _refuse_locally(check_message, text)
         return await self.handle.execute_update(AgentWorkflow.send_message, text)
 
     async def turn(self, number: int) -> TurnRecord:
@@ -744,6 +761,19 @@ def step_stats(label: str, results: Sequence[AgentResult], failed: int = 0) -> S
         recommended_max_steps=recommended,
         cut_short=sum(1 for s in steps if s > recommended),
     )
+
+
+def _refuse_locally(check: Callable[[Any], None], text: str | None) -> None:
+    """Refuse text over its bound before sending it, as the run's validator would: the same
+    error, so a caller handles one, and a text the server would not take is never sent."""
+    try:
+        check(text)
+    except InputTooLarge as refused:
+        reason = str(refused)
+    else:
+        return
+    # The cause is the run's refusal (`from` would replace it).
+    raise WorkflowUpdateFailedError(ApplicationError(reason, type=TOO_LARGE, non_retryable=True))
 
 
 def _payload_of(wire: str) -> Payload:

@@ -1,10 +1,13 @@
-"""How the worker runs workflow code: the SDK's sandbox, with three of its costs taken out.
+"""How the worker runs workflow code: `fast`, the SDK's sandbox with three of its costs taken
+out (the default), or `stock`, the SDK's sandbox as it ships ($AGENT_SANDBOX; what the fast one
+gives up: docs/architecture.md, "Two sandboxes, one setting").
 
 - **The `workflows` package is passed through.** Its rooms always were (workflows/agent.py says
   why); this adds agent.py itself, which the sandbox otherwise imports again, compiling its
   source, for every run it starts: a third of a one-step run's worker CPU here, where
-  PYTHONDONTWRITEBYTECODE is set as in the Dockerfile. Nothing in `workflows/` keeps state in a
-  module, and tests/test_determinism.py holds it to the sandbox's rules instead.
+  PYTHONDONTWRITEBYTECODE is set as in the Dockerfile. The only state a module of `workflows/`
+  keeps is registry.py's, which the stock sandbox shares too; tests/test_determinism.py holds
+  the package to the sandbox's rules, under the stock sandbox, instead.
 - **A payload's serialization context is looked up directly.** For every payload of every
   activation and completion (three passes each way), the SDK asks the sandboxed instance which
   context the payload belongs to by compiling and running a two-line snippet under the sandbox's
@@ -23,8 +26,10 @@
 from __future__ import annotations
 
 import functools
+import os
+from collections.abc import Mapping
 from types import CodeType
-from typing import Any
+from typing import Any, Literal, get_args
 
 from temporalio.converter import SerializationContext
 from temporalio.converter._extstore import StorageDriverStoreContext
@@ -36,6 +41,8 @@ from temporalio.worker.workflow_sandbox import (
     _runner as sandbox,
 )
 from temporalio.worker.workflow_sandbox._in_sandbox import InSandbox
+
+from durable_agent.workflows.errors import AgentConfigurationError
 
 PASSED_THROUGH = ("durable_agent.workflows",)
 
@@ -95,3 +102,23 @@ that serves an app's workflows too (durable_agent/plugin.py)."""
 WORKFLOW_RUNNER = AgentSandboxRunner(restrictions=RESTRICTIONS)
 """The runner of the project's own workers and replayer (worker.build_worker, bench/replay.py):
 `AgentPlugin(fast_sandbox=True)`."""
+
+
+WorkerSandbox = Literal["fast", "stock"]
+"""How the project's own worker and replayer run the workflow: `fast`, WORKFLOW_RUNNER above;
+`stock`, the SDK's SandboxedWorkflowRunner as it ships, which imports every module of the loop
+afresh for each run and restricts it (only workflows/registry.py is shared)."""
+
+SANDBOX_VARIABLE = "AGENT_SANDBOX"
+
+
+def sandbox_from_env(environ: Mapping[str, str] = os.environ) -> WorkerSandbox:
+    """$AGENT_SANDBOX: `fast` (the default) or `stock`. Raises AgentConfigurationError for any
+    other value."""
+    value = environ.get(SANDBOX_VARIABLE, "").strip() or "fast"
+    if value not in get_args(WorkerSandbox):
+        raise AgentConfigurationError(
+            f"{SANDBOX_VARIABLE}={value!r}: use fast (the default) or stock "
+            "(the SDK's own sandbox; docs/architecture.md)"
+        )
+    return value  # type: ignore[return-value]

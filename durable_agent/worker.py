@@ -3,6 +3,7 @@ run it.
 
     durable-agent worker [--address HOST:PORT] [--namespace NS] [--task-queue QUEUE]
                          [--tools MODULE[:ATTR] ...] [--mcp-config FILE]
+                         [--sandbox fast|stock]
 
 Also home of what serves runs, which the CLI, the benchmarks and the tests share: connecting
 with the agent's plugin, building the worker (an `AgentPlugin` worker that serves the agent
@@ -29,18 +30,18 @@ import sysconfig
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
-from durable_agent import payload_codec
+from durable_agent import payload_codec, sandbox_runner
 from durable_agent.activities import message_store, telemetry, toolkits
 from durable_agent.activities.admission import ADMITTED_PROVIDERS, Admission
 from durable_agent.activities.mcp_config import MCP_CONFIG_VARIABLE, mcp_config_from
 from durable_agent.activities.mcp_tools import McpTools
-from durable_agent.activities.store_check import StoreNotWritable, check_stores
+from durable_agent.activities.store_check import StoreNotWritable, check_stores, describe_stores
 from durable_agent.cli.plumbing import (
     CommandLineError,
     OneLineArgumentParser,
@@ -68,11 +69,13 @@ def build_worker(
     *,
     admission_limits: Admission | None = None,
     mcp: McpTools | None = None,
+    sandbox: sandbox_runner.WorkerSandbox | None = None,
     **options: Any,
 ) -> Worker:
     """The worker of every run, as `durable-agent worker` serves them: an `AgentPlugin` worker
-    on the run queue, the agent alone, under the fast sandbox (sandbox_runner.WORKFLOW_RUNNER)
-    unless `options` name a `workflow_runner`.
+    on the run queue, the agent alone, under `sandbox` (default $AGENT_SANDBOX, else `fast`:
+    sandbox_runner.WORKFLOW_RUNNER; `stock`: the SDK's own sandbox, unmodified) unless
+    `options` name a `workflow_runner`.
     While it runs it also serves each real provider's queue with that provider's limits
     (`admission_limits`, else the AGENT_MODEL_* variables, which raise AgentConfigurationError
     when malformed). Raises StoreNotWritable (one line) before anything is served when a store
@@ -81,18 +84,30 @@ def build_worker(
     servers' tools (docs/mcp.md). A client that carries an AgentPlugin already (`connect`)
     lends it to the worker, which then takes these settings from that plugin."""
     toolkits.load_default_tools()
-    # The fast sandbox, unless the caller chose a runner (the tests' strict sandbox, say).
-    sandbox: Sandbox = "as-is" if "workflow_runner" in options else "fast"
-    plugin = AgentPlugin(mcp=mcp, admission=admission_limits, sandbox=sandbox)
+    plugin = AgentPlugin(
+        mcp=mcp,
+        admission=admission_limits,
+        sandbox=_plugin_sandbox(sandbox, runner_given="workflow_runner" in options),
+    )
     if any(isinstance(p, AgentPlugin) for p in client.config()["plugins"]):
         client = without_plugins(client)
     return Worker(client, task_queue=task_queue, plugins=[plugin], **options)
 
 
-def replayer() -> Replayer:
+def _plugin_sandbox(sandbox: sandbox_runner.WorkerSandbox | None, *, runner_given: bool) -> Sandbox:
+    if runner_given:
+        return "as-is"  # the caller's runner
+    chosen = sandbox or sandbox_runner.sandbox_from_env()
+    # With no runner given, "as-is" leaves the Worker its default: the SDK's own sandbox.
+    return "fast" if chosen == "fast" else "as-is"
+
+
+def replayer(sandbox: sandbox_runner.WorkerSandbox | None = None) -> Replayer:
     """A Replayer of agent runs as a worker replays them after a restart: its converter and its
-    sandbox settings (sandbox_runner.WORKFLOW_RUNNER)."""
-    return Replayer(workflows=[], plugins=[AgentPlugin(sandbox="fast")])
+    sandbox (`sandbox`, default $AGENT_SANDBOX, else `fast`)."""
+    return Replayer(
+        workflows=[], plugins=[AgentPlugin(sandbox=_plugin_sandbox(sandbox, runner_given=False))]
+    )
 
 
 def temporal_binary() -> str:
@@ -169,14 +184,21 @@ async def embedded_dev_server(
         yield env
 
 
-async def _serve(address: str, namespace: str, task_queue: str, mcp: McpTools | None) -> None:
+async def _serve(
+    address: str,
+    namespace: str,
+    task_queue: str,
+    mcp: McpTools | None,
+    sandbox: sandbox_runner.WorkerSandbox,
+) -> None:
     client = await connect(address, namespace)
-    worker = build_worker(client, task_queue, mcp=mcp)
+    worker = build_worker(client, task_queue, mcp=mcp, sandbox=sandbox)
     logging.info(
-        "worker on %s, task queue %s; model calls on %s",
+        "worker on %s, task queue %s; model calls on %s; %s sandbox",
         address,
         task_queue,
         ", ".join(model_task_queue(task_queue, p) for p in ADMITTED_PROVIDERS),
+        sandbox,
     )
     for line in Admission.from_env().describe():
         logging.info("%s", line)
@@ -218,6 +240,12 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
         "names, or the one it returns when it is a function or class (repeatable; default: "
         f"${toolkits.TOOLS_VARIABLE}, comma-separated, else the demo's tools, also named `demo`)",
     )
+    parser.add_argument(
+        "--sandbox",
+        choices=get_args(sandbox_runner.WorkerSandbox),
+        help=f"how workflow code runs: fast, or stock (the SDK's own sandbox, which checks more "
+        f"and costs more CPU a run; default: ${sandbox_runner.SANDBOX_VARIABLE}, else fast)",
+    )
     try:
         args = parser.parse_args(argv)
     except CommandLineError as stop:
@@ -239,16 +267,18 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
         message_store.retention_hours_from_env()
         Admission.from_env()  # the model calls' limits
         mcp_config = mcp_config_from(args.mcp_config)
+        sandbox = args.sandbox or sandbox_runner.sandbox_from_env()
     except (payload_codec.PayloadKeyError, StoreNotWritable, AgentConfigurationError) as error:
         reason = error.message if isinstance(error, AgentConfigurationError) else error
         sys.stderr.write(f"{prog}: error: {reason}\n")
         return 2
     logging.info("serving %d tools: %s", len(served), ", ".join(served))
+    logging.info("stores: %s", describe_stores())
     try:
         if telemetry.configure_from_env():
             logging.info("tracing on (OTEL_* variables)")
         mcp = McpTools(mcp_config) if mcp_config is not None else None
-        asyncio.run(_serve(address, args.namespace, args.task_queue, mcp))
+        asyncio.run(_serve(address, args.namespace, args.task_queue, mcp, sandbox))
     except KeyboardInterrupt:
         return 0
     except RuntimeError as error:

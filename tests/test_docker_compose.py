@@ -44,6 +44,7 @@ EXPECTED_SERVICES = {
     "codec-server",
     "worker",
     "store-database",
+    "db-passwords",
 }
 BUILT_HERE = ("payload-key", "codec-server", "worker")
 EXPECTED_IMAGES = {
@@ -53,6 +54,7 @@ EXPECTED_IMAGES = {
     "register-search-attributes": "temporalio/admin-tools",
     "temporal-ui": "temporalio/ui",
     "store-database": "postgres",
+    "db-passwords": "postgres",
 }
 SEARCH_ATTRIBUTES = {
     "AgentStatus": "Keyword",
@@ -400,10 +402,11 @@ def test_temporal_runs_on_postgres_once_it_is_healthy(
     env = environment(temporal)
     assert env.get("DB") in {"postgres12", "postgres12_pgx"}, f"DB={env.get('DB')}"
     assert env.get("POSTGRES_SEEDS") == "postgresql", "POSTGRES_SEEDS is not the postgres service"
-    for variable in ("DB_PORT", "POSTGRES_USER", "POSTGRES_PWD"):
+    for variable in ("DB_PORT", "POSTGRES_USER"):
         assert env.get(variable), f"temporal lacks {variable}"
     assert env["POSTGRES_USER"] == environment(services["postgresql"]).get("POSTGRES_USER")
-    assert env["POSTGRES_PWD"] == environment(services["postgresql"]).get("POSTGRES_PASSWORD")
+    # The password: from the file postgresql reads too (test_the_passwords_are_made_...).
+    assert "POSTGRES_PWD" not in env
 
 
 def test_postgres_has_a_named_volume_and_a_pg_isready_healthcheck(
@@ -483,6 +486,7 @@ def test_worker_waits_for_the_server_and_the_search_attributes(
         "register-search-attributes": "service_completed_successfully",
         "payload-key": "service_completed_successfully",
         "store-database": "service_completed_successfully",
+        "db-passwords": "service_completed_successfully",
     }
 
 
@@ -551,8 +555,9 @@ def test_workers_share_stores_in_a_database_and_user_of_their_own(
     assert url.scheme == "postgresql" and url.hostname == "postgresql" and url.port == 5432
     assert url.path == f"/{maker['AGENT_DB_NAME']}" and url.username == maker["AGENT_DB_USER"]
     assert url.username != "temporal" and url.path != "/temporal", "not Temporal's own"
-    # The same password, from the same host variable, in both; none written in the file alone.
-    assert url.password == maker["AGENT_DB_PASSWORD"] == "${AGENT_DB_PASSWORD:-agent-store}"
+    # The same password, from the same file, in both; none written in the compose file.
+    assert url.password is None
+    assert worker["AGENT_STORE_PASSWORD_FILE"] == maker["AGENT_DB_PASSWORD_FILE"]
     assert not {"AGENT_MESSAGE_STORE", "AGENT_RESULT_STORE"} & worker.keys(), (
         "file paths beside AGENT_STORE_URL would be ignored: leave them out"
     )
@@ -565,7 +570,10 @@ def test_the_store_database_one_shot_runs_after_postgres_and_its_data_is_on_a_vo
     compose: dict[str, Any], services: dict[str, dict[str, Any]]
 ) -> None:
     service = services["store-database"]
-    assert depends_on(service) == {"postgresql": "service_healthy"}
+    assert depends_on(service) == {
+        "postgresql": "service_healthy",
+        "db-passwords": "service_completed_successfully",
+    }
     assert service.get("restart", "no") in {"no", "on-failure"}, "a one-shot must not restart"
     assert image_ref(service["image"]) == image_ref(services["postgresql"]["image"])
     env = environment(service)
@@ -612,6 +620,27 @@ def test_the_store_database_script_makes_a_user_that_owns_its_stores(
     with pytest.raises(StoreNotWritable, match="password authentication failed"):
         check_postgres(url.replace(":second@", ":first@"))
     assert run_store_script(postgres, AGENT_DB_NAME=name).returncode != 0, "no password: fails"
+
+
+def test_the_store_database_script_reads_both_passwords_from_files(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """As the stack runs it: PGPASSWORD_FILE and AGENT_DB_PASSWORD_FILE, from db-passwords."""
+    name = f"agent_{uuid.uuid4().hex[:8]}"
+    admin, agent = tmp_path / "temporal-db-password", tmp_path / "agent-db-password"
+    admin.write_text(postgres.password + "\n")
+    agent.write_text("from-a-file-4242\n")
+    done = run_store_script(
+        postgres,
+        PGPASSWORD="",
+        PGPASSWORD_FILE=str(admin),
+        AGENT_DB_NAME=name,
+        AGENT_DB_USER=name,
+        AGENT_DB_PASSWORD_FILE=str(agent),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "4242" not in done.stdout + done.stderr
+    check_postgres(postgres.url(name, user=name).replace(postgres.password, "from-a-file-4242"))
 
 
 def dockerfile_env() -> dict[str, str]:
@@ -999,3 +1028,105 @@ def test_dockerignore_matcher() -> None:
     assert not dockerignored("README.md", ["*.db", ".venv"])
     assert not dockerignored("keep.db", ["*.db", "!keep.db"])
     assert dockerignored("x.db", ["*.db", "!keep.db"])
+
+
+# --- the database passwords ----------------------------------------------------------------------
+
+PASSWORD_SCRIPT = ROOT / "deploy" / "db-passwords.sh"
+SECRETS_DIR = "/db-secrets"
+TEMPORAL_PASSWORD_FILE = f"{SECRETS_DIR}/temporal-db-password"
+AGENT_PASSWORD_FILE = f"{SECRETS_DIR}/agent-db-password"
+READS_THE_PASSWORDS = {
+    "postgresql": TEMPORAL_PASSWORD_FILE,
+    "temporal": TEMPORAL_PASSWORD_FILE,
+    "store-database": AGENT_PASSWORD_FILE,
+    "worker": AGENT_PASSWORD_FILE,
+}
+
+
+def test_no_password_falls_back_to_one_written_in_the_file(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """`${POSTGRES_PASSWORD:-temporal}` would start every stack whose host sets nothing with the
+    same, public, password."""
+    for name, service in services.items():
+        for variable, value in environment(service).items():
+            if ("PASSWORD" in variable or "PWD" in variable) and not variable.endswith("_FILE"):
+                assert value in (None, "") or re.fullmatch(r"\$\{\w+:-\}", value), (
+                    f"{name}: {variable}={value}"
+                )
+        url = environment(service).get("AGENT_STORE_URL")
+        assert url is None or urlsplit(url).password is None, f"{name}: {url}"
+    text = COMPOSE_FILE.read_text()
+    assert not re.findall(r"\$\{\w*(?:PASSWORD|PWD)\w*:-[^}]", text)
+
+
+def test_the_passwords_are_made_on_first_start_and_read_from_files(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    maker = services["db-passwords"]
+    assert maker.get("restart", "no") in {"no", "on-failure"}, "a one-shot must not restart"
+    assert "/deploy/db-passwords.sh" in command_text(maker)
+    sources = {target: source for source, target in mounts(maker)}
+    assert (ROOT / str(sources.get("/deploy/db-passwords.sh"))).resolve() == PASSWORD_SCRIPT
+    made_on = volume_holding(maker, TEMPORAL_PASSWORD_FILE)
+    assert made_on and is_named_volume(made_on[0]) and not made_on[2]
+    assert made_on[0] in (compose.get("volumes") or {})
+    assert environment(maker).get("DB_SECRETS_DIR") == SECRETS_DIR
+    for name, path in READS_THE_PASSWORDS.items():
+        service = services[name]
+        holder = volume_holding(service, path)
+        assert holder and holder[:2] == made_on[:2] and holder[2], f"{name} reads another {path}"
+        assert depends_on(service).get("db-passwords") == "service_completed_successfully", name
+    assert environment(services["postgresql"]).get("POSTGRES_PASSWORD_FILE") == (
+        TEMPORAL_PASSWORD_FILE
+    )
+    # auto-setup reads POSTGRES_PWD only: its entrypoint is wrapped to read the file first.
+    temporal = command_text(services["temporal"])
+    assert f'POSTGRES_PWD="$$(cat {TEMPORAL_PASSWORD_FILE})"' in temporal, temporal
+    assert "exec /etc/temporal/entrypoint.sh" in temporal and "autosetup" in temporal
+    store = environment(services["store-database"])
+    assert store.get("PGPASSWORD_FILE") == TEMPORAL_PASSWORD_FILE
+    assert store.get("AGENT_DB_PASSWORD_FILE") == AGENT_PASSWORD_FILE
+    assert environment(services["worker"]).get("AGENT_STORE_PASSWORD_FILE") == AGENT_PASSWORD_FILE
+    for name, service in services.items():
+        if name not in {*READS_THE_PASSWORDS, "db-passwords"}:
+            assert made_on[0] not in {source for source, _ in mounts(service)}, name
+
+
+def run_password_script(directory: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["sh", str(PASSWORD_SCRIPT)],
+        env={"PATH": os.environ.get("PATH", ""), "DB_SECRETS_DIR": str(directory), **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX sh")
+def test_the_password_script_makes_keeps_and_takes_the_host_s(tmp_path: Path) -> None:
+    """deploy/db-passwords.sh as the one-shot runs it: two random passwords on first start,
+    readable by the services' users (postgres, temporal, agent: three uids) but written by root
+    only; the same ones on every later start; a password set on the host wins."""
+    first = run_password_script(tmp_path)
+    assert first.returncode == 0, first.stderr
+    made = {path.name: path.read_text() for path in tmp_path.iterdir()}
+    assert sorted(made) == ["agent-db-password", "temporal-db-password"]
+    for name, text in made.items():
+        assert re.fullmatch(r"[0-9a-f]{32}\n", text), (name, text)
+        assert text.strip() not in first.stdout + first.stderr
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o444, name
+    assert made["agent-db-password"] != made["temporal-db-password"]
+    assert "made" in first.stdout
+
+    again = run_password_script(tmp_path)
+    assert again.returncode == 0 and "keeping" in again.stdout, again.stdout
+    assert {path.name: path.read_text() for path in tmp_path.iterdir()} == made
+
+    host = run_password_script(tmp_path, AGENT_DB_PASSWORD="host-set 9137")
+    assert host.returncode == 0, host.stderr
+    assert (tmp_path / "agent-db-password").read_text() == "host-set 9137\n"
+    assert (tmp_path / "temporal-db-password").read_text() == made["temporal-db-password"]
+    assert "9137" not in host.stdout + host.stderr
+    assert not list(tmp_path.glob("*.tmp"))

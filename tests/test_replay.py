@@ -25,7 +25,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.worker import Replayer
 
+import durable_agent.workflows.registry as registry
 import durable_agent.workflows.tool_catalog as tool_catalog
+import durable_agent.workflows.versioning as versioning
 from durable_agent.activities.demo_script import DEMO_PROMPT, support_demo_script
 from durable_agent.forking import scripted_from
 from durable_agent.worker import build_worker
@@ -119,6 +121,42 @@ async def talk_twice_then_end(handle: Handle) -> None:
     await turn_finished(handle, 1)
     assert await handle.execute_update(AgentWorkflow.send_message, "second question") == 2
     await turn_finished(handle, 2)
+    await handle.signal("end_conversation")
+
+
+OVERSIZED = "x" * 32_001
+"""Over input_limits.MAX_MESSAGE_CHARS (literally: the committed history was recorded before
+the bound, by code that took it)."""
+
+
+async def signal_handled(handle: Handle) -> None:
+    """A workflow task has completed since the newest signal: the run has handled it."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        history = (await handle.fetch_history()).events
+        kinds = [event.WhichOneof("attributes") for event in history]
+        signalled = max(
+            i for i, kind in enumerate(kinds) if kind.endswith("_signaled_event_attributes")
+        )
+        if "workflow_task_completed_event_attributes" in kinds[signalled:]:
+            return
+        assert asyncio.get_running_loop().time() < deadline, "the signal was never handled"
+        await asyncio.sleep(0.05)
+
+
+async def an_oversized_message_by_signal(handle: Handle) -> None:
+    """A message over the bound, by signal, then one in bounds by update: code from before the
+    bounds took the first (it started turn 2, and the second started turn 3); today's ignores
+    it, and the second starts turn 2."""
+    await turn_finished(handle, 1)
+    await handle.signal("send_message", OVERSIZED)
+    await signal_handled(handle)
+    talk = (await handle.query(AgentWorkflow.status)).conversation
+    assert talk is not None
+    if talk.turn == 2:
+        await turn_finished(handle, 2)
+    assert await handle.execute_update(AgentWorkflow.send_message, "next") == talk.turn + 1
+    await turn_finished(handle, talk.turn + 1)
     await handle.signal("end_conversation")
 
 
@@ -217,6 +255,14 @@ def scenarios() -> dict[str, Scenario]:
                 conversation=True,
             ),
             drive=talk_twice_then_end,
+        ),
+        # Recorded before workflows/input_limits.py: replays taking the oversized message.
+        "oversized_signal_message": Scenario(
+            scripted_input(
+                [turn(text="one"), turn(text="two"), turn(text="three")],
+                conversation=True,
+            ),
+            drive=an_oversized_message_by_signal,
         ),
         # A fork at step 1 (forking.py): it starts from a seed transcript, at step 2.
         "fork": Scenario(
@@ -344,6 +390,18 @@ def test_the_committed_histories_cover_what_they_are_named_for() -> None:
         "workflow_execution_signaled_event_attributes",
         "workflow_execution_completed_event_attributes",
     } <= talk
+    # Taken by code from before the bounds: the oversized message went to the model, and no
+    # marker of the bounds' patch (the same run today records one and ignores the message).
+    oversized = events(HISTORIES / "oversized_signal_message.json")
+    model_inputs = [
+        e.SerializeToString()
+        for e in oversized
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "call_model"
+    ]
+    assert OVERSIZED.encode() in model_inputs[1]
+    assert not any(
+        versioning.SIGNAL_INPUT_BOUNDS.encode() in e.SerializeToString() for e in oversized
+    )
     first = kinds(HISTORIES / "continue_as_new.json")
     assert "workflow_execution_continued_as_new_event_attributes" in first
     assert "workflow_execution_completed_event_attributes" in kinds(
@@ -411,6 +469,6 @@ async def test_a_tool_redeployed_with_other_specs_does_not_change_what_a_run_rep
     spec = tool_catalog.get("count_me")
     assert spec is not None and not spec.side_effects
     monkeypatch.setitem(
-        tool_catalog._specs, "count_me", spec.model_copy(update={"side_effects": True})
+        registry.tool_specs, "count_me", {**spec.model_dump(), "side_effects": True}
     )
     await replayer().replay_workflow(history)

@@ -254,3 +254,15 @@ def test_a_bad_worker_command_line_exits_2_with_one_line(
     assert err.splitlines() == [
         "starter.py worker: error: unrecognized arguments: --nope (see --help)"
     ], err
+
+
+def test_a_bad_sandbox_setting_exits_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert starter.main(["worker", "--sandbox", "strict"]) == 2
+    assert "argument --sandbox: invalid choice: 'strict'" in capsys.readouterr().err
+    monkeypatch.setenv("AGENT_SANDBOX", "strict")
+    assert starter.main(["worker"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert err.startswith("starter.py worker: error: AGENT_SANDBOX='strict': use fast"), err

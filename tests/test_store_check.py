@@ -204,8 +204,10 @@ def test_an_unreachable_postgresql_store_stops_the_worker_in_one_line(tmp_path: 
 def test_a_store_url_that_is_not_postgresql_stops_the_worker_in_one_line(tmp_path: Path) -> None:
     assert_one_line_error(
         run_worker(store_env(tmp_path, AGENT_STORE_URL="sqlite:///data/messages.db")),
-        "AGENT_STORE_URL='sqlite:///data/messages.db': expected "
-        "postgresql://user:password@host:port/database (unset: SQLite files on the worker)",
+        "AGENT_STORE_URL='sqlite:///data/messages.db': it is not a PostgreSQL URL; expected "
+        "postgresql://user:password@host:port/database, with a space or @ : / ? # % in the user "
+        "or password percent-encoded (%20, %40...), or key=value pairs (host=... user=... "
+        "password='two words' dbname=...) (unset: SQLite files on the worker)",
     )
 
 
@@ -312,3 +314,198 @@ def test_a_store_locked_by_another_process_past_the_wait_is_not_writable(
         holder.execute("ROLLBACK")
         holder.close()
     assert str(raised.value) == f"the result store {store} cannot be written: database is locked"
+
+
+# --- the store's password is shown nowhere ------------------------------------------------------
+
+SECRET = "wrong s3cret"
+"""A wrong password with a space: libpq quotes back what it cannot read."""
+
+
+def assert_secret_not_shown(text: str) -> None:
+    for form in (SECRET, "s3cret", "wrong%20s3cret"):
+        assert form not in text, text
+
+
+def key_value(postgres: PostgresServer, database: str, password: str) -> str:
+    return (
+        f"host={postgres.host} port={postgres.port} user=postgres password={password} "
+        f"dbname={database}"
+    )
+
+
+def test_a_password_in_the_query_is_not_shown(
+    tmp_path: Path, store_url: str, postgres: PostgresServer
+) -> None:
+    database = store_url.rsplit("/", 1)[1]
+    url = (
+        f"postgresql://postgres@{postgres.host}:{postgres.port}/{database}?password=wrong%20s3cret"
+    )
+    done = run_worker(store_env(tmp_path, AGENT_STORE_URL=url))
+    assert_secret_not_shown(done.stderr)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(
+        f"worker.py: error: the store {url.replace('wrong%20s3cret', '***')} (AGENT_STORE_URL) "
+        "cannot be used: connection failed: "
+    ), line
+    assert line.endswith('password authentication failed for user "postgres"'), line
+
+
+def test_a_password_with_a_space_is_not_quoted_back(
+    tmp_path: Path, store_url: str, postgres: PostgresServer
+) -> None:
+    """Unencoded, libpq cannot read the URL and quotes the password in its message."""
+    database = store_url.rsplit("/", 1)[1]
+    url = f"postgresql://postgres:{SECRET}@{postgres.host}:{postgres.port}/{database}"
+    done = run_worker(store_env(tmp_path, AGENT_STORE_URL=url))
+    assert_secret_not_shown(done.stderr)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "percent-encoded (%20" in done.stderr
+    assert f"postgresql://postgres:***@{postgres.host}" in done.stderr
+
+
+def test_a_key_value_string_is_used_and_its_password_not_shown(
+    tmp_path: Path, store_url: str, postgres: PostgresServer
+) -> None:
+    """libpq's key=value form works as the URL does; a wrong password in it (quoted, with its
+    space) fails the check in one line that holds none of it."""
+    database = store_url.rsplit("/", 1)[1]
+    right = key_value(postgres, database, postgres.password)
+    done = run_worker(store_env(tmp_path, AGENT_STORE_URL=right))
+    assert done.returncode == 1, done.stderr  # past the check: Temporal is not there
+    assert postgres.password not in done.stderr
+
+    wrong = key_value(postgres, database, f"'{SECRET}'")
+    done = run_worker(store_env(tmp_path, AGENT_STORE_URL=wrong))
+    assert_secret_not_shown(done.stderr)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("worker.py: error: the store "), line
+    assert f"password=*** dbname={database}" in line, line
+    assert line.endswith('password authentication failed for user "postgres"'), line
+
+
+def test_a_key_value_string_libpq_cannot_read_is_not_shown(tmp_path: Path) -> None:
+    """Unquoted, the space ends the password: libpq's message quotes what follows it."""
+    done = run_worker(store_env(tmp_path, AGENT_STORE_URL=f"host=127.0.0.1 password={SECRET}"))
+    assert_secret_not_shown(done.stderr)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "password='two words'" in done.stderr
+
+
+# --- the start-up line ---------------------------------------------------------------------------
+
+
+def stores_line(stderr: str) -> str:
+    [line] = [line for line in stderr.splitlines() if " stores: " in line]
+    return line.split(" stores: ", 1)[1]
+
+
+def test_the_start_up_line_says_the_stores_are_unencrypted_without_keys(tmp_path: Path) -> None:
+    done = run_worker(store_env(tmp_path))
+    assert done.returncode == 1, done.stderr
+    assert stores_line(done.stderr) == (
+        f"message store {tmp_path / 'messages.db'}, result store {tmp_path / 'results.db'}, "
+        f"demo database {tmp_path / 'demo.db'}; unencrypted: what runs send and receive is "
+        "kept in the clear, in files only their owner may read (AGENT_PAYLOAD_KEYS seals the "
+        "stores: docs/encryption.md)"
+    )
+
+
+def test_the_start_up_line_names_the_key_and_the_database_without_its_password(
+    tmp_path: Path, store_url: str
+) -> None:
+    key = "k1=" + "A" * 43 + "="
+    done = run_worker(store_env(tmp_path, AGENT_STORE_URL=store_url, AGENT_PAYLOAD_KEYS=key))
+    assert done.returncode == 1, done.stderr
+    password = store_url.split(":")[2].split("@")[0]
+    assert password not in done.stderr
+    assert stores_line(done.stderr) == (
+        f"message store and result store in {store_url.replace(password, '***')}, demo "
+        f"database {tmp_path / 'demo.db'}; the stores sealed with payload key k1 (the demo "
+        "database is not)"
+    )
+
+
+def test_the_password_can_come_from_a_file(
+    tmp_path: Path, store_url: str, postgres: PostgresServer
+) -> None:
+    """As docker-compose.yml gives it: the URL without a password, the password in a file."""
+    bare = store_url.replace(f":{postgres.password}@", "@")
+    secret = tmp_path / "agent-db-password"
+    secret.write_text(postgres.password + "\n")
+    env = store_env(tmp_path, AGENT_STORE_URL=bare, AGENT_STORE_PASSWORD_FILE=str(secret))
+    done = run_worker(env)
+    assert done.returncode == 1, done.stderr  # past the check: Temporal is not there
+    assert postgres.password not in done.stderr
+    assert "password=***" in stores_line(done.stderr)
+
+    assert_one_line_error(
+        run_worker({**env, "AGENT_STORE_PASSWORD_FILE": str(tmp_path / "missing")}),
+        f"AGENT_STORE_PASSWORD_FILE: cannot read {tmp_path / 'missing'}: No such file or directory",
+    )
+    assert_one_line_error(
+        run_worker({**env, "AGENT_STORE_URL": store_url}),
+        "AGENT_STORE_URL holds a password and AGENT_STORE_PASSWORD_FILE is set: keep one of them",
+    )
+
+
+def test_the_command_line_shows_no_password_of_the_store(
+    tmp_path: Path, store_url: str, postgres: PostgresServer
+) -> None:
+    """`python starter.py PROMPT` checks the store before its embedded server starts: a wrong
+    password in the query stops it in one line that holds none of it."""
+    database = store_url.rsplit("/", 1)[1]
+    url = (
+        f"postgresql://postgres@{postgres.host}:{postgres.port}/{database}?password=wrong%20s3cret"
+    )
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "starter.py"), "Where is my latest order?"],
+        cwd=tmp_path,
+        env=store_env(tmp_path, AGENT_STORE_URL=url),
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 2, done.stderr
+    assert_secret_not_shown(done.stderr)
+    assert "starter.py: error: the store postgresql://postgres@" in done.stderr
+    assert "?password=*** (AGENT_STORE_URL) cannot be used" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:pw-1@h:5432/db", "postgresql://u:***@h:5432/db"),
+        ("postgresql://u@h/db", "postgresql://u@h/db"),
+        (
+            "postgresql://u@h/db?sslmode=require&password=pw-1&SSLPASSWORD=pw-2",
+            "postgresql://u@h/db?sslmode=require&password=***&SSLPASSWORD=***",
+        ),
+        ("host=h user=u password='pw 1' dbname=db", "host=h user=u password=*** dbname=db"),
+        ("host=h sslpassword=pw-2 password = pw-1", "host=h sslpassword=*** password = ***"),
+        ("host=h password=pw 1", "(the connection string, hidden: it cannot be read)"),
+    ],
+)
+def test_redacted_masks_every_secret_of_either_form(url: str, shown: str) -> None:
+    from durable_agent.activities.store_config import redacted, scrubbed
+
+    assert redacted(url) == shown
+    said = f"libpq said pw-1, pw-2, pw 1 and pw%201 of {url}"
+    for secret in ("pw-1", "pw-2", "pw 1"):
+        if secret in url:
+            assert secret not in scrubbed(said, url)
+
+
+@pytest.mark.parametrize("password", ["a/b", "a?b", "a#b", "a@b"])
+def test_a_url_whose_password_needs_encoding_is_refused_unshown(password: str) -> None:
+    from durable_agent.activities.store_config import store_url_from_env
+    from durable_agent.workflows.errors import AgentConfigurationError
+
+    url = f"postgresql://agent:zz{password}yy@db.internal:5432/agent"
+    with pytest.raises(AgentConfigurationError) as refused:
+        store_url_from_env({"AGENT_STORE_URL": url})
+    message = str(refused.value)
+    assert "postgresql://agent:***@db.internal:5432/agent" in message, message
+    assert "zz" not in message and "yy" not in message, message

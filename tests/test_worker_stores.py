@@ -284,3 +284,59 @@ async def test_with_a_store_url_a_run_keeps_everything_sealed_in_postgresql(
     for text in (PROMPT, ARGUMENT, ANSWER, "y" * 64):
         assert text.encode() not in bodies, text
     assert FILLER not in bodies
+
+
+async def test_a_store_url_that_cannot_be_read_fails_the_run_without_its_password(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Set once the worker has started (its start-up check would stop it), the URL is read when
+    the model activity opens the store: the run fails, and its failure holds none of the
+    password (libpq would quote the part after the space)."""
+    from temporalio.client import WorkflowFailureError
+
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        monkeypatch.setenv("AGENT_STORE_URL", "host=127.0.0.1 port=1 password=wrong s3cret")
+        handle = await client.start_workflow(
+            AgentWorkflow.run,
+            a_run_that_uses_both_stores(),
+            id=f"test-{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+    history = (await handle.fetch_history()).to_json()
+    assert "AGENT_STORE_URL" in history
+    assert "s3cret" not in history, history
+
+
+async def test_the_store_files_are_readable_by_their_owner_only(
+    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a umask that lets others read new files, every SQLite file the worker writes (and
+    SQLite's -wal and -shm beside it) is 0600, its new directory 0700; a store file an older
+    release left 0644 is tightened when it is opened."""
+    from durable_agent.activities import demo_tools
+
+    data = tmp_path / "data"
+    monkeypatch.setenv("AGENT_MESSAGE_STORE", str(data / "messages.db"))
+    monkeypatch.setenv("AGENT_RESULT_STORE", str(data / "results.db"))
+    monkeypatch.setenv("AGENT_DEMO_DB", str(tmp_path / "demo" / "demo.db"))
+    older = tmp_path / "older.db"
+    sqlite3.connect(older).close()
+    older.chmod(0o644)
+    saved = os.umask(0o022)
+    try:
+        run = await run_agent(client, task_queue, a_run_that_uses_both_stores())
+        with demo_tools.connect() as connection:
+            connection.execute("SELECT 1")
+        message_store.sqlite_store(str(older)).put_blob("ref-1", "a blob")
+    finally:
+        os.umask(saved)
+    assert run.result is not None and run.result.answer == ANSWER
+    files = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    names = {p.name for p in files}
+    assert {"messages.db", "messages.db-wal", "messages.db-shm", "results.db", "demo.db"} <= names
+    modes = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in files}
+    assert set(modes.values()) == {"0o600"}, modes
+    for directory in (data, tmp_path / "demo"):
+        assert oct(directory.stat().st_mode & 0o777) == "0o700", directory

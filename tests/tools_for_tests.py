@@ -287,6 +287,22 @@ def local_lookup(key: str, failures: int = 0) -> str:
     return f"{key}: found after {executions[f'local_lookup:{key}']} attempts"
 
 
+holding: set[str] = set()
+"""Keys whose `hold` call has started."""
+released: set[str] = set()
+"""Keys whose `hold` call may return."""
+
+
+@tool(timeout_seconds=30, retry=RetrySettings(maximum_attempts=1))
+async def hold(key: str) -> str:
+    """Works until the test releases `key` (within its timeout): a turn that goes on for as
+    long as the test needs it to."""
+    holding.add(key)
+    while key not in released:
+        await asyncio.sleep(0.01)
+    return f"released {key}"
+
+
 tiny_undone: list[str] = []
 """Idempotency keys of the `tiny_effect` calls undone, in the order they were undone."""
 

@@ -83,11 +83,11 @@ _HOMES = {
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy on purpose: the workflow sandbox re-imports this package for every run, and the data
-    # modules must come from outside it (passed through), or the sandbox's copies of the models
-    # would not be the classes the activities use.
+    # Lazy on purpose: the SDK's sandbox imports this package afresh for every run, and should
+    # import only the modules the run uses.
     if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
+        home = importlib.import_module(_HOMES[name])  # deterministic: only this package's modules
+        return getattr(home, name)
     raise AttributeError(f"module 'durable_agent.workflows' has no attribute {name!r}")
 
 

@@ -20,61 +20,62 @@ from typing import Any
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 
-with workflow.unsafe.imports_passed_through():
-    # Modules by their full names, so the sandbox hands over the worker's modules: the
-    # registries (approval predicates, tool specs) are filled outside the sandbox, and the rooms
-    # must share one copy of each class they match on. (`from workflows import dispatch` would
-    # load a fresh copy inside it.)
-    import durable_agent.workflows.continuation as continuation
-    import durable_agent.workflows.conversation as conversation
-    import durable_agent.workflows.dispatch as dispatch
-    import durable_agent.workflows.fork as fork
-    import durable_agent.workflows.run_setup as run_setup
-    import durable_agent.workflows.versioning as versioning
-    from durable_agent.workflows.budget import Budget
-    from durable_agent.workflows.call_ids import CallIds
-    from durable_agent.workflows.context_window import ContextWindow
-    from durable_agent.workflows.errors import (
-        AgentApprovalTimeout,
-        AgentError,
-        AgentFatalToolError,
-    )
-    from durable_agent.workflows.gates import PlanGate, ToolCallGate, refusal
-    from durable_agent.workflows.loop_detection import LoopDetector
-    from durable_agent.workflows.model_gateway import ModelGateway
-    from durable_agent.workflows.models import (
-        STATUS_STEP_RECORDS,
-        SUB_AGENT_APPROVALS_SIGNAL,
-        AgentInput,
-        AgentResult,
-        EffectsPage,
-        EffectsPageRequest,
-        PlanDecision,
-        PlanState,
-        RunStatus,
-        StepRecord,
-        SubAgentReport,
-        ToolApproval,
-        ToolCallDecision,
-        ToolSpec,
-        TracePage,
-        TracePageRequest,
-        TranscriptPage,
-        TranscriptPageRequest,
-    )
-    from durable_agent.workflows.outcomes import Outcome
-    from durable_agent.workflows.reporting import CANCELLED, Reporter
-    from durable_agent.workflows.saga import Saga
-    from durable_agent.workflows.state import RunState
-    from durable_agent.workflows.tool_runner import ToolRunner, not_run_because
-    from durable_agent.workflows.trace import Trace
-    from durable_agent.workflows.transcript import (
-        Message,
-        ToolCall,
-        ToolResult,
-        Transcript,
-        UserMessage,
-    )
+import durable_agent.workflows.continuation as continuation
+import durable_agent.workflows.conversation as conversation
+import durable_agent.workflows.dispatch as dispatch
+import durable_agent.workflows.fork as fork
+import durable_agent.workflows.run_setup as run_setup
+import durable_agent.workflows.versioning as versioning
+from durable_agent.workflows.budget import Budget
+from durable_agent.workflows.call_ids import CallIds
+from durable_agent.workflows.context_window import ContextWindow
+from durable_agent.workflows.errors import (
+    AgentApprovalTimeout,
+    AgentError,
+    AgentFatalToolError,
+)
+from durable_agent.workflows.gates import (
+    PlanGate,
+    ToolCallGate,
+    ignored_by_signal,
+    validator_refusal,
+)
+from durable_agent.workflows.input_limits import InputTooLarge
+from durable_agent.workflows.loop_detection import LoopDetector
+from durable_agent.workflows.model_gateway import ModelGateway
+from durable_agent.workflows.models import (
+    STATUS_STEP_RECORDS,
+    SUB_AGENT_APPROVALS_SIGNAL,
+    AgentInput,
+    AgentResult,
+    EffectsPage,
+    EffectsPageRequest,
+    PlanDecision,
+    PlanState,
+    RunStatus,
+    StepRecord,
+    SubAgentReport,
+    ToolApproval,
+    ToolCallDecision,
+    ToolSpec,
+    TracePage,
+    TracePageRequest,
+    TranscriptPage,
+    TranscriptPageRequest,
+)
+from durable_agent.workflows.outcomes import Outcome
+from durable_agent.workflows.reporting import CANCELLED, Reporter
+from durable_agent.workflows.saga import Saga
+from durable_agent.workflows.state import RunState
+from durable_agent.workflows.tool_runner import ToolRunner, not_run_because
+from durable_agent.workflows.trace import Trace
+from durable_agent.workflows.transcript import (
+    Message,
+    ToolCall,
+    ToolResult,
+    Transcript,
+    UserMessage,
+)
 
 EMPTY_REPLY_NUDGE = (
     "Your reply was empty. Call a tool, or answer in text (or with finish) if you are done."
@@ -256,7 +257,7 @@ class AgentWorkflow:
         try:
             self._plan_gate.validate(decision)
         except ValueError as refused:
-            raise refusal(str(refused)) from None
+            raise validator_refusal(refused) from None
 
     @workflow.update(
         description=(
@@ -276,7 +277,7 @@ class AgentWorkflow:
         try:
             self._tool_gate.validate(decision)
         except ValueError as refused:
-            raise refusal(str(refused)) from None
+            raise validator_refusal(refused) from None
 
     # The same decision as a signal, for `temporal workflow signal --name decide_tool_call
     # --input '{"call_id": "...", "approve": true}'` and the Web UI's signal dialog.
@@ -313,15 +314,19 @@ class AgentWorkflow:
 
     @send_message.validator
     def _validate_message(self, text: str) -> None:
-        self._conversation.validate_message(text)
+        try:
+            self._conversation.validate_message(text)
+        except InputTooLarge as refused:
+            raise validator_refusal(refused) from None
 
     @workflow.signal(name="send_message")
     def send_message_by_signal(self, text: str) -> None:
         try:
             self._conversation.validate_message(text)
         except ValueError as refused:
-            workflow.logger.warning("message ignored: %s", refused)
-            return
+            if ignored_by_signal(refused):
+                workflow.logger.warning("message ignored: %s", refused)
+                return
         self._conversation.take_message(text)
 
     @workflow.update

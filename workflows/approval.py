@@ -2,9 +2,9 @@
 
 Approval predicates are plain functions of a call's tool name and arguments, registered by name
 with `@approval_predicate` and named in a run's `ToolApprovalPolicy.predicates`. They run inside
-the workflow, so they must be deterministic: no clock, no I/O, only the arguments. The workflow
-imports this module passed through the sandbox, so the registry the worker fills is the one it
-reads.
+the workflow, so they must be deterministic: no clock, no I/O, only the arguments. They are
+kept in registry.py, which the sandbox passes through, so the registry the worker fills is the
+one a run reads.
 """
 
 from __future__ import annotations
@@ -12,12 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from temporalio import workflow
+
 from durable_agent.workflows.models import ToolApprovalPolicy, ToolSpec
+
+with workflow.unsafe.imports_passed_through():
+    from durable_agent.workflows.registry import approval_predicates as _predicates
 
 ApprovalPredicate = Callable[[str, dict[str, Any]], bool]
 """(tool name, arguments) -> True to run the call without asking."""
-
-_predicates: dict[str, ApprovalPredicate] = {}
 
 
 def approval_predicate(

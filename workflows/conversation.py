@@ -26,6 +26,7 @@ from typing import Literal
 from temporalio import workflow
 
 from durable_agent.workflows.budget import Budget
+from durable_agent.workflows.input_limits import check_message, check_queue
 from durable_agent.workflows.interruption import Interruption
 from durable_agent.workflows.models import STATUS_TURNS, AgentInput, ConversationStatus
 from durable_agent.workflows.outcomes import bounded
@@ -41,7 +42,8 @@ from durable_agent.workflows.state import (
 from durable_agent.workflows.transcript import Transcript, UserMessage
 
 MAX_QUEUED = 100
-"""Messages that may wait for a safe point; one more is refused until the turn takes them."""
+"""Messages that may wait for a safe point; one more is refused until the turn takes them (their
+bytes are bounded too: input_limits.MAX_QUEUED_MESSAGE_BYTES)."""
 MAX_KEPT_TURNS = 500
 """Turn records kept (the newest); the older ones are counted in `earlier_turns`."""
 MESSAGE_CHARS = 1_000
@@ -119,6 +121,10 @@ class Conversation:
                 f"{MAX_QUEUED} messages wait already for the turn to take them; send this "
                 "one once it has"
             )
+        # The bounds come last: a run recorded before them replays the checks above alone.
+        check_message(text)
+        turn = self.turn if self.working else self.turn + 1
+        check_queue([message.text for message in talk.queued], text, turn)
 
     def take_message(self, text: str) -> int:
         """Queue a validated message; answers the turn it belongs to (the working one, or the

@@ -21,9 +21,17 @@ from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
 from temporalio.converter import DefaultFailureConverter, PayloadConverter
 from temporalio.exceptions import ApplicationError, FailureError
 
+import durable_agent.workflows.versioning as versioning
 from durable_agent.workflows.budget import Budget
 from durable_agent.workflows.dispatch import PlannedCall
 from durable_agent.workflows.errors import AgentApprovalTimeout
+from durable_agent.workflows.input_limits import (
+    TOO_LARGE,
+    InputTooLarge,
+    check_comment,
+    check_reason,
+    quoted_id,
+)
 from durable_agent.workflows.models import (
     SUB_AGENT_APPROVALS_SIGNAL,
     DecidedBy,
@@ -50,17 +58,30 @@ REFUSED = "DecisionRefused"
 """The type of the error an update's validator refuses a decision with."""
 
 
-def refusal(reason: str) -> ApplicationError:
+def refusal(reason: str, type: str = REFUSED) -> ApplicationError:
     """A validator's refusal: a non-retryable ApplicationError whose failure is its one-line
     message and nothing else. Built from a finished failure, so the failure converter copies it
     as it is and adds no Python stack trace (the Web UI's update dialog would show one)."""
     failure = Failure(
         message=reason,
-        application_failure_info=ApplicationFailureInfo(type=REFUSED, non_retryable=True),
+        application_failure_info=ApplicationFailureInfo(type=type, non_retryable=True),
     )
     error = DefaultFailureConverter().from_failure(failure, PayloadConverter.default)
     assert isinstance(error, ApplicationError)
     return error
+
+
+def validator_refusal(refused: ValueError) -> ApplicationError:
+    """What an update's validator raises for a refused input: TOO_LARGE for one over a bound
+    of workflows/input_limits.py, REFUSED for any other."""
+    kind = TOO_LARGE if isinstance(refused, InputTooLarge) else REFUSED
+    return refusal(str(refused), kind)
+
+
+def ignored_by_signal(refused: ValueError) -> bool:
+    """A signal's input was refused: whether to ignore it. One over a bound is taken still by a
+    run recorded before the bounds (versioning.ignores_oversized_signal)."""
+    return not isinstance(refused, InputTooLarge) or versioning.ignores_oversized_signal()
 
 
 class PlanGate:
@@ -95,6 +116,8 @@ class PlanGate:
                 "a rejection needs feedback for the model: send "
                 f'{{"approve": false, "version": {waiting.version}, "comment": "what to change"}}'
             )
+        # The bound comes last: a run recorded before it replays the checks above alone.
+        check_comment(decision.comment)
 
     def decide(self, decision: PlanDecision) -> PlanState:
         """Apply a validated decision; answers the plan as decided."""
@@ -112,10 +135,11 @@ class PlanGate:
         try:
             self.validate(decision)
         except ValueError as refused:
-            # A signal cannot be refused to its sender; the run's log says why it was ignored.
-            workflow.logger.warning("plan decision ignored: %s", refused)
-            self._reporter.decision_ignored(str(refused))
-            return
+            if ignored_by_signal(refused):
+                # A signal cannot be refused to its sender; the run's log says why it was ignored.
+                workflow.logger.warning("plan decision ignored: %s", refused)
+                self._reporter.decision_ignored(str(refused))
+                return
         self.decide(decision)
 
     async def wait(self, steps: list[str]) -> PlanDecision:
@@ -221,7 +245,7 @@ class ToolCallGate:
             waiting = [a.call_id for a in (*self.awaiting(), *self.sub_agent_awaiting())]
             where = "this run or its sub-agent" if self._sub_agents else "this run"
             raise ValueError(
-                f"no tool call {decision.call_id!r} asked for approval in {where} "
+                f"no tool call {quoted_id(decision.call_id)} asked for approval in {where} "
                 f"(waiting: {', '.join(waiting) or 'none'})"
             )
         if request.status != "awaiting_approval":
@@ -230,6 +254,8 @@ class ToolCallGate:
                 f"tool call {decision.call_id!r} is decided already: {request.status} "
                 f"(waiting: {', '.join(waiting) or 'none'})"
             )
+        # The bound comes last: a run recorded before it replays the checks above alone.
+        check_reason(decision.reason)
 
     def decide(self, decision: ToolCallDecision) -> ToolApproval:
         """Apply a validated decision; answers the call's approval as decided."""
@@ -256,9 +282,10 @@ class ToolCallGate:
         try:
             self.validate(decision)
         except ValueError as refused:
-            workflow.logger.warning("tool call decision ignored: %s", refused)
-            self._reporter.decision_ignored(str(refused))
-            return
+            if ignored_by_signal(refused):
+                workflow.logger.warning("tool call decision ignored: %s", refused)
+                self._reporter.decision_ignored(str(refused))
+                return
         if decision.call_id in self._by_call:
             self.decide(decision)
             return

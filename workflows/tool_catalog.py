@@ -1,25 +1,34 @@
 """The tools a worker serves, as data: the specs the workflow offers and dispatches on.
 
 `activities.tools.tool` registers each tool's `ToolSpec` here when the tool is defined, so the
-workflow reads specs without importing any activity code. The workflow imports this module
-passed through the sandbox (by its full name), so the catalog the worker fills is the one it
-reads. Deterministic: a dict of data, no I/O.
+workflow reads specs without importing any activity code. The catalog itself is kept in
+registry.py, which the sandbox passes through, so the catalog the worker fills is the one a run
+reads; this module, like the rest of the loop, is imported afresh for each run. Deterministic:
+data, no I/O.
 """
 
 from __future__ import annotations
 
+from temporalio import workflow
+
 from durable_agent.workflows.builtin_tools import READ_RESULT
 from durable_agent.workflows.models import RunTools, ToolSpec
+
+with workflow.unsafe.imports_passed_through():
+    from durable_agent.workflows.registry import tool_specs as _registered
 
 RESOLVE_TOOLS = "resolve_tools"
 """The activity (activities/tools.py) that reads a run's specs from the worker when it starts;
 its result is recorded in the history, and replay reads that instead of this catalog."""
 
-_specs: dict[str, ToolSpec] = {}
-
 
 def register(spec: ToolSpec) -> None:
-    _specs[spec.name] = spec
+    _registered[spec.name] = spec.model_dump()
+
+
+def _spec(name: str) -> ToolSpec:
+    # Validated into this copy's class: under the SDK's sandbox each run has its own.
+    return ToolSpec.model_validate(_registered[name])
 
 
 def specs(names: list[str] | None = None) -> list[ToolSpec]:
@@ -28,15 +37,15 @@ def specs(names: list[str] | None = None) -> list[ToolSpec]:
     Raises KeyError naming the tools that are not registered.
     """
     if names is None:
-        return [_specs[n] for n in sorted(_specs)]
-    unknown = [n for n in names if n not in _specs]
+        return [_spec(n) for n in sorted(_registered)]
+    unknown = [n for n in names if n not in _registered]
     if unknown:
         raise KeyError(f"not registered on this worker: {', '.join(unknown)}")
-    return [_specs[n] for n in names]
+    return [_spec(n) for n in names]
 
 
 def get(name: str) -> ToolSpec | None:
-    return _specs.get(name)
+    return _spec(name) if name in _registered else None
 
 
 def schedules(run_tools: RunTools) -> RunTools:
@@ -62,11 +71,11 @@ def described(run_tools: RunTools) -> RunTools:
     (and improve with a redeploy)."""
 
     def full(spec: ToolSpec) -> ToolSpec:
-        known = _specs.get(spec.name)
+        known = _registered.get(spec.name)
         if known is None:
             return spec
         return spec.model_copy(
-            update={"description": known.description, "parameters": known.parameters}
+            update={"description": known["description"], "parameters": known["parameters"]}
         )
 
     read_result = run_tools.read_result

@@ -44,6 +44,10 @@ undid them all). Asked only when such a conversation fails, by `keeps_answered_e
 CONVERSATIONS = "conversations"
 """Conversations (AgentInput.conversation): asked only by a conversation's run, so that other
 runs record no marker for it; its turns, steering and interrupts are behind the flag."""
+SIGNAL_INPUT_BOUNDS = "signal-input-bounds"
+"""A signal whose input is over a bound of workflows/input_limits.py is ignored (older runs took
+it). Asked only when such a signal comes, by `ignores_oversized_signal`, so a run that never gets
+one records no marker for it."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,13 @@ def decide(provider: str, conversation: bool = False) -> Behaviours:
         conversations=conversations,
         reports_for_operators=release_5,
     )
+
+
+def ignores_oversized_signal() -> bool:
+    """A signal's input is over a bound (workflows/input_limits.py): whether to ignore it, as
+    this run does, or take it, as a run recorded before the bounds did. Asked only then, from
+    the signal's handler, so that other runs record no marker."""
+    return workflow.patched(SIGNAL_INPUT_BOUNDS)
 
 
 def refuses_past_a_full_log() -> bool:

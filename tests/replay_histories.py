@@ -1,0 +1,47 @@
+"""Replay every committed history (tests/histories) in this process, as a worker would.
+
+    python -m tests.replay_histories [--sandbox fast|stock]
+
+Prints `replayed N histories` and exits 0, or prints each failure and exits 1. Run in a
+subprocess by tests/test_determinism.py with other string hash seeds (PYTHONHASHSEED)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from temporalio.client import WorkflowHistory
+
+from durable_agent.activities import toolkits
+from durable_agent.worker import replayer
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+async def replay_all(sandbox: str) -> int:
+    import tests.tools_for_tests  # noqa: F401  (registers the tools the histories used)
+
+    toolkits.load_default_tools()
+    failures = []
+    paths = sorted(HISTORIES.glob("*.json"))
+    for path in paths:
+        history = WorkflowHistory.from_json(path.stem, path.read_text())
+        result = await replayer(sandbox).replay_workflow(  # type: ignore[arg-type]
+            history, raise_on_replay_failure=False
+        )
+        if result.replay_failure is not None:
+            failures.append(f"{path.name}: {result.replay_failure}")
+    for failure in failures:
+        print(failure)
+    if failures:
+        return 1
+    print(f"replayed {len(paths)} histories")
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sandbox", choices=["fast", "stock"], default="stock")
+    sys.exit(asyncio.run(replay_all(parser.parse_args().sandbox)))
