@@ -2,7 +2,7 @@
 
 A compensation needs to find the effect it undoes and to know what was asked: the tool, the
 call id, the idempotency key and the arguments. It does not need the tool's value, which may
-be 256,000 characters. So an entry keeps the arguments and the value only up to
+be megabytes (nine 250 KB values once made a result the server refused). So an entry keeps the arguments and the value only up to
 MAX_KEPT_ARGUMENT_CHARS and MAX_KEPT_RESULT_CHARS of JSON; over that, it keeps neither, says
 so (`arguments_kept`, `result_kept`), and the compensation finds the effect by its key.
 
