@@ -2,9 +2,10 @@
 
 A compensation needs to find the effect it undoes and to know what was asked: the tool, the
 call id, the idempotency key and the arguments. It does not need the tool's value, which may
-be megabytes (nine 250 KB values once made a result the server refused). So an entry keeps the arguments and the value only up to
-MAX_KEPT_ARGUMENT_CHARS and MAX_KEPT_RESULT_CHARS of JSON; over that, it keeps neither, says
-so (`arguments_kept`, `result_kept`), and the compensation finds the effect by its key.
+be megabytes (nine 250 KB values once made a result the server refused). So an entry keeps
+the arguments and the value only up to MAX_KEPT_ARGUMENT_CHARS and MAX_KEPT_RESULT_CHARS of
+JSON; over that, it keeps neither, says so (`arguments_kept`, `result_kept`), and the
+compensation finds the effect by its key.
 
 The log travels (continue-as-new's carried state, the result a parent adopts) in a compact
 form: one JSON array per entry, the run's own key prefix written once. A run whose log has
