@@ -34,6 +34,7 @@ from durable_agent.activities._heartbeat import heartbeating
 from durable_agent.activities.message_store import message_store
 from durable_agent.activities.result_store import result_store, worker_local
 from durable_agent.workflows.builtin_tools import DELEGATE, FINISH, READ_RESULT, SUBMIT_PLAN
+from durable_agent.workflows.effect_log import MAX_KEPT_RESULT_CHARS
 from durable_agent.workflows.errors import AgentError
 from durable_agent.workflows.history import CONTENT_MIN_CHARS, content_ref
 from durable_agent.workflows.models import (
@@ -286,11 +287,12 @@ def _json_data(value: Any) -> Any:
     return json.loads(json.dumps(value, default=_jsonable))
 
 
-MAX_KEPT_VALUE_CHARS = 256_000
+MAX_KEPT_VALUE_CHARS = MAX_KEPT_RESULT_CHARS
 """A compensable tool's return value is kept for its compensation up to this size (as JSON).
-Larger, it would push the activity's result past Temporal's 2 MB payload limit, failing every
-attempt after the effect was applied; the compensation then gets result=None and finds the
-effect by its idempotency key, as for an outcome that is unknown."""
+Larger, it would grow the run's compensation log (workflows/effect_log.py) and, in a big
+enough value, push the activity's result past Temporal's 2 MB payload limit, failing every
+attempt after the effect was applied; the compensation then gets result=None (and
+result_kept=False) and finds the effect by its idempotency key."""
 
 
 def _kept_value(value: Any, tool_name: str) -> Any:
@@ -556,6 +558,7 @@ def _tool_activity(
         bounded = bounded_result(call, render_result(value), attempt=info.attempt)
         if keep_value:
             bounded.value = _kept_value(value, tool_name)
+            bounded.value_kept = bounded.value is not None or value is None
         return bounded
 
     return run_tool

@@ -61,7 +61,9 @@ from durable_agent.workflows.models import (
     AgentEvent,
     AgentInput,
     AgentResult,
+    AppliedEffect,
     EarlierSteps,
+    EffectsPageRequest,
     FailureDetails,
     Limits,
     ModelDelta,
@@ -244,6 +246,27 @@ class AgentRun:
             if not page.step_records or len(records) >= page.total:
                 whole = _whole_trace(records, page.earlier_steps)
                 return whole.model_copy(update={"tool_notices": page.tool_notices})
+
+    async def side_effects(self) -> list[AppliedEffect]:
+        """The run's compensation log, oldest effect first: what it would undo if it failed
+        now (a failed run's: what it undid). A completed run's comes from its result; any other
+        run answers the `effects_page` query page by page (a worker must serve it)."""
+        description = await self.handle.describe()
+        if description.status == WorkflowExecutionStatus.COMPLETED:
+            return (await self.result()).side_effects
+        timeout = (
+            None if description.status == WorkflowExecutionStatus.RUNNING else CLOSED_QUERY_TIMEOUT
+        )
+        effects: list[AppliedEffect] = []
+        while True:
+            page = await self.handle.query(
+                AgentWorkflow.effects_page,
+                EffectsPageRequest(start=len(effects), max_bytes=TRANSCRIPT_PAGE_BYTES),
+                rpc_timeout=timeout,
+            )
+            effects.extend(page.effects)
+            if not page.effects or len(effects) >= page.total:
+                return effects
 
     async def approve_plan(
         self, comment: str | None = None, *, version: int | None = None

@@ -525,3 +525,31 @@ async def test_the_conversations_budget_spans_its_turns(client: Client, task_que
             await run.result()
     assert failure.value.type == "AgentBudgetExceeded"
     assert "max_total_tokens=100" in failure.value.message
+
+
+async def test_a_failed_later_turn_keeps_the_answered_turns_effects(
+    client: Client, task_queue: str
+) -> None:
+    """Turn 1 applies an effect and answers; turn 2 applies one and hits a fatal tool error.
+    Only turn 2's is undone, and the failure says which effect was kept and why."""
+    first, second = f"kept-{uuid.uuid4()}", f"undone-{uuid.uuid4()}"
+    script = [
+        turn(call("keyed_effect", label=first)),
+        turn(text="refunded"),
+        turn(call("keyed_effect", label=second), expect="second question"),
+        turn(call("bad_credential")),
+        turn(text="never"),
+    ]
+    agent_input = conversation(script, tools=["keyed_effect", "bad_credential"])
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        run = await start(client, task_queue, agent_input)
+        assert (await run.turn(1)).answer == "refunded"
+        await run.post("second question")
+        with pytest.raises(AgentRunFailed) as failure:
+            await run.result()
+    assert failure.value.type == "AgentFatalToolError"
+    assert second in test_tools.undone and first not in test_tools.undone
+    message = failure.value.message
+    assert "keyed_effect call_3_1 undone by undo_keyed_effect" in message
+    assert "Side effects kept, as answered turns' effects stay" in message
+    assert "keyed_effect call_1_1" in message.split("Side effects kept")[1]

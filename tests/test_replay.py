@@ -160,6 +160,12 @@ async def an_oversized_message_by_signal(handle: Handle) -> None:
     await handle.signal("end_conversation")
 
 
+async def answer_then_fail(handle: Handle) -> None:
+    """Turn 1 applies an effect and answers; the second message's turn fails fatally."""
+    await turn_finished(handle, 1)
+    await handle.signal("send_message", "second question")
+
+
 def scenarios() -> dict[str, Scenario]:
     return {
         # Its second step runs two read-only tools in one workflow task (parallel tools).
@@ -263,6 +269,23 @@ def scenarios() -> dict[str, Scenario]:
                 conversation=True,
             ),
             drive=an_oversized_message_by_signal,
+        ),
+        # Recorded before a failed conversation kept its answered turns' effects: replays
+        # undoing turn 1's too (today's run keeps it, and records the patch's marker).
+        "failed_conversation": Scenario(
+            scripted_input(
+                [
+                    turn(call("keyed_effect", label="turn-1")),
+                    turn(text="one"),
+                    turn(call("keyed_effect", label="turn-2"), expect="second question"),
+                    turn(call("bad_credential")),
+                    turn(text="never"),
+                ],
+                tools=["keyed_effect", "bad_credential"],
+                conversation=True,
+            ),
+            drive=answer_then_fail,
+            ends="failed",
         ),
         # A fork at step 1 (forking.py): it starts from a seed transcript, at step 2.
         "fork": Scenario(
@@ -390,6 +413,15 @@ def test_the_committed_histories_cover_what_they_are_named_for() -> None:
         "workflow_execution_signaled_event_attributes",
         "workflow_execution_completed_event_attributes",
     } <= talk
+    # Failed by code from before answered turns' effects were kept: both turns' undone.
+    failed = events(HISTORIES / "failed_conversation.json")
+    undos = [
+        e
+        for e in failed
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "undo_keyed_effect"
+    ]
+    assert len(undos) == 2
+    assert failed[-1].HasField("workflow_execution_failed_event_attributes")
     # Taken by code from before the bounds: the oversized message went to the model, and no
     # marker of the bounds' patch (the same run today records one and ignores the message).
     oversized = events(HISTORIES / "oversized_signal_message.json")

@@ -301,3 +301,18 @@ async def hold(key: str) -> str:
     while key not in released:
         await asyncio.sleep(0.01)
     return f"released {key}"
+
+
+tiny_undone: list[str] = []
+"""Idempotency keys of the `tiny_effect` calls undone, in the order they were undone."""
+
+
+def undo_tiny_effect(undo: CompensationInput) -> str:
+    tiny_undone.append(undo.idempotency_key)
+    return "undone"
+
+
+@tool(side_effects=True, retry=FAST_RETRY, compensation=undo_tiny_effect)
+def tiny_effect(n: int, padding: str = "") -> int:
+    """Side-effecting and small (but for its `padding`): for runs with thousands of effects."""
+    return n

@@ -48,6 +48,8 @@ from durable_agent.workflows.models import (
     SUB_AGENT_APPROVALS_SIGNAL,
     AgentInput,
     AgentResult,
+    EffectsPage,
+    EffectsPageRequest,
     PlanDecision,
     PlanState,
     RunStatus,
@@ -165,6 +167,17 @@ class AgentWorkflow:
         """One record per step kept (a long run adds its oldest up: see trace_page): the model
         call and every tool call it led to."""
         return self._state.step_records
+
+    @workflow.query(
+        description=(
+            "The compensation log page by page, oldest effect first. "
+            'Input: {"start": 0, "max_bytes": 1000000}.'
+        )
+    )
+    def effects_page(self, request: EffectsPageRequest) -> EffectsPage:
+        """The side effects from `start`, as many as fit in `max_bytes` of JSON (one at least):
+        what the run would undo if it failed now, page by page."""
+        return self._saga.page(request)
 
     @workflow.query(
         description=(
@@ -370,13 +383,20 @@ class AgentWorkflow:
             result = await self._loop()
         except AgentError as error:
             self._close_pending_calls(f"Not run: the run stopped ({error.type}).")
+            # A conversation's answered turns keep their effects, as when it ends.
+            kept = self._conversation.unanswered_effects() if self._conversation.on else 0
+            if kept and not versioning.keeps_answered_effects():
+                kept = 0
             if behaviours.cancels_end_the_run:
-                if await self._saga.undo_all():
+                if await self._saga.undo_all(kept):
+                    if kept:  # cancelling a conversation undoes all of it, as it does a run
+                        del self._state.effects[kept:]
+                        await self._saga.undo_all()
                     return await self._end_cancelled()
             else:
                 await self._saga.compensate()
             self._reporter.set_status("failed", f"failed: {error.type}", error=error.type)
-            final = self._saga.explain(error)
+            final = self._saga.explain(error, kept)
             self._reporter.publish(
                 "failed", usage=self._state.usage, outcome=error.type, text=final.message
             )
@@ -542,9 +562,8 @@ class AgentWorkflow:
         talk, state = self._conversation, self._state
         kept = talk.unanswered_effects()
         if len(state.effects) > kept:
-            answered_effects, state.effects = state.effects[:kept], state.effects[kept:]
-            cancelled = await self._saga.undo_all()
-            state.effects = answered_effects
+            cancelled = await self._saga.undo_all(kept)
+            del state.effects[kept:]
             if cancelled:  # cancelling a conversation undoes all of it, as it does a run
                 raise asyncio.CancelledError("the conversation was cancelled while it ended")
         result = self._result(talk.last_answer(), None)

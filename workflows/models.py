@@ -26,6 +26,7 @@ from durable_agent.workflows.state import (
     ConversationState as ConversationState,
     DecidedBy as DecidedBy,
     EarlierSteps as EarlierSteps,
+    EffectLog as EffectLog,
     FailureDetails as FailureDetails,
     PlanState as PlanState,
     QueuedMessage as QueuedMessage,
@@ -234,7 +235,7 @@ class ForkOrigin(BaseModel):
     """The fork's transcript is the original's through the tool results of this step."""
     usage: Usage = Usage()
     """What the original's steps 1..step cost: the fork did not pay for them again."""
-    effects: list[AppliedEffect] = []
+    effects: EffectLog = []
     """The original's side effects in those steps. Inherited: the fork never undoes them."""
 
 
@@ -417,7 +418,10 @@ class ToolActivityResult(BaseModel):
     content_ref: str | None = None
     """Set when the text was kept in the message store (see store_content)."""
     value: Any = None
-    """The whole result as JSON data, kept only for tools with a compensation (which needs it)."""
+    """The whole result as JSON data, kept only for tools with a compensation (which needs it),
+    and only up to MAX_KEPT_RESULT_CHARS (workflows/effect_log.py)."""
+    value_kept: bool = Field(default=True, exclude_if=lambda kept: kept)
+    """False: the value was over that bound, and `value` is None."""
     attempt: int = 1
     """Which attempt of the tool's activity produced this result."""
 
@@ -432,8 +436,10 @@ class AgentResult(BaseModel):
     """The newest steps' records; a long run adds the older ones up in earlier_steps."""
     earlier_steps: EarlierSteps | None = None
     compactions: list[CompactionRecord] = []
-    side_effects: list[AppliedEffect] = []
-    """The run's compensation log: what a parent must undo if it fails after delegating here."""
+    side_effects: EffectLog = []
+    """The run's compensation log: what a parent must undo if it fails after delegating here.
+    Bounded (workflows/effect_log.py): each entry keeps small arguments and values only, and
+    the log travels in a compact form."""
     tool_notices: list[str] = []
     """What the run went without (`RunTools.notices`): an optional MCP server that was down."""
     turns: list[TurnRecord] = []
@@ -515,6 +521,22 @@ class TranscriptPage(BaseModel):
     start: int
     total: int
     """Messages in the transcript; the next page starts at start + len(messages)."""
+
+
+class EffectsPageRequest(BaseModel):
+    """Input of the `effects_page` query."""
+
+    start: int = Field(default=0, ge=0)
+    """An index into the compensation log (0: the oldest effect)."""
+    max_bytes: int = Field(default=1_000_000, gt=0)
+    """The page's entries stop before this many bytes of JSON (one entry at least)."""
+
+
+class EffectsPage(BaseModel):
+    effects: list[AppliedEffect]
+    start: int
+    total: int
+    """Effects in the log; the next page starts at start + len(effects)."""
 
 
 class TracePageRequest(BaseModel):

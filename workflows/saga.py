@@ -12,17 +12,32 @@ needs most, and a cancel that arrives meanwhile does not stop it (see `undo_all`
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
+import durable_agent.workflows.effect_log as effect_log
 import durable_agent.workflows.tool_catalog as tool_catalog
 from durable_agent.workflows.errors import FATAL_ERROR_TYPES, AgentError, describe_failure
-from durable_agent.workflows.models import AppliedEffect, CompensationRecord, CompensationStatus
+from durable_agent.workflows.models import (
+    AppliedEffect,
+    CompensationRecord,
+    CompensationStatus,
+    EffectsPage,
+    EffectsPageRequest,
+)
 from durable_agent.workflows.outcomes import count
 from durable_agent.workflows.reporting import Reporter
 from durable_agent.workflows.state import RunState
+
+MAX_REPORTED_COMPENSATIONS = 1_000
+"""The failure's details list the first this many compensations, and count the rest by status
+(`compensations_left_out`), so that a run with thousands of effects can still fail: the error
+has to fit Temporal's 2 MB too."""
+MAX_NAMED_COMPENSATIONS = 20
+"""The failure message names this many (those that failed first), and counts the rest."""
 
 
 class Saga:
@@ -32,21 +47,53 @@ class Saga:
         self._heartbeat = heartbeat
         self.compensations: list[CompensationRecord] = []
         """What undoing did, newest effect first (filled when the run fails)."""
+        info = workflow.info()
+        # What every key of this run's own calls starts with (see ToolRunner._execute).
+        self._own_prefix = f"{info.workflow_id}/{info.first_execution_run_id}/"
+        self._log_bytes = sum(effect.log_bytes(self._own_prefix) for effect in state.effects)
 
     @property
     def effects(self) -> list[AppliedEffect]:
         return self._state.effects
 
     def record(self, effect: AppliedEffect) -> None:
-        self._state.effects.append(effect)
+        """Enter an effect, keeping no arguments or value over their bounds (effect_log.py)."""
+        kept = AppliedEffect.bounded(effect.call, effect.compensation)
+        kept.outcome_unknown = effect.outcome_unknown
+        self._state.effects.append(kept)
+        self._log_bytes += kept.log_bytes(self._own_prefix)
 
     def adopt(self, effects: list[AppliedEffect]) -> None:
         """A sub-agent's effects: undone by this run if it fails after delegating."""
-        self._state.effects.extend(effects)
+        for effect in effects:
+            self.record(effect)
 
-    async def compensate(self) -> None:
-        """Undo the run's side effects, newest first, each as its own activity."""
+    def full(self) -> str | None:
+        """Why no more side effects may start, when the log has reached its bound."""
+        if self._log_bytes < effect_log.MAX_LOG_BYTES:
+            return None
+        return (
+            f"this run's compensation log is full ({count(len(self.effects), 'side effect')}, "
+            f"{self._log_bytes:,} bytes; it keeps at most {effect_log.MAX_LOG_BYTES:,} so that "
+            "it can always undo them all)"
+        )
+
+    def page(self, request: EffectsPageRequest) -> EffectsPage:
+        """The log's entries from `start`, as many as fit in `max_bytes` (one at least)."""
         effects = self._state.effects
+        page: list[AppliedEffect] = []
+        size = 0
+        for effect in effects[request.start :]:
+            size += len(effect.model_dump_json())
+            if page and size > request.max_bytes:
+                break
+            page.append(effect)
+        return EffectsPage(effects=page, start=request.start, total=len(effects))
+
+    async def compensate(self, keep: int = 0) -> None:
+        """Undo the run's side effects, newest first, each as its own activity; the first
+        `keep` stay (a conversation's answered turns')."""
+        effects = self._state.effects[keep:]
         if effects:
             self._reporter.set_status(
                 "compensating", f"undoing {count(len(effects), 'side effect')}"
@@ -99,10 +146,11 @@ class Saga:
                 text=effect.compensation if error is None else error,
             )
 
-    async def undo_all(self) -> bool:
-        """Compensate to the end, shielded from a cancel that arrives meanwhile (an undo cut
-        short would be recorded as failed when it may have completed). True when one did."""
-        undoing = asyncio.ensure_future(self.compensate())
+    async def undo_all(self, keep: int = 0) -> bool:
+        """Compensate to the end (all but the first `keep`), shielded from a cancel that arrives
+        meanwhile (an undo cut short would be recorded as failed when it may have completed).
+        True when one did."""
+        undoing = asyncio.ensure_future(self.compensate(keep))
         cancelled = False
         while True:
             try:
@@ -113,14 +161,41 @@ class Saga:
                     raise
                 cancelled = True
 
-    def explain(self, error: AgentError) -> AgentError:
-        """The error that ends the run, saying what was undone and what was not."""
+    def explain(self, error: AgentError, kept: int = 0) -> AgentError:
+        """The error that ends the run, saying what was undone and what was not, and which
+        effects it kept (the first `kept`: a conversation's answered turns')."""
         details = self._state.failure_details()
-        details.compensations = self.compensations
+        records = self.compensations
+        details.compensations = records[:MAX_REPORTED_COMPENSATIONS]
+        for record in records[MAX_REPORTED_COMPENSATIONS:]:
+            left_out = details.compensations_left_out
+            left_out[record.status] = left_out.get(record.status, 0) + 1
+        details.kept_effects = kept
         message = error.message
-        if self.compensations:
-            outcomes = "; ".join(_describe(r) for r in self.compensations)
+        if records:
+            # Those that failed first: what a person must see, however many were undone.
+            named = [r for r in records if r.status == "failed"][:MAX_NAMED_COMPENSATIONS]
+            named += [r for r in records if r.status != "failed"][
+                : MAX_NAMED_COMPENSATIONS - len(named)
+            ]
+            shown = [r for r in records if any(r is n for n in named)]
+            outcomes = "; ".join(_describe(r) for r in shown)
+            if len(records) > len(shown):
+                tally = Counter(r.status for r in records)
+                outcomes += (
+                    f"; and {len(records) - len(shown):,} more ({len(records):,} in all: "
+                    + ", ".join(f"{n:,} {status}" for status, n in sorted(tally.items()))
+                    + ")"
+                )
             message += f". Side effects undone newest first: {outcomes}"
+        if kept:
+            effects = self._state.effects[:kept]
+            listed = ", ".join(f"{e.call.tool} {e.call.tool_call_id}" for e in effects[:10])
+            more = f" and {kept - 10:,} more" if kept > 10 else ""
+            message += (
+                f". Side effects kept, as answered turns' effects stay (the person saw those "
+                f"answers): {listed}{more}"
+            )
         return type(error)(message, details)
 
 

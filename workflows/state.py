@@ -9,12 +9,13 @@ Deterministic data only.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field, PlainSerializer
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 from temporalio.exceptions import ApplicationError
 
+import durable_agent.workflows.effect_log as effect_log
 from durable_agent.workflows.specs import ToolSpec
 from durable_agent.workflows.transcript import Message, UserMessage
 
@@ -103,23 +104,63 @@ class CompensationInput(BaseModel):
     tool: str
     tool_call_id: str
     arguments: dict[str, Any]
+    """As the model wrote them; {} when they were over MAX_KEPT_ARGUMENT_CHARS of JSON (see
+    arguments_kept)."""
     result: Any
-    """The tool's own return value (not the bounded text the model saw)."""
+    """The tool's own return value (not the bounded text the model saw); None when it was over
+    MAX_KEPT_RESULT_CHARS of JSON (see result_kept)."""
     idempotency_key: str
     """The original call's key; derive the undo's own key from it to undo once."""
     outcome_unknown: bool = False
     """The call was cancelled, timed out or failed after it started: its effect may or may not
     have happened, and `result` is None. A compensation must then tolerate an effect that never
     happened (look it up by the idempotency key)."""
+    arguments_kept: bool = Field(default=True, exclude_if=lambda kept: kept)
+    """False: the arguments were too large to keep (workflows/effect_log.py), and `arguments`
+    is {}; find the effect by the idempotency key."""
+    result_kept: bool = Field(default=True, exclude_if=lambda kept: kept)
+    """False: the return value was too large to keep, and `result` is None; find the effect by
+    the idempotency key."""
 
 
 class AppliedEffect(BaseModel):
-    """One entry of the compensation log: a side effect that succeeded."""
+    """One entry of the compensation log: a side effect that succeeded, or one whose outcome
+    is unknown. Bounded: see `bounded` and workflows/effect_log.py."""
 
     call: CompensationInput
     compensation: str | None
     outcome_unknown: bool = False
     """Entered the log without a result: see CompensationInput.outcome_unknown."""
+
+    @classmethod
+    def bounded(cls, call: CompensationInput, compensation: str | None) -> AppliedEffect:
+        """An entry that keeps no arguments or value over their bounds (effect_log.py)."""
+        kept = effect_log.bounded_call(call.model_dump(mode="json"))
+        return cls(
+            call=CompensationInput.model_validate(kept),
+            compensation=compensation,
+            outcome_unknown=call.outcome_unknown,
+        )
+
+    def log_bytes(self, own_prefix: str) -> int:
+        """What this entry adds to the log (effect_log.MAX_LOG_BYTES bounds the sum), its key
+        counted without `own_prefix`, the run's own part of its keys."""
+        return effect_log.entry_bytes(self.model_dump(mode="json"), own_prefix)
+
+
+def _pack_effects(effects: list[AppliedEffect]) -> Any:
+    if not effects:
+        return []
+    return effect_log.pack([e.model_dump(mode="json") for e in effects])
+
+
+EffectLog = Annotated[
+    list[AppliedEffect],
+    BeforeValidator(effect_log.unpack),
+    PlainSerializer(_pack_effects),
+]
+"""A compensation log, in its compact form on the wire (workflows/effect_log.py); the list of
+entries that older runs carried still loads."""
 
 
 CompensationStatus = Literal["completed", "failed", "not_undone"]
@@ -307,7 +348,7 @@ class RunState(BaseModel):
     last_context_tokens: int | None
     loop_counts: dict[str, int]
     call_ids: list[str]
-    effects: list[AppliedEffect]
+    effects: EffectLog
     cut: int
     note: UserMessage | None
     compactions: list[CompactionRecord]
@@ -386,6 +427,11 @@ class FailureDetails(BaseModel):
     earlier_steps: EarlierSteps | None = None
     compensations: list[CompensationRecord] = []
     """Newest effect first, in the order the compensations ran."""
+    compensations_left_out: dict[str, int] = Field(default={}, exclude_if=lambda left: not left)
+    """Compensations past the first saga.MAX_REPORTED_COMPENSATIONS, by status."""
+    kept_effects: int = Field(default=0, exclude_if=lambda kept: not kept)
+    """A conversation's: the effects of its answered turns, which stayed (the message names
+    them)."""
 
     @classmethod
     def of_error(cls, error: BaseException | None) -> FailureDetails:

@@ -27,6 +27,7 @@ from temporalio.exceptions import (
     TimeoutType,
 )
 
+import durable_agent.workflows.versioning as versioning
 from durable_agent.workflows.budget import Budget
 from durable_agent.workflows.builtin_tools import DELEGATE, DELEGATE_PARAMETERS, READ_RESULT
 from durable_agent.workflows.dispatch import (
@@ -185,6 +186,16 @@ class ToolRunner:
     async def _execute(self, call: ToolCall, run: Run) -> Outcome:
         spec = run.spec
         behaviours = self._reporter.behaviours
+        if (
+            spec.side_effects
+            and (full := self._saga.full())
+            and versioning.refuses_past_a_full_log()
+        ):
+            return Outcome.error(
+                call,
+                f"Error: {spec.name} was not run: {full}. Finish with what is done, and say "
+                "what is left to do.",
+            )
         started = workflow.now()
         info = workflow.info()
         # The first run id tells apart two runs that reuse one workflow id; call ids are unique
@@ -254,7 +265,9 @@ class ToolRunner:
         if output.content_ref is not None:
             self._gateway.keep_reference(output.content_ref)
         if spec.side_effects and not output.is_error:
-            self._log_effect(call, run, idempotency_key, result=output.value)
+            self._log_effect(
+                call, run, idempotency_key, result=output.value, result_kept=output.value_kept
+            )
         make = Outcome.error if output.is_error else Outcome.ok
         return make(
             call,
@@ -272,6 +285,7 @@ class ToolRunner:
         idempotency_key: str,
         *,
         result: Any = None,
+        result_kept: bool = True,
         unknown: bool = False,
     ) -> None:
         """Enter a side effect in the saga's log: one that succeeded, with its result, or one
@@ -285,6 +299,7 @@ class ToolRunner:
                     result=result,
                     idempotency_key=idempotency_key,
                     outcome_unknown=unknown,
+                    result_kept=result_kept,
                 ),
                 compensation=run.spec.compensation,
                 outcome_unknown=unknown,
@@ -319,6 +334,8 @@ class ToolRunner:
             refusal = self._out_of_bounds(arguments)
             if refusal is not None:
                 return Outcome.error(call, refusal)
+        if (full := self._saga.full()) and versioning.refuses_past_a_full_log():
+            return Outcome.error(call, f"Error: the sub-agent did not start: {full}.")
         started = workflow.now()
         # Its calls that wait for a person are reported here, and shown as this run's.
         self._gate.sub_agent_started(call.id)

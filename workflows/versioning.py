@@ -34,6 +34,13 @@ RELEASE_5 = "relisted-tools-local-tools-operator-ui"
 previous reply's text by reference, and a tool declared local runs as a local activity
 (issue 21); AgentCostUsd and AgentError beside AgentStatus and AgentStep, all exact whenever
 the run waits or ends (issue 23)."""
+FULL_EFFECT_LOG = "full-effect-log-refuses"
+"""A side effect that would start once the compensation log is full (workflows/effect_log.py)
+is refused (older runs had no bound). Asked only when the log is full, by
+`refuses_past_a_full_log`, so a run that never fills it records no marker for it."""
+ANSWERED_EFFECTS_KEPT = "failed-conversation-keeps-answered-effects"
+"""A conversation that fails undoes only the effects made since its last answer (older runs
+undid them all). Asked only when such a conversation fails, by `keeps_answered_effects`."""
 CONVERSATIONS = "conversations"
 """Conversations (AgentInput.conversation): asked only by a conversation's run, so that other
 runs record no marker for it; its turns, steering and interrupts are behind the flag."""
@@ -147,3 +154,15 @@ def ignores_oversized_signal() -> bool:
     this run does, or take it, as a run recorded before the bounds did. Asked only then, from
     the signal's handler, so that other runs record no marker."""
     return workflow.patched(SIGNAL_INPUT_BOUNDS)
+
+
+def refuses_past_a_full_log() -> bool:
+    """The compensation log is full: whether to refuse the side effect about to start, as this
+    run does, or run it, as a run recorded before the bound did. Asked only then."""
+    return workflow.patched(FULL_EFFECT_LOG)
+
+
+def keeps_answered_effects() -> bool:
+    """A conversation with answered turns' effects fails: whether to keep them, as this run
+    does, or undo them too, as a run recorded before did. Asked only then."""
+    return workflow.patched(ANSWERED_EFFECTS_KEPT)
