@@ -101,12 +101,16 @@ def test_the_sustainable_rate_is_the_last_level_that_did_not_queue() -> None:
                 "model_schedule_to_start_p95": 0.0, "model_wait_p95": 2.0 if queued else 0.1,
                 "worker_cpu_seconds_per_step": 0.01, "server_cpu_seconds_per_step": 0.02,
                 "memory_bytes_per_cached_run": rate * 1000, "worker_cores_busy": 0.5,
+                "peak_runs_in_flight": int(rate * 10),
+                "worker_rss_peak_bytes": 100_000_000 + int(rate * 10) * 2_000_000,
                 "server_cores_busy": 0.7}  # fmt: skip
 
     s = summary([row(2, False), row(3, False), row(4.5, True)], steps=1)
     assert s["saturated"] and s["sustainable_runs_per_second"] == 3
     assert s["actions_per_second"] == 18 and s["at_saturation"]["offered_runs_per_second"] == 4.5
-    assert s["memory_bytes_per_cached_run"] == 4500
+    # The slope of RSS over runs open, not a level's RSS growth over its runs.
+    assert s["memory_bytes_per_cached_run"] == pytest.approx(2_000_000)
+    assert summary([row(2, True)], steps=1)["memory_bytes_per_cached_run"] == 2000
     s = summary([row(2, False), row(3, False)], steps=1)
     assert not s["saturated"] and s["sustainable_runs_per_second"] == 3
     assert s["at_saturation"] is None
