@@ -24,6 +24,7 @@ import durable_agent.workflows.continuation as continuation
 import durable_agent.workflows.conversation as conversation
 import durable_agent.workflows.dispatch as dispatch
 import durable_agent.workflows.fork as fork
+import durable_agent.workflows.paging as paging
 import durable_agent.workflows.run_setup as run_setup
 import durable_agent.workflows.versioning as versioning
 from durable_agent.workflows.budget import Budget
@@ -151,13 +152,7 @@ class AgentWorkflow:
         """The transcript from `start`, as many messages as fit in `max_bytes` of JSON (one at
         least), so a transcript of any size can be read, page by page."""
         messages = self._transcript.messages
-        page: list[Message] = []
-        size = 0
-        for message in messages[request.start :]:
-            size += len(message.model_dump_json())
-            if page and size > request.max_bytes:
-                break
-            page.append(message)
+        page = paging.fitting(messages, request.start, request.max_bytes)
         return TranscriptPage(messages=page, start=request.start, total=len(messages))
 
     @workflow.query(

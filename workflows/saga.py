@@ -19,6 +19,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 import durable_agent.workflows.effect_log as effect_log
+import durable_agent.workflows.paging as paging
 import durable_agent.workflows.tool_catalog as tool_catalog
 from durable_agent.workflows.errors import FATAL_ERROR_TYPES, AgentError, describe_failure
 from durable_agent.workflows.models import (
@@ -81,13 +82,7 @@ class Saga:
     def page(self, request: EffectsPageRequest) -> EffectsPage:
         """The log's entries from `start`, as many as fit in `max_bytes` (one at least)."""
         effects = self._state.effects
-        page: list[AppliedEffect] = []
-        size = 0
-        for effect in effects[request.start :]:
-            size += len(effect.model_dump_json())
-            if page and size > request.max_bytes:
-                break
-            page.append(effect)
+        page = paging.fitting(effects, request.start, request.max_bytes)
         return EffectsPage(effects=page, start=request.start, total=len(effects))
 
     async def compensate(self, keep: int = 0) -> None:

@@ -9,6 +9,7 @@ same way. Pages of the kept records answer the `trace_page` query. Deterministic
 
 from __future__ import annotations
 
+import durable_agent.workflows.paging as paging
 from durable_agent.workflows.models import TracePage, TracePageRequest
 from durable_agent.workflows.state import EarlierSteps, RunState, StepRecord
 
@@ -51,15 +52,8 @@ class Trace:
     def page(self, request: TracePageRequest) -> TracePage:
         """The kept records from index `start`, as many as fit in `max_bytes` (one at least)."""
         records = self._state.step_records
-        page: list[StepRecord] = []
-        size = 0
-        for record in records[request.start :]:
-            size += _size(record)
-            if page and size > request.max_bytes:
-                break
-            page.append(record)
         return TracePage(
-            step_records=page,
+            step_records=paging.fitting(records, request.start, request.max_bytes),
             start=request.start,
             total=len(records),
             earlier_steps=self._state.earlier_steps,
