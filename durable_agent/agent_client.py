@@ -198,15 +198,10 @@ class AgentRun:
 
     async def transcript(self) -> list[Message]:
         """The whole transcript, read page by page (a query's answer may have at most 2 MB)."""
-        messages: list[Message] = []
-        while True:
-            page = await self.handle.query(
-                AgentWorkflow.transcript_page,
-                TranscriptPageRequest(start=len(messages), max_bytes=TRANSCRIPT_PAGE_BYTES),
-            )
-            messages.extend(page.messages)
-            if not page.messages or len(messages) >= page.total:
-                return messages
+        messages, _ = await self._all_pages(
+            AgentWorkflow.transcript_page, TranscriptPageRequest, lambda page: page.messages
+        )
+        return messages
 
     async def trace(self) -> list[StepRecord]:
         """One record per step kept (a long run adds its oldest steps up: see full_trace). A
@@ -235,17 +230,11 @@ class AgentRun:
                 timeout = None
             case _:
                 timeout = CLOSED_QUERY_TIMEOUT
-        records: list[StepRecord] = []
-        while True:
-            page = await self.handle.query(
-                AgentWorkflow.trace_page,
-                TracePageRequest(start=len(records), max_bytes=TRANSCRIPT_PAGE_BYTES),
-                rpc_timeout=timeout,
-            )
-            records.extend(page.step_records)
-            if not page.step_records or len(records) >= page.total:
-                whole = _whole_trace(records, page.earlier_steps)
-                return whole.model_copy(update={"tool_notices": page.tool_notices})
+        records, last = await self._all_pages(
+            AgentWorkflow.trace_page, TracePageRequest, lambda page: page.step_records, timeout
+        )
+        whole = _whole_trace(records, last.earlier_steps)
+        return whole.model_copy(update={"tool_notices": last.tool_notices})
 
     async def side_effects(self) -> list[AppliedEffect]:
         """The run's compensation log, oldest effect first: what it would undo if it failed
@@ -257,16 +246,32 @@ class AgentRun:
         timeout = (
             None if description.status == WorkflowExecutionStatus.RUNNING else CLOSED_QUERY_TIMEOUT
         )
-        effects: list[AppliedEffect] = []
+        effects, _ = await self._all_pages(
+            AgentWorkflow.effects_page, EffectsPageRequest, lambda page: page.effects, timeout
+        )
+        return effects
+
+    async def _all_pages(
+        self,
+        query: Any,
+        request: Callable[..., Any],
+        items_of: Callable[[Any], Sequence[Any]],
+        timeout: timedelta | None = None,
+    ) -> tuple[list[Any], Any]:
+        """Every item of a paged query (`transcript_page`, `trace_page`, `effects_page`), page
+        by page from the first (a query's answer may have at most 2 MB), and the last page, for
+        what it says besides its items."""
+        items: list[Any] = []
         while True:
             page = await self.handle.query(
-                AgentWorkflow.effects_page,
-                EffectsPageRequest(start=len(effects), max_bytes=TRANSCRIPT_PAGE_BYTES),
+                query,
+                request(start=len(items), max_bytes=TRANSCRIPT_PAGE_BYTES),
                 rpc_timeout=timeout,
             )
-            effects.extend(page.effects)
-            if not page.effects or len(effects) >= page.total:
-                return effects
+            got = items_of(page)
+            items.extend(got)
+            if not got or len(items) >= page.total:
+                return items, page
 
     async def approve_plan(
         self, comment: str | None = None, *, version: int | None = None

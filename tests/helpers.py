@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 
 from durable_agent.worker import build_worker
@@ -120,3 +120,19 @@ async def eventually(
             awaited = what or f"{getattr(check, '__name__', repr(check))}() to hold"
             raise AssertionError(f"gave up after {timeout:g} s waiting for {awaited}")
         await asyncio.sleep(interval)
+
+
+async def chain_histories(
+    client: Client, workflow_id: str, first_run_id: str | None
+) -> list[WorkflowHistory]:
+    """The histories of every run of a workflow id, first to last: each run that continued as
+    new names the next."""
+    histories: list[WorkflowHistory] = []
+    run_id = first_run_id
+    while run_id:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        histories.append(history)
+        # Empty unless the run ended by continuing as new, naming the next run.
+        last = history.events[-1]
+        run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    return histories

@@ -11,6 +11,7 @@ import re
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
@@ -43,6 +44,23 @@ async def cli(*args: str, db: Path) -> tuple[int, str, str]:
     out, err = await asyncio.wait_for(process.communicate(), timeout=60)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
+
+
+async def start_chat(*args: str, db: Path, **options: Any) -> asyncio.subprocess.Process:
+    """`starter.py chat ARGS...` at a terminal of pipes: stdin to type into, stdout and stderr
+    to read."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "starter.py",
+        "chat",
+        *args,
+        cwd=REPO,
+        env=cli_env(db),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        **options,
+    )
 
 
 async def test_a_conversation_through_a_server_with_send_and_end(
@@ -82,16 +100,7 @@ async def test_a_conversation_through_a_server_with_send_and_end(
 
 
 async def test_chat_at_the_terminal_takes_a_line_per_turn(tmp_path: Path) -> None:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "starter.py",
-        "chat",
-        cwd=REPO,
-        env=cli_env(tmp_path / "demo.db"),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    process = await start_chat(db=tmp_path / "demo.db")
     assert process.stdin is not None and process.stdout is not None
     try:
         process.stdin.write(f"{PROMPT}\n".encode())
@@ -137,18 +146,11 @@ async def test_ctrl_c_interrupts_the_turn_and_a_second_one_ends_the_chat(tmp_pat
     a session of its own, so it goes on serving the conversation."""
     script = tmp_path / "slow.json"
     script.write_text(json.dumps([{"text": "too slow to wait for", "delay_seconds": 30}]))
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "starter.py",
-        "chat",
+    process = await start_chat(
         "--script",
         str(script),
         "hello",
-        cwd=REPO,
-        env=cli_env(tmp_path / "demo.db"),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        db=tmp_path / "demo.db",
         start_new_session=True,
     )
     assert process.stderr is not None

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import (
     SandboxedWorkflowRunner,
@@ -47,6 +47,7 @@ from tests.helpers import (
     FAST_MODEL_RETRY,
     TEST_WORKER_OPTIONS,
     call,
+    chain_histories,
     eventually,
     scripted_input,
     turn,
@@ -300,7 +301,7 @@ async def test_a_whole_run_under_the_sdks_own_sandbox(client: Client, task_queue
 
     assert result.answer == "done"
     assert result.compactions and [e.call.tool for e in result.side_effects] == ["cancel_order"]
-    histories = await _chain(client, handle.id, handle.first_execution_run_id)
+    histories = await chain_histories(client, handle.id, handle.first_execution_run_id)
     assert len(histories) >= 2, "the run never continued as new"
     histories.append(await client.get_workflow_handle(f"{handle.id}/call_2_1").fetch_history())
     for history in histories:
@@ -311,16 +312,6 @@ async def test_a_whole_run_under_the_sdks_own_sandbox(client: Client, task_queue
     assert {f"durable_agent.workflows.{room}" for room in rooms} <= set(sandbox_modules)
     shared = {name for name, fresh in sandbox_modules.items() if not fresh}
     assert shared == {"durable_agent.workflows.registry"}
-
-
-async def _chain(client: Client, workflow_id: str, run_id: str | None) -> list[WorkflowHistory]:
-    histories = []
-    while run_id:
-        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        histories.append(history)
-        last = history.events[-1]
-        run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-    return histories
 
 
 @pytest.mark.parametrize(

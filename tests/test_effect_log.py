@@ -81,12 +81,12 @@ async def chain_inputs(client: Client, workflow_id: str) -> list[dict]:
 
 def test_an_entry_keeps_no_large_arguments_or_value() -> None:
     big = effect(1, "wf/run/", arguments={"body": "b" * 5_000}, result={"blob": "r" * 5_000})
-    kept = AppliedEffect.bounded(big.call, big.compensation)
+    kept = big.bounded()
     assert (kept.call.arguments, kept.call.arguments_kept) == ({}, False)
     assert (kept.call.result, kept.call.result_kept) == (None, False)
     assert kept.call.idempotency_key == "wf/run/call_1" and kept.compensation == "undo_tiny_effect"
     small = effect(2, "wf/run/")
-    assert AppliedEffect.bounded(small.call, small.compensation) == small
+    assert small.bounded() == small
 
 
 def test_the_log_travels_compactly_and_older_logs_still_load() -> None:

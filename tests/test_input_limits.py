@@ -6,7 +6,6 @@ ignored, and the run's page says why."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from durable_agent.workflows.input_limits import (
 from durable_agent.workflows.models import AgentInput, ToolApprovalPolicy
 from durable_agent.workflows.transcript import Transcript
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
-from tests.test_conversation_cli import PROMPT, REPO, cli_env
+from tests.test_conversation_cli import PROMPT, start_chat
 
 EURO = "\u20ac"
 """Three bytes in UTF-8: the queue's bound is in bytes, the per-message one in characters."""
@@ -237,16 +236,7 @@ def test_the_cli_refuses_text_over_its_bound_as_a_bad_command_line(
 
 
 async def test_a_chat_line_over_its_bound_is_refused_and_the_chat_goes_on(tmp_path: Path) -> None:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "starter.py",
-        "chat",
-        cwd=REPO,
-        env=cli_env(tmp_path / "demo.db"),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    process = await start_chat(db=tmp_path / "demo.db")
     assert process.stdin is not None and process.stdout is not None
     try:
         process.stdin.write(f"{PROMPT}\n".encode())

@@ -47,7 +47,7 @@ from durable_agent.workflows.models import (
     ToolCallDecision,
 )
 from durable_agent.workflows.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
-from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
+from tests.helpers import TEST_WORKER_OPTIONS, call, chain_histories, scripted_input, turn
 
 HISTORIES = Path(__file__).parent / "histories"
 
@@ -320,15 +320,7 @@ async def record(client: Client, task_queue: str, scenario: Scenario) -> list[Wo
             await scenario.drive(handle)
         with contextlib.suppress(WorkflowFailureError):  # the limit scenarios end failed
             await handle.result()
-    histories: list[WorkflowHistory] = []
-    run_id = handle.first_execution_run_id
-    while run_id:
-        history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
-        histories.append(history)
-        # Empty unless the run ended by continuing as new, naming the next run.
-        last = history.events[-1]
-        run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-    return histories
+    return await chain_histories(client, handle.id, handle.first_execution_run_id)
 
 
 def replayer(workflow_class: type = AgentWorkflow) -> Replayer:

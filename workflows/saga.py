@@ -59,8 +59,7 @@ class Saga:
 
     def record(self, effect: AppliedEffect) -> None:
         """Enter an effect, keeping no arguments or value over their bounds (effect_log.py)."""
-        kept = AppliedEffect.bounded(effect.call, effect.compensation)
-        kept.outcome_unknown = effect.outcome_unknown
+        kept = effect.bounded()
         self._state.effects.append(kept)
         self._log_bytes += kept.log_bytes(self._own_prefix)
 

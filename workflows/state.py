@@ -132,15 +132,10 @@ class AppliedEffect(BaseModel):
     outcome_unknown: bool = False
     """Entered the log without a result: see CompensationInput.outcome_unknown."""
 
-    @classmethod
-    def bounded(cls, call: CompensationInput, compensation: str | None) -> AppliedEffect:
-        """An entry that keeps no arguments or value over their bounds (effect_log.py)."""
-        kept = effect_log.bounded_call(call.model_dump(mode="json"))
-        return cls(
-            call=CompensationInput.model_validate(kept),
-            compensation=compensation,
-            outcome_unknown=call.outcome_unknown,
-        )
+    def bounded(self) -> AppliedEffect:
+        """This entry, keeping no arguments or value over their bounds (effect_log.py)."""
+        kept = effect_log.bounded_call(self.call.model_dump(mode="json"))
+        return self.model_copy(update={"call": CompensationInput.model_validate(kept)})
 
     def log_bytes(self, own_prefix: str) -> int:
         """What this entry adds to the log (effect_log.MAX_LOG_BYTES bounds the sum), its key
