@@ -82,8 +82,8 @@ async def test_finish_arguments_are_checked_against_the_output_schema(
     assert run.result is not None
     assert run.result.output == {"order_id": 1042, "status": "delivered"}
     rejected = run.tool_results()["call_1_1"]
-    assert "order_id: '1042' is not of type 'integer'" in rejected
-    assert "'status' is a required property" in rejected
+    assert 'order_id: "1042" is not of type "integer"' in rejected
+    assert '(answer): "status" is a required property' in rejected
 
 
 async def test_plain_text_does_not_end_a_run_that_needs_a_schema(

@@ -367,7 +367,11 @@ class AgentWorkflow:
     @workflow.run
     async def run(self, agent_input: AgentInput) -> AgentResult:
         """Run the loop; a run that ends without an answer undoes its side effects, then fails."""
-        behaviours = versioning.decide(agent_input.model.provider, agent_input.conversation)
+        behaviours = versioning.decide(
+            agent_input.model.provider,
+            agent_input.conversation,
+            output_schema=agent_input.output_schema is not None,
+        )
         self._reporter.behaviours = self._gateway.behaviours = behaviours
         self._loops.bounded = self._call_ids.bounded = behaviours.bounded_state
         if behaviours.sub_agent_approvals_reach_the_parent and workflow.info().parent:

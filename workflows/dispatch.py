@@ -17,9 +17,8 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import jsonschema
-
 import durable_agent.workflows.approval as approval
+import durable_agent.workflows.json_schema as json_schema
 from durable_agent.workflows.builtin_tools import (
     DELEGATE_SPEC,
     FINISH,
@@ -174,34 +173,6 @@ def parse_arguments(call: ToolCall, behaviours: Behaviours) -> dict[str, Any] | 
     return arguments
 
 
-def schema_problems(schema: dict[str, Any], instance: dict[str, Any]) -> str:
-    """Every way `instance` fails `schema`, path by path, in a stable order; '' if none."""
-    errors = sorted(
-        jsonschema.Draft202012Validator(schema).iter_errors(instance),
-        key=lambda e: [str(part) for part in e.absolute_path],
-    )
-    return "; ".join(
-        f"{bounded('.'.join(str(p) for p in e.absolute_path)) or '(answer)'}: {bounded(e.message)}"
-        for e in errors[:10]
-    )
-
-
-def external_refs(schema: Any) -> list[str]:
-    """Every `$ref` in a schema that points outside it (anything but `#...`)."""
-    found: list[str] = []
-    stack = [schema]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            ref = item.get("$ref")
-            if isinstance(ref, str) and not ref.startswith("#"):
-                found.append(ref)
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return sorted(set(found))
-
-
 def nesting_depth(value: Any) -> int:
     """How deep lists and objects nest in a parsed JSON value, counted without recursion."""
     deepest, stack = 0, [(value, 1)]
@@ -247,7 +218,11 @@ def _dispose(call: ToolCall, facts: RunFacts, loops: LoopDetector) -> Action:
     if isinstance(arguments, Refuse):
         return arguments
     if call.name == FINISH:
-        problems = schema_problems(finish_spec(facts.output_schema).parameters, arguments)
+        problems = json_schema.problems(
+            finish_spec(facts.output_schema).parameters,
+            arguments,
+            linear=facts.behaviours.linear_schema_checks or facts.output_schema is None,
+        )
         if problems:
             return Refuse(
                 Outcome.error(
@@ -258,7 +233,7 @@ def _dispose(call: ToolCall, facts: RunFacts, loops: LoopDetector) -> Action:
             )
         return Finish(arguments)
     if call.name == SUBMIT_PLAN:
-        problem = schema_problems(SUBMIT_PLAN_PARAMETERS, arguments)
+        problem = json_schema.problems(SUBMIT_PLAN_PARAMETERS, arguments)
         if problem:
             return Refuse(Outcome.error(call, f"Error: the plan is not valid: {problem}."))
         return SubmitPlan([str(step) for step in arguments["steps"]])

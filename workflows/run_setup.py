@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-import jsonschema
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 import durable_agent.workflows.approval as approval
-import durable_agent.workflows.dispatch as dispatch
+import durable_agent.workflows.json_schema as json_schema
 import durable_agent.workflows.tool_catalog as tool_catalog
 from durable_agent.workflows.errors import (
     FATAL_ERROR_TYPES,
@@ -63,16 +62,14 @@ def _check_output_schema(agent_input: AgentInput, behaviours: Behaviours) -> Non
     schema = agent_input.output_schema
     if schema is None:
         return
+    linear = behaviours.linear_schema_checks
     try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as error:
-        raise AgentConfigurationError(
-            f"output_schema is not a valid JSON schema: {error.message}"
-        ) from None
-    external = dispatch.external_refs(schema)
-    if external and behaviours.bounded_sub_agents:
-        # Checking finish's arguments would need to fetch them, which a workflow cannot: the
-        # run would wedge at its answer.
+        json_schema.check(schema, linear=linear)
+    except json_schema.SchemaRefused as refused:
+        raise AgentConfigurationError(f"output_schema {refused}") from None
+    external = json_schema.external_refs(schema)
+    if not linear and external and behaviours.bounded_sub_agents:
+        # As runs recorded before the linear engine refused it, after the validity check.
         raise AgentConfigurationError(
             f"output_schema refers outside itself ($ref {', '.join(external)}); a workflow "
             "cannot fetch schemas: inline them under $defs"

@@ -27,6 +27,7 @@ from temporalio.exceptions import (
     TimeoutType,
 )
 
+import durable_agent.workflows.json_schema as json_schema
 import durable_agent.workflows.versioning as versioning
 from durable_agent.workflows.budget import Budget
 from durable_agent.workflows.builtin_tools import DELEGATE, DELEGATE_PARAMETERS, READ_RESULT
@@ -36,7 +37,6 @@ from durable_agent.workflows.dispatch import (
     Refuse,
     Run,
     SubmitPlan,
-    schema_problems,
 )
 from durable_agent.workflows.errors import (
     FATAL_ERROR_TYPES,
@@ -327,7 +327,7 @@ class ToolRunner:
     async def _delegate(self, call: ToolCall, arguments: dict[str, Any]) -> Outcome:
         """Run a subtask as a child AgentWorkflow with a fresh context and what is left of this
         run's budget; only its conclusion comes back."""
-        problem = schema_problems(DELEGATE_PARAMETERS, arguments)
+        problem = json_schema.problems(DELEGATE_PARAMETERS, arguments)
         if problem:
             return Outcome.error(call, f"Error: invalid arguments for delegate: {problem}.")
         if self._reporter.behaviours.bounded_sub_agents:

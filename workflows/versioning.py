@@ -8,7 +8,7 @@ no run that lacks its marker can still be replayed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from temporalio import workflow
 
@@ -17,6 +17,12 @@ STATUS_SEARCH_ATTRIBUTES = "agent-status-search-attributes"
 RELEASE_2 = "approvals-bounded-dispatch-coarse-step"
 """One patch for the changes released together (each patch costs every new run a marker and a
 TemporalChangeVersion upsert): per-tool approval, bounded dispatch, and a coarse AgentStep."""
+TOOL_APPROVAL_FIRST_ID = "tool-approval"
+"""Per-tool approval as it landed first (a206d04, 2026-11-29), before RELEASE_2 took it in
+(aaf2c62, an hour later): runs recorded with it replay `per_tool_approval`."""
+BOUNDED_DISPATCH_FIRST_ID = "bounded-dispatch"
+"""Bounded dispatch as it landed first (761759d, 2026-11-29), before RELEASE_2 took it in:
+runs recorded with it replay `bounded_dispatch`."""
 
 FAULTS_RELEASE = "cancels-end-runs-unknown-outcomes-undone"
 """A cancel ends the run wherever it lands, and a call that changes data whose outcome is
@@ -34,6 +40,12 @@ RELEASE_5 = "relisted-tools-local-tools-operator-ui"
 previous reply's text by reference, and a tool declared local runs as a local activity
 (issue 21); AgentCostUsd and AgentError beside AgentStatus and AgentStep, all exact whenever
 the run waits or ends (issue 23)."""
+RELEASE_5_FIRST_ID = "tools-relisted-on-continue-as-new"
+"""RELEASE_5 as it landed first (76a2f24 to fa009d9, 2026-12-01), without the operator
+reports: the merge of issue 23 renamed it, and every run begun before the rename failed its
+workflow task on the renamed code (issue 37). Runs recorded with it replay RELEASE_5's
+behaviours but `reports_for_operators`. Never rename or remove an id that landed
+(tests/test_releases.py)."""
 FULL_EFFECT_LOG = "full-effect-log-refuses"
 """A side effect that would start once the compensation log is full (workflows/effect_log.py)
 is refused (older runs had no bound). Asked only when the log is full, by
@@ -44,10 +56,41 @@ undid them all). Asked only when such a conversation fails, by `keeps_answered_e
 CONVERSATIONS = "conversations"
 """Conversations (AgentInput.conversation): asked only by a conversation's run, so that other
 runs record no marker for it; its turns, steering and interrupts are behind the flag."""
+LINEAR_SCHEMA_CHECKS = "linear-schema-checks"
+"""A run's output schema and finish's arguments are checked by jsonschema-rs, whose patterns
+match in linear time, and a schema it cannot check is refused at the start (older runs used the
+`jsonschema` package, whose `re` can backtrack for minutes): workflows/json_schema.py. Asked only
+by a run with an output schema."""
 SIGNAL_INPUT_BOUNDS = "signal-input-bounds"
 """A signal whose input is over a bound of workflows/input_limits.py is ignored (older runs took
 it). Asked only when such a signal comes, by `ignores_oversized_signal`, so a run that never gets
 one records no marker for it."""
+
+
+PATCH_IDS: dict[str, str] = {
+    STATUS_SEARCH_ATTRIBUTES: "0fe2ca6, 2026-11-29",
+    TOOL_APPROVAL_FIRST_ID: "a206d04, 2026-11-29",
+    BOUNDED_DISPATCH_FIRST_ID: "761759d, 2026-11-29",
+    RELEASE_2: "aaf2c62, 2026-11-29",
+    FAULTS_RELEASE: "5e93533, 2026-12-01",
+    RELEASE_4: "571fe22, 2026-12-01",
+    RELEASE_5_FIRST_ID: "76a2f24, 2026-12-01",
+    CONVERSATIONS: "c152550, 2026-12-01",
+    RELEASE_5: "575a61f, 2026-12-01",
+    FULL_EFFECT_LOG: "c02f4d4, 2026-12-02",
+    ANSWERED_EFFECTS_KEPT: "c02f4d4, 2026-12-02",
+    SIGNAL_INPUT_BOUNDS: "b2a1810, 2026-12-02",
+    LINEAR_SCHEMA_CHECKS: "0.2.0",
+}
+"""Every patch id that ever landed on main, with where it landed: append-only. A history with an
+id's marker replays only while the code asks for that id (Temporal fails the task on a marker
+nobody asks for: "Non-deprecated patch marker encountered"), so every id here is asked, by
+`decide` or a function below, until it is retired by the two steps of docs/deployment.md
+("Retiring a patch") and moved to RETIRED_PATCH_IDS. tests/test_releases.py holds this ledger to
+the code, to every committed history, and to every commit of main."""
+
+RETIRED_PATCH_IDS: dict[str, str] = {}
+"""Ids no longer asked, each with the release whose CHANGELOG.md entry retired it. None yet."""
 
 
 @dataclass(frozen=True)
@@ -111,28 +154,39 @@ class Behaviours:
     ended) and, when the run fails, AgentError (the error's type); and while the run waits or
     once it ended, any change of step or cost is upserted, so the list is exact then (older runs
     upserted AgentStatus and AgentStep only, and only when the status changed). Part of
-    RELEASE_5."""
+    RELEASE_5 (not of RELEASE_5_FIRST_ID)."""
+    linear_schema_checks: bool = True
+    """The output schema is checked, and finish's arguments against it, in linear time
+    (workflows/json_schema.py). Only a run with an output schema asks for it."""
 
 
-LEGACY = Behaviours(*(False,) * 16)
+LEGACY = Behaviours(**{flag.name: False for flag in fields(Behaviours)})
 """The first release's behaviour: what a run does before it has asked its history."""
 
 
-def decide(provider: str, conversation: bool = False) -> Behaviours:
+def decide(provider: str, conversation: bool = False, output_schema: bool = False) -> Behaviours:
     """Ask the history, once, at the start of `AgentWorkflow.run` (the order of the patches is
     part of the history: keep it). `provider` is the run's model provider, fixed by its input:
     a scripted run's model calls stay on the run's queue, whatever its history says.
-    `conversation` (AgentInput.conversation) asks for CONVERSATIONS too."""
+    `conversation` (AgentInput.conversation) asks for CONVERSATIONS too, and `output_schema`
+    (the run has one) for LINEAR_SCHEMA_CHECKS."""
     reports_status = workflow.patched(STATUS_SEARCH_ATTRIBUTES)
     release_2 = workflow.patched(RELEASE_2)
+    # The ids a release landed under before a later one renamed them, asked only where the
+    # current id's marker is missing (new runs record one marker, not three), in the order
+    # their code asked them.
+    tool_approval_first = not release_2 and workflow.patched(TOOL_APPROVAL_FIRST_ID)
+    bounded_dispatch_first = not release_2 and workflow.patched(BOUNDED_DISPATCH_FIRST_ID)
     faults = workflow.patched(FAULTS_RELEASE)
     release_4 = workflow.patched(RELEASE_4)
     release_5 = workflow.patched(RELEASE_5)
+    release_5_first = not release_5 and workflow.patched(RELEASE_5_FIRST_ID)
     conversations = conversation and workflow.patched(CONVERSATIONS)
+    linear_schema_checks = output_schema and workflow.patched(LINEAR_SCHEMA_CHECKS)
     return Behaviours(
         reports_status=reports_status,
-        per_tool_approval=release_2,
-        bounded_dispatch=release_2,
+        per_tool_approval=release_2 or tool_approval_first,
+        bounded_dispatch=release_2 or bounded_dispatch_first,
         coarse_step_attribute=release_2,
         cancels_end_the_run=faults,
         records_unknown_outcomes=faults,
@@ -141,11 +195,12 @@ def decide(provider: str, conversation: bool = False) -> Behaviours:
         sub_agent_approvals_reach_the_parent=release_4,
         bounded_state=release_4,
         model_calls_on_provider_queues=release_4 and provider != "scripted",
-        relists_tools=release_5,
-        replies_by_reference=release_5,
-        local_tools=release_5,
+        relists_tools=release_5 or release_5_first,
+        replies_by_reference=release_5 or release_5_first,
+        local_tools=release_5 or release_5_first,
         conversations=conversations,
         reports_for_operators=release_5,
+        linear_schema_checks=linear_schema_checks,
     )
 
 
