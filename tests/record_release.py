@@ -1,0 +1,283 @@
+"""Record a release's histories: what runs that a release started look like, for the code after it.
+
+    python -m tests.record_release tests/histories/releases/0.2.0 [SCENARIO ...]
+
+Every release (a version in pyproject.toml and its entry in CHANGELOG.md) commits the histories
+this records, made by that release's own code; tests/test_releases.py replays every release's
+with today's code. A worker upgraded mid-run replays exactly these: runs that wait for a person,
+conversations between turns and in the middle of one. The scenarios stop where such a run
+would be when the fleet is upgraded, and the run is then terminated (its history so far is
+what a new worker replays).
+
+Self-contained on purpose: it imports only what every release has (the worker's builder and the
+embedded dev server, by the module path of that release) and drives the run by the names on its
+wire (the workflow type, its queries, updates and signals), so it records older releases too
+(docs/deployment.md, "Recording a release").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+try:
+    from durable_agent.worker import build_worker, embedded_dev_server
+    from durable_agent.workflows.models import AgentInput
+except ImportError:  # a release from before the one import name (0.1.0's first months)
+    from worker import build_worker, embedded_dev_server  # type: ignore[no-redef]
+    from workflows.models import AgentInput  # type: ignore[no-redef]
+
+from temporalio.client import Client, WorkflowHandle
+
+WAIT_SECONDS = 30.0
+TASK_QUEUE = "release-record"
+
+
+def _call(name: str, call_id: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "id": call_id, "arguments": arguments}
+
+
+def _input(script: list[dict[str, Any]], tools: list[str], **options: Any) -> Any:
+    return AgentInput.model_validate(
+        {
+            "prompt": "Where is order 1042? My email is a@b.com.",
+            "tools": tools,
+            "model": {"provider": "scripted", "script": script},
+            **options,
+        }
+    )
+
+
+async def _until(what: str, check: Callable[[], Awaitable[bool]]) -> None:
+    deadline = asyncio.get_running_loop().time() + WAIT_SECONDS
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"the run never reached: {what}")
+        await asyncio.sleep(0.05)
+
+
+async def _status(handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
+    status = await handle.query("status", result_type=dict)
+    return status
+
+
+async def _waiting_for_a_person(handle: WorkflowHandle[Any, Any]) -> None:
+    async def waiting() -> bool:
+        return (await _status(handle))["status"] == "awaiting_approval"
+
+    await _until("awaiting_approval", waiting)
+
+
+async def _turn_finished(handle: WorkflowHandle[Any, Any], number: int) -> None:
+    async def finished() -> bool:
+        talk = (await _status(handle)).get("conversation") or {}
+        return talk.get("turn") == number and not talk.get("working")
+
+    await _until(f"turn {number} finished", finished)
+
+
+async def _model_called(handle: WorkflowHandle[Any, Any], times: int) -> None:
+    async def called() -> bool:
+        history = await handle.fetch_history()
+        scheduled = [
+            event
+            for event in history.events
+            if event.activity_task_scheduled_event_attributes.activity_type.name == "call_model"
+        ]
+        return len(scheduled) >= times
+
+    await _until(f"model call {times} scheduled", called)
+
+
+async def completed(handle: WorkflowHandle[Any, Any]) -> None:
+    await handle.result()
+
+
+async def plan_waiting(handle: WorkflowHandle[Any, Any]) -> None:
+    await _waiting_for_a_person(handle)
+
+
+async def tool_call_waiting(handle: WorkflowHandle[Any, Any]) -> None:
+    await _waiting_for_a_person(handle)
+
+
+async def conversation_waiting(handle: WorkflowHandle[Any, Any]) -> None:
+    """Turn 1 answered; the conversation waits for the next message."""
+    await _turn_finished(handle, 1)
+
+
+async def conversation_mid_turn(handle: WorkflowHandle[Any, Any]) -> None:
+    """Turn 1 answered; turn 2's message came by update, and its model call is in flight."""
+    await _turn_finished(handle, 1)
+    await handle.execute_update("send_message", "And order 1041?")
+    await _model_called(handle, 3)
+
+
+async def conversation_waiting_for_approval(handle: WorkflowHandle[Any, Any]) -> None:
+    """Turn 2, by signal, asks to refund; the refund waits for a person."""
+    await _turn_finished(handle, 1)
+    await handle.signal("send_message", "Refund 5 on it, please.")
+    await _waiting_for_a_person(handle)
+
+
+TRUSTED = {"approve_all": True}
+READ_ONLY = ["get_order", "get_tracking", "search_orders"]
+
+SCENARIOS: dict[str, tuple[Any, Callable[[WorkflowHandle[Any, Any]], Awaitable[None]]]] = {
+    "run_completed": (
+        _input(
+            [
+                {"calls": [_call("search_orders", "c1", email="a@b.com")]},
+                {
+                    "calls": [
+                        _call("get_order", "c2", order_id=1042),
+                        _call("get_tracking", "c3", order_id=1042),
+                    ]
+                },
+                {"text": "Order 1042 was delivered."},
+            ],
+            READ_ONLY,
+            tool_approval=TRUSTED,
+        ),
+        completed,
+    ),
+    "structured_answer": (
+        _input(
+            [
+                {"calls": [_call("get_order", "c1", order_id=1042)]},
+                {"calls": [_call("finish", "c2", order="1042", status="lost")]},
+                {"calls": [_call("finish", "c3", order="1042", status="delivered")]},
+            ],
+            READ_ONLY,
+            tool_approval=TRUSTED,
+            output_schema={
+                "type": "object",
+                "properties": {
+                    "order": {"type": "string", "pattern": "^[0-9]{4}$"},
+                    "status": {"enum": ["delivered", "in transit"]},
+                },
+                "required": ["order", "status"],
+                "additionalProperties": False,
+            },
+        ),
+        completed,
+    ),
+    "plan_waiting": (
+        _input(
+            [
+                {
+                    "calls": [
+                        _call("get_order", "c1", order_id=1042),
+                        _call("submit_plan", "c2", steps=["Refund 5 on order 1042"]),
+                    ]
+                }
+            ],
+            [*READ_ONLY, "issue_refund"],
+            plan=True,
+        ),
+        plan_waiting,
+    ),
+    "tool_call_waiting": (
+        _input(
+            [
+                {
+                    "calls": [
+                        _call("get_order", "c1", order_id=1042),
+                        _call("issue_refund", "c2", order_id=1042, amount=5),
+                    ]
+                }
+            ],
+            [*READ_ONLY, "issue_refund"],
+        ),
+        tool_call_waiting,
+    ),
+    "conversation_waiting": (
+        _input(
+            [
+                {"calls": [_call("get_order", "c1", order_id=1042)]},
+                {"text": "Order 1042 was delivered."},
+            ],
+            READ_ONLY,
+            conversation=True,
+        ),
+        conversation_waiting,
+    ),
+    "conversation_mid_turn": (
+        _input(
+            [
+                {"calls": [_call("get_order", "c1", order_id=1042)]},
+                {"text": "Order 1042 was delivered."},
+                {"text": "never sent: the history is taken before", "delay_seconds": 600},
+            ],
+            READ_ONLY,
+            conversation=True,
+        ),
+        conversation_mid_turn,
+    ),
+    "conversation_waiting_for_approval": (
+        _input(
+            [
+                {"calls": [_call("get_order", "c1", order_id=1042)]},
+                {"text": "Order 1042 was delivered."},
+                {"calls": [_call("issue_refund", "c2", order_id=1042, amount=5)]},
+            ],
+            [*READ_ONLY, "issue_refund"],
+            conversation=True,
+        ),
+        conversation_waiting_for_approval,
+    ),
+}
+
+
+async def record(client: Client, name: str) -> str:
+    agent_input, drive = SCENARIOS[name]
+    workflow_id = f"release-{name}-{uuid.uuid4().hex[:8]}"
+    handle = await client.start_workflow(
+        "AgentWorkflow", agent_input, id=workflow_id, task_queue=TASK_QUEUE
+    )
+    try:
+        await drive(handle)
+        return (await handle.fetch_history()).to_json()
+    finally:
+        description = await handle.describe()
+        if description.status is not None and description.status.name == "RUNNING":
+            await handle.terminate("recorded")
+
+
+async def main(out: Path, only: list[str]) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as data:
+        for variable, file in (
+            ("AGENT_DEMO_DB", "demo.db"),
+            ("AGENT_RESULT_STORE", "results.db"),
+            ("AGENT_MESSAGE_STORE", "messages.db"),
+        ):
+            os.environ[variable] = str(Path(data) / file)
+        async with embedded_dev_server() as env:
+            client = env.client
+            async with build_worker(client, TASK_QUEUE):
+                for name in only or SCENARIOS:
+                    history = await record(client, name)
+                    path = out / f"{name}.json"
+                    path.write_text(history)
+                    events = len(json.loads(history)["events"])
+                    print(f"{path}: {events} events")
+    return 0
+
+
+if __name__ == "__main__":
+    # argparse is left out on purpose: nothing here may differ between the releases it records.
+    if len(sys.argv) < 2 or any(name not in SCENARIOS for name in sys.argv[2:]):
+        sys.stderr.write(
+            "usage: python -m tests.record_release OUT_DIR [SCENARIO ...]\n"
+            f"scenarios: {', '.join(SCENARIOS)}\n"
+        )
+        sys.exit(2)
+    sys.exit(asyncio.run(main(Path(sys.argv[1]), sys.argv[2:])))
