@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from mcp import Client, MCPError
+from mcp import MCPError
 from mcp.types import (
     CONNECTION_CLOSED,
     HEADER_MISMATCH,
@@ -63,7 +63,7 @@ import durable_agent.workflows.tool_catalog as tool_catalog
 from durable_agent.activities import progress, telemetry
 from durable_agent.activities._heartbeat import heartbeating
 from durable_agent.activities.mcp_config import McpConfig, McpServerConfig
-from durable_agent.activities.mcp_sessions import McpConnection
+from durable_agent.activities.mcp_sessions import McpConnection, McpServerGone
 from durable_agent.activities.tools import bounded_result
 from durable_agent.workflows.models import (
     RunTools,
@@ -190,12 +190,13 @@ class McpTools:
 
     def __init__(self, config: McpConfig) -> None:
         self.config = config
+        self._secrets = config.secrets
         self._connections = {
-            name: McpConnection(name, server) for name, server in config.servers.items()
+            name: McpConnection(name, server, self._reason)
+            for name, server in config.servers.items()
         }
         self._offered: dict[str, _Offered] = {}
         """By exposed name, from the latest listings."""
-        self._secrets = config.secrets
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.resolve_tools, self.call]
@@ -220,21 +221,18 @@ class McpTools:
         """The server's tools, allow-listed, as specs; raises McpServerDown."""
         connection = self._connections[name]
         server = connection.server
-        client: Client | None = None
         try:
             async with asyncio.timeout(LIST_SECONDS):
-                client = await connection.client()
-                tools: list[Tool] = []
-                cursor: str | None = None
-                for _ in range(MAX_PAGES):
-                    page = await client.list_tools(cursor=cursor)
-                    tools.extend(page.tools)
-                    cursor = page.next_cursor
-                    if cursor is None:
-                        break
+                try:
+                    tools = await self._listed(connection)
+                except MCPError as error:
+                    if error.code != CONNECTION_CLOSED:
+                        raise
+                    # Found closed before it answered (a stdio server that died while idle,
+                    # before its exit was noticed): listing changes nothing, so ask again,
+                    # once, as the connection is restarted.
+                    tools = await self._listed(connection)
         except Exception as error:
-            if client is not None:
-                connection.retire(client)
             raise McpServerDown(self._reason(error)) from None
         if server.tools is not None:
             tools = [t for t in tools if t.name in server.tools]
@@ -246,6 +244,24 @@ class McpTools:
             }
         )
         return specs
+
+    async def _listed(self, connection: McpConnection) -> list[Tool]:
+        """Every page of a server's tool list; a connection that breaks is retired."""
+        client = await connection.client()
+        tools: list[Tool] = []
+        cursor: str | None = None
+        try:
+            for _ in range(MAX_PAGES):
+                page = await client.list_tools(cursor=cursor)
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+        except BaseException as error:
+            closed = isinstance(error, MCPError) and error.code == CONNECTION_CLOSED
+            connection.retire(client, closed=closed)
+            raise
+        return tools
 
     @activity.defn(name=tool_catalog.RESOLVE_TOOLS)
     async def resolve_tools(self, selection: ToolSelection) -> RunTools:
@@ -342,7 +358,7 @@ class McpTools:
                 )
             except MCPError as error:
                 if error.code in _BROKEN_CONNECTION:
-                    connection.retire(client)
+                    connection.retire(client, closed=error.code == CONNECTION_CLOSED)
                 if error.code in _UNFIXABLE_BY_RETRY:
                     text = self.redact(error.message)[:1000]
                     return ToolActivityResult(
@@ -363,7 +379,7 @@ class McpTools:
             except Exception as error:
                 # The transport broke (a process that died, a dropped HTTP session): a retry
                 # reconnects.
-                connection.retire(client)
+                connection.retire(client, closed=True)
                 self._log_failure(call, name, error)
                 raise self._retried(target.server, error) from None
         rendered = render_call_result(result)
@@ -433,6 +449,8 @@ class McpTools:
         """One line, secrets blanked: errors can quote a command line or a URL."""
         if isinstance(error, BaseExceptionGroup) and error.exceptions:
             return self._reason(error.exceptions[0])
+        if isinstance(error, McpServerGone):
+            return self.redact(str(error))
         if isinstance(error, TimeoutError):
             return "no answer in time"
         text = str(error).strip().splitlines()

@@ -7,6 +7,8 @@ It writes what it was asked to a journal (MCP_TEST_JOURNAL, one JSON line a call
 test can see which calls reached it, with which `_meta`, and whether it was asked anything at all:
 a side-effecting tool's entries count its applications, since this server ignores idempotency
 keys, as most servers do.
+While the file MCP_TEST_DOWN_MARKER names exists, it exits as soon as it starts: a server that
+cannot be brought back.
 It checks its secret (MCP_TEST_TOKEN in its environment over stdio, the Authorization header
 over HTTP) against MCP_TEST_EXPECTED_TOKEN, and never says it.
 """
@@ -130,6 +132,10 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["http"]:
         server.run("streamable-http", host="127.0.0.1", port=int(argv[1]))
     else:
+        down = os.environ.get("MCP_TEST_DOWN_MARKER")
+        if down and Path(down).exists():
+            _journal({"refused_to_start": os.getpid()})
+            sys.exit(1)
         _journal({"started": os.getpid()})
         server.run("stdio")
 
