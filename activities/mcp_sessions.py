@@ -170,8 +170,11 @@ class _Owned:
 
     @property
     def exited(self) -> bool:
-        """Its server's output ended while it was in use: the process is gone."""
-        return self._output_ended.is_set() and not self._stop.is_set()
+        """Its server's output ended after it connected, and not because it was stopped: the
+        process is gone. (One that never connected failed to start; its caller was told.)"""
+        ready = self._ready
+        connected = ready.done() and not ready.cancelled() and ready.exception() is None
+        return connected and self._output_ended.is_set() and not self._stop.is_set()
 
     @property
     def ended(self) -> bool:
