@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from mcp import Client, MCPError
+from mcp import MCPError
 from mcp.types import (
     CONNECTION_CLOSED,
     HEADER_MISMATCH,
@@ -63,7 +63,7 @@ import durable_agent.workflows.tool_catalog as tool_catalog
 from durable_agent.activities import progress, telemetry
 from durable_agent.activities._heartbeat import heartbeating
 from durable_agent.activities.mcp_config import McpConfig, McpServerConfig
-from durable_agent.activities.mcp_sessions import McpConnection
+from durable_agent.activities.mcp_sessions import McpConnection, McpServerGone
 from durable_agent.activities.tools import bounded_result
 from durable_agent.workflows.models import (
     RunTools,
@@ -80,6 +80,12 @@ MAX_NAME = 64
 LIST_SECONDS = 8.0
 """How long a server may take to list its tools when a run starts: under the 10 s the workflow
 gives `resolve_tools`, so that a server that hangs fails the run with its own reason."""
+REPORT_MARGIN = 0.1
+"""The share of a call's attempt timeout (at most `MAX_REPORT_SECONDS`) kept back from its MCP
+request: the request times out first, so that this worker reports the timeout, naming the
+server and the call, before Temporal ends the attempt with a bare "StartToClose timeout" (and
+before a retry could start while this attempt still holds the connection)."""
+MAX_REPORT_SECONDS = 1.0
 IDEMPOTENCY_META_KEY = "idempotencyKey"
 """The key of a call's idempotency key in its request's `_meta`: the same on every retry of the
 call, for servers that de-duplicate (there is no standard key yet)."""
@@ -176,6 +182,10 @@ class McpServerDown(Exception):
     """A server could not be reached or listed."""
 
 
+class _TimedOut(Exception):
+    """A wait for a server ran out; its text is the whole reason."""
+
+
 @dataclass(frozen=True)
 class _Offered:
     server: str
@@ -190,12 +200,13 @@ class McpTools:
 
     def __init__(self, config: McpConfig) -> None:
         self.config = config
+        self._secrets = config.secrets
         self._connections = {
-            name: McpConnection(name, server) for name, server in config.servers.items()
+            name: McpConnection(name, server, self._reason)
+            for name, server in config.servers.items()
         }
         self._offered: dict[str, _Offered] = {}
         """By exposed name, from the latest listings."""
-        self._secrets = config.secrets
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self.resolve_tools, self.call]
@@ -220,21 +231,18 @@ class McpTools:
         """The server's tools, allow-listed, as specs; raises McpServerDown."""
         connection = self._connections[name]
         server = connection.server
-        client: Client | None = None
+        deadline = asyncio.get_running_loop().time() + LIST_SECONDS
         try:
-            async with asyncio.timeout(LIST_SECONDS):
-                client = await connection.client()
-                tools: list[Tool] = []
-                cursor: str | None = None
-                for _ in range(MAX_PAGES):
-                    page = await client.list_tools(cursor=cursor)
-                    tools.extend(page.tools)
-                    cursor = page.next_cursor
-                    if cursor is None:
-                        break
+            try:
+                tools = await self._listed(connection, deadline)
+            except MCPError as error:
+                if error.code != CONNECTION_CLOSED:
+                    raise
+                # Found closed before it answered (a stdio server that died while idle, before
+                # its exit was noticed): listing changes nothing, so ask again, once, as the
+                # connection is restarted.
+                tools = await self._listed(connection, deadline)
         except Exception as error:
-            if client is not None:
-                connection.retire(client)
             raise McpServerDown(self._reason(error)) from None
         if server.tools is not None:
             tools = [t for t in tools if t.name in server.tools]
@@ -246,6 +254,33 @@ class McpTools:
             }
         )
         return specs
+
+    async def _listed(self, connection: McpConnection, deadline: float) -> list[Tool]:
+        """Every page of a server's tool list by `deadline` (the loop's time); a connection
+        that breaks is retired. Raises _TimedOut saying which wait ran out."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                client = await connection.client()
+        except TimeoutError:
+            raise _TimedOut(f"it did not connect within {LIST_SECONDS:g} s") from None
+        tools: list[Tool] = []
+        cursor: str | None = None
+        try:
+            async with asyncio.timeout_at(deadline):
+                for _ in range(MAX_PAGES):
+                    page = await client.list_tools(cursor=cursor)
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if cursor is None:
+                        break
+        except TimeoutError:
+            connection.retire(client)
+            raise _TimedOut(f"it did not list its tools within {LIST_SECONDS:g} s") from None
+        except BaseException as error:
+            closed = isinstance(error, MCPError) and error.code == CONNECTION_CLOSED
+            connection.retire(client, closed=closed)
+            raise
+        return tools
 
     @activity.defn(name=tool_catalog.RESOLVE_TOOLS)
     async def resolve_tools(self, selection: ToolSelection) -> RunTools:
@@ -310,9 +345,26 @@ class McpTools:
 
     async def _call(self, name: str, call: ToolActivityInput) -> ToolActivityResult:
         info = activity.info()
+        timeout = info.start_to_close_timeout
+        limit = timeout.total_seconds() if timeout else None
+        deadline = None
+        if limit is not None:
+            margin = min(limit * REPORT_MARGIN, MAX_REPORT_SECONDS)
+            deadline = asyncio.get_running_loop().time() + limit - margin
         await progress.report_retry(call.step, name, call_id=call.tool_call_id, tool=name)
+        # For a wait that outlasts the attempt: which call it held up, and the attempt's limit.
+        held_up = f"{name} (call {call.tool_call_id}, attempt {info.attempt})"
+        if limit:
+            held_up += f", whose timeout is {limit:g} s"
         try:
-            target = await self._target(name)
+            async with asyncio.timeout_at(deadline):
+                target = await self._target(name)
+        except TimeoutError:
+            failure = ApplicationError(
+                f"MCP server {server_of(name)} did not list its tools in time for {held_up}",
+                type="McpTimeout",
+            )
+            return self._not_sent(name, call, failure, retry=not _last_attempt(info))
         except ApplicationError as error:
             return self._not_sent(name, call, error, retry=not _last_attempt(info))
         if info.attempt > 1 and not target.repeatable:
@@ -325,24 +377,39 @@ class McpTools:
                 non_retryable=True,
             )
         connection = self._connections[target.server]
-        timeout = info.start_to_close_timeout
+        loop = asyncio.get_running_loop()
         async with heartbeating():
             try:
-                client = await connection.client()
+                async with asyncio.timeout_at(deadline):
+                    client = await connection.client()
             except Exception as error:
                 failure = self._retried(target.server, error)
+                if isinstance(error, TimeoutError):
+                    failure = ApplicationError(
+                        f"MCP server {target.server} did not connect in time for {held_up}",
+                        type="McpTimeout",
+                    )
                 retry = target.repeatable and not _last_attempt(info)
                 return self._not_sent(name, call, failure, retry=retry)
             try:
                 result = await client.call_tool(
                     target.tool,
                     call.arguments,
-                    read_timeout_seconds=timeout.total_seconds() if timeout else None,
+                    read_timeout_seconds=None if deadline is None else deadline - loop.time(),
                     meta=cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: call.idempotency_key}),
                 )
             except MCPError as error:
                 if error.code in _BROKEN_CONNECTION:
-                    connection.retire(client)
+                    connection.retire(client, closed=error.code == CONNECTION_CLOSED)
+                if error.code == REQUEST_TIMEOUT:
+                    within = f"within its {limit:g} s timeout" if limit else "in time"
+                    failure = ApplicationError(
+                        f"MCP server {target.server} did not answer {name} (call "
+                        f"{call.tool_call_id}, attempt {info.attempt}) {within}",
+                        type="McpTimeout",
+                    )
+                    self._log_failure(call, name, failure)
+                    raise failure from None
                 if error.code in _UNFIXABLE_BY_RETRY:
                     text = self.redact(error.message)[:1000]
                     return ToolActivityResult(
@@ -363,7 +430,7 @@ class McpTools:
             except Exception as error:
                 # The transport broke (a process that died, a dropped HTTP session): a retry
                 # reconnects.
-                connection.retire(client)
+                connection.retire(client, closed=True)
                 self._log_failure(call, name, error)
                 raise self._retried(target.server, error) from None
         rendered = render_call_result(result)
@@ -433,6 +500,8 @@ class McpTools:
         """One line, secrets blanked: errors can quote a command line or a URL."""
         if isinstance(error, BaseExceptionGroup) and error.exceptions:
             return self._reason(error.exceptions[0])
+        if isinstance(error, McpServerGone | _TimedOut):
+            return self.redact(str(error))
         if isinstance(error, TimeoutError):
             return "no answer in time"
         text = str(error).strip().splitlines()

@@ -7,6 +7,8 @@ It writes what it was asked to a journal (MCP_TEST_JOURNAL, one JSON line a call
 test can see which calls reached it, with which `_meta`, and whether it was asked anything at all:
 a side-effecting tool's entries count its applications, since this server ignores idempotency
 keys, as most servers do.
+While the file MCP_TEST_DOWN_MARKER names exists, it exits as soon as it starts: a server that
+cannot be brought back. With MCP_TEST_SLOW_LISTING set, it takes a minute to list its tools.
 It checks its secret (MCP_TEST_TOKEN in its environment over stdio, the Authorization header
 over HTTP) against MCP_TEST_EXPECTED_TOKEN, and never says it.
 """
@@ -22,9 +24,18 @@ from typing import Any
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import Tool, ToolAnnotations
 
-server = MCPServer("tests")
+
+class _TestServer(MCPServer):
+    async def list_tools(self) -> list[Tool]:
+        """With MCP_TEST_SLOW_LISTING set, a listing answers only after SLOW_SECONDS."""
+        if os.environ.get("MCP_TEST_SLOW_LISTING"):
+            await anyio.sleep(SLOW_SECONDS)
+        return await super().list_tools()
+
+
+server = _TestServer("tests")
 
 
 def _journal(entry: dict[str, Any]) -> None:
@@ -130,6 +141,10 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["http"]:
         server.run("streamable-http", host="127.0.0.1", port=int(argv[1]))
     else:
+        down = os.environ.get("MCP_TEST_DOWN_MARKER")
+        if down and Path(down).exists():
+            _journal({"refused_to_start": os.getpid()})
+            sys.exit(1)
         _journal({"started": os.getpid()})
         server.run("stdio")
 
