@@ -223,6 +223,21 @@ def scrubbed(text: str, url: str) -> str:
     return text
 
 
+def database_key(url: str) -> str:
+    """The connection string without its secrets, in one canonical form: which database, on
+    which server, as which user. Two strings that differ only in their password (a rotated
+    AGENT_STORE_PASSWORD_FILE) have the same key, so they share a pool. `url` itself when libpq
+    cannot read it: a key only, never shown."""
+    parameters = _parameters(url)
+    if parameters is None:
+        return url
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(
+        **{k: v for k, v in sorted(parameters.items()) if k not in SECRET_PARAMETERS}
+    )
+
+
 def _url_password(url: str) -> str:
     """The password of a URL's userinfo, up to the last @ of the URL ('' for none)."""
     userinfo = url.partition("://")[2].rpartition("@")[0]
