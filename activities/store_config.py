@@ -40,7 +40,13 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from durable_agent import payload_codec
-from durable_agent.payload_codec import KEYS_VARIABLE, NONCE_BYTES, PayloadKey, PayloadKeyError
+from durable_agent.payload_codec import (
+    KEYS_VARIABLE,
+    NONCE_BYTES,
+    TAG_BYTES,
+    PayloadKey,
+    PayloadKeyError,
+)
 from durable_agent.workflows.errors import AgentConfigurationError
 
 logger = logging.getLogger(__name__)
@@ -325,6 +331,10 @@ class StoreCipher:
         key_id, opener, body = self._parts(sealed)
         if opener is None:
             raise PayloadKeyError(f"key id {key_id!r} is not in {KEYS_VARIABLE}")
+        if len(body) < NONCE_BYTES + TAG_BYTES:
+            # AESGCM refuses a nonce under 8 bytes with a bare ValueError: a failed read, not a
+            # miss.
+            raise PayloadKeyError(f"it has {len(body)} bytes after the key id: it was cut short")
         try:
             plain = opener.decrypt(body[:NONCE_BYTES], body[NONCE_BYTES:], ref.encode())
         except InvalidTag:
