@@ -33,6 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from durable_agent.activities import store_config
 from durable_agent.activities.store_config import (
     DEFAULT_RETENTION_HOURS,
     TOUCH_EVERY_SECONDS,
@@ -123,9 +124,15 @@ class PostgresDatabase:
 
     def __init__(self, url: str) -> None:
         self.url = url
+        """The connection string each new connection of the pool opens with: a new password
+        (`postgres_store` sets it) is taken up by the next connection, and the open ones stay
+        logged in, as the server leaves them."""
         self.where = redacted(url)
         self._lock = threading.Lock()
         self._pool: ConnectionPool | None = None
+
+    def _conninfo(self) -> str:
+        return self.url
 
     def pool(self) -> ConnectionPool:
         with self._lock:
@@ -133,7 +140,7 @@ class PostgresDatabase:
                 from psycopg_pool import ConnectionPool
 
                 pool = ConnectionPool(
-                    self.url,
+                    self._conninfo,
                     min_size=1,
                     max_size=POOL_SIZE,
                     kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_SECONDS},
@@ -344,10 +351,12 @@ class PostgresMessageStore:
 
 
 _databases: dict[str, PostgresDatabase] = {}
+"""One per database, keyed without the password: the stores read AGENT_STORE_PASSWORD_FILE at
+each use, and a pool per password read would leave one open for every rotation."""
 _stores: OrderedDict[tuple[str, ...], PostgresMessageStore] = OrderedDict()
 _OPEN_STORES = 8
 """Stores kept at once (the keys and retention come from the environment, which tests change);
-each URL has one pool, whichever stores use it."""
+each database has one pool, whichever stores use it."""
 _registry_lock = threading.Lock()
 
 
@@ -355,13 +364,15 @@ def postgres_store(url: str, blob_table: str = "agent_blobs") -> PostgresMessage
     """The one store of `url` (its `blob_table`), sealing with the payload keys and pruning after
     the retention the environment configures. A malformed configuration is an
     AgentConfigurationError, which fails the run rather than being retried."""
-    config = (url, blob_table, *configuration())
+    database_key = store_config.database_key(url)
+    config = (database_key, blob_table, *configuration())
     with _registry_lock:
+        database = _databases.get(database_key)
+        if database is None:
+            database = _databases[database_key] = PostgresDatabase(url)
+        database.url = url
         store = _stores.get(config)
         if store is None:
-            database = _databases.get(url)
-            if database is None:
-                database = _databases[url] = PostgresDatabase(url)
             store = _stores[config] = PostgresMessageStore(
                 database,
                 keys=configured_keys(),

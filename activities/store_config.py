@@ -40,7 +40,13 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from durable_agent import payload_codec
-from durable_agent.payload_codec import KEYS_VARIABLE, NONCE_BYTES, PayloadKey, PayloadKeyError
+from durable_agent.payload_codec import (
+    KEYS_VARIABLE,
+    NONCE_BYTES,
+    TAG_BYTES,
+    PayloadKey,
+    PayloadKeyError,
+)
 from durable_agent.workflows.errors import AgentConfigurationError
 
 logger = logging.getLogger(__name__)
@@ -223,6 +229,21 @@ def scrubbed(text: str, url: str) -> str:
     return text
 
 
+def database_key(url: str) -> str:
+    """The connection string without its secrets, in one canonical form: which database, on
+    which server, as which user. Two strings that differ only in their password (a rotated
+    AGENT_STORE_PASSWORD_FILE) have the same key, so they share a pool. `url` itself when libpq
+    cannot read it: a key only, never shown."""
+    parameters = _parameters(url)
+    if parameters is None:
+        return url
+    from psycopg.conninfo import make_conninfo
+
+    return make_conninfo(
+        **{k: v for k, v in sorted(parameters.items()) if k not in SECRET_PARAMETERS}
+    )
+
+
 def _url_password(url: str) -> str:
     """The password of a URL's userinfo, up to the last @ of the URL ('' for none)."""
     userinfo = url.partition("://")[2].rpartition("@")[0]
@@ -310,6 +331,10 @@ class StoreCipher:
         key_id, opener, body = self._parts(sealed)
         if opener is None:
             raise PayloadKeyError(f"key id {key_id!r} is not in {KEYS_VARIABLE}")
+        if len(body) < NONCE_BYTES + TAG_BYTES:
+            # AESGCM refuses a nonce under 8 bytes with a bare ValueError: a failed read, not a
+            # miss.
+            raise PayloadKeyError(f"it has {len(body)} bytes after the key id: it was cut short")
         try:
             plain = opener.decrypt(body[:NONCE_BYTES], body[NONCE_BYTES:], ref.encode())
         except InvalidTag:

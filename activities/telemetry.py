@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -228,13 +228,34 @@ def interceptors() -> list[TracingInterceptor]:
 
 def worker_interceptors(client: Client) -> list[TracingInterceptor]:
     """The tracing interceptor for a worker whose client lacks one (and none when it has one)."""
+    config = client.config()
+    return missing_interceptors(config["interceptors"], config["plugins"])
+
+
+def missing_interceptors(
+    present: Iterable[object], plugins: Iterable[object] = ()
+) -> list[TracingInterceptor]:
+    """The tracing interceptor, unless tracing is off or Temporal's tracing is already there.
+
+    `present` and `plugins` are a client's or worker's interceptors and plugins. Either of
+    temporalio.contrib.opentelemetry's interceptors already makes the Temporal spans and carries
+    the context (a second one would make each span twice), and so does its
+    `OpenTelemetryPlugin`, whose interceptor is not among `present` yet when that plugin comes
+    after AgentPlugin.
+    """
     if not enabled():
         return []
     # Only now: temporalio.contrib.opentelemetry imports the OpenTelemetry SDK (the `otel`
     # extra) when it is imported, and a plain install must run with tracing off.
-    from temporalio.contrib.opentelemetry import TracingInterceptor
+    from temporalio.contrib.opentelemetry import (
+        OpenTelemetryInterceptor,
+        OpenTelemetryPlugin,
+        TracingInterceptor,
+    )
 
-    if any(isinstance(i, TracingInterceptor) for i in client.config()["interceptors"]):
+    if any(isinstance(i, TracingInterceptor | OpenTelemetryInterceptor) for i in present):
+        return []
+    if any(isinstance(p, OpenTelemetryPlugin) for p in plugins):
         return []
     return interceptors()
 

@@ -70,7 +70,7 @@ from temporalio.client import Client
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
 from bench.tokens import CHARS_PER_TOKEN, cacheable_tokens, prompt_bytes
 from durable_agent.activities import pricing
-from durable_agent.activities.providers.scripted import recorded_requests
+from durable_agent.activities.providers.scripted import recorded_requests, requests_recorded
 from durable_agent.worker import build_worker, embedded_dev_server
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.models import (
@@ -124,14 +124,15 @@ async def measure(
 ) -> dict[str, Any]:
     task_queue = f"bench-{uuid.uuid4()}"
     workflow_id = f"bench-compaction-{policy}-{steps}-{uuid.uuid4().hex[:6]}"
-    async with build_worker(client, task_queue):
-        result = await client.execute_workflow(
-            AgentWorkflow.run,
-            agent_input(policy, steps, model, limit),
-            id=workflow_id,
-            task_queue=task_queue,
-        )
-    requests = recorded_requests(workflow_id)
+    with requests_recorded():
+        async with build_worker(client, task_queue):
+            result = await client.execute_workflow(
+                AgentWorkflow.run,
+                agent_input(policy, steps, model, limit),
+                id=workflow_id,
+                task_queue=task_queue,
+            )
+        requests = recorded_requests(workflow_id)
     step_requests = [r for r in requests if r.purpose == "step"]
     summary_requests = [r for r in requests if r.purpose == "summary"]
     assert len(step_requests) == steps == result.steps, (len(step_requests), result.steps)

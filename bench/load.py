@@ -55,7 +55,7 @@ from temporalio.worker import (
 )
 
 from durable_agent.activities import demo_tools
-from durable_agent.activities.providers.scripted import recorded_requests
+from durable_agent.activities.providers.scripted import recorded_requests, requests_recorded
 from durable_agent.cli.plumbing import exit_now
 from durable_agent.worker import build_worker, embedded_dev_server
 from durable_agent.workflows.agent import AgentWorkflow
@@ -238,24 +238,25 @@ def percentile(values: list[float], share: float) -> float:
 async def measure(runs: int, failure_rate: float, seed: int) -> dict[str, Any]:
     injector = FaultInjector(failure_rate, seed)
     prefix = f"load-{seed}"  # the rolls depend on the ids: the same seed, the same faults
-    async with (
-        embedded_dev_server() as env,
-        build_worker(env.client, TASK_QUEUE, interceptors=[injector]),
-    ):
-        started = time.monotonic()
-        outcomes = await asyncio.gather(*(one_run(env.client, i, prefix) for i in range(runs)))
-        seconds = time.monotonic() - started
-        # Queries of closed runs replay them on the worker: a few at a time.
-        gate = asyncio.Semaphore(20)
+    with requests_recorded():
+        async with (
+            embedded_dev_server() as env,
+            build_worker(env.client, TASK_QUEUE, interceptors=[injector]),
+        ):
+            started = time.monotonic()
+            outcomes = await asyncio.gather(*(one_run(env.client, i, prefix) for i in range(runs)))
+            seconds = time.monotonic() - started
+            # Queries of closed runs replay them on the worker: a few at a time.
+            gate = asyncio.Semaphore(20)
 
-        async def read_transcript(outcome: RunOutcome) -> None:
-            async with gate:
-                handle = env.client.get_workflow_handle(outcome.workflow_id)
-                outcome.transcript = await handle.query(AgentWorkflow.transcript)
+            async def read_transcript(outcome: RunOutcome) -> None:
+                async with gate:
+                    handle = env.client.get_workflow_handle(outcome.workflow_id)
+                    outcome.transcript = await handle.query(AgentWorkflow.transcript)
 
-        await asyncio.gather(*(read_transcript(outcome) for outcome in outcomes))
+            await asyncio.gather(*(read_transcript(outcome) for outcome in outcomes))
 
-    requests = [r for o in outcomes for r in recorded_requests(o.workflow_id)]
+        requests = [r for o in outcomes for r in recorded_requests(o.workflow_id)]
     invalid = sum(not valid(o.transcript) for o in outcomes)
     invalid += sum(not valid(request.messages) for request in requests)
     completed = [o for o in outcomes if o.result is not None]

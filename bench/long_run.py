@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
-from durable_agent.activities.providers.scripted import recorded_requests
+from durable_agent.activities.providers.scripted import recorded_requests, requests_recorded
 from durable_agent.worker import build_worker, embedded_dev_server
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.models import (
@@ -53,7 +53,7 @@ async def main(argv: list[str] | None = None) -> int:
         limits=Limits(max_steps=args.steps, max_context_tokens=args.max_context_tokens),
         compaction="window",
     )
-    with tempfile.TemporaryDirectory() as scratch:
+    with tempfile.TemporaryDirectory() as scratch, requests_recorded():
         os.environ["AGENT_MESSAGE_STORE"] = str(Path(scratch) / "messages.db")
         os.environ["AGENT_RESULT_STORE"] = str(Path(scratch) / "results.db")
         async with embedded_dev_server() as env, build_worker(env.client, "long-run"):
@@ -72,7 +72,7 @@ async def main(argv: list[str] | None = None) -> int:
                 ).fetch_history()
                 events += len(history.events)
                 size += sum(event.ByteSize() for event in history.events)
-    requests = recorded_requests(workflow_id)
+        requests = recorded_requests(workflow_id)
     for request in requests:
         Transcript(messages=request.messages)  # raises on an invalid transcript
     largest = max(len(r.messages) for r in requests)

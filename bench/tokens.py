@@ -28,7 +28,7 @@ from temporalio.client import Client
 
 from durable_agent.activities import pricing
 from durable_agent.activities.providers.openai_provider import request_params
-from durable_agent.activities.providers.scripted import recorded_requests
+from durable_agent.activities.providers.scripted import recorded_requests, requests_recorded
 from durable_agent.worker import build_worker, embedded_dev_server
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.models import (
@@ -90,21 +90,22 @@ def cacheable_tokens(previous: bytes | None, current: bytes) -> int:
 
 async def measure(client: Client, steps: int, model: str) -> dict[str, Any]:
     task_queue = f"bench-{uuid.uuid4()}"
-    async with build_worker(client, task_queue):
-        workflow_id = f"bench-tokens-{steps}-{uuid.uuid4().hex[:6]}"
-        result = await client.execute_workflow(
-            AgentWorkflow.run,
-            AgentInput(
-                prompt="Check the bulk customer's recent orders one by one.",
-                system="You are a support agent.",
-                tools=["get_order", "get_tracking"],
-                model=ModelSettings(provider="scripted", model=model, script=script(steps)),
-                limits=Limits(max_steps=max(steps, 1)),
-            ),
-            id=workflow_id,
-            task_queue=task_queue,
-        )
-    requests = recorded_requests(workflow_id)
+    workflow_id = f"bench-tokens-{steps}-{uuid.uuid4().hex[:6]}"
+    with requests_recorded():
+        async with build_worker(client, task_queue):
+            result = await client.execute_workflow(
+                AgentWorkflow.run,
+                AgentInput(
+                    prompt="Check the bulk customer's recent orders one by one.",
+                    system="You are a support agent.",
+                    tools=["get_order", "get_tracking"],
+                    model=ModelSettings(provider="scripted", model=model, script=script(steps)),
+                    limits=Limits(max_steps=max(steps, 1)),
+                ),
+                id=workflow_id,
+                task_queue=task_queue,
+            )
+        requests = recorded_requests(workflow_id)
     assert len(requests) == steps == result.steps
     price = pricing.price_for(model)
     previous: bytes | None = None

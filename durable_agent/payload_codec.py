@@ -33,6 +33,7 @@ from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
@@ -49,6 +50,9 @@ AAD_METADATA = "encryption-aad"
 AAD_VERSION = b"v1"
 AAD_VARIABLE = "AGENT_PAYLOAD_AAD"
 NONCE_BYTES = 12
+TAG_BYTES = 16
+"""AES-GCM's authentication tag, after the ciphertext: a sealed payload has at least a nonce
+and a tag."""
 _KEY_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
@@ -187,6 +191,13 @@ class EncryptionCodec(PayloadCodec):
             )
         aad = None if marker is None else associated_data(key_id)
         data = payload.data
+        if len(data) < NONCE_BYTES + TAG_BYTES:
+            # Checked here: AESGCM refuses a nonce under 8 bytes with a bare ValueError, which
+            # reads as a bug of this code rather than a corrupt payload.
+            raise PayloadKeyError(
+                f"a payload with key id {key_id!r} has {len(data)} bytes, too few for a nonce "
+                "and a tag: it was cut short or altered"
+            )
         try:
             plain = decryptor.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], aad)
         except InvalidTag:
@@ -194,7 +205,13 @@ class EncryptionCodec(PayloadCodec):
                 f"a payload with key id {key_id!r} does not decrypt: the key configured for "
                 "that id is not the one that encrypted it, or the payload was altered"
             ) from None
-        return Payload.FromString(plain)
+        try:
+            return Payload.FromString(plain)
+        except DecodeError:
+            raise PayloadKeyError(
+                f"a payload with key id {key_id!r} decrypts to something that is not a "
+                "payload: it was sealed by something other than this codec"
+            ) from None
 
 
 def data_converter(

@@ -12,7 +12,8 @@ configures that worker, and its client must still carry the agent's data convert
   payload converter becomes `temporalio.contrib.pydantic`'s (a superset of the default one: the
   app's own dataclasses and JSON values convert as before); the app's payload codec is kept. With
   AGENT_PAYLOAD_KEYS set, payloads are encrypted as docs/encryption.md says. Tracing
-  interceptors, when tracing is on (docs/tracing.md) and the app has none of its own.
+  interceptors, when tracing is on (docs/tracing.md) and the app has none of its own (the SDK's
+  `OpenTelemetryPlugin` among its plugins counts as one).
 - **Worker:** `AgentWorkflow`; the activities (the model call, the tools this process
   registered with `@tool` or names in `tools=`, MCP servers' tools); the sandbox passing the
   agent's deterministic modules through, added to the app's own restrictions (the app's
@@ -140,9 +141,10 @@ class AgentPlugin(SimplePlugin):
         self, config: temporalio.client.ClientConfig
     ) -> temporalio.client.ClientConfig:
         config = super().configure_client(config)
+        present = config.get("interceptors", ())
         config["interceptors"] = [
-            *config.get("interceptors", ()),
-            *_missing_tracing(config.get("interceptors", ())),
+            *present,
+            *telemetry.missing_interceptors(present, config.get("plugins", ())),
         ]
         return config
 
@@ -167,8 +169,11 @@ class AgentPlugin(SimplePlugin):
         # after its model call was paid for. Raises StoreNotWritable (one line).
         check_stores()
         config = super().configure_worker(config)
-        client_interceptors = config["client"].config(active_config=True)["interceptors"]
-        tracing = _missing_tracing([*client_interceptors, *config.get("interceptors", ())])
+        client = config["client"].config(active_config=True)
+        tracing = telemetry.missing_interceptors(
+            [*client["interceptors"], *config.get("interceptors", ())],
+            [*client["plugins"], *config.get("plugins", ())],
+        )
         if tracing:
             config["interceptors"] = [*tracing, *config.get("interceptors", ())]
         return config
@@ -338,14 +343,3 @@ def _is_stock_sandbox(runner: WorkflowRunner) -> bool:
         and runner.restrictions == SandboxRestrictions.default
         and runner.runner_class is UnsandboxedWorkflowRunner
     )
-
-
-def _missing_tracing(present: Iterable[Any]) -> list[Any]:
-    """The tracing interceptor when tracing is on and `present` holds none."""
-    if not telemetry.enabled():
-        return []
-    from temporalio.contrib.opentelemetry import TracingInterceptor
-
-    if any(isinstance(i, TracingInterceptor) for i in present):
-        return []
-    return list(telemetry.interceptors())

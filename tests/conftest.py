@@ -16,6 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 
 import tests.tools_for_tests  # noqa: F401  (registers the test tools)
 from durable_agent.activities import pg_store
+from durable_agent.activities.providers import scripted
 from durable_agent.worker import embedded_dev_server
 from tests.postgres import PostgresServer, postgres_server
 
@@ -54,6 +55,14 @@ def client(temporal_env: WorkflowEnvironment) -> Client:
 @pytest.fixture
 def task_queue() -> str:
     return f"test-{uuid.uuid4()}"
+
+
+@pytest.fixture
+def scripted_requests() -> Iterator[None]:
+    """The scripted model's requests kept for the test to read (`scripted.recorded_requests`);
+    outside such a test, as in a worker, it keeps none."""
+    with scripted.requests_recorded():
+        yield
 
 
 @pytest.fixture(autouse=True)

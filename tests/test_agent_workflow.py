@@ -23,6 +23,7 @@ from durable_agent.workflows.transcript import AssistantMessage, ToolResult, Use
 from tests.helpers import call, run_agent, scripted_input, turn
 
 
+@pytest.mark.usefixtures("scripted_requests")
 async def test_demo_tools_answer_the_seed_question(client: Client, task_queue: str) -> None:
     script = [
         turn(call("search_orders", email="a@b.com"), text="I need the order history."),
@@ -99,6 +100,7 @@ async def test_plain_text_does_not_end_a_run_that_needs_a_schema(
     assert isinstance(run.transcript[2], UserMessage)
 
 
+@pytest.mark.usefixtures("scripted_requests")
 async def test_step_limit_fails_loudly_with_the_figures(client: Client, task_queue: str) -> None:
     script = [turn(call("count_me", key=f"step{i}")) for i in range(5)]
     run = await run_agent(
@@ -408,3 +410,30 @@ async def test_the_scripted_estimate_counts_the_json_of_what_it_was_sent() -> No
         whole += json.dumps([tool.model_dump(mode="json")])
         reply = await scripted.complete(request)
         assert reply.usage.input_tokens == scripted.estimate_tokens(whole)
+
+
+async def test_a_worker_keeps_no_scripted_requests_unless_a_test_asks(
+    client: Client, task_queue: str
+) -> None:
+    """A long-lived worker serving scripted runs (the demo's) used to hold every request of its
+    last 1,000 runs, whole transcripts each, for a reader only tests have."""
+    script = [turn(call("get_order", order_id=1042)), turn(text="on its way")]
+    run = await run_agent(client, task_queue, scripted_input(script, tools=["get_order"]))
+
+    assert run.result is not None and run.result.steps == 2
+    assert run.handle.id not in scripted._requests
+    with pytest.raises(RuntimeError, match="requests_recorded"):
+        recorded_requests(run.handle.id)
+
+
+async def test_the_scripted_requests_are_kept_while_asked_and_forgotten_after(
+    client: Client, task_queue: str
+) -> None:
+    script = [turn(call("get_order", order_id=1042)), turn(text="on its way")]
+    with scripted.requests_recorded():
+        run = await run_agent(client, task_queue, scripted_input(script, tools=["get_order"]))
+        requests = recorded_requests(run.handle.id)
+
+    assert [r.step for r in requests] == [1, 2]
+    assert isinstance(requests[1].messages[-1], ToolResult)
+    assert not scripted._requests

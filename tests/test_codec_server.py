@@ -725,3 +725,54 @@ def test_the_codec_server_decodes_both_forms(server: codec_server.CodecServer) -
     )
     status, _, body = request(server, "/decode", both, headers=BEARER)
     assert status == 200 and parsed(body) == [PLAIN, PLAIN]
+
+
+# --- corrupt payloads ----------------------------------------------------------------------------
+
+
+def encrypted_data(data: bytes) -> Payload:
+    """A payload that says it is encrypted with a known key, holding `data`."""
+    metadata = {"encoding": ENCODING, KEY_ID_METADATA: b"new", AAD_METADATA: b"v1"}
+    return Payload(metadata=metadata, data=data)
+
+
+TOO_SHORT = [0, 7, 8, 27]
+"""Bytes of data: less than a nonce (AESGCM itself refuses those with a bare ValueError), and
+less than a nonce and its tag."""
+
+
+@pytest.mark.parametrize("length", TOO_SHORT)
+def test_a_payload_too_short_to_be_sealed_is_a_clear_400(
+    server: codec_server.CodecServer, length: int
+) -> None:
+    """It used to drop the connection with a traceback, and no answer, under 8 bytes."""
+    corrupt = encrypted_data(bytes(length))
+    status, _, body = request(server, "/decode", payloads_json(corrupt), headers=BEARER)
+    assert status == 400
+    assert body["error"] == (
+        f"a payload with key id 'new' has {length} bytes, too few for a nonce and a tag: it was "
+        "cut short or altered"
+    )
+
+
+@pytest.mark.parametrize("length", TOO_SHORT)
+def test_the_workers_codec_names_a_payload_too_short_to_be_sealed(length: int) -> None:
+    with pytest.raises(PayloadKeyError, match=f"has {length} bytes, too few for a nonce"):
+        asyncio.run(EncryptionCodec([NEW]).decode([encrypted_data(bytes(length))]))
+
+
+def test_a_payload_that_decrypts_to_no_payload_is_a_clear_400(
+    server: codec_server.CodecServer,
+) -> None:
+    """Sealed with the right key, but not a serialized payload: protobuf's DecodeError was
+    another dropped connection."""
+    nonce = bytes(12)
+    sealed = AESGCM(NEW.key).encrypt(nonce, b"\xff\xff\xff", associated_data("new"))
+    status, _, body = request(
+        server, "/decode", payloads_json(encrypted_data(nonce + sealed)), headers=BEARER
+    )
+    assert status == 400
+    assert body["error"] == (
+        "a payload with key id 'new' decrypts to something that is not a payload: it was "
+        "sealed by something other than this codec"
+    )

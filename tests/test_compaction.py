@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from temporalio.client import Client
 
 from durable_agent.activities.providers.scripted import recorded_requests
@@ -75,6 +76,7 @@ def assert_every_request_was_valid(workflow_id: str) -> None:
         Transcript(messages=request.messages)
 
 
+@pytest.mark.usefixtures("scripted_requests")
 async def test_window_compaction_keeps_a_long_run_within_its_context(
     client: Client, task_queue: str
 ) -> None:
@@ -93,6 +95,7 @@ async def test_window_compaction_keeps_a_long_run_within_its_context(
     assert len(run.transcript) == 1 + 2 * 8 + 1
 
 
+@pytest.mark.usefixtures("scripted_requests")
 async def test_summary_compaction_leaves_a_visible_summary(client: Client, task_queue: str) -> None:
     run = await run_agent(client, task_queue, long_run("summary"))
 

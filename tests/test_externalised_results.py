@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+import pytest
 from temporalio.client import Client
 
 from durable_agent.activities.providers.scripted import recorded_requests
@@ -15,6 +16,7 @@ BIG = "HEAD" + "x" * 5000 + "TAIL"
 REF = "r-" + hashlib.sha256(BIG.encode()).hexdigest()[:20]
 
 
+@pytest.mark.usefixtures("scripted_requests")
 async def test_the_model_reads_the_middle_of_an_externalised_result(
     client: Client, task_queue: str
 ) -> None:
@@ -53,6 +55,7 @@ async def test_the_model_reads_the_middle_of_an_externalised_result(
     assert record.externalised and record.truncated
 
 
+@pytest.mark.usefixtures("scripted_requests")
 async def test_without_externalising_the_middle_is_cut_and_gone(
     client: Client, task_queue: str
 ) -> None:

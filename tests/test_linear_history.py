@@ -39,6 +39,7 @@ def history_bytes(inputs: list[dict]) -> int:
     return sum(len(json.dumps(i)) for i in inputs)
 
 
+@pytest.mark.usefixtures("scripted_requests")
 async def test_model_calls_carry_only_what_is_new(client: Client, task_queue: str) -> None:
     linear = await run_agent(client, task_queue, long_input())
     full = await run_agent(client, task_queue, long_input(linear_history=False))
@@ -64,6 +65,7 @@ async def test_model_calls_carry_only_what_is_new(client: Client, task_queue: st
     assert len(recorded_requests(linear.handle.id)[-1].messages) == 1 + 2 * (STEPS - 1)
 
 
+@pytest.mark.usefixtures("scripted_requests")
 async def test_a_reply_is_in_the_history_once(client: Client, task_queue: str) -> None:
     """A model reply's text is the model activity's result; the next call names it by hash
     rather than carrying it again, and the model still receives it whole."""
@@ -150,6 +152,7 @@ async def test_after_a_miss_the_next_call_names_the_request_sent_whole(
     )
 
 
+@pytest.mark.usefixtures("scripted_requests")
 async def test_after_a_compaction_the_view_goes_whole_but_its_results_by_hash(
     client: Client, task_queue: str
 ) -> None:

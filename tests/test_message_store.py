@@ -322,6 +322,19 @@ def test_an_entry_in_an_unknown_format_is_a_miss(tmp_path: Path) -> None:
     assert SqliteMessageStore(path, keys=[KEY_A]).get_blob("content-1") is None
 
 
+@pytest.mark.parametrize("kept", [5, 20])
+def test_a_sealed_entry_cut_short_is_a_miss(tmp_path: Path, kept: int) -> None:
+    """`kept` bytes after the key id: less than a nonce (AESGCM's bare ValueError, which used to
+    fail the read, and so the activity, on every attempt) or than a nonce and a tag."""
+    path = tmp_path / "messages.db"
+    SqliteMessageStore(path, keys=[KEY_A]).put_blob("content-1", SECRET)
+    with sqlite3.connect(path) as connection:
+        (sealed,) = connection.execute("SELECT text FROM blobs").fetchone()
+        header = sealed.index(b"\0") + 1
+        connection.execute("UPDATE blobs SET text = ?", (sealed[: header + kept],))
+    assert SqliteMessageStore(path, keys=[KEY_A]).get_blob("content-1") is None
+
+
 def test_a_malformed_configuration_is_a_configuration_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -131,6 +131,58 @@ def test_agent_store_url_chooses_the_postgresql_stores(
     assert password not in str(raised.value), "the password stays out of messages"
 
 
+@pytest.fixture
+def store_role(store_url: str, postgres: PostgresServer) -> Iterator[str]:
+    """A login role of the test's own, which may make the store's tables in the test's database:
+    its password can change without touching the superuser's, which the fixtures use."""
+    role = f"agent_{uuid.uuid4().hex[:8]}"
+    query(postgres.url(), f'CREATE ROLE "{role}" LOGIN')
+    query(store_url, f'GRANT CREATE, USAGE ON SCHEMA public TO "{role}"')
+    try:
+        yield role
+    finally:
+        pg_store.close_all()
+        query(store_url, f'DROP OWNED BY "{role}"')
+        query(postgres.url(), f'DROP ROLE "{role}"')
+
+
+def test_a_rotated_password_file_keeps_the_one_pool(
+    store_url: str,
+    store_role: str,
+    postgres: PostgresServer,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The stores read AGENT_STORE_PASSWORD_FILE at each use, so that a new password is taken
+    up; each password used to open a pool of its own, whose connection stayed open for good."""
+    database = store_url.rsplit("/", 1)[1]
+    password_file = tmp_path / "store-password"
+    monkeypatch.setenv(
+        "AGENT_STORE_URL", f"postgresql://{store_role}@{postgres.host}:{postgres.port}/{database}"
+    )
+    monkeypatch.setenv("AGENT_STORE_PASSWORD_FILE", str(password_file))
+
+    for rotation in range(4):
+        password = f"rotation-{rotation}-{uuid.uuid4().hex}"
+        query(postgres.url(), f"ALTER ROLE \"{store_role}\" PASSWORD '{password}'")
+        password_file.write_text(password + "\n")
+        message_store.message_store().put_blob(f"blob-{rotation}", "kept")
+        ref = result_store.result_store().put(f"result {rotation}")
+        assert result_store.result_store().get(ref) == f"result {rotation}"
+
+    [(connections,)] = query(
+        postgres.url(), "SELECT count(*) FROM pg_stat_activity WHERE usename = %s", store_role
+    )
+    # One pool, both stores' and every password's: the connection it opens as it starts, and
+    # perhaps one more that the schema check opened meanwhile.
+    assert connections <= 2, f"{connections} connections: a pool per password"
+    # The pool's next connection logs in with the newest password: the older ones no longer do.
+    store = message_store.message_store()
+    assert isinstance(store, PostgresMessageStore)
+    store.database.pool().drain()
+    assert store.get_blob("blob-0") == "kept"
+
+
 # --- concurrent writers --------------------------------------------------------------------------
 
 

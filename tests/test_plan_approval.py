@@ -57,6 +57,7 @@ async def start(client: Client, task_queue: str, agent_input: AgentInput) -> Wor
     )
 
 
+@pytest.mark.usefixtures("scripted_requests")
 async def test_approval_by_signal_unlocks_the_tools_that_change_data(
     client: Client, task_queue: str
 ) -> None:
@@ -152,6 +153,7 @@ async def test_changing_data_before_approval_is_refused(client: Client, task_que
     assert result.answer == "I will plan first."
 
 
+@pytest.mark.usefixtures("scripted_requests")
 async def test_an_unanswered_plan_times_out(client: Client, task_queue: str) -> None:
     script = [turn(call("submit_plan", steps=PLAN)), turn(text="never")]
     async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from temporalio.client import Client
 
 from durable_agent.activities import demo_tools
@@ -19,6 +20,7 @@ def child_model(*turns: object) -> ModelSettings:
     return ModelSettings(provider="scripted", script=list(turns), retry=FAST_MODEL_RETRY)
 
 
+@pytest.mark.usefixtures("scripted_requests")
 async def test_the_parent_sees_only_the_conclusion_and_pays_for_it(
     client: Client, task_queue: str
 ) -> None:
@@ -107,6 +109,7 @@ async def test_a_failed_sub_agent_is_an_error_result_and_its_cost_still_counts(
     assert run.result.usage.input_tokens >= 800
 
 
+@pytest.mark.usefixtures("scripted_requests")
 async def test_a_sub_agent_gets_no_tool_its_parent_lacks_and_only_the_steps_left(
     client: Client, task_queue: str
 ) -> None:

@@ -549,6 +549,81 @@ def test_sdk_disabled_turns_tracing_off() -> None:
     assert done.stderr == ""
 
 
+WITH_THE_SDKS_PLUGIN = """
+    import asyncio, json, os, uuid
+
+    import opentelemetry.trace
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from temporalio.client import Client
+    from temporalio.contrib.opentelemetry import (
+        OpenTelemetryInterceptor,
+        OpenTelemetryPlugin,
+        create_tracer_provider,
+    )
+    from temporalio.worker import Worker
+
+    from durable_agent import AgentPlugin
+    from durable_agent.workflows.agent import AgentWorkflow
+    from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
+    import tests.tools_for_tests  # registers read_thing
+
+    # The SDK's plugin traces through the global provider, which must be its replay-safe one.
+    memory = InMemorySpanExporter()
+    provider = create_tracer_provider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    opentelemetry.trace.set_tracer_provider(provider)
+
+    def connect(setup):
+        sdk = OpenTelemetryPlugin(add_temporal_spans=True)
+        agent = AgentPlugin(providers=())
+        target = os.environ["TEMPORAL_ADDRESS"]
+        if setup == "sdk plugin first":
+            return Client.connect(target, plugins=[sdk, agent])
+        if setup == "sdk plugin last":
+            return Client.connect(target, plugins=[agent, sdk])
+        interceptor = OpenTelemetryInterceptor(add_temporal_spans=True)
+        return Client.connect(target, plugins=[agent], interceptors=[interceptor])
+
+    async def main():
+        names = {}
+        for setup in ("sdk plugin first", "sdk plugin last", "sdk interceptor"):
+            client = await connect(setup)
+            queue = f"test-{uuid.uuid4()}"
+            script = [turn(call("read_thing", label="a")), turn(text="ok")]
+            async with Worker(client, task_queue=queue, **TEST_WORKER_OPTIONS):
+                await client.execute_workflow(
+                    AgentWorkflow.run,
+                    scripted_input(script, tools=["read_thing"]),
+                    id=f"test-{uuid.uuid4()}",
+                    task_queue=queue,
+                )
+            names[setup] = [s.name for s in memory.get_finished_spans()]
+            memory.clear()
+        print(json.dumps(names))
+
+    asyncio.run(main())
+"""
+
+
+def test_with_the_sdks_opentelemetry_plugin_a_runs_spans_are_made_once(client: Client) -> None:
+    """temporalio.contrib.opentelemetry's plugin (or its interceptor) already traces the client
+    and the worker: AgentPlugin adds no second interceptor, whichever comes first."""
+    done = run_python(
+        WITH_THE_SDKS_PLUGIN, TEMPORAL_ADDRESS=client.service_client.config.target_host
+    )
+
+    assert done.returncode == 0, done.stderr
+    for setup, names in json.loads(done.stdout).items():
+        counts = {name: names.count(name) for name in names}
+        assert counts["StartWorkflow:AgentWorkflow"] == 1, (setup, counts)
+        assert counts["RunWorkflow:AgentWorkflow"] == 1, (setup, counts)
+        assert counts["RunActivity:call_model"] == 2, (setup, counts)
+        assert counts["RunActivity:read_thing"] == 1, (setup, counts)
+        assert counts["chat scripted-demo"] == 2, (setup, counts)
+        assert counts["execute_tool read_thing"] == 1, (setup, counts)
+
+
 async def test_the_embedded_dev_server_does_not_see_the_otel_variables(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

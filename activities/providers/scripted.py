@@ -11,7 +11,8 @@ import asyncio
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from pydantic import BaseModel
 from temporalio import activity
@@ -22,11 +23,41 @@ from durable_agent.workflows.transcript import AssistantMessage, ToolCall, ToolR
 
 _requests: OrderedDict[str, list[ModelRequest]] = OrderedDict()
 RECORDED_RUNS = 1_000
-"""The newest runs whose requests are kept, so that a long-lived worker's memory stays bounded."""
+"""The newest runs whose requests are kept while recording, so that a benchmark of many runs
+stays bounded."""
+_recording = 0
+"""The `requests_recorded()` blocks open now; none in a worker, which keeps nothing."""
+
+
+@contextmanager
+def requests_recorded() -> Iterator[None]:
+    """Keep the requests this process's scripted model receives while the block runs.
+
+    For tests and benchmarks, which read them back with `recorded_requests` inside the block.
+    Off otherwise: a worker serving scripted runs (the demo, an app's tests against a shared
+    worker) would hold whole transcripts of its last runs in memory, for no reader. What was
+    kept is forgotten when the outermost block ends.
+    """
+    global _recording
+    _recording += 1
+    try:
+        yield
+    finally:
+        _recording -= 1
+        if not _recording:
+            _requests.clear()
 
 
 def recorded_requests(workflow_id: str) -> list[ModelRequest]:
-    """The requests this process's scripted model received for a run, attempts included."""
+    """The requests this process's scripted model received for a run, attempts included.
+
+    Raises RuntimeError outside `requests_recorded()`, where nothing is kept: an empty list
+    would read as a run that made no model call.
+    """
+    if not _recording:
+        raise RuntimeError(
+            "the scripted model keeps its requests only inside scripted.requests_recorded()"
+        )
     return list(_requests.get(workflow_id, []))
 
 
@@ -36,7 +67,7 @@ def estimate_tokens(text: str) -> int:
 
 
 async def complete(request: ModelRequest) -> ModelResponse:
-    if activity.in_activity():
+    if _recording and activity.in_activity():
         _record(activity.info().workflow_id or "", request)
     if request.purpose == "summary":
         return _summary(request)
