@@ -64,9 +64,15 @@ if TYPE_CHECKING:
 
 PLUGIN_NAME = "durable_agent.AgentPlugin"
 
-PROVIDER_WORKER_OPTIONS = ("interceptors", "identity", "graceful_shutdown_timeout")
+PROVIDER_WORKER_OPTIONS = (
+    "interceptors",
+    "identity",
+    "graceful_shutdown_timeout",
+    "deployment_config",
+)
 """The options of the app's worker that the provider queues' workers take too; the rest (the
-workflow cache, its own concurrency) stay the app's worker's."""
+workflow cache, its own concurrency) stay the app's worker's. A versioned worker's model-call
+queues belong to its deployment version, so a run's model calls go to the build it runs on."""
 
 Sandbox = Literal["passthrough", "fast", "as-is"]
 """What AgentPlugin makes of a worker's workflow runner (its `sandbox` argument)."""

@@ -4,6 +4,7 @@ run it.
     durable-agent worker [--address HOST:PORT] [--namespace NS] [--task-queue QUEUE]
                          [--tools MODULE[:ATTR] ...] [--mcp-config FILE]
                          [--sandbox fast|stock]
+                         [--deployment-name NAME --build-id ID [--versioning pinned|auto-upgrade]]
 
 Also home of what serves runs, which the CLI, the benchmarks and the tests share: connecting
 with the agent's plugin, building the worker (an `AgentPlugin` worker that serves the agent
@@ -27,14 +28,15 @@ import signal
 import socket
 import sys
 import sysconfig
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from temporalio.client import Client
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer, Worker, WorkerDeploymentConfig
 
 from durable_agent import payload_codec, sandbox_runner
 from durable_agent.activities import message_store, telemetry, toolkits
@@ -54,6 +56,60 @@ from durable_agent.workflows.model_gateway import model_task_queue
 from durable_agent.workflows.models import DEFAULT_TASK_QUEUE, SEARCH_ATTRIBUTES
 
 DEFAULT_ADDRESS = "localhost:7233"
+
+DEPLOYMENT_NAME_VARIABLE = "AGENT_DEPLOYMENT_NAME"
+BUILD_ID_VARIABLE = "AGENT_BUILD_ID"
+VERSIONING_VARIABLE = "AGENT_VERSIONING"
+Versioning = Literal["pinned", "auto-upgrade"]
+VERSIONING_BEHAVIORS: dict[str, VersioningBehavior] = {
+    "pinned": VersioningBehavior.PINNED,
+    "auto-upgrade": VersioningBehavior.AUTO_UPGRADE,
+}
+"""How runs move between worker deployment versions (docs/deployment.md): `pinned` (the
+default), a run stays on the version it started on, and a conversation moves to the current one
+between turns; `auto-upgrade`, every run's next task goes to the current version, which replays
+its history (what tests/test_releases.py holds every release to)."""
+
+
+def deployment_config(
+    name: str | None,
+    build_id: str | None,
+    versioning: str | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> WorkerDeploymentConfig | None:
+    """Worker Deployment Versioning from the flags, else $AGENT_DEPLOYMENT_NAME, $AGENT_BUILD_ID
+    and $AGENT_VERSIONING; None when neither a name nor a build id is given (an unversioned
+    worker, as before). Raises AgentConfigurationError for one without the other, or another
+    versioning than pinned or auto-upgrade."""
+    name = (name or environ.get(DEPLOYMENT_NAME_VARIABLE, "")).strip()
+    build_id = (build_id or environ.get(BUILD_ID_VARIABLE, "")).strip()
+    chosen = (versioning or environ.get(VERSIONING_VARIABLE, "")).strip() or "pinned"
+    if chosen not in VERSIONING_BEHAVIORS:
+        raise AgentConfigurationError(
+            f"versioning {chosen!r}: use pinned (the default) or auto-upgrade (docs/deployment.md)"
+        )
+    if not name and not build_id:
+        return None
+    if not name or not build_id:
+        given, missing = (
+            ("a build id", f"--deployment-name or ${DEPLOYMENT_NAME_VARIABLE}")
+            if build_id
+            else ("a deployment name", f"--build-id or ${BUILD_ID_VARIABLE}")
+        )
+        raise AgentConfigurationError(
+            f"{given} without the other: give {missing} too (a worker deployment version is both)"
+        )
+    if any(character.isspace() for character in name + build_id) or "." in name:
+        # A version is written `name.build` in places (the server's older form): a dot in the
+        # name would be ambiguous; a build id may have them (a release, 0.2.0).
+        raise AgentConfigurationError(
+            f"deployment {name!r}, build {build_id!r}: no spaces, and no dots in the name"
+        )
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(deployment_name=name, build_id=build_id),
+        use_worker_versioning=True,
+        default_versioning_behavior=VERSIONING_BEHAVIORS[chosen],
+    )
 
 
 async def connect(address: str, namespace: str = "default") -> Client:
@@ -190,9 +246,11 @@ async def _serve(
     task_queue: str,
     mcp: McpTools | None,
     sandbox: sandbox_runner.WorkerSandbox,
+    deployment: WorkerDeploymentConfig | None,
 ) -> None:
     client = await connect(address, namespace)
-    worker = build_worker(client, task_queue, mcp=mcp, sandbox=sandbox)
+    options: dict[str, Any] = {} if deployment is None else {"deployment_config": deployment}
+    worker = build_worker(client, task_queue, mcp=mcp, sandbox=sandbox, **options)
     logging.info(
         "worker on %s, task queue %s; model calls on %s; %s sandbox",
         address,
@@ -200,6 +258,17 @@ async def _serve(
         ", ".join(model_task_queue(task_queue, p) for p in ADMITTED_PROVIDERS),
         sandbox,
     )
+    if deployment is not None:
+        version = deployment.version
+        logging.info(
+            "worker deployment %s, build %s, runs %s: `temporal worker deployment "
+            "set-current-version --deployment-name %s --build-id %s` sends new runs here",
+            version.deployment_name,
+            version.build_id,
+            deployment.default_versioning_behavior.name.lower().replace("_", "-"),
+            version.deployment_name,
+            version.build_id,
+        )
     for line in Admission.from_env().describe():
         logging.info("%s", line)
     # SIGTERM (docker stop, Kubernetes) stops the worker as Ctrl-C does: its workers shut down
@@ -241,6 +310,25 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
         f"${toolkits.TOOLS_VARIABLE}, comma-separated, else the demo's tools, also named `demo`)",
     )
     parser.add_argument(
+        "--deployment-name",
+        metavar="NAME",
+        help=f"Worker Deployment Versioning: the deployment this worker belongs to, with "
+        f"--build-id (default: ${DEPLOYMENT_NAME_VARIABLE}; none: an unversioned worker)",
+    )
+    parser.add_argument(
+        "--build-id",
+        metavar="ID",
+        help=f"this worker's build in the deployment, e.g. the release or a commit "
+        f"(default: ${BUILD_ID_VARIABLE})",
+    )
+    parser.add_argument(
+        "--versioning",
+        choices=get_args(Versioning),
+        help=f"with a deployment: pinned (a run stays on the build it started on; a "
+        f"conversation moves between turns) or auto-upgrade (default: ${VERSIONING_VARIABLE}, "
+        "else pinned; docs/deployment.md)",
+    )
+    parser.add_argument(
         "--sandbox",
         choices=get_args(sandbox_runner.WorkerSandbox),
         help=f"how workflow code runs: fast, or stock (the SDK's own sandbox, which checks more "
@@ -268,6 +356,7 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
         Admission.from_env()  # the model calls' limits
         mcp_config = mcp_config_from(args.mcp_config)
         sandbox = args.sandbox or sandbox_runner.sandbox_from_env()
+        deployment = deployment_config(args.deployment_name, args.build_id, args.versioning)
     except (payload_codec.PayloadKeyError, StoreNotWritable, AgentConfigurationError) as error:
         reason = error.message if isinstance(error, AgentConfigurationError) else error
         sys.stderr.write(f"{prog}: error: {reason}\n")
@@ -278,7 +367,7 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
         if telemetry.configure_from_env():
             logging.info("tracing on (OTEL_* variables)")
         mcp = McpTools(mcp_config) if mcp_config is not None else None
-        asyncio.run(_serve(address, args.namespace, args.task_queue, mcp, sandbox))
+        asyncio.run(_serve(address, args.namespace, args.task_queue, mcp, sandbox, deployment))
     except KeyboardInterrupt:
         return 0
     except RuntimeError as error:

@@ -77,6 +77,7 @@ from durable_agent.workflows.transcript import (
     Transcript,
     UserMessage,
 )
+from durable_agent.workflows.unknown_signals import UnknownSignals
 
 EMPTY_REPLY_NUDGE = (
     "Your reply was empty. Call a tool, or answer in text (or with finish) if you are done."
@@ -112,8 +113,9 @@ class AgentWorkflow:
         self._loops = LoopDetector(state.loop_counts)
         self._reporter = Reporter(state, self._stream)
         timeout = agent_input.approval_timeout_seconds
-        self._plan_gate = PlanGate(state, self._reporter, self._budget, timeout)
-        self._tool_gate = ToolCallGate(state, self._reporter, self._budget, timeout)
+        signals = UnknownSignals()
+        self._plan_gate = PlanGate(state, self._reporter, self._budget, timeout, signals)
+        self._tool_gate = ToolCallGate(state, self._reporter, self._budget, timeout, signals)
         self._gateway = ModelGateway(agent_input, self._budget)
         self._window = ContextWindow(
             agent_input, state, self._budget, self._gateway, self._reporter
@@ -129,7 +131,7 @@ class AgentWorkflow:
             self._reporter,
         )
         self._conversation = conversation.Conversation(
-            agent_input, state, self._reporter, self._budget
+            agent_input, state, self._reporter, self._budget, signals
         )
         if self._conversation.on:
             self._runner.interruption = self._conversation.interruption
@@ -361,6 +363,19 @@ class AgentWorkflow:
             workflow.logger.warning("end ignored: %s", refused)
             return
         self._conversation.end()
+
+    @workflow.signal(
+        description=(
+            "Move a conversation that waits between turns to the worker deployment's current "
+            "version (it continues as new there), when its own is no longer the target; "
+            "ignored otherwise (docs/deployment.md). No input."
+        )
+    )
+    def upgrade(self) -> None:
+        if not self._conversation.request_upgrade():
+            workflow.logger.info(
+                "upgrade ignored: not a conversation, or its version is the target already"
+            )
 
     # --- the run -------------------------------------------------------------------------------
 

@@ -88,6 +88,14 @@ async def hand_on(
             budget.details(),
         )
     workflow.logger.info("continuing as new after step %d", state.steps)
+    if workflow.info().is_target_worker_deployment_version_changed():
+        # A run pinned to a deployment version that is no longer the target moves to the
+        # current one here, where nothing is replayed: the next run starts from the carried
+        # state on the new code (docs/deployment.md).
+        workflow.continue_as_new(
+            next_input,
+            initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
+        )
     workflow.continue_as_new(next_input)
 
 

@@ -25,6 +25,7 @@ from typing import Literal
 
 from temporalio import workflow
 
+import durable_agent.workflows.versioning as versioning
 from durable_agent.workflows.budget import Budget
 from durable_agent.workflows.input_limits import check_message, check_queue
 from durable_agent.workflows.interruption import Interruption
@@ -40,6 +41,7 @@ from durable_agent.workflows.state import (
     Usage,
 )
 from durable_agent.workflows.transcript import Transcript, UserMessage
+from durable_agent.workflows.unknown_signals import UnknownSignals
 
 MAX_QUEUED = 100
 """Messages that may wait for a safe point; one more is refused until the turn takes them (their
@@ -55,7 +57,12 @@ NextTurn = Literal["turn", "ended", "continue_as_new"]
 
 class Conversation:
     def __init__(
-        self, agent_input: AgentInput, state: RunState, reporter: Reporter, budget: Budget
+        self,
+        agent_input: AgentInput,
+        state: RunState,
+        reporter: Reporter,
+        budget: Budget,
+        signals: UnknownSignals,
     ) -> None:
         self.on = agent_input.conversation
         if self.on and state.conversation is None:
@@ -64,6 +71,9 @@ class Conversation:
         self._reporter = reporter
         self._budget = budget
         self._idle_timeout = agent_input.idle_timeout_seconds
+        self._signals = signals
+        self._upgrade_asked = False
+        """The `upgrade` signal came while the deployment's target version was another."""
         self.interruption = Interruption()
 
     @property
@@ -166,6 +176,13 @@ class Conversation:
             self.interrupt()
         return self.turn
 
+    def request_upgrade(self) -> bool:
+        """The `upgrade` signal: move to the deployment's current version at the next wait
+        between turns, if this run's version is no longer the target. Answers whether it will."""
+        moves = self.on and workflow.info().is_target_worker_deployment_version_changed()
+        self._upgrade_asked = self._upgrade_asked or moves
+        return moves
+
     def _must_be_on(self) -> None:
         if not self.on:
             raise ValueError("this run is not a conversation (start it with conversation=True)")
@@ -236,15 +253,23 @@ class Conversation:
 
     async def next_turn(self, hand_on_due: Callable[[], bool], transcript: Transcript) -> NextTurn:
         """Wait, spending nothing, for the next message ("turn": its turn has started, its
-        messages appended), the end ("ended"), or Temporal's suggestion to continue as new."""
+        messages appended), the end ("ended"), or a reason to continue as new: Temporal's
+        suggestion, or a worker deployment version that is no longer the target
+        (docs/deployment.md), woken by the next message or the `upgrade` signal."""
         talk = self._talk
+        self._signals.drop_while_waiting()
         if talk.ended is None and not talk.queued:
             idle_since = talk.idle_since or workflow.now()
             waited = (workflow.now() - idle_since).total_seconds()
             self._budget.pause(workflow.now())
             try:
                 await workflow.wait_condition(
-                    lambda: bool(talk.queued) or talk.ended is not None or hand_on_due(),
+                    lambda: (
+                        bool(talk.queued)
+                        or talk.ended is not None
+                        or hand_on_due()
+                        or self._upgrade_asked
+                    ),
                     timeout=timedelta(seconds=max(self._idle_timeout - waited, 0.001)),
                     timeout_summary=f"the message of turn {self.turn + 1}",
                 )
@@ -255,6 +280,13 @@ class Conversation:
                     self._budget.resume(workflow.now())
         if talk.ended is not None:
             return "ended"
+        if (
+            workflow.info().is_target_worker_deployment_version_changed()
+            and versioning.moves_between_turns()
+        ):
+            # The queued messages go along: the next run, on the current version, starts
+            # their turn.
+            return "continue_as_new"
         if not talk.queued:
             return "continue_as_new"
         messages, talk.queued = talk.queued, []

@@ -46,6 +46,7 @@ from durable_agent.workflows.outcomes import RECORDED_ARGUMENT_CHARS, count
 from durable_agent.workflows.reporting import Explained, Reporter, calls_markdown, plan_markdown
 from durable_agent.workflows.state import RunState
 from durable_agent.workflows.transcript import ToolCall
+from durable_agent.workflows.unknown_signals import UnknownSignals
 
 DETAILS_ARGUMENT_CHARS = 200
 """Arguments quoted in the current details (the Web UI's run page), per waiting call."""
@@ -87,11 +88,19 @@ def ignored_by_signal(refused: ValueError) -> bool:
 class PlanGate:
     """Plan mode: the run waits for a person to approve or reject the submitted plan."""
 
-    def __init__(self, state: RunState, reporter: Reporter, budget: Budget, timeout: float):
+    def __init__(
+        self,
+        state: RunState,
+        reporter: Reporter,
+        budget: Budget,
+        timeout: float,
+        signals: UnknownSignals,
+    ):
         self._state = state
         self._reporter = reporter
         self._budget = budget
         self._timeout = timeout
+        self._signals = signals
         self._decision: PlanDecision | None = None
 
     @property
@@ -155,6 +164,7 @@ class PlanGate:
             "signal approve_plan or reject_plan, or update decide_plan",
             markdown=plan_markdown(version, steps),
         )
+        self._signals.drop_while_waiting()
         self._budget.pause(workflow.now())
         try:
             await workflow.wait_condition(
@@ -181,11 +191,19 @@ class PlanGate:
 class ToolCallGate:
     """Per-call approval: the calls the dispatch plan marks wait for their own decision."""
 
-    def __init__(self, state: RunState, reporter: Reporter, budget: Budget, timeout: float):
+    def __init__(
+        self,
+        state: RunState,
+        reporter: Reporter,
+        budget: Budget,
+        timeout: float,
+        signals: UnknownSignals,
+    ):
         self._state = state
         self._reporter = reporter
         self._budget = budget
         self._timeout = timeout
+        self._signals = signals
         self._by_call = {a.call_id: a for a in state.approvals}
         """An index of state.approvals (the same objects)."""
         self._waiting_for_people = 0
@@ -301,6 +319,7 @@ class ToolCallGate:
         request = self._by_call[call.id]
         if request.status == "awaiting_approval":
             waited = (workflow.now() - request.asked_at).total_seconds()
+            self._signals.drop_while_waiting()
             self._people_wait(1)
             try:
                 await workflow.wait_condition(

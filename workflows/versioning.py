@@ -61,6 +61,13 @@ LINEAR_SCHEMA_CHECKS = "linear-schema-checks"
 match in linear time, and a schema it cannot check is refused at the start (older runs used the
 `jsonschema` package, whose `re` can backtrack for minutes): workflows/json_schema.py. Asked only
 by a run with an output schema."""
+DROPS_UNKNOWN_SIGNALS = "drops-unknown-signals"
+"""Signals of names the run does not define are dropped by a handler, which wakes the run
+(older runs let the SDK buffer them, unseen): workflows/unknown_signals.py. Asked when the run
+first waits for a person or a message, so runs that never wait record no marker."""
+MOVES_BETWEEN_TURNS = "moves-to-the-current-version-between-turns"
+"""A conversation waiting between turns on a worker deployment version that is no longer the
+target continues as new onto the current one (older runs waited on). Asked only then."""
 SIGNAL_INPUT_BOUNDS = "signal-input-bounds"
 """A signal whose input is over a bound of workflows/input_limits.py is ignored (older runs took
 it). Asked only when such a signal comes, by `ignores_oversized_signal`, so a run that never gets
@@ -81,6 +88,8 @@ PATCH_IDS: dict[str, str] = {
     ANSWERED_EFFECTS_KEPT: "c02f4d4, 2026-12-02",
     SIGNAL_INPUT_BOUNDS: "b2a1810, 2026-12-02",
     LINEAR_SCHEMA_CHECKS: "0.2.0",
+    DROPS_UNKNOWN_SIGNALS: "0.2.0",
+    MOVES_BETWEEN_TURNS: "0.2.0",
 }
 """Every patch id that ever landed on main, with where it landed: append-only. A history with an
 id's marker replays only while the code asks for that id (Temporal fails the task on a marker
@@ -221,3 +230,16 @@ def keeps_answered_effects() -> bool:
     """A conversation with answered turns' effects fails: whether to keep them, as this run
     does, or undo them too, as a run recorded before did. Asked only then."""
     return workflow.patched(ANSWERED_EFFECTS_KEPT)
+
+
+def drops_unknown_signals() -> bool:
+    """The run waits for the first time: whether to drop signals of unknown names, as this run
+    does, or leave them to the SDK's buffer, as a run recorded before did. Asked only then."""
+    return workflow.patched(DROPS_UNKNOWN_SIGNALS)
+
+
+def moves_between_turns() -> bool:
+    """A conversation between turns finds its deployment version is no longer the target:
+    whether to continue as new onto the current one, as this run does, or wait on, as a run
+    recorded before did. Asked only then."""
+    return workflow.patched(MOVES_BETWEEN_TURNS)
