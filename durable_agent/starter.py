@@ -62,7 +62,7 @@ from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from durable_agent import worker
-from durable_agent.agent_client import AgentClient
+from durable_agent.agent_client import AgentClient, AgentUpdateNotDelivered
 from durable_agent.cli import conversation, decide, fork as forks, read
 from durable_agent.cli.args import (
     ApproveCall,
@@ -120,7 +120,8 @@ async def main_async(argv: Sequence[str] | None = None) -> int:
 
 async def dispatch(args: RunArgs | Subcommand) -> int:
     """A run starts (and connects, or starts its own server) in cli.run; a subcommand connects
-    here and is handed its run. A server that refuses is one line and exit status 1."""
+    here and is handed its run. A server that refuses (an update it did not take included) is
+    one line and exit status 1."""
     if isinstance(args, RunArgs):
         return await run(args)
     try:
@@ -131,7 +132,7 @@ async def dispatch(args: RunArgs | Subcommand) -> int:
         return unreachable(args.address, error, None, None)
     try:
         return await hand_over(client, args)
-    except (RPCError, WorkflowQueryFailedError) as error:
+    except (RPCError, WorkflowQueryFailedError, AgentUpdateNotDelivered) as error:
         target = args.command + (f" {args.workflow_id}" if isinstance(args, OfRun) else "")
         say(f"{target}: {one_line(error)}")
         return 1
