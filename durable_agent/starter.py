@@ -3,7 +3,9 @@
     python starter.py "PROMPT" [--provider scripted|openai|anthropic] [--model M] [--max-steps N]
                       [--plan] [--approve-all] [--allow TOOL]... [--label TEXT]
                       [--address HOST:PORT] [--no-wait] [--json] [--trace] [--conversation]
-    python starter.py chat [PROMPT] [the run's options]
+    python starter.py - [the run's options]          (the prompt from standard input)
+    python starter.py --prompt-file FILE [the run's options]
+    python starter.py chat [PROMPT | --prompt-file FILE] [the run's options]
     python starter.py send WORKFLOW_ID TEXT [--wait]
     python starter.py interrupt WORKFLOW_ID
     python starter.py end WORKFLOW_ID
@@ -44,6 +46,9 @@ tokens and cost of the completed ones, and the max_steps that distribution sugge
 from its history; none of those tools run again) and follows it like a run; `diff` shows where
 two runs diverge; `eval` forks a label's last completed runs with another model and compares
 each fork with its original (docs/debugging.md).
+
+A prompt, and every other text argument, is UTF-8 text; a command line's words are bounded
+(128 KiB each on Linux), and a file's or standard input's prompt is not.
 
 Exit status: 0 completed (or started, with --no-wait; or done, for a subcommand); 1 the run
 failed, or the server refused or could not be reached; 2 bad command line.
