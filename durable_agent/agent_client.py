@@ -126,45 +126,142 @@ UPDATE_RETRY_MAX_DELAY = timedelta(seconds=5)
 _log = logging.getLogger(__name__)
 
 
+REGISTERING_REFUSED = (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNIMPLEMENTED)
+"""What a server answers a client that may not list or register search attributes: Temporal
+Cloud, where they are registered with `tcld` or the Cloud UI, not through the operator service;
+a server whose authorizer keeps this client to the workflow service."""
+
+
+class SearchAttributesNotRegistered(AgentConfigurationError):
+    """The run's search attributes are missing from the namespace, and this client may not
+    register them: the message gives the command that does (`temporal operator ...`, or `tcld`
+    on Temporal Cloud)."""
+
+
 async def ensure_search_attributes(
     client: Client, keys: Sequence[SearchAttributeKey[Any]] = SEARCH_ATTRIBUTES
 ) -> None:
     """Register the run's search attributes (AgentStatus, AgentStep, AgentCostUsd, AgentError;
-    or `keys`) if the server lacks them: the workflow sets them, and a server that does not
-    know them fails the workflow's task."""
-    namespace = client.namespace
+    or `keys`) if the namespace lacks them: the workflow sets them, and a namespace that does
+    not know them fails the workflow's task. Where this client may not register them (Temporal
+    Cloud), the namespace's visibility says whether they exist: if they do, it warns once, with
+    the command that registers them, and goes on; if they do not, it raises
+    SearchAttributesNotRegistered with that command."""
+    try:
+        missing = await _unlisted(client, keys)
+    except RPCError as error:
+        if error.status not in REGISTERING_REFUSED:
+            raise
+        refusal = error
+        missing = await _unknown_to_visibility(client, keys)
+    else:
+        if not missing:
+            return
+        try:
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(
+                    namespace=client.namespace,
+                    search_attributes={
+                        k.name: IndexedValueType.ValueType(k.indexed_value_type) for k in missing
+                    },
+                )
+            )
+        except RPCError as error:
+            # Refused (no permission, or the namespace has no room for another of a type), or
+            # registered meanwhile by another worker: what the namespace has now decides.
+            refusal = error
+            missing = await _unlisted(client, keys)
+        else:
+            _log.info("registered search attributes %s", sorted(k.name for k in missing))
+            return
+    register = _how_to_register(client.namespace, missing or keys)
+    if missing:
+        raise SearchAttributesNotRegistered(
+            f"the search attributes {_typed_names(missing)} are not registered in namespace "
+            f"{client.namespace!r}, and this client may not register them ({refusal.message}); "
+            f"register them once: {register}"
+        )
+    warning = (client.namespace, tuple(k.name for k in keys))
+    if refusal.status in REGISTERING_REFUSED and warning not in _WARNED:
+        _WARNED.add(warning)
+        _log.warning(
+            "this client may not list or register search attributes in namespace %r (%s); "
+            "%s are registered, so runs go on; a namespace that lacks them needs: %s",
+            client.namespace,
+            refusal.message,
+            _typed_names(keys),
+            register,
+        )
+
+
+_WARNED: set[tuple[str, tuple[str, ...]]] = set()
+"""The namespaces (and attributes) a process has warned of once."""
+
+_TYPE_NAMES = {
+    IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD: "Keyword",
+    IndexedValueType.INDEXED_VALUE_TYPE_INT: "Int",
+    IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE: "Double",
+    IndexedValueType.INDEXED_VALUE_TYPE_BOOL: "Bool",
+    IndexedValueType.INDEXED_VALUE_TYPE_DATETIME: "Datetime",
+    IndexedValueType.INDEXED_VALUE_TYPE_TEXT: "Text",
+    IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD_LIST: "KeywordList",
+}
+"""A search attribute's type as `temporal operator search-attribute create --type` and `tcld`
+name it."""
+
+_ANY_VALUE = {
+    IndexedValueType.INDEXED_VALUE_TYPE_INT: "0",
+    IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE: "0",
+    IndexedValueType.INDEXED_VALUE_TYPE_BOOL: "true",
+    IndexedValueType.INDEXED_VALUE_TYPE_DATETIME: "'2000-01-01T00:00:00Z'",
+}
+"""A value of each type for a visibility query (a string for the others)."""
+
+
+async def _unlisted(
+    client: Client, keys: Sequence[SearchAttributeKey[Any]]
+) -> list[SearchAttributeKey[Any]]:
+    """The keys the namespace's list of search attributes lacks (the operator service's)."""
     known = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=namespace)
+        ListSearchAttributesRequest(namespace=client.namespace)
     )
     have = {**known.system_attributes, **known.custom_attributes}
-    missing = {
-        key.name: IndexedValueType.ValueType(key.indexed_value_type)
-        for key in keys
-        if key.name not in have
-    }
-    if not missing:
-        return
-    try:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(search_attributes=missing, namespace=namespace)
-        )
-    except RPCError as error:
-        flags = " ".join(f"--name {k.name} --type {_CLI_TYPES[k.name]}" for k in keys)
-        raise RuntimeError(
-            f"the search attributes {sorted(missing)} are not registered in namespace "
-            f"{namespace!r} and this worker may not add them ({error.message}); ask an operator "
-            f"to run: temporal operator search-attribute create --namespace {namespace} {flags}"
-        ) from error
-    _log.info("registered search attributes %s", sorted(missing))
+    return [key for key in keys if key.name not in have]
 
 
-_CLI_TYPES = {
-    "AgentStatus": "Keyword",
-    "AgentStep": "Int",
-    "AgentCostUsd": "Double",
-    "AgentError": "Keyword",
-    "AgentForkedFrom": "Keyword",
-}
+async def _unknown_to_visibility(
+    client: Client, keys: Sequence[SearchAttributeKey[Any]]
+) -> list[SearchAttributeKey[Any]]:
+    """The keys a visibility query may not name, asked through the workflow service, which
+    every client may use: the server refuses a query on an attribute it does not know."""
+    unknown = []
+    for key in keys:
+        value = _ANY_VALUE.get(IndexedValueType.ValueType(key.indexed_value_type), "''")
+        try:
+            await client.count_workflows(f"{key.name} = {value}")
+        except RPCError as error:
+            if error.status != RPCStatusCode.INVALID_ARGUMENT:
+                raise
+            unknown.append(key)
+    return unknown
+
+
+def _typed_names(keys: Sequence[SearchAttributeKey[Any]]) -> str:
+    return ", ".join(f"{k.name} ({_type_name(k)})" for k in keys)
+
+
+def _type_name(key: SearchAttributeKey[Any]) -> str:
+    return _TYPE_NAMES[IndexedValueType.ValueType(key.indexed_value_type)]
+
+
+def _how_to_register(namespace: str, keys: Sequence[SearchAttributeKey[Any]]) -> str:
+    """The commands that register `keys`, for an operator to run once per namespace."""
+    names = " ".join(f"--name {k.name} --type {_type_name(k)}" for k in keys)
+    cloud = " ".join(f"--search-attribute {k.name}={_type_name(k)}" for k in keys)
+    return (
+        f"temporal operator search-attribute create --namespace {namespace} {names}; on "
+        f"Temporal Cloud: tcld namespace search-attributes add --namespace {namespace} {cloud}"
+    )
 
 
 class AgentRunFailed(Exception):

@@ -67,7 +67,11 @@ from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from durable_agent import worker
-from durable_agent.agent_client import AgentClient, AgentUpdateNotDelivered
+from durable_agent.agent_client import (
+    AgentClient,
+    AgentUpdateNotDelivered,
+    SearchAttributesNotRegistered,
+)
 from durable_agent.cli import conversation, decide, fork as forks, read
 from durable_agent.cli.args import (
     ApproveCall,
@@ -125,8 +129,8 @@ async def main_async(argv: Sequence[str] | None = None) -> int:
 
 async def dispatch(args: RunArgs | Subcommand) -> int:
     """A run starts (and connects, or starts its own server) in cli.run; a subcommand connects
-    here and is handed its run. A server that refuses (an update it did not take included) is
-    one line and exit status 1."""
+    here and is handed its run. A server that refuses (an update it did not take, a namespace
+    without the runs' search attributes included) is one line and exit status 1."""
     if isinstance(args, RunArgs):
         return await run(args)
     try:
@@ -137,7 +141,12 @@ async def dispatch(args: RunArgs | Subcommand) -> int:
         return unreachable(args.address, error, None, None)
     try:
         return await hand_over(client, args)
-    except (RPCError, WorkflowQueryFailedError, AgentUpdateNotDelivered) as error:
+    except (
+        RPCError,
+        WorkflowQueryFailedError,
+        AgentUpdateNotDelivered,
+        SearchAttributesNotRegistered,
+    ) as error:
         target = args.command + (f" {args.workflow_id}" if isinstance(args, OfRun) else "")
         say(f"{target}: {one_line(error)}")
         return 1
