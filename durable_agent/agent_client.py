@@ -463,7 +463,7 @@ class AgentRun:
                     name, args=args, id=update_id, result_type=result_type
                 )
             except RPCError as error:
-                reason = not_taken(error)
+                reason = _not_taken(error)
                 if reason is None:
                     raise
                 if reason == "total" or loop.time() + delay > give_up:
@@ -942,7 +942,7 @@ def step_stats(label: str, results: Sequence[AgentResult], failed: int = 0) -> S
     )
 
 
-def not_taken(error: RPCError) -> NotTaken | None:
+def _not_taken(error: RPCError) -> NotTaken | None:
     """Why the server did not take an update, when it says so; None for any other error (the
     run is gone, the server cannot be reached, ...), which the client raises as it came."""
     if error.status == RPCStatusCode.RESOURCE_EXHAUSTED:
