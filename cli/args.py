@@ -754,11 +754,13 @@ def _check_utf8_words(parser: argparse.ArgumentParser, command: RunArgs | OnServ
         for word in value if isinstance(value, tuple) else (value,):
             if isinstance(word, str) and not _is_utf8(word):
                 what = _SAID_AS.get(field.name, "--" + field.name.replace("_", "-"))
-                try:  # the bytes argv had, back
+                try:  # the bytes argv had, back, to name the first that is not UTF-8
                     word.encode("utf-8", "surrogateescape").decode("utf-8")
-                except UnicodeError as error:
-                    where = f": {_bad_byte(error)}" if isinstance(error, UnicodeDecodeError) else ""
-                    parser.error(f"{what} is not UTF-8 text{where}")
+                except UnicodeDecodeError as error:
+                    parser.error(f"{what} is not UTF-8 text: {_bad_byte(error)}")
+                except UnicodeEncodeError:
+                    pass  # a surrogate that no byte of argv stands for
+                parser.error(f"{what} is not UTF-8 text")
 
 
 def _is_utf8(text: str) -> bool:
