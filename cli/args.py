@@ -56,6 +56,8 @@ SERVE = "worker"
 """The first word that serves runs instead (`durable-agent worker`, `starter.py worker`)."""
 CHAT = "chat"
 """The first word that starts a conversation at the terminal (`starter.py chat`)."""
+STDIN = "-"
+"""The prompt that says: read it from standard input."""
 _SCRIPT_ADAPTER = TypeAdapter(list[ScriptedTurn])
 
 
@@ -325,15 +327,26 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
         + "} ... (each with --help). To serve runs: starter.py worker (see worker --help).",
     )
     if chat:
-        parser.add_argument("prompt", nargs="?", default="", help="the first message")
+        parser.add_argument("prompt", nargs="?", help="the first message")
     else:
-        parser.add_argument("prompt", help="what the agent should do")
+        parser.add_argument(
+            "prompt",
+            nargs="?",
+            help=f"what the agent should do; `{STDIN}` reads it from standard input",
+        )
         parser.add_argument(
             "--conversation",
             action="store_true",
             help="the run is a conversation: after its answer it waits for the next message "
             "(self-contained: typed here, as `chat`; with --address: `starter.py send`)",
         )
+    parser.add_argument(
+        "--prompt-file",
+        type=Path,
+        metavar="FILE",
+        help="read the prompt from FILE (UTF-8 text), instead of giving it: a command line's "
+        "words are bounded (128 KiB each on Linux), a file's are not",
+    )
     _add_run_options(parser, "run", "--provider", "--model", "--script")
     parser.add_argument(
         "--thinking-budget",
@@ -390,6 +403,12 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
     args = parser.parse_args(argv)
     if chat:
         args.conversation = True
+    if args.prompt == STDIN and args.plan and temporal_address(args.address) is None:
+        parser.error(
+            f"--plan asks at this terminal, on standard input, which `{STDIN}` takes for the "
+            "prompt: give the prompt with --prompt-file FILE"
+        )
+    args.prompt = _prompt(parser, args.prompt, args.prompt_file, chat=chat)
     if not args.prompt.strip() and not chat:
         parser.error("the prompt is empty")
     _check_not_blank(parser, "--label", args.label)
@@ -456,7 +475,7 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
         for field, flag in flags.items():
             message = message.replace(field, flag)
         parser.error(message)
-    return RunArgs(
+    run = RunArgs(
         prompt=args.prompt,
         provider=provider,
         model=model,
@@ -483,6 +502,8 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
         reasoning_effort=args.reasoning_effort,
         stream=args.stream if args.stream is not None else sys.stderr.isatty() and not args.json,
     )
+    _check_utf8_words(parser, run)
+    return run
 
 
 def parse_subcommand(argv: list[str]) -> Subcommand:
@@ -646,7 +667,9 @@ def parse_subcommand(argv: list[str]) -> Subcommand:
     kind = next(kind for kind in _SUBCOMMAND_TYPES if kind.command == args.command)
     # Each type's fields are the destinations of its arguments, so this takes exactly those.
     fields: dict[str, Any] = {f.name: getattr(args, f.name) for f in dataclasses.fields(kind)}
-    return cast(Subcommand, kind(**fields))  # kind is one of the Subcommand types
+    subcommand = cast(Subcommand, kind(**fields))  # kind is one of the Subcommand types
+    _check_utf8_words(chosen, subcommand)
+    return subcommand
 
 
 def _check_text_bounds(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -667,6 +690,89 @@ def _check_text_bounds(parser: argparse.ArgumentParser, args: argparse.Namespace
     except InputTooLarge as refused:
         # "the comment is 40,000 characters; ..." names the option the person gave it by.
         parser.error(str(refused).replace(refused.subject, what, 1))
+
+
+def _prompt(
+    parser: argparse.ArgumentParser, given: str | None, path: Path | None, *, chat: bool
+) -> str:
+    """The prompt: the argument, standard input for `-`, or --prompt-file's text. Text that is
+    not UTF-8, a file that cannot be read, or both ways at once is a bad command line."""
+    if given is not None and path is not None:
+        parser.error("give the prompt or --prompt-file FILE, not both")
+    if path is not None:
+        try:
+            data = path.read_bytes()
+        except OSError as error:
+            parser.error(f"--prompt-file {path}: {error.strerror or error}")
+        return _utf8_text(parser, f"--prompt-file {path}", data)
+    if given == STDIN:
+        if chat:
+            parser.error(
+                "chat reads its messages from standard input: give the first one as an "
+                "argument or with --prompt-file FILE"
+            )
+        if sys.stdin is None:
+            parser.error(f"`{STDIN}`: there is no standard input to read the prompt from")
+        if sys.stdin.isatty():
+            say("reading the prompt from standard input: end it with Ctrl-D")
+        return _utf8_text(parser, "standard input", sys.stdin.buffer.read())
+    if given is None:
+        if chat:
+            return ""
+        parser.error(
+            f"the prompt is missing: give it as an argument, `{STDIN}` to read it from standard "
+            "input, or --prompt-file FILE"
+        )
+    return given  # checked with every other word (_check_utf8_words)
+
+
+def _utf8_text(parser: argparse.ArgumentParser, source: str, data: bytes) -> str:
+    try:
+        return data.decode("utf-8-sig")  # a byte order mark, as some editors write, is dropped
+    except UnicodeDecodeError as error:
+        parser.error(f"{source} is not UTF-8 text: {_bad_byte(error)}")
+
+
+_SAID_AS = {
+    "prompt": "the prompt",
+    "text": "the message",
+    "workflow_id": "the workflow id",
+    "workflow_a": "the first workflow id",
+    "workflow_b": "the second workflow id",
+    "call_id": "the call id",
+}
+"""How a command's text fields are named in a message: an argument by what it is, an option by
+its flag (`--system`)."""
+
+
+def _check_utf8_words(parser: argparse.ArgumentParser, command: RunArgs | OnServer) -> None:
+    """Every word of the command line that reached `command` as text is UTF-8: the runs take
+    nothing else. Python keeps other bytes of argv as lone surrogates, which fail only when the
+    text is sent (a traceback, after the server has started); here they are one line, exit 2."""
+    for field in dataclasses.fields(command):
+        value = getattr(command, field.name)
+        for word in value if isinstance(value, tuple) else (value,):
+            if isinstance(word, str) and not _is_utf8(word):
+                what = _SAID_AS.get(field.name, "--" + field.name.replace("_", "-"))
+                try:  # the bytes argv had, back, to name the first that is not UTF-8
+                    word.encode("utf-8", "surrogateescape").decode("utf-8")
+                except UnicodeDecodeError as error:
+                    parser.error(f"{what} is not UTF-8 text: {_bad_byte(error)}")
+                except UnicodeEncodeError:
+                    pass  # a surrogate that no byte of argv stands for
+                parser.error(f"{what} is not UTF-8 text")
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _bad_byte(error: UnicodeDecodeError) -> str:
+    return f"byte 0x{error.object[error.start]:02x} at offset {error.start}"
 
 
 def _check_fork_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from durable_agent.agent_client import AgentRun, AgentRunFailed
+from durable_agent.agent_client import AgentRun, AgentRunFailed, AgentUpdateNotDelivered
 from durable_agent.cli import decide
 from durable_agent.cli.args import End, Interrupt, Send
 from durable_agent.cli.plumbing import one_line, say
@@ -192,6 +192,8 @@ async def _next_message(agent_run: AgentRun, stdin: Lines, ctrl_c: CtrlC) -> int
             say(f"not sent: {decide.refusal(refused)}")
             if not decide.too_large(refused):
                 return None
+        except AgentUpdateNotDelivered as busy:  # nothing reached the run: it may be typed again
+            say(f"not sent: {one_line(busy)}")
 
 
 async def _turn(
@@ -248,6 +250,9 @@ async def _steer_or_answer(
     except WorkflowUpdateFailedError as refused:
         say(f"not sent: {decide.refusal(refused)}")
         return None
+    except AgentUpdateNotDelivered as busy:
+        say(f"not sent: {one_line(busy)}")
+        return None
     if turn == number:
         say(f"(sent to turn {turn}; the model reads it at its next call)")
     return turn
@@ -259,6 +264,8 @@ async def _interrupt(agent_run: AgentRun) -> None:
         say(f"interrupting turn {turn} (Ctrl-C again ends the conversation)")
     except WorkflowUpdateFailedError as refused:
         say(f"not interrupted: {decide.refusal(refused)}")
+    except AgentUpdateNotDelivered as busy:
+        say(f"not interrupted: {one_line(busy)}")
 
 
 async def _line_or_ctrl_c(stdin: Lines, ctrl_c: CtrlC) -> str | None:
@@ -283,6 +290,9 @@ async def _end(agent_run: AgentRun, following: Following) -> int:
             return 1
     except AgentRunFailed as failure:
         say(str(failure))
+        return 1
+    except AgentUpdateNotDelivered as busy:
+        say(f"not ended: {one_line(busy)}")
         return 1
     _print_end(agent_run.id, result, json_out=following.json)
     return 0

@@ -21,7 +21,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from durable_agent.agent_client import AgentRun
+from durable_agent.agent_client import AgentRun, AgentUpdateNotDelivered
 from durable_agent.cli.args import ApproveCall, ApprovePlan, DenyCall, RejectPlan
 from durable_agent.cli.plumbing import one_line, say
 from durable_agent.workflows.input_limits import TOO_LARGE
@@ -138,7 +138,9 @@ async def answer(agent_run: AgentRun, question: Question, line: str) -> None:
     except WorkflowUpdateFailedError as refused:
         # Decided meanwhile elsewhere (the Web UI, a subcommand): the run says why.
         say(f"{_subject(question)} was not decided here: {refusal(refused)}")
-    except RPCError as error:  # the run has ended meanwhile; its result says how
+    # The run has ended meanwhile (its result says how), or its server would not take the
+    # decision (the line says what to do).
+    except (RPCError, AgentUpdateNotDelivered) as error:
         say(f"{_subject(question)} was not decided here: {one_line(error)}")
 
 

@@ -28,7 +28,12 @@ from durable_agent.activities.admission import Admission
 from durable_agent.activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
 from durable_agent.activities.mcp_tools import McpTools
 from durable_agent.activities.store_check import StoreNotWritable, check_stores
-from durable_agent.agent_client import AgentClient, AgentRun, AgentRunFailed
+from durable_agent.agent_client import (
+    AgentClient,
+    AgentRun,
+    AgentRunFailed,
+    SearchAttributesNotRegistered,
+)
 from durable_agent.cli import chat, conversation, decide
 from durable_agent.cli.args import Result, RunArgs
 from durable_agent.cli.plumbing import say
@@ -246,7 +251,7 @@ async def _start_and_report(
     workflow_id = f"agent-{uuid.uuid4().hex[:12]}"
     try:
         agent_run = await client.start(agent_input, workflow_id=workflow_id)
-    except RPCError as error:
+    except (RPCError, SearchAttributesNotRegistered) as error:
         message = f"could not start the run: {error}"
         say(message)
         if args.json:

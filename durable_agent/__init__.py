@@ -5,7 +5,8 @@ The names an application needs, from one import:
     from durable_agent import AgentClient, AgentInput, AgentPlugin, tool
 
 - `AgentPlugin`: the agent in the app's own Temporal client and worker (`plugins=[...]`).
-- `AgentClient`, `AgentRun`, `AgentRunFailed`: start, steer and read runs (docs/client.md).
+- `AgentClient`, `AgentRun`, `AgentRunFailed`, `AgentUpdateNotDelivered`: start, steer and read
+  runs (docs/client.md).
 - `tool`, `ToolError`, `current_call`, `register_toolkit`, `Toolkit`: the app's tools
   (docs/tools.md).
 - `AgentInput`, `AgentResult`, `Limits`, `ModelSettings`, `ToolApprovalPolicy`, ...: the run's
@@ -23,7 +24,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from durable_agent.activities.toolkits import Toolkit, register_toolkit
     from durable_agent.activities.tools import ToolError, current_call, tool
-    from durable_agent.agent_client import AgentClient, AgentRun, AgentRunFailed
+    from durable_agent.agent_client import (
+        AgentClient,
+        AgentRun,
+        AgentRunFailed,
+        AgentUpdateNotDelivered,
+    )
     from durable_agent.plugin import AgentPlugin
     from durable_agent.workflows.agent import AgentWorkflow
     from durable_agent.workflows.errors import (
@@ -47,7 +53,10 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "AgentPlugin": "durable_agent.plugin",
-    **dict.fromkeys(["AgentClient", "AgentRun", "AgentRunFailed"], "durable_agent.agent_client"),
+    **dict.fromkeys(
+        ["AgentClient", "AgentRun", "AgentRunFailed", "AgentUpdateNotDelivered"],
+        "durable_agent.agent_client",
+    ),
     **dict.fromkeys(["Toolkit", "register_toolkit"], "durable_agent.activities.toolkits"),
     **dict.fromkeys(["ToolError", "current_call", "tool"], "durable_agent.activities.tools"),
     "AgentWorkflow": "durable_agent.workflows.agent",
@@ -100,6 +109,7 @@ __all__ = [
     "AgentRun",
     "AgentRunFailed",
     "AgentStepLimitExceeded",
+    "AgentUpdateNotDelivered",
     "AgentWorkflow",
     "Limits",
     "ModelSettings",

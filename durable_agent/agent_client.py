@@ -16,14 +16,16 @@ import asyncio
 import base64
 import logging
 import math
+import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.errordetails.v1 import WorkflowNotReadyFailure
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
@@ -40,12 +42,12 @@ from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSear
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowStreamItem
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_agent import forking, payload_codec
 from durable_agent.activities import telemetry
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.errors import AgentConfigurationError
+from durable_agent.workflows.errors import AgentConfigurationError, AgentError
 from durable_agent.workflows.input_limits import (
     TOO_LARGE,
     InputTooLarge,
@@ -114,48 +116,152 @@ events, adds two events to the run's history every time it is asked."""
 RUN_ENDS = ("completed", "failed")
 """The progress events a run publishes last."""
 
+UPDATE_RETRY_FOR = timedelta(seconds=60)
+"""How long an update the server did not take is sent again before AgentUpdateNotDelivered (the
+SDK's own retries come first: a refusal reaches the client ~13 s after the first try)."""
+UPDATE_RETRY_FIRST_DELAY = timedelta(milliseconds=200)
+UPDATE_RETRY_MAX_DELAY = timedelta(seconds=5)
+"""The pause before each new try doubles from the first delay up to this."""
+
 _log = logging.getLogger(__name__)
+
+
+REGISTERING_REFUSED = (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNIMPLEMENTED)
+"""What a server answers a client that may not list or register search attributes: Temporal
+Cloud, where they are registered with `tcld` or the Cloud UI, not through the operator service;
+a server whose authorizer keeps this client to the workflow service."""
+
+
+class SearchAttributesNotRegistered(AgentConfigurationError):
+    """The run's search attributes are missing from the namespace, and this client may not
+    register them: the message gives the command that does (`temporal operator ...`, or `tcld`
+    on Temporal Cloud)."""
 
 
 async def ensure_search_attributes(
     client: Client, keys: Sequence[SearchAttributeKey[Any]] = SEARCH_ATTRIBUTES
 ) -> None:
     """Register the run's search attributes (AgentStatus, AgentStep, AgentCostUsd, AgentError;
-    or `keys`) if the server lacks them: the workflow sets them, and a server that does not
-    know them fails the workflow's task."""
-    namespace = client.namespace
+    or `keys`) if the namespace lacks them: the workflow sets them, and a namespace that does
+    not know them fails the workflow's task. Where this client may not register them (Temporal
+    Cloud), the namespace's visibility says whether they exist: if they do, it warns once, with
+    the command that registers them, and goes on; if they do not, it raises
+    SearchAttributesNotRegistered with that command."""
+    try:
+        missing = await _unlisted(client, keys)
+    except RPCError as error:
+        if error.status not in REGISTERING_REFUSED:
+            raise
+        refusal = error
+        missing = await _unknown_to_visibility(client, keys)
+    else:
+        if not missing:
+            return
+        try:
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(
+                    namespace=client.namespace,
+                    search_attributes={
+                        k.name: IndexedValueType.ValueType(k.indexed_value_type) for k in missing
+                    },
+                )
+            )
+        except RPCError as error:
+            # Refused (no permission, or the namespace has no room for another of a type), or
+            # registered meanwhile by another worker: what the namespace has now decides.
+            refusal = error
+            missing = await _unlisted(client, keys)
+        else:
+            _log.info("registered search attributes %s", sorted(k.name for k in missing))
+            return
+    register = _how_to_register(client.namespace, missing or keys)
+    if missing:
+        raise SearchAttributesNotRegistered(
+            f"the search attributes {_typed_names(missing)} are not registered in namespace "
+            f"{client.namespace!r}, and this client may not register them ({refusal.message}); "
+            f"register them once: {register}"
+        )
+    warning = (client.namespace, tuple(k.name for k in keys))
+    if refusal.status in REGISTERING_REFUSED and warning not in _WARNED:
+        _WARNED.add(warning)
+        _log.warning(
+            "this client may not list or register search attributes in namespace %r (%s); "
+            "%s are registered, so runs go on; a namespace that lacks them needs: %s",
+            client.namespace,
+            refusal.message,
+            _typed_names(keys),
+            register,
+        )
+
+
+_WARNED: set[tuple[str, tuple[str, ...]]] = set()
+"""The namespaces (and attributes) a process has warned of once."""
+
+_TYPE_NAMES = {
+    IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD: "Keyword",
+    IndexedValueType.INDEXED_VALUE_TYPE_INT: "Int",
+    IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE: "Double",
+    IndexedValueType.INDEXED_VALUE_TYPE_BOOL: "Bool",
+    IndexedValueType.INDEXED_VALUE_TYPE_DATETIME: "Datetime",
+    IndexedValueType.INDEXED_VALUE_TYPE_TEXT: "Text",
+    IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD_LIST: "KeywordList",
+}
+"""A search attribute's type as `temporal operator search-attribute create --type` and `tcld`
+name it."""
+
+_ANY_VALUE = {
+    IndexedValueType.INDEXED_VALUE_TYPE_INT: "0",
+    IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE: "0",
+    IndexedValueType.INDEXED_VALUE_TYPE_BOOL: "true",
+    IndexedValueType.INDEXED_VALUE_TYPE_DATETIME: "'2000-01-01T00:00:00Z'",
+}
+"""A value of each type for a visibility query (a string for the others)."""
+
+
+async def _unlisted(
+    client: Client, keys: Sequence[SearchAttributeKey[Any]]
+) -> list[SearchAttributeKey[Any]]:
+    """The keys the namespace's list of search attributes lacks (the operator service's)."""
     known = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=namespace)
+        ListSearchAttributesRequest(namespace=client.namespace)
     )
     have = {**known.system_attributes, **known.custom_attributes}
-    missing = {
-        key.name: IndexedValueType.ValueType(key.indexed_value_type)
-        for key in keys
-        if key.name not in have
-    }
-    if not missing:
-        return
-    try:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(search_attributes=missing, namespace=namespace)
-        )
-    except RPCError as error:
-        flags = " ".join(f"--name {k.name} --type {_CLI_TYPES[k.name]}" for k in keys)
-        raise RuntimeError(
-            f"the search attributes {sorted(missing)} are not registered in namespace "
-            f"{namespace!r} and this worker may not add them ({error.message}); ask an operator "
-            f"to run: temporal operator search-attribute create --namespace {namespace} {flags}"
-        ) from error
-    _log.info("registered search attributes %s", sorted(missing))
+    return [key for key in keys if key.name not in have]
 
 
-_CLI_TYPES = {
-    "AgentStatus": "Keyword",
-    "AgentStep": "Int",
-    "AgentCostUsd": "Double",
-    "AgentError": "Keyword",
-    "AgentForkedFrom": "Keyword",
-}
+async def _unknown_to_visibility(
+    client: Client, keys: Sequence[SearchAttributeKey[Any]]
+) -> list[SearchAttributeKey[Any]]:
+    """The keys a visibility query may not name, asked through the workflow service, which
+    every client may use: the server refuses a query on an attribute it does not know."""
+    unknown = []
+    for key in keys:
+        value = _ANY_VALUE.get(IndexedValueType.ValueType(key.indexed_value_type), "''")
+        try:
+            await client.count_workflows(f"{key.name} = {value}")
+        except RPCError as error:
+            if error.status != RPCStatusCode.INVALID_ARGUMENT:
+                raise
+            unknown.append(key)
+    return unknown
+
+
+def _typed_names(keys: Sequence[SearchAttributeKey[Any]]) -> str:
+    return ", ".join(f"{k.name} ({_type_name(k)})" for k in keys)
+
+
+def _type_name(key: SearchAttributeKey[Any]) -> str:
+    return _TYPE_NAMES[IndexedValueType.ValueType(key.indexed_value_type)]
+
+
+def _how_to_register(namespace: str, keys: Sequence[SearchAttributeKey[Any]]) -> str:
+    """The commands that register `keys`, for an operator to run once per namespace."""
+    names = " ".join(f"--name {k.name} --type {_type_name(k)}" for k in keys)
+    cloud = " ".join(f"--search-attribute {k.name}={_type_name(k)}" for k in keys)
+    return (
+        f"temporal operator search-attribute create --namespace {namespace} {names}; on "
+        f"Temporal Cloud: tcld namespace search-attributes add --namespace {namespace} {cloud}"
+    )
 
 
 class AgentRunFailed(Exception):
@@ -170,12 +276,40 @@ class AgentRunFailed(Exception):
         self.details = details
 
 
-class AgentRun:
-    """One run, by workflow id."""
+NotTaken = Literal["busy", "aborted", "total"]
+"""Why the server did not take an update: `busy`, the run has the updates in flight the server
+allows (10 as it ships, history.maxInFlightUpdates) or the namespace is over a rate limit;
+`aborted`, it was aborted as the run continued as new or its workflow task failed; `total`, the
+run has taken the updates the server allows a run (2,000, history.maxTotalUpdates)."""
 
-    def __init__(self, handle: WorkflowHandle[Any, AgentResult], client: Client) -> None:
+
+class AgentUpdateNotDelivered(AgentError):
+    """The server did not take an update (a message, a decision, an interrupt, the end) to run
+    `workflow_id`, and the client stopped sending it again: nothing reached the run, so sending
+    it again is safe. `reason` says why (NotTaken); the message says what to do."""
+
+    def __init__(self, workflow_id: str, update: str, reason: NotTaken, message: str) -> None:
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.update = update
+        self.reason = reason
+
+
+class AgentRun:
+    """One run, by workflow id. Its updates go to the latest run of its chain (they follow
+    continue-as-new); one the server did not take is sent again with the same update id for up
+    to `update_retry_for`, then raises AgentUpdateNotDelivered (docs/client.md)."""
+
+    def __init__(
+        self,
+        handle: WorkflowHandle[Any, AgentResult],
+        client: Client,
+        *,
+        update_retry_for: timedelta = UPDATE_RETRY_FOR,
+    ) -> None:
         self.handle = handle
         self.client = client
+        self.update_retry_for = update_retry_for
 
     @property
     def id(self) -> str:
@@ -280,18 +414,14 @@ class AgentRun:
         temporalio.client.WorkflowUpdateFailedError, saying why, when it cannot be decided; its
         cause's type is AgentInputTooLarge for a comment over input_limits.MAX_MESSAGE_CHARS."""
         _refuse_locally(check_comment, comment)
-        return await self.handle.execute_update(
-            AgentWorkflow.decide_plan,
-            PlanDecision(approve=True, version=version, comment=comment),
-        )
+        decision = PlanDecision(approve=True, version=version, comment=comment)
+        return await self._update("decide_plan", decision, result_type=PlanState)
 
     async def reject_plan(self, feedback: str, *, version: int | None = None) -> PlanState:
         """Reject the waiting plan; the feedback becomes the person's message to the model."""
         _refuse_locally(check_comment, feedback)
-        return await self.handle.execute_update(
-            AgentWorkflow.decide_plan,
-            PlanDecision(approve=False, version=version, comment=feedback),
-        )
+        decision = PlanDecision(approve=False, version=version, comment=feedback)
+        return await self._update("decide_plan", decision, result_type=PlanState)
 
     async def pending_tool_calls(self) -> list[ToolApproval]:
         """The tool calls waiting for a person's decision, oldest first: the run's own, then
@@ -310,12 +440,45 @@ class AgentRun:
         or already decided call id, and (cause type AgentInputTooLarge) for a reason over
         input_limits.MAX_REASON_CHARS."""
         _refuse_locally(check_reason, reason)
-        # By name: the SDK types a described async update's result as its coroutine.
-        return await self.handle.execute_update(
-            "decide_tool_call",
-            ToolCallDecision(call_id=call_id, approve=approve, reason=reason, remember=remember),
-            result_type=ToolApproval,
+        decision = ToolCallDecision(
+            call_id=call_id, approve=approve, reason=reason, remember=remember
         )
+        return await self._update("decide_tool_call", decision, result_type=ToolApproval)
+
+    async def _update(self, name: str, *args: Any, result_type: type) -> Any:
+        """Every update the client sends: to the latest run of the chain, so that one sent
+        again after a continue-as-new reaches the next run, and with one update id for all its
+        tries, so that the server takes it once. Sent again only when the server says it did
+        not take it (NotTaken), which makes every try but the one taken a no-op."""
+        handle = self.client.get_workflow_handle(
+            self.id, first_execution_run_id=self.handle.first_execution_run_id
+        )
+        update_id = f"{name}-{uuid.uuid4()}"
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.update_retry_for.total_seconds()
+        delay = UPDATE_RETRY_FIRST_DELAY.total_seconds()
+        while True:
+            try:
+                return await handle.execute_update(
+                    name, args=args, id=update_id, result_type=result_type
+                )
+            except RPCError as error:
+                reason = _not_taken(error)
+                if reason is None:
+                    raise
+                if reason == "total" or loop.time() + delay > give_up:
+                    raise AgentUpdateNotDelivered(
+                        self.id, name, reason, _not_delivered(self.id, name, reason, error)
+                    ) from error
+                _log.info(
+                    "run %s did not take update %s (%s): sending it again in %.1f s",
+                    self.id,
+                    name,
+                    error.message,
+                    delay,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, UPDATE_RETRY_MAX_DELAY.total_seconds())
 
     # --- a conversation (AgentInput.conversation; docs/conversations.md) ----------------------
 
@@ -332,7 +495,7 @@ class AgentRun:
     async def post(self, text: str) -> int:
         """Send a message without waiting for the turn: answers the turn it belongs to."""
         _refuse_locally(check_message, text)
-        return await self.handle.execute_update(AgentWorkflow.send_message, text)
+        return await self._update("send_message", text, result_type=int)
 
     async def turn(self, number: int) -> TurnRecord:
         """Wait for turn `number` to finish, and answer its record. Raises AgentRunFailed when
@@ -368,12 +531,12 @@ class AgentRun:
     async def interrupt(self) -> int:
         """Stop the working turn (docs/conversations.md says what stops and what finishes);
         answers its number. The conversation then waits for the next message."""
-        return await self.handle.execute_update(AgentWorkflow.interrupt)
+        return await self._update("interrupt", result_type=int)
 
     async def end(self) -> AgentResult:
         """End the conversation (a working turn is interrupted first) and answer its result,
         with every turn in `.turns`."""
-        await self.handle.execute_update(AgentWorkflow.end_conversation)
+        await self._update("end_conversation", result_type=int)
         return await self.result()
 
     async def events(
@@ -517,9 +680,16 @@ class DeltaReader:
 class AgentClient:
     """Start and find agent runs. `AgentClient(client)` takes the app's own client, connected
     with `plugins=[AgentPlugin()]`; raises AgentConfigurationError for a client whose converter
-    cannot carry the agent's pydantic models."""
+    cannot carry the agent's pydantic models. `update_retry_for`: how long each run's updates
+    are sent again while the server does not take them (AgentRun)."""
 
-    def __init__(self, client: Client, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
+    def __init__(
+        self,
+        client: Client,
+        task_queue: str = DEFAULT_TASK_QUEUE,
+        *,
+        update_retry_for: timedelta = UPDATE_RETRY_FOR,
+    ) -> None:
         converter = client.data_converter.payload_converter_class
         if not issubclass(converter, PydanticPayloadConverter):
             raise AgentConfigurationError(
@@ -529,6 +699,7 @@ class AgentClient:
             )
         self.client = client
         self.task_queue = task_queue
+        self.update_retry_for = update_retry_for
         self._search_attributes_checked = False
         self._fork_attributes_checked = False
 
@@ -539,6 +710,7 @@ class AgentClient:
         *,
         namespace: str = "default",
         task_queue: str = DEFAULT_TASK_QUEUE,
+        update_retry_for: timedelta = UPDATE_RETRY_FOR,
     ) -> AgentClient:
         client = await Client.connect(
             address,
@@ -546,7 +718,7 @@ class AgentClient:
             data_converter=payload_codec.data_converter(),
             interceptors=telemetry.interceptors(),
         )
-        return cls(client, task_queue)
+        return cls(client, task_queue, update_retry_for=update_retry_for)
 
     async def start(
         self,
@@ -580,7 +752,7 @@ class AgentClient:
             static_summary=run_summary(agent_input),
             static_details=run_details(agent_input),
         )
-        return AgentRun(handle, self.client)
+        return AgentRun(handle, self.client, update_retry_for=self.update_retry_for)
 
     async def fork(
         self,
@@ -638,7 +810,9 @@ class AgentClient:
     def run(self, workflow_id: str) -> AgentRun:
         """A run started elsewhere (by another process, the CLI, or the Web UI)."""
         return AgentRun(
-            self.client.get_workflow_handle_for(AgentWorkflow.run, workflow_id), self.client
+            self.client.get_workflow_handle_for(AgentWorkflow.run, workflow_id),
+            self.client,
+            update_retry_for=self.update_retry_for,
         )
 
     async def awaiting_approval(self) -> AsyncIterator[AgentRun]:
@@ -766,6 +940,57 @@ def step_stats(label: str, results: Sequence[AgentResult], failed: int = 0) -> S
         recommended_max_steps=recommended,
         cut_short=sum(1 for s in steps if s > recommended),
     )
+
+
+def _not_taken(error: RPCError) -> NotTaken | None:
+    """Why the server did not take an update, when it says so; None for any other error (the
+    run is gone, the server cannot be reached, ...), which the client raises as it came."""
+    if error.status == RPCStatusCode.RESOURCE_EXHAUSTED:
+        return "busy"
+    if error.status == RPCStatusCode.UNAVAILABLE and "update was aborted" in error.message:
+        return "aborted"  # by a continue-as-new, after the server's own tries for the next run
+    if error.status == RPCStatusCode.FAILED_PRECONDITION:
+        # "limit on number of total updates has been reached (2000)", and since server 1.32
+        # "The limit on the total number of distinct updates in this workflow ...".
+        if re.search(r"total (number of distinct )?updates", error.message):
+            return "total"
+        # The workflow task that carried it failed (a signal came while the run continued as
+        # new, say): that task's work is discarded, the update with it.
+        if any(d.Is(WorkflowNotReadyFailure.DESCRIPTOR) for d in error.grpc_status.details):
+            return "aborted"
+    return None
+
+
+def _not_delivered(workflow_id: str, name: str, reason: NotTaken, error: RPCError) -> str:
+    """What happened to the update, and what to do, in one line."""
+    # The server's messages name its cap: "... has been reached (10)".
+    cap = re.search(r"reached \((\d+)\)", error.message)
+    many = f"{cap.group(1)} updates" if cap else "all the updates"
+    refused = f"run {workflow_id} did not take update {name}"
+    nothing = "nothing reached the run"
+    match reason:
+        case "busy" if "in-flight" in error.message:
+            return (
+                f"{refused}: it has {many} in flight, the most the server allows a run, and "
+                f"none finished while the client tried; {nothing}: send it again once the "
+                "run's worker has taken them (is one serving its task queue?)"
+            )
+        case "busy":
+            return f"{refused}: the server is busy ({error.message}); {nothing}: send it again"
+        case "aborted":
+            return (
+                f"{refused}: the server aborted it each time the client tried, as the run "
+                f"continued as new or its workflow task failed ({error.message}); {nothing}: "
+                "send it again"
+            )
+        case "total":
+            return (
+                f"{refused}: it has taken {many}, the most the server allows a run, and takes "
+                "more once it continues as new (at its next step boundary, or while it waits "
+                f"for a message); {nothing}: send it again then, or now as a signal of the same "
+                "name (the run takes send_message, interrupt, end_conversation, "
+                "decide_tool_call, approve_plan and reject_plan as signals)"
+            )
 
 
 def _refuse_locally(check: Callable[[Any], None], text: str | None) -> None:

@@ -3,7 +3,9 @@
     python starter.py "PROMPT" [--provider scripted|openai|anthropic] [--model M] [--max-steps N]
                       [--plan] [--approve-all] [--allow TOOL]... [--label TEXT]
                       [--address HOST:PORT] [--no-wait] [--json] [--trace] [--conversation]
-    python starter.py chat [PROMPT] [the run's options]
+    python starter.py - [the run's options]          (the prompt from standard input)
+    python starter.py --prompt-file FILE [the run's options]
+    python starter.py chat [PROMPT | --prompt-file FILE] [the run's options]
     python starter.py send WORKFLOW_ID TEXT [--wait]
     python starter.py interrupt WORKFLOW_ID
     python starter.py end WORKFLOW_ID
@@ -45,6 +47,9 @@ from its history; none of those tools run again) and follows it like a run; `dif
 two runs diverge; `eval` forks a label's last completed runs with another model and compares
 each fork with its original (docs/debugging.md).
 
+A prompt, and every other text argument, is UTF-8 text; a command line's words are bounded
+(128 KiB each on Linux), and a file's or standard input's prompt is not.
+
 Exit status: 0 completed (or started, with --no-wait; or done, for a subcommand); 1 the run
 failed, or the server refused or could not be reached; 2 bad command line.
 
@@ -62,7 +67,11 @@ from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from durable_agent import worker
-from durable_agent.agent_client import AgentClient
+from durable_agent.agent_client import (
+    AgentClient,
+    AgentUpdateNotDelivered,
+    SearchAttributesNotRegistered,
+)
 from durable_agent.cli import conversation, decide, fork as forks, read
 from durable_agent.cli.args import (
     ApproveCall,
@@ -120,7 +129,8 @@ async def main_async(argv: Sequence[str] | None = None) -> int:
 
 async def dispatch(args: RunArgs | Subcommand) -> int:
     """A run starts (and connects, or starts its own server) in cli.run; a subcommand connects
-    here and is handed its run. A server that refuses is one line and exit status 1."""
+    here and is handed its run. A server that refuses (an update it did not take, a namespace
+    without the runs' search attributes included) is one line and exit status 1."""
     if isinstance(args, RunArgs):
         return await run(args)
     try:
@@ -131,7 +141,12 @@ async def dispatch(args: RunArgs | Subcommand) -> int:
         return unreachable(args.address, error, None, None)
     try:
         return await hand_over(client, args)
-    except (RPCError, WorkflowQueryFailedError) as error:
+    except (
+        RPCError,
+        WorkflowQueryFailedError,
+        AgentUpdateNotDelivered,
+        SearchAttributesNotRegistered,
+    ) as error:
         target = args.command + (f" {args.workflow_id}" if isinstance(args, OfRun) else "")
         say(f"{target}: {one_line(error)}")
         return 1

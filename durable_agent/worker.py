@@ -44,6 +44,7 @@ from durable_agent.activities.admission import ADMITTED_PROVIDERS, Admission
 from durable_agent.activities.mcp_config import MCP_CONFIG_VARIABLE, mcp_config_from
 from durable_agent.activities.mcp_tools import McpTools
 from durable_agent.activities.store_check import StoreNotWritable, check_stores, describe_stores
+from durable_agent.agent_client import SearchAttributesNotRegistered
 from durable_agent.cli.plumbing import (
     CommandLineError,
     OneLineArgumentParser,
@@ -372,6 +373,9 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
         return 0
     except RuntimeError as error:
         logging.error("%s", error)
+        return 1
+    except SearchAttributesNotRegistered as error:  # it says what to register
+        logging.error("%s", error.message)
         return 1
     return 0
 

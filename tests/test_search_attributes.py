@@ -1,16 +1,28 @@
-"""A server that does not know AgentStatus and AgentStep gets them before the first run."""
+"""A server that does not know the run's search attributes gets them before the first run;
+one where this client may not register them (Temporal Cloud) is checked, and told what to
+register."""
 
 from __future__ import annotations
 
 import json
+import logging
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
-from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+import pytest
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode, ServiceClient
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.agent_client import AgentClient
+from durable_agent import agent_client
+from durable_agent.agent_client import AgentClient, SearchAttributesNotRegistered
 from durable_agent.worker import build_worker, temporal_binary
 from durable_agent.workflows.models import AGENT_STATUS
 from tests.helpers import TEST_WORKER_OPTIONS, call, run_agent, scripted_input, turn
@@ -59,3 +71,112 @@ async def test_agent_step_moves_with_the_status_and_every_ten_steps(
     # The others are the SDK's own (TemporalChangeVersion, for the patch markers).
     steps = [json.loads(fields["AgentStep"].data) for fields in upserts if "AgentStep" in fields]
     assert steps == [0, 10, 13]
+
+
+class OperatorServiceRefused(ServiceClient):
+    """The session's connection, but for the operator service, which answers `status` as
+    Temporal Cloud does (UNIMPLEMENTED) or a server whose authorizer says no (PERMISSION_DENIED):
+    the dev server has no way to refuse it. Everything else is the real server's."""
+
+    def __init__(self, real: ServiceClient, status: RPCStatusCode) -> None:
+        super().__init__(real.config)
+        self.real = real
+        self.status = status
+
+    @property
+    def worker_service_client(self) -> Any:
+        return self.real.worker_service_client
+
+    def update_rpc_metadata(self, metadata: Mapping[str, str | bytes]) -> None:
+        self.real.update_rpc_metadata(metadata)
+
+    def update_api_key(self, api_key: str | None) -> None:
+        self.real.update_api_key(api_key)
+
+    async def _rpc_call(self, rpc: str, req: Any, resp_type: Any, **options: Any) -> Any:
+        if options["service"] == "operator":
+            raise RPCError(f"{rpc} is not for this client", self.status, b"")
+        return await self.real._rpc_call(rpc, req, resp_type, **options)
+
+
+def refusing(client: Client, status: RPCStatusCode) -> Client:
+    return Client(
+        OperatorServiceRefused(client.service_client, status),
+        namespace=client.namespace,
+        data_converter=client.data_converter,
+    )
+
+
+REGISTER = (
+    "temporal operator search-attribute create --namespace default --name AgentStatus --type "
+    "Keyword --name AgentStep --type Int --name AgentCostUsd --type Double --name AgentError "
+    "--type Keyword"
+)
+REGISTER_ON_CLOUD = (
+    "tcld namespace search-attributes add --namespace default --search-attribute "
+    "AgentStatus=Keyword --search-attribute AgentStep=Int --search-attribute AgentCostUsd=Double "
+    "--search-attribute AgentError=Keyword"
+)
+
+
+async def test_where_registering_is_refused_runs_start_when_the_attributes_exist(
+    client: Client,
+    task_queue: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The session's server has the attributes; this client may not list or register them."""
+    caplog.set_level(logging.WARNING, logger="durable_agent.agent_client")
+    monkeypatch.setattr(agent_client, "_WARNED", set())  # as in a process of its own
+    started = []
+    try:
+        for status in (RPCStatusCode.UNIMPLEMENTED, RPCStatusCode.PERMISSION_DENIED):
+            agents = AgentClient(refusing(client, status), task_queue)
+            started.append(await agents.start(scripted_input([turn(text="hello")])))
+    finally:
+        for run in started:
+            await run.handle.terminate("no worker serves it")
+
+    assert len(started) == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings  # once a process
+    assert "may not list or register search attributes in namespace 'default'" in warnings[0]
+    assert REGISTER in warnings[0] and REGISTER_ON_CLOUD in warnings[0]
+
+
+async def test_where_registering_is_refused_and_the_attributes_are_missing_the_start_fails(
+    task_queue: str,
+) -> None:
+    async with await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+    ) as env:
+        # A real refusal: SQL visibility has room for 3 attributes of type Double a namespace.
+        for name in ("Price", "Weight", "Score"):
+            await env.client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(
+                    namespace="default",
+                    search_attributes={name: IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE},
+                )
+            )
+        failures = []
+        for agents_client in (env.client, refusing(env.client, RPCStatusCode.UNIMPLEMENTED)):
+            with pytest.raises(SearchAttributesNotRegistered) as failed:
+                await AgentClient(agents_client, task_queue).start(
+                    scripted_input([turn(text="hello")])
+                )
+            failures.append(failed.value)
+        runs = await env.client.count_workflows()
+
+    assert runs.count == 0
+    real, cloud = failures
+    assert "cannot have more than 3 search attribute of type Double" in real.message
+    assert "is not for this client" in cloud.message
+    for failure in failures:
+        assert failure.type == "SearchAttributesNotRegistered" and "\n" not in failure.message
+        assert failure.message.startswith(
+            "the search attributes AgentStatus (Keyword), AgentStep (Int), AgentCostUsd "
+            "(Double), AgentError (Keyword) are not registered in namespace 'default'"
+        )
+        assert REGISTER in failure.message and REGISTER_ON_CLOUD in failure.message
