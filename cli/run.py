@@ -41,6 +41,7 @@ from durable_agent.cli.progress import DeltaLines, StepLines, StepsFromEvents, u
 from durable_agent.cli.tables import trace_table
 from durable_agent.worker import build_worker, embedded_dev_server, free_port
 from durable_agent.workflows.errors import AgentConfigurationError
+from durable_agent.workflows.input_limits import InputTooLarge, check_input, json_bytes
 from durable_agent.workflows.models import (
     AgentInput,
     CompensationRecord,
@@ -172,6 +173,11 @@ async def _run(args: RunArgs) -> int:
             return 2
         args = dataclasses.replace(args, prompt=first.strip())
     agent_input = build_input(args)
+    try:  # before a server starts: the run could not start with it
+        check_input(json_bytes(agent_input), len(agent_input.prompt))
+    except InputTooLarge as refused:
+        say(f"starter.py: error: {refused}")
+        return 2
     following = Following.of(args)
     if args.provider == "scripted" and args.script is None and not args.json:
         say(

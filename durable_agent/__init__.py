@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         AgentConfigurationError,
         AgentError,
         AgentFatalToolError,
+        AgentInputTooLarge,
         AgentProviderError,
         AgentStepLimitExceeded,
     )
@@ -67,6 +68,7 @@ _HOMES = {
             "AgentConfigurationError",
             "AgentError",
             "AgentFatalToolError",
+            "AgentInputTooLarge",
             "AgentProviderError",
             "AgentStepLimitExceeded",
         ],
@@ -103,6 +105,7 @@ __all__ = [
     "AgentError",
     "AgentFatalToolError",
     "AgentInput",
+    "AgentInputTooLarge",
     "AgentPlugin",
     "AgentProviderError",
     "AgentResult",

@@ -47,13 +47,19 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_agent import forking, payload_codec
 from durable_agent.activities import telemetry
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.errors import AgentConfigurationError, AgentError
+from durable_agent.workflows.errors import (
+    AgentConfigurationError,
+    AgentError,
+    AgentInputTooLarge,
+)
 from durable_agent.workflows.input_limits import (
     TOO_LARGE,
     InputTooLarge,
     check_comment,
+    check_input,
     check_message,
     check_reason,
+    json_bytes,
 )
 from durable_agent.workflows.model_gateway import MODEL_ACTIVITY
 from durable_agent.workflows.models import (
@@ -736,7 +742,12 @@ class AgentClient:
         The run carries a static summary (its label and the start of its prompt) and static
         details (its model, limits and tools), which the Web UI shows on its page and
         `temporal workflow describe` prints; like every payload, they are encrypted when keys
-        are set."""
+        are set. Raises AgentInputTooLarge, sending nothing, for an input over
+        input_limits.MAX_INPUT_BYTES (the run would fail with it as it started)."""
+        try:
+            check_input(json_bytes(agent_input), len(agent_input.prompt))
+        except InputTooLarge as refused:
+            raise AgentInputTooLarge(str(refused)) from None
         if not self._search_attributes_checked:
             await ensure_search_attributes(self.client)
             self._search_attributes_checked = True

@@ -34,6 +34,7 @@ from durable_agent.workflows.errors import (
     AgentApprovalTimeout,
     AgentError,
     AgentFatalToolError,
+    AgentInputTooLarge,
 )
 from durable_agent.workflows.gates import (
     PlanGate,
@@ -41,7 +42,7 @@ from durable_agent.workflows.gates import (
     ignored_by_signal,
     validator_refusal,
 )
-from durable_agent.workflows.input_limits import InputTooLarge
+from durable_agent.workflows.input_limits import InputTooLarge, check_input, json_bytes
 from durable_agent.workflows.loop_detection import LoopDetector
 from durable_agent.workflows.model_gateway import ModelGateway
 from durable_agent.workflows.models import (
@@ -441,6 +442,8 @@ class AgentWorkflow:
 
     async def _loop(self) -> AgentResult:
         agent_input, state = self._input, self._state
+        if agent_input.carried is None:
+            self._check_input_size()
         await self._resolve_tools()
         talk = self._conversation
         if agent_input.carried is None and agent_input.fork is None:
@@ -538,6 +541,15 @@ class AgentWorkflow:
             outcome: conversation.TurnOutcome = "interrupted" if answer is None else "answered"
             if (ended := await self._next_turn(outcome, answer)) is not None:
                 return ended
+
+    def _check_input_size(self) -> None:
+        """One rule for the input at the start and at every hand-on (input_limits.py): an input
+        that could not be carried fails now, before anything is paid for."""
+        try:
+            check_input(json_bytes(self._input), len(self._input.prompt))
+        except InputTooLarge as refused:
+            if versioning.refuses_oversized_input():
+                raise AgentInputTooLarge(str(refused), self._budget.details()) from None
 
     def _hand_on_due(self) -> bool:
         steps_this_run = self._state.steps - self._first_step_of_run

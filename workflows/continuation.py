@@ -16,13 +16,15 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 import durable_agent.workflows.compaction as compaction
 from durable_agent.workflows.budget import Budget
 from durable_agent.workflows.errors import AgentBudgetExceeded
+from durable_agent.workflows.input_limits import MAX_INPUT_BYTES, json_bytes
 from durable_agent.workflows.models import AgentInput, ForkSeed
 from durable_agent.workflows.reporting import Reporter
 from durable_agent.workflows.state import RunState, ToolApproval
 from durable_agent.workflows.transcript import pending_calls
 
-MAX_CARRIED_BYTES = 1_800_000
-"""Under Temporal's 2 MB payload limit, with room for the encoding around it."""
+MAX_CARRIED_BYTES = MAX_INPUT_BYTES
+"""What a run's input may have, whether it starts or continues as new: one rule
+(workflows/input_limits.py)."""
 MAX_CARRIED_TRANSCRIPT_BYTES = 500_000
 """Over this, a run that has compacted carries its compaction view, not the whole transcript,
 so that what a long run carries does not grow with its steps."""
@@ -65,10 +67,12 @@ async def hand_on(
     handed = state.model_copy(
         update={"runs": state.runs + 1, "stream": events, "approvals": _approvals_to_keep(state)}
     )
+    # The prompt goes once, as the transcript's first message: carried twice, a prompt that
+    # could start a run would fail its first hand-on.
     next_input = agent_input.model_copy(
-        update={"carried": handed, "fork": _fork_origin(agent_input)}
+        update={"carried": handed, "fork": _fork_origin(agent_input), "prompt": ""}
     )
-    size = len(next_input.model_dump_json())
+    size = json_bytes(next_input)
     if state.note is not None and (
         size > MAX_CARRIED_BYTES
         or sum(len(m.model_dump_json()) for m in state.messages) > MAX_CARRIED_TRANSCRIPT_BYTES
@@ -78,7 +82,7 @@ async def hand_on(
         view = compaction.view(state.messages, state.cut, state.note)
         handed = handed.model_copy(update={"messages": view, "cut": 1, "note": None})
         next_input = next_input.model_copy(update={"carried": handed})
-        size = len(next_input.model_dump_json())
+        size = json_bytes(next_input)
     if size > MAX_CARRIED_BYTES:
         # A continue-as-new that cannot be sent would leave the run stuck forever.
         raise AgentBudgetExceeded(

@@ -44,6 +44,11 @@ class AgentConfigurationError(AgentError):
     """The run asked for something the worker cannot provide (an unknown tool, a missing key)."""
 
 
+class AgentInputTooLarge(AgentError):
+    """Input over one of the bounds of workflows/input_limits.py: a run's input, a message, a
+    comment or a reason. An update's validator refuses with this type too."""
+
+
 class ScriptedModelMismatch(AgentError):
     """The scripted model was asked for a reply its script does not have."""
 

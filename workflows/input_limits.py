@@ -1,4 +1,5 @@
-"""Bounds on what a person or an app sends a run: messages, plan comments, denial reasons.
+"""Bounds on what a person or an app sends a run: its input, messages, plan comments, denial
+reasons.
 
 Each of these is written to the run's event history when it is taken (an update's accepted event
 carries its input), and again in the model call that first sends it, and it stays in the
@@ -10,6 +11,8 @@ Deterministic code only.
 """
 
 from __future__ import annotations
+
+from pydantic import BaseModel
 
 from durable_agent.workflows.outcomes import count
 
@@ -30,6 +33,12 @@ MAX_REASON_CHARS = 2_000
 """The reason a person gives with a tool call's decision, in characters: a paragraph. The model
 reads it in the call's error result, and the run keeps it with every decided call (the `status`
 query shows them) and with a remembered decision."""
+MAX_INPUT_BYTES = 1_800_000
+"""A run's input as JSON: when it starts, and whenever it continues as new, carrying its state
+(workflows/continuation.py). One rule for both, so a run that may start may also hand on: under
+Temporal's 2 MB payload limit, with room for the encoding around it. The prompt counts once (a
+continued run carries it in its transcript, not in `prompt` again); a document too large for
+it is better read by a tool than pasted into the prompt."""
 QUOTED_ID_CHARS = 100
 """A call id quoted back in a refusal: an id longer than any the run gives is named by its start."""
 
@@ -59,6 +68,24 @@ def check_comment(comment: str | None) -> None:
 
 def check_reason(reason: str | None) -> None:
     _check(reason, "reason", MAX_REASON_CHARS, "MAX_REASON_CHARS", "shorten it")
+
+
+def json_bytes(model: BaseModel) -> int:
+    """A model's size as its JSON payload has it: UTF-8 bytes."""
+    return len(model.model_dump_json().encode())
+
+
+def check_input(size: int, prompt_chars: int) -> None:
+    """Whether a run's input of `size` bytes as JSON, `prompt_chars` of them its prompt, may
+    start a run (MAX_INPUT_BYTES)."""
+    if size > MAX_INPUT_BYTES:
+        raise InputTooLarge(
+            f"the run's input is {size:,} bytes as JSON, its prompt {prompt_chars:,} characters "
+            f"of them; a run's input may have {MAX_INPUT_BYTES:,} (MAX_INPUT_BYTES), when it "
+            "starts and whenever it continues as new: shorten the prompt, or give the agent a "
+            "tool that reads the document",
+            "the run's input",
+        )
 
 
 def check_queue(waiting: list[str], text: str, turn: int) -> None:

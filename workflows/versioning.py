@@ -68,6 +68,10 @@ first waits for a person or a message, so runs that never wait record no marker.
 MOVES_BETWEEN_TURNS = "moves-to-the-current-version-between-turns"
 """A conversation waiting between turns on a worker deployment version that is no longer the
 target continues as new onto the current one (older runs waited on). Asked only then."""
+INPUT_BOUND_AT_START = "input-bound-at-start"
+"""A run whose input is over input_limits.MAX_INPUT_BYTES fails as it starts, with
+AgentInputTooLarge (older runs took it, and failed at their first continue-as-new). Asked only
+by such a run."""
 SIGNAL_INPUT_BOUNDS = "signal-input-bounds"
 """A signal whose input is over a bound of workflows/input_limits.py is ignored (older runs took
 it). Asked only when such a signal comes, by `ignores_oversized_signal`, so a run that never gets
@@ -90,6 +94,7 @@ PATCH_IDS: dict[str, str] = {
     LINEAR_SCHEMA_CHECKS: "0.2.0",
     DROPS_UNKNOWN_SIGNALS: "0.2.0",
     MOVES_BETWEEN_TURNS: "0.2.0",
+    INPUT_BOUND_AT_START: "0.2.0",
 }
 """Every patch id that ever landed on main, with where it landed: append-only. A history with an
 id's marker replays only while the code asks for that id (Temporal fails the task on a marker
@@ -243,3 +248,9 @@ def moves_between_turns() -> bool:
     whether to continue as new onto the current one, as this run does, or wait on, as a run
     recorded before did. Asked only then."""
     return workflow.patched(MOVES_BETWEEN_TURNS)
+
+
+def refuses_oversized_input() -> bool:
+    """The run's input is over input_limits.MAX_INPUT_BYTES: whether to fail it as it starts,
+    as this run does, or take it, as a run recorded before the bound did. Asked only then."""
+    return workflow.patched(INPUT_BOUND_AT_START)
