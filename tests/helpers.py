@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import shutil
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 
@@ -26,6 +29,23 @@ from durable_agent.workflows.models import (
     ToolApprovalPolicy,
 )
 from durable_agent.workflows.transcript import Message, Transcript
+
+STRICT_VARIABLE = "AGENT_TESTS_STRICT"
+"""Set (to 1) by .ci/run: a test that would skip for a program the machine lacks fails instead,
+so CI always runs the browser's and Node's tests."""
+
+
+def program(names: tuple[str, ...], install: str) -> str:
+    """The path of the first of `names` on PATH. Where none is, the test skips and says what
+    to install (`pytest -rs` lists it in the summary), or fails under AGENT_TESTS_STRICT=1."""
+    for name in names:
+        if found := shutil.which(name):
+            return found
+    reason = f"no {names[0]} on this machine: {install}"
+    if os.environ.get(STRICT_VARIABLE, "") not in ("", "0"):
+        pytest.fail(f"{reason} ({STRICT_VARIABLE} is set: this run must not skip it)")
+    pytest.skip(reason)
+
 
 TEST_WORKER_OPTIONS: dict[str, Any] = {
     # A bug in workflow code fails the test's run at once instead of retrying the task forever.

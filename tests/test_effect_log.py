@@ -25,10 +25,18 @@ from durable_agent.workflows.models import (
     CompensationRecord,
     EffectsPageRequest,
     Limits,
+    ModelSettings,
     RunState,
 )
 from durable_agent.workflows.saga import MAX_REPORTED_COMPENSATIONS, Saga
-from tests.helpers import TEST_WORKER_OPTIONS, call, run_agent, scripted_input, turn
+from tests.helpers import (
+    FAST_MODEL_RETRY,
+    TEST_WORKER_OPTIONS,
+    call,
+    run_agent,
+    scripted_input,
+    turn,
+)
 
 CALLS_PER_STEP = 100
 
@@ -251,3 +259,37 @@ def test_the_failure_of_a_run_with_thousands_of_effects_stays_small() -> None:
     assert len(details.compensations) == MAX_REPORTED_COMPENSATIONS
     assert details.compensations_left_out == {"completed": 10_999, "failed": 1}
     assert len(details.model_dump_json()) < 200_000
+
+
+async def test_a_sub_agents_effects_fit_the_room_its_parents_log_has_left(
+    client: Client, task_queue: str
+) -> None:
+    """The parent's log is two thirds full when it delegates: the sub-agent may fill what is
+    left, no more, so the log it adopts keeps the parent's under its bound (issue 37)."""
+    padding = "p" * (effect_log.MAX_KEPT_ARGUMENT_CHARS - 40)
+    child_calls = [
+        call("tiny_effect", n=10_000 + i, padding=padding) for i in range(CALLS_PER_STEP * 2)
+    ]
+    child = ModelSettings(
+        provider="scripted",
+        script=[turn(*child_calls), turn(text="the sub-agent is done")],
+        retry=FAST_MODEL_RETRY,
+    )
+    script = [
+        *effect_steps(2, padding),
+        turn(call("delegate", task="apply the rest", tools=["tiny_effect"])),
+        turn(text="delegated"),
+    ]
+    agent_input = scripted_input(
+        script, tools=["tiny_effect"], sub_agents=True, sub_agent_model=child
+    )
+    run = await run_agent(client, task_queue, agent_input)
+
+    assert run.result is not None and run.result.answer == "delegated"
+    effects = run.result.side_effects
+    own_prefix = f"{run.handle.id}/{run.handle.first_execution_run_id}/"
+    held = sum(effect.log_bytes(own_prefix) for effect in effects)
+    adopted = [e for e in effects if not e.call.idempotency_key.startswith(own_prefix)]
+    one_entry = effect_log.MAX_KEPT_ARGUMENT_CHARS + 200
+    assert held <= effect_log.MAX_LOG_BYTES + one_entry, held
+    assert 0 < len(adopted) < len(child_calls)  # the child applied what had room, no more

@@ -121,7 +121,9 @@ class AgentWorkflow:
         self._window = ContextWindow(
             agent_input, state, self._budget, self._gateway, self._reporter
         )
-        self._saga = Saga(state, self._reporter, agent_input.heartbeat_timeout)
+        self._saga = Saga(
+            state, self._reporter, agent_input.heartbeat_timeout, agent_input.effect_log_room
+        )
         self._runner = ToolRunner(
             agent_input,
             state,

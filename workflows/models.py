@@ -305,6 +305,11 @@ class AgentInput(BaseModel):
     heartbeat_timeout_seconds: float | None = Field(default=10.0, gt=0)
     """Model, tool and compensation activities heartbeat; an attempt whose worker died is retried
     after this long rather than after its whole start-to-close timeout. None turns it off."""
+    effect_log_room: int | None = Field(default=None, ge=0, exclude_if=lambda v: v is None)
+    """Set by a parent for its sub-agent: the bytes the parent's compensation log has left
+    (effect_log.MAX_LOG_BYTES less what it holds), which the sub-agent's effects join when it
+    ends. The sub-agent's log counts its entries as the parent will and is full at this room,
+    so the parent's stays bounded however deep the delegation goes. None: a run of its own."""
 
     @property
     def heartbeat_timeout(self) -> timedelta | None:

@@ -42,16 +42,28 @@ MAX_NAMED_COMPENSATIONS = 20
 
 
 class Saga:
-    def __init__(self, state: RunState, reporter: Reporter, heartbeat: timedelta | None):
+    def __init__(
+        self,
+        state: RunState,
+        reporter: Reporter,
+        heartbeat: timedelta | None,
+        room: int | None = None,
+    ):
         self._state = state
         self._reporter = reporter
         self._heartbeat = heartbeat
+        self._room = room
+        """A sub-agent's: what its parent's log has left (AgentInput.effect_log_room)."""
         self.compensations: list[CompensationRecord] = []
         """What undoing did, newest effect first (filled when the run fails)."""
         info = workflow.info()
         # What every key of this run's own calls starts with (see ToolRunner._execute).
         self._own_prefix = f"{info.workflow_id}/{info.first_execution_run_id}/"
         self._log_bytes = sum(effect.log_bytes(self._own_prefix) for effect in state.effects)
+        self._bytes_for_parent = (
+            0 if room is None else sum(effect.log_bytes("") for effect in state.effects)
+        )
+        """The log as the parent will count it: keys whole (they do not start with its prefix)."""
 
     @property
     def effects(self) -> list[AppliedEffect]:
@@ -62,14 +74,30 @@ class Saga:
         kept = effect.bounded()
         self._state.effects.append(kept)
         self._log_bytes += kept.log_bytes(self._own_prefix)
+        if self._room is not None:
+            self._bytes_for_parent += kept.log_bytes("")
 
     def adopt(self, effects: list[AppliedEffect]) -> None:
         """A sub-agent's effects: undone by this run if it fails after delegating."""
         for effect in effects:
             self.record(effect)
 
+    def room_left(self) -> int:
+        """What a sub-agent started now may add to this log (AgentInput.effect_log_room)."""
+        left = effect_log.MAX_LOG_BYTES - self._log_bytes
+        if self._room is not None:
+            left = min(left, self._room - self._bytes_for_parent)
+        return max(left, 0)
+
     def full(self) -> str | None:
         """Why no more side effects may start, when the log has reached its bound."""
+        if self._room is not None and self._bytes_for_parent >= self._room:
+            return (
+                f"the compensation log this sub-agent shares with its parent is full "
+                f"({count(len(self.effects), 'side effect')} here, {self._bytes_for_parent:,} "
+                f"bytes of the {self._room:,} the parent had left, so that it can always undo "
+                "them all)"
+            )
         if self._log_bytes < effect_log.MAX_LOG_BYTES:
             return None
         return (

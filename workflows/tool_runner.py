@@ -409,6 +409,7 @@ class ToolRunner:
             heartbeat_timeout_seconds=parent.heartbeat_timeout_seconds,
             approval_timeout_seconds=parent.approval_timeout_seconds,
             tool_approval=policy.model_copy(update={"allow": [*policy.allow, *remembered]}),
+            effect_log_room=self._saga.room_left(),
         )
 
 
