@@ -18,6 +18,7 @@ wire (the workflow type, its queries, updates and signals), so it records older 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import sys
@@ -27,14 +28,29 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-try:
-    from durable_agent.worker import build_worker, embedded_dev_server
-    from durable_agent.workflows.models import AgentInput
-except ImportError:  # a release from before the one import name (0.1.0's first months)
-    from worker import build_worker, embedded_dev_server  # type: ignore[no-redef]
-    from workflows.models import AgentInput  # type: ignore[no-redef]
-
 from temporalio.client import Client, WorkflowHandle
+
+LAYOUTS = (
+    ("durable_agent.worker", "durable_agent.workflows.models"),
+    ("worker", "workflows.models"),
+)
+"""Where the release being recorded keeps its worker and its models: under the one import name
+since d7e71aa (2026-12-02), at the top of the checkout before. By name, so that this file
+imports the project the one way everywhere else does (tests/test_architecture.py)."""
+
+
+def _release_modules() -> tuple[Any, Any]:
+    for worker_module, models_module in LAYOUTS:
+        try:
+            return importlib.import_module(worker_module), importlib.import_module(models_module)
+        except ModuleNotFoundError:
+            continue
+    raise SystemExit("no release here: run this in a checkout of the project, installed")
+
+
+_worker, _models = _release_modules()
+build_worker, embedded_dev_server = _worker.build_worker, _worker.embedded_dev_server
+AgentInput = _models.AgentInput
 
 WAIT_SECONDS = 30.0
 TASK_QUEUE = "release-record"

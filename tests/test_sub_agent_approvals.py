@@ -5,6 +5,7 @@ subprocess. The parent forwards the decision to the sub-agent, which takes it as
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sys
 from pathlib import Path
@@ -310,3 +311,64 @@ async def test_a_cancel_while_the_sub_agent_waits_ends_both_and_clears_the_wait(
     decided = [(e.call_id, e.outcome) for e in events if e.kind == "approval_decided"]
     assert decided == [(CANCEL, "not_run")]
     assert demo_tools.get_order(104999)["status"] == "processing"
+
+
+async def test_a_remembered_denial_holds_for_sub_agents_started_later(
+    client: Client, task_queue: str
+) -> None:
+    """'Never' on the parent's own call: a sub-agent started after it is denied the tool with
+    the person's reason, and nobody is asked again (issue 38; docs/people-in-the-loop.md)."""
+    email = {"to": "a@b.com", "subject": "Your order", "body": "It is on its way."}
+    child = child_model(
+        turn(call("send_email", **email)),
+        turn(text="I could not email: not to customers.", expect="not to customers"),
+    )
+    script = [
+        turn(call("send_email", **email)),
+        turn(call("delegate", task="Email a@b.com."), expect="not to customers"),
+        turn(text="No email went out.", expect="I could not email"),
+    ]
+    agent_input = scripted_input(
+        script,
+        tools=["send_email"],
+        sub_agents=True,
+        sub_agent_model=child,
+        tool_approval=ToolApprovalPolicy(),
+    )
+    async with serving(client, task_queue) as agents:
+        run = await agents.start(agent_input)
+        await until(run, "approval_requested")
+        await run.decide_tool_call(
+            "call_1_1", approve=False, reason="not to customers", remember=True
+        )
+        result = await run.result()
+        events = await until(run, "completed")
+        sub_agent = await agents.run(f"{run.id}/call_2_1").result()
+
+    assert result.answer == "No email went out."
+    assert [e.call_id for e in events if e.kind == "approval_requested"] == ["call_1_1"]
+    denied = sub_agent.step_records[0].tool_calls[0]
+    assert denied.outcome == "denied" and "not to customers" in (denied.error or "")
+    assert demo_tools.outbox() == []
+
+
+async def test_a_run_terminated_while_its_sub_agent_waits_leaves_no_stray_error(
+    client: Client, task_queue: str
+) -> None:
+    """The worker drops the terminated run from its cache: the delegate call's cleanup must not
+    run outside the workflow (it printed `Exception ignored ... _NotInWorkflowEventLoopError`,
+    which this suite's warnings-as-errors turns into a failure)."""
+    async with serving(client, task_queue) as agents:
+        run = await agents.start(delegating_input())
+        await waiting_in_sub_agent(run, CANCEL)
+        await run.handle.terminate("stop")
+        child = agents.run(f"{run.id}/call_1_1")
+
+        async def ended() -> bool:
+            return (await child.handle.describe()).status != WorkflowExecutionStatus.RUNNING
+
+        await eventually(ended, what="the sub-agent to end with its parent")
+        # A fresh run on the same worker goes on: the dropped run left nothing behind.
+        fresh = await agents.start(scripted_input([turn(text="fine")]))
+        assert (await fresh.result()).answer == "fine"
+    gc.collect()

@@ -37,8 +37,9 @@ pytestmark = pytest.mark.browser
 
 PAGE_SECONDS = 30.0
 """How long a page may take to show what is awaited (the UI polls the server)."""
-ARGUMENTS = '{"order_id":1042,"reason":"arrived damaged"}'
-"""The waiting call's arguments as the scripted model writes them (compact JSON)."""
+ARGUMENTS = '{"order_id": 1042, "reason": "arrived damaged"}'
+"""The waiting call's arguments as a person is shown them: the parsed arguments, field by field
+(workflows/shown_arguments.py), not the model's compact text."""
 
 # Everything a page shows: the document's text, then each same-origin frame's (the UI renders
 # the summary, the details and the current details as Markdown, each in a frame of its own),

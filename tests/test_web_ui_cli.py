@@ -116,7 +116,7 @@ async def test_describe_metadata_and_a_list_query_on_cost_show_what_a_run_is(
             lines = [x for x in metadata.splitlines() if x.strip().startswith(f"{handler} ")]
             assert any(words in line for line in lines), (handler, metadata)
         # The current details say what waits, with the arguments to read and the input to paste.
-        assert '`{"order_id":1042,"reason":"arrived damaged"}`' in metadata
+        assert '`{"order_id": 1042, "reason": "arrived damaged"}`' in metadata
         assert '`{"call_id": "call_2_1", "approve": true}`' in metadata
         assert "Steps done: 2 · cost so far: \\$1.8000" in metadata
 

@@ -14,6 +14,7 @@ run's state, and every append goes through the pairing rule.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import Any
 
@@ -100,6 +101,10 @@ class AgentWorkflow:
             state = fork.seeded_state(agent_input.fork, workflow.now())
         else:
             state = RunState.start(workflow.now())
+        if agent_input.carried is None:
+            # A sub-agent holds the denials its parent was asked to remember.
+            for tool, denial in agent_input.remembered_denials.items():
+                state.remembered.setdefault(tool, denial)
         self._state = state
         # The transcript checks what it is given, then shares the state's list of messages.
         self._transcript = Transcript(messages=state.messages)
@@ -522,7 +527,13 @@ class AgentWorkflow:
             )
 
             # Append BEFORE executing: if the worker dies mid-tool, the intent is on record.
-            message = dispatch.with_unique_call_ids(response.message, step, self._call_ids)
+            checks = dispatch.check_reply(response.message.tool_calls)
+            message = dispatch.with_unique_call_ids(
+                response.message,
+                step,
+                self._call_ids,
+                bounded_ids=checks.long_call_ids and versioning.renames_long_call_ids(),
+            )
             new_ids = [call.id for call in message.tool_calls]
             self._call_ids.add(new_ids)
             self._transcript.append(message)
@@ -537,7 +548,7 @@ class AgentWorkflow:
                 nudge = EMPTY_REPLY_NUDGE if agent_input.output_schema is None else SCHEMA_NUDGE
                 self._transcript.append(UserMessage(content=nudge))
                 continue
-            answer = await self._run_reply(message.tool_calls, record)
+            answer = await self._run_reply(message.tool_calls, record, checks)
             if answer is None and not talk.interrupted:
                 continue
             outcome: conversation.TurnOutcome = "interrupted" if answer is None else "answered"
@@ -598,11 +609,16 @@ class AgentWorkflow:
         return result.model_copy(update={"turns": talk.turns(), "ended": talk.ended()})
 
     async def _run_reply(
-        self, calls: tuple[ToolCall, ...], record: StepRecord
+        self, calls: tuple[ToolCall, ...], record: StepRecord, checks: dispatch.ReplyChecks
     ) -> AgentResult | None:
         """Plan a reply's calls, ask for the approvals the plan names, run it, and append one
         result per call in call order. Returns the run's result when finish was accepted."""
-        planned = dispatch.plan_reply(calls, self._facts(), self._loops)
+        facts = self._facts()
+        if checks.too_many_calls and versioning.caps_calls_per_reply():
+            facts = dataclasses.replace(facts, max_calls=dispatch.MAX_CALLS_PER_REPLY)
+        if checks.duplicate_keys and versioning.refuses_duplicate_keys():
+            facts = dataclasses.replace(facts, refuses_duplicate_keys=True)
+        planned = dispatch.plan_reply(calls, facts, self._loops)
         self._tool_gate.open(planned, self._state.steps)
         reply = await self._runner.run(planned)
         feedback: str | None = None

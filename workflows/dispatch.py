@@ -36,6 +36,16 @@ from durable_agent.workflows.versioning import Behaviours
 
 MAX_ARGUMENT_DEPTH = 32
 """Nesting a tool's arguments may have (the object itself is level 1)."""
+MAX_CALLS_PER_REPLY = 100
+"""Calls one reply may make; each one past it gets an error result saying so, and runs not. Far
+more than a model fans out for a task it means (parallel calls come in the tens), and what
+keeps one reply's results in a run's history bounded: 100 results of a tool's default 8,000
+characters are 800 KB. A reply of 2,100 calls once wedged a run: Temporal refuses a workflow
+task that would have more than 2,000 activities pending, and retried it forever."""
+MAX_CALL_ID_CHARS = 64
+"""A call id longer than this is renamed, as a missing or repeated one is (`call_{step}_{n}`):
+providers' own ids are under 40 characters, and a sub-agent's workflow id is its parent's and
+the delegate call's id, which Temporal bounds at 1,000 characters."""
 AFTER_FINISH = "Not run: finish came before it; the run ended with that answer."
 
 
@@ -77,6 +87,24 @@ class PlannedCall:
 
 
 @dataclass(frozen=True)
+class ReplyChecks:
+    """What in one reply would be planned otherwise by a run recorded before its bound: the
+    run asks its history (versioning) only when one of these is true."""
+
+    too_many_calls: bool
+    duplicate_keys: bool
+    long_call_ids: bool
+
+
+def check_reply(calls: Sequence[ToolCall]) -> ReplyChecks:
+    return ReplyChecks(
+        too_many_calls=len(calls) > MAX_CALLS_PER_REPLY,
+        duplicate_keys=any(_duplicated_key(call.arguments) is not None for call in calls),
+        long_call_ids=any(len(call.id) > MAX_CALL_ID_CHARS for call in calls),
+    )
+
+
+@dataclass(frozen=True)
 class RunFacts:
     """What dispatch reads of the run: its input, its tools and where its plan stands."""
 
@@ -89,6 +117,10 @@ class RunFacts:
     policy: ToolApprovalPolicy
     remembered: Mapping[str, ToolCallDecision]
     behaviours: Behaviours
+    max_calls: int | None = None
+    """Calls a reply may make (MAX_CALLS_PER_REPLY); None: a run from before the bound."""
+    refuses_duplicate_keys: bool = False
+    """Arguments with a key twice are refused (a run from before took the last one)."""
 
 
 def offered_tools(
@@ -118,7 +150,15 @@ def plan_reply(
     """What happens to each call of one reply, in call order."""
     planned: list[PlannedCall] = []
     finished = planned_plan = False
-    for call in calls:
+    for position, call in enumerate(calls):
+        if facts.max_calls is not None and position >= facts.max_calls:
+            # Past the bound nothing is looked at: not even loop counts move.
+            planned.append(
+                PlannedCall(
+                    call, Refuse(Outcome.error(call, _too_many(position, calls, facts.max_calls)))
+                )
+            )
+            continue
         action = _dispose(call, facts, loops)
         ask = _asks(call, action, facts) if facts.behaviours.per_tool_approval else None
         if finished and facts.behaviours.bounded_dispatch:
@@ -135,10 +175,20 @@ def plan_reply(
     return planned
 
 
-def parse_arguments(call: ToolCall, behaviours: Behaviours) -> dict[str, Any] | Refuse:
+def _too_many(position: int, calls: Sequence[ToolCall], bound: int) -> str:
+    return (
+        f"Error: not run: a reply may make at most {bound} calls, and this is call "
+        f"{position + 1} of {len(calls)}. Make the ones you still need in your next reply, "
+        "fewer at a time."
+    )
+
+
+def parse_arguments(
+    call: ToolCall, behaviours: Behaviours, refuse_duplicate_keys: bool = False
+) -> dict[str, Any] | Refuse:
     """The call's arguments as an object, or why the model must send them again."""
     try:
-        arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+        arguments, key = _parsed(call.arguments) if call.arguments.strip() else ({}, None)
     except (ValueError, RecursionError) as error:
         reason = "nested too deep to read" if isinstance(error, RecursionError) else error
         return Refuse(
@@ -157,6 +207,16 @@ def parse_arguments(call: ToolCall, behaviours: Behaviours) -> dict[str, Any] | 
                 call,
                 f"Error: the arguments for {call.name} must be a JSON object, not "
                 f"{type(arguments).__name__}{said}. The tool did not run.",
+            )
+        )
+    if refuse_duplicate_keys and key is not None:
+        # The last of two wins in the parse: a person shown the first would approve one thing
+        # and the tool would run another. Refused before anyone is asked.
+        return Refuse(
+            Outcome.error(
+                call,
+                f"Error: the arguments for {call.name} have the key {bounded(repr(key))} more "
+                "than once. The tool did not run; send each key once.",
             )
         )
     depth = nesting_depth(arguments)
@@ -187,24 +247,57 @@ def nesting_depth(value: Any) -> int:
 
 
 def with_unique_call_ids(
-    message: AssistantMessage, step: int, earlier: Container[str]
+    message: AssistantMessage, step: int, earlier: Container[str], *, bounded_ids: bool = False
 ) -> AssistantMessage:
     """Models sometimes repeat or omit call ids; every call of a run needs its own, for its
-    result and for its idempotency key."""
+    result and for its idempotency key. With `bounded_ids`, one over MAX_CALL_ID_CHARS is
+    renamed too (a sub-agent's workflow id is built from it)."""
     ids = [call.id for call in message.tool_calls]
-    if all(ids) and len(set(ids)) == len(ids) and not any(i in earlier for i in ids):
+    too_long = bounded_ids and any(len(i) > MAX_CALL_ID_CHARS for i in ids)
+    unique = all(ids) and len(set(ids)) == len(ids) and not any(i in earlier for i in ids)
+    if unique and not too_long:
         return message
     seen: set[str] = set()
     calls = []
     for position, call in enumerate(message.tool_calls):
         call_id = call.id
-        if not call_id or call_id in seen or call_id in earlier:
+        renamed = bounded_ids and len(call_id) > MAX_CALL_ID_CHARS
+        if renamed or not call_id or call_id in seen or call_id in earlier:
             call_id = f"call_{step}_{position + 1}"
             while call_id in seen or call_id in earlier:
                 call_id += "_"
         seen.add(call_id)
         calls.append(call.model_copy(update={"id": call_id}))
     return message.model_copy(update={"tool_calls": tuple(calls)})
+
+
+def _parsed(text: str) -> tuple[Any, str | None]:
+    """The arguments parsed as json.loads parses them (the last of a repeated key wins), and
+    a key that appears twice in one of their objects, if one does."""
+    duplicate: str | None = None
+
+    def to_dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal duplicate
+        result = dict(pairs)
+        if duplicate is None and len(result) != len(pairs):
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    duplicate = key
+                    break
+                seen.add(key)
+        return result
+
+    return json.loads(text, object_pairs_hook=to_dict), duplicate
+
+
+def _duplicated_key(arguments: str) -> str | None:
+    """A key that appears twice in one object of these arguments (at any depth), if one does;
+    None for arguments without one, or that are not valid JSON (refused elsewhere)."""
+    try:
+        return _parsed(arguments)[1] if arguments.strip() else None
+    except (ValueError, RecursionError):
+        return None
 
 
 def _dispose(call: ToolCall, facts: RunFacts, loops: LoopDetector) -> Action:
@@ -214,7 +307,7 @@ def _dispose(call: ToolCall, facts: RunFacts, loops: LoopDetector) -> Action:
         if call.name in facts.tools or call.name in LOOP_TOOLS:
             return Refuse(Outcome.refused(call, text))
         return Refuse(Outcome.error(call, text))
-    arguments = parse_arguments(call, facts.behaviours)
+    arguments = parse_arguments(call, facts.behaviours, facts.refuses_duplicate_keys)
     if isinstance(arguments, Refuse):
         return arguments
     if call.name == FINISH:

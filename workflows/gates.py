@@ -21,9 +21,10 @@ from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
 from temporalio.converter import DefaultFailureConverter, PayloadConverter
 from temporalio.exceptions import ApplicationError, FailureError
 
+import durable_agent.workflows.shown_arguments as shown_arguments
 import durable_agent.workflows.versioning as versioning
 from durable_agent.workflows.budget import Budget
-from durable_agent.workflows.dispatch import PlannedCall
+from durable_agent.workflows.dispatch import PlannedCall, Run
 from durable_agent.workflows.errors import AgentApprovalTimeout
 from durable_agent.workflows.input_limits import (
     TOO_LARGE,
@@ -42,14 +43,15 @@ from durable_agent.workflows.models import (
     ToolApproval,
     ToolCallDecision,
 )
-from durable_agent.workflows.outcomes import RECORDED_ARGUMENT_CHARS, count
+from durable_agent.workflows.outcomes import count
 from durable_agent.workflows.reporting import Explained, Reporter, calls_markdown, plan_markdown
 from durable_agent.workflows.state import RunState
 from durable_agent.workflows.transcript import ToolCall
 from durable_agent.workflows.unknown_signals import UnknownSignals
 
-DETAILS_ARGUMENT_CHARS = 200
-"""Arguments quoted in the current details (the Web UI's run page), per waiting call."""
+DETAILS_ARGUMENT_CHARS = 80
+"""Each argument's value as the current details (the Web UI's run page) quote it, per waiting
+call: every field is shown, each cut on its own (shown_arguments.py)."""
 DECIDE_TOOL_CALL = "decide_tool_call"
 """The update and the signal that decide a waiting call; a parent forwards the signal."""
 SUB_AGENT_CONFIRM_SECONDS = 60.0
@@ -235,11 +237,16 @@ class ToolCallGate:
         for entry in planned:
             if entry.ask is None:
                 continue
-            call = entry.call
+            call, action = entry.call, entry.action
+            # Only a call the plan will run asks (dispatch._asks): its arguments are parsed.
+            assert isinstance(action, Run)
+            fields, left_out = shown_arguments.fields_of(action.arguments)
             request = ToolApproval(
                 call_id=call.id,
                 tool=call.name,
-                arguments=call.arguments[:RECORDED_ARGUMENT_CHARS],
+                arguments=shown_arguments.text(fields, left_out),
+                fields=fields,
+                fields_left_out=left_out,
                 step=step,
                 asked_at=workflow.now(),
             )
@@ -591,7 +598,7 @@ class ToolCallGate:
     def _details(self) -> str:
         waiting = [*self.awaiting(), *self.sub_agent_awaiting()]
         calls = "; ".join(
-            f"{a.tool} {a.arguments[:DETAILS_ARGUMENT_CHARS]} ({a.call_id}"
+            f"{a.tool} {_line(a)} ({a.call_id}"
             + (", a sub-agent's" if isinstance(a, SubAgentApproval) else "")
             + ")"
             for a in waiting
@@ -600,6 +607,11 @@ class ToolCallGate:
             f"waiting for a person to decide {count(len(waiting), 'tool call')}: {calls}: "
             "update or signal decide_tool_call"
         )
+
+
+def _line(approval: ToolApproval) -> str:
+    warning, arguments = shown_arguments.of_approval(approval, DETAILS_ARGUMENT_CHARS)
+    return arguments if warning is None else f"{warning}: {arguments}"
 
 
 def _asked_by(workflow_id: str, approval: ToolApproval) -> SubAgentApproval:

@@ -32,6 +32,7 @@ from durable_agent.workflows.state import (
     QueuedMessage as QueuedMessage,
     RunState as RunState,
     RunTools as RunTools,
+    ShownField as ShownField,
     StepRecord as StepRecord,
     ToolApproval as ToolApproval,
     ToolCallDecision as ToolCallDecision,
@@ -305,6 +306,12 @@ class AgentInput(BaseModel):
     heartbeat_timeout_seconds: float | None = Field(default=10.0, gt=0)
     """Model, tool and compensation activities heartbeat; an attempt whose worker died is retried
     after this long rather than after its whole start-to-close timeout. None turns it off."""
+    remembered_denials: dict[str, ToolCallDecision] = Field(
+        default={}, exclude_if=lambda denials: not denials
+    )
+    """Set by a parent for its sub-agent: the denials a person asked the parent to remember, by
+    tool, which hold in the sub-agent too (its calls of those tools are denied without asking,
+    with the person's reason). Approvals to remember go in `tool_approval.allow`."""
     effect_log_room: int | None = Field(default=None, ge=0, exclude_if=lambda v: v is None)
     """Set by a parent for its sub-agent: the bytes the parent's compensation log has left
     (effect_log.MAX_LOG_BYTES less what it holds), which the sub-agent's effects join when it

@@ -27,6 +27,7 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
 from temporalio.contrib.workflow_streams import WorkflowStream
 
+import durable_agent.workflows.shown_arguments as shown_arguments
 import durable_agent.workflows.versioning as versioning
 from durable_agent.workflows.models import (
     AGENT_COST_USD,
@@ -243,12 +244,12 @@ def calls_markdown(waiting: Sequence[tuple[ToolApproval, bool]], argument_chars:
     list with their arguments in code, and the inputs that decide them."""
     lines = []
     for n, (approval, sub_agent) in enumerate(waiting[:DETAILS_CALLS], start=1):
-        arguments = approval.arguments
-        cut = " (cut)" if len(arguments) > argument_chars else ""
+        warning, arguments = shown_arguments.of_approval(approval, argument_chars)
+        cut = f" **{warning}**" if warning else ""
         whose = ", a sub-agent's" if sub_agent else ""
         lines.append(
             f"{n}. {code_span(approval.tool)} (call {code_span(approval.call_id)}{whose}) with "
-            f"{code_span(arguments[:argument_chars])}{cut}"
+            f"{code_span(arguments)}{cut}"
         )
     if len(waiting) > DETAILS_CALLS:
         lines.append(f"\n… and {count(len(waiting) - DETAILS_CALLS, 'more call')}")

@@ -76,13 +76,31 @@ ApprovalStatus = Literal["awaiting_approval", "approved", "denied", "timed_out",
 """not_run: the run ended, or a call before it failed fatally, before it was decided."""
 
 
+class ShownField(BaseModel):
+    """One field of a waiting call's arguments, as a person is shown it
+    (workflows/shown_arguments.py)."""
+
+    name: str
+    value: str
+    """The value as the tool gets it, in JSON, cut at shown_arguments.FIELD_CHARS."""
+    chars: int
+    """The whole value's length in JSON: longer than `value` when it was cut."""
+
+
 class ToolApproval(BaseModel):
     """A call that waited for a person, and what they decided."""
 
     call_id: str
     tool: str
     arguments: str
-    """As the model wrote them (cut at 1,000 characters)."""
+    """What a person is shown: the parsed arguments the tool will get, field by field, each
+    value cut on its own, after a NOT SHOWN WHOLE warning when anything is left out
+    (shown_arguments.text). Runs recorded before 0.2.0 kept the model's raw text, cut at 1,000
+    characters, and no `fields`."""
+    fields: list[ShownField] = Field(default=[], exclude_if=lambda fields: not fields)
+    """The same, field by field, for a screen to lay out."""
+    fields_left_out: int = Field(default=0, exclude_if=lambda left: not left)
+    """Fields past shown_arguments.MAX_FIELDS, which neither `arguments` nor `fields` show."""
     step: int
     status: ApprovalStatus = "awaiting_approval"
     reason: str | None = None

@@ -12,6 +12,7 @@ deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,6 +33,7 @@ import durable_agent.workflows.versioning as versioning
 from durable_agent.workflows.budget import Budget
 from durable_agent.workflows.builtin_tools import DELEGATE, DELEGATE_PARAMETERS, READ_RESULT
 from durable_agent.workflows.dispatch import (
+    AFTER_FINISH,
     Finish,
     PlannedCall,
     Refuse,
@@ -57,6 +59,7 @@ from durable_agent.workflows.models import (
     ToolActivityInput,
     ToolActivityResult,
     ToolApprovalPolicy,
+    ToolCallRecord,
     ToolSpec,
 )
 from durable_agent.workflows.outcomes import Outcome
@@ -66,6 +69,17 @@ from durable_agent.workflows.state import RunState
 from durable_agent.workflows.transcript import ToolCall
 
 ANSWER_RECORDED = "Answer recorded; the run ends here."
+AFTER_A_REFUSED_FINISH = (
+    "Not run: it came after finish, which was not taken (see its result). Call it again if you "
+    "still need it."
+)
+MAX_WORKFLOW_ID_CHARS = 1_000
+"""Temporal's bound on a workflow id: a sub-agent's is its parent's, a slash and the call id."""
+MAX_CALLS_IN_FLIGHT = 32
+"""A reply's calls that run at once; the rest start as these finish, in call order. Temporal
+refuses a workflow task that would leave a run with more than 2,000 activities pending, and a
+worker runs 100 activities at a time by default: a reply's fan-out stays well under both, and
+leaves room for the other runs on the worker."""
 SUMMARY_CHARS = 120
 """An activity's summary in the Web UI: the tool and its arguments, cut to this."""
 
@@ -121,14 +135,24 @@ class ToolRunner:
         batch: list[tuple[ToolCall, Run]] = []
 
         async def run_batch() -> None:
+            slots = None
+            if len(batch) > MAX_CALLS_IN_FLIGHT and versioning.bounds_calls_in_flight():
+                slots = asyncio.Semaphore(MAX_CALLS_IN_FLIGHT)
             if self.interruption is not None:
                 done = await self.interruption.run_calls(
-                    [(call, self._run_one(call, run), run.spec.side_effects) for call, run in batch]
+                    [
+                        (call, self._run_one(call, run, slots), run.spec.side_effects)
+                        for call, run in batch
+                    ]
                 )
             else:
-                done = await asyncio.gather(*(self._run_one(call, run) for call, run in batch))
+                done = await asyncio.gather(
+                    *(self._run_one(call, run, slots) for call, run in batch)
+                )
             reply.outcomes.update({c.id: o for (c, _), o in zip(batch, done, strict=True)})
             batch.clear()
+
+        finish_refused = False
 
         for entry in planned:
             call = entry.call
@@ -140,10 +164,18 @@ class ToolRunner:
                 continue
             match entry.action:
                 case Refuse(outcome):
+                    if finish_refused and outcome.result.content == AFTER_FINISH:
+                        outcome = Outcome.not_run(call, AFTER_A_REFUSED_FINISH)
                     reply.outcomes[call.id] = outcome
                 case Finish(arguments):
-                    reply.answer = arguments
-                    reply.outcomes[call.id] = Outcome.ok(call, ANSWER_RECORDED)
+                    await run_batch()  # what came before the answer has its outcome first
+                    failed = [o.record for o in reply.outcomes.values() if o.record.outcome != "ok"]
+                    if failed and versioning.refuses_finish_after_a_failure():
+                        finish_refused = True
+                        reply.outcomes[call.id] = Outcome.error(call, _finish_refused(failed))
+                    else:
+                        reply.answer = arguments
+                        reply.outcomes[call.id] = Outcome.ok(call, ANSWER_RECORDED)
                 case SubmitPlan(steps):
                     reply.plan = (call, steps)
                 case Run(spec) as run if spec.side_effects:
@@ -165,21 +197,28 @@ class ToolRunner:
         await run_batch()
         return reply
 
-    async def _run_one(self, call: ToolCall, run: Run) -> Outcome:
-        """One call: its approval (when it asked one), then its activity, reported as it goes."""
+    async def _run_one(
+        self, call: ToolCall, run: Run, slots: asyncio.Semaphore | None = None
+    ) -> Outcome:
+        """One call: its approval (when it asked one), then its activity (once one of `slots`
+        is free, when the batch has them), reported as it goes."""
         if self._gate.asked(call.id):
             denial = await self._gate.wait(call)
             if denial is not None:
                 return Outcome.denied(call, denial)
-        if self.interruption is not None:
-            self.interruption.started(call.id)
-        self._reporter.publish(
-            "tool_call_started", call_id=call.id, tool=call.name, arguments=call.arguments[:1000]
-        )
-        if run.spec.name == DELEGATE:
-            outcome = await self._delegate(call, run.arguments)
-        else:
-            outcome = await self._execute(call, run)
+        async with slots or contextlib.nullcontext():
+            if self.interruption is not None:
+                self.interruption.started(call.id)
+            self._reporter.publish(
+                "tool_call_started",
+                call_id=call.id,
+                tool=call.name,
+                arguments=call.arguments[:1000],
+            )
+            if run.spec.name == DELEGATE:
+                outcome = await self._delegate(call, run.arguments)
+            else:
+                outcome = await self._execute(call, run)
         self._reporter.call_finished(outcome)
         return outcome
 
@@ -336,6 +375,15 @@ class ToolRunner:
                 return Outcome.error(call, refusal)
         if (full := self._saga.full()) and versioning.refuses_past_a_full_log():
             return Outcome.error(call, f"Error: the sub-agent did not start: {full}.")
+        child_id = f"{workflow.info().workflow_id}/{call.id}"
+        if len(child_id) > MAX_WORKFLOW_ID_CHARS:
+            # Temporal would refuse the start, and fail every workflow task of this run with it.
+            return Outcome.error(
+                call,
+                f"Error: the sub-agent did not start: its workflow id would have "
+                f"{len(child_id):,} characters, over the {MAX_WORKFLOW_ID_CHARS:,} Temporal takes "
+                "(sub-agents nested too deep under a long workflow id). Do the task yourself.",
+            )
         started = workflow.now()
         # Its calls that wait for a person are reported here, and shown as this run's.
         self._gate.sub_agent_started(call.id)
@@ -344,7 +392,7 @@ class ToolRunner:
                 "AgentWorkflow",
                 self._child_input(arguments),
                 result_type=AgentResult,
-                id=f"{workflow.info().workflow_id}/{call.id}",
+                id=child_id,
                 static_summary=f"sub-agent for {call.id}",
             )
         except ChildWorkflowError as error:
@@ -358,7 +406,8 @@ class ToolRunner:
             content = f"Error: the sub-agent failed: {describe_failure(cause)}"
             return Outcome.error(call, content[:2000], latency_ms=_ms_since(started), attempts=1)
         finally:
-            self._gate.sub_agent_ended(call.id)
+            if workflow.in_workflow():  # not when the worker drops the run from its cache
+                self._gate.sub_agent_ended(call.id)
         self._budget.record_side_call(result.usage)
         self._saga.adopt(result.side_effects)
         return Outcome.ok(call, result.answer, latency_ms=_ms_since(started), attempts=1)
@@ -409,8 +458,35 @@ class ToolRunner:
             heartbeat_timeout_seconds=parent.heartbeat_timeout_seconds,
             approval_timeout_seconds=parent.approval_timeout_seconds,
             tool_approval=policy.model_copy(update={"allow": [*policy.allow, *remembered]}),
+            remembered_denials={
+                tool: decision
+                for tool, decision in self._state.remembered.items()
+                if not decision.approve
+            },
             effect_log_room=self._saga.room_left(),
         )
+
+
+_FAILED_AS = {
+    "error": "failed",
+    "denied": "was denied",
+    "not_run": "did not run",
+    "loop_detected": "was refused as a loop",
+    "refused": "was refused",
+}
+
+
+def _finish_refused(failed: list[ToolCallRecord]) -> str:
+    outcomes = "; ".join(
+        f"{record.name} ({record.id}) {_FAILED_AS.get(record.outcome, record.outcome)}"
+        for record in failed[:10]
+    )
+    more = f"; and {len(failed) - 10} more" if len(failed) > 10 else ""
+    return (
+        "Error: finish was not taken, because calls before it in this reply did not succeed: "
+        f"{outcomes}{more}. Their results say why. Answer again with those outcomes in view; "
+        "do not say they succeeded."
+    )
 
 
 def _attempts_made(error: ActivityError | ApplicationError, spec: ToolSpec) -> int:

@@ -72,6 +72,21 @@ INPUT_BOUND_AT_START = "input-bound-at-start"
 """A run whose input is over input_limits.MAX_INPUT_BYTES fails as it starts, with
 AgentInputTooLarge (older runs took it, and failed at their first continue-as-new). Asked only
 by such a run."""
+CALLS_PER_REPLY = "bounded-calls-per-reply"
+"""A reply's calls past dispatch.MAX_CALLS_PER_REPLY get an error result and do not run (older
+runs planned them all). Asked only by a reply that has more."""
+CALLS_IN_FLIGHT = "bounded-calls-in-flight"
+"""At most tool_runner.MAX_CALLS_IN_FLIGHT of a reply's calls run at once, the rest as slots
+free up (older runs started them all at once). Asked only by a batch that has more."""
+DUPLICATE_KEYS = "duplicate-argument-keys-refused"
+"""Arguments with a key twice in one object are refused before anyone is asked (older runs took
+the last). Asked only by a reply that has such arguments."""
+LONG_CALL_IDS = "long-call-ids-renamed"
+"""A call id over dispatch.MAX_CALL_ID_CHARS is renamed (older runs kept it). Asked only by a
+reply that has one."""
+FINISH_AFTER_A_FAILURE = "finish-beside-a-failed-call-refused"
+"""finish is not taken when a call before it in the same reply did not come back ok (older runs
+ended with its answer). Asked only when that happens."""
 SIGNAL_INPUT_BOUNDS = "signal-input-bounds"
 """A signal whose input is over a bound of workflows/input_limits.py is ignored (older runs took
 it). Asked only when such a signal comes, by `ignores_oversized_signal`, so a run that never gets
@@ -95,6 +110,11 @@ PATCH_IDS: dict[str, str] = {
     DROPS_UNKNOWN_SIGNALS: "0.2.0",
     MOVES_BETWEEN_TURNS: "0.2.0",
     INPUT_BOUND_AT_START: "0.2.0",
+    CALLS_PER_REPLY: "0.2.0",
+    CALLS_IN_FLIGHT: "0.2.0",
+    DUPLICATE_KEYS: "0.2.0",
+    LONG_CALL_IDS: "0.2.0",
+    FINISH_AFTER_A_FAILURE: "0.2.0",
 }
 """Every patch id that ever landed on main, with where it landed: append-only. A history with an
 id's marker replays only while the code asks for that id (Temporal fails the task on a marker
@@ -254,3 +274,33 @@ def refuses_oversized_input() -> bool:
     """The run's input is over input_limits.MAX_INPUT_BYTES: whether to fail it as it starts,
     as this run does, or take it, as a run recorded before the bound did. Asked only then."""
     return workflow.patched(INPUT_BOUND_AT_START)
+
+
+def caps_calls_per_reply() -> bool:
+    """A reply has more than dispatch.MAX_CALLS_PER_REPLY calls: whether the ones past it are
+    refused, as in this run, or all run, as in a run recorded before. Asked only then."""
+    return workflow.patched(CALLS_PER_REPLY)
+
+
+def bounds_calls_in_flight() -> bool:
+    """A batch has more calls than tool_runner.MAX_CALLS_IN_FLIGHT: whether they run that many
+    at a time, or all at once as in a run recorded before. Asked only then."""
+    return workflow.patched(CALLS_IN_FLIGHT)
+
+
+def refuses_duplicate_keys() -> bool:
+    """A reply's arguments repeat a key: whether they are refused, or the last taken as in a run
+    recorded before. Asked only then."""
+    return workflow.patched(DUPLICATE_KEYS)
+
+
+def renames_long_call_ids() -> bool:
+    """A reply has a call id over dispatch.MAX_CALL_ID_CHARS: whether it is renamed, or kept as
+    in a run recorded before. Asked only then."""
+    return workflow.patched(LONG_CALL_IDS)
+
+
+def refuses_finish_after_a_failure() -> bool:
+    """A call before finish in its reply did not come back ok: whether finish is refused, or
+    taken as in a run recorded before. Asked only then."""
+    return workflow.patched(FINISH_AFTER_A_FAILURE)
