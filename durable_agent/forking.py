@@ -13,7 +13,9 @@ has its keys; it needs neither a worker nor the workers' stores. Nothing here ch
 The transcript through step K is what the model was sent at step K+1 (compacted, if the
 original compacted before it); for the last step, that step's request, its reply and its tool
 activities' results. The fork's seed carries it, with what steps 1..K cost and the side effects
-they had, which the fork lists as inherited and never undoes (workflows/fork.py).
+they had, which the fork lists as inherited and never undoes (workflows/fork.py). A fork of a
+plan-mode run is in plan mode too, and its seed carries the plan a person decided in steps 1..K:
+only a plan approved there lets the fork change data without planning first.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ApplicationError
 
 import durable_agent.workflows.history as history
+import durable_agent.workflows.json_schema as json_schema
+from durable_agent.workflows.builtin_tools import SUBMIT_PLAN, SUBMIT_PLAN_PARAMETERS
 from durable_agent.workflows.model_gateway import MODEL_ACTIVITY
 from durable_agent.workflows.models import (
     AgentInput,
@@ -43,6 +47,7 @@ from durable_agent.workflows.models import (
     ModelRequest,
     ModelResponse,
     ModelSettings,
+    PlanState,
     ScriptedTurn,
     ToolActivityInput,
     ToolActivityResult,
@@ -121,6 +126,8 @@ class RecordedRun:
     """The queue its first run was started on."""
     result: AgentResult | None = None
     failure: ApplicationError | None = None
+    offered: dict[int, list[str]] = field(default_factory=dict)
+    """The names of the tools each step's request offered the model (its last request's)."""
 
     @property
     def step_count(self) -> int:
@@ -221,6 +228,35 @@ class RecordedRun:
                 )
         return effects
 
+    def plan_through(self, k: int) -> PlanState | None:
+        """The plan of a plan-mode run as steps 1..k left it: the last one a person decided,
+        approved or rejected; None when none was (not submitted, or still waiting at step k).
+
+        Read from the tools each request offered rather than from the decision's text, which a
+        compaction may have summarised away: a plan-mode run offers submit_plan until its plan
+        is approved, and never after. A plan submitted at step s was decided before the request
+        of step s + 1 (a run whose plan timed out, or was cancelled waiting, made no more steps),
+        so that request tells approved from rejected."""
+        if not self.input.plan:
+            return None
+        seed = self.input.fork
+        plan = seed.plan if seed is not None else None
+        for step in self.steps:
+            if step.step > k or (plan is not None and plan.status == "approved"):
+                break
+            if SUBMIT_PLAN not in self.offered.get(step.step, []):
+                continue  # refused as "approved already": no submission
+            submitted = _submitted_plan(step.reply)
+            after = self.offered.get(step.step + 1)
+            if submitted is None or after is None:
+                continue
+            plan = PlanState(
+                version=(plan.version if plan is not None else 0) + 1,
+                steps=submitted,
+                status="rejected" if SUBMIT_PLAN in after else "approved",
+            )
+        return plan
+
     def origin(self, k: int) -> ForkOrigin:
         self._check_step(k)
         made_it = self.step(k)
@@ -245,8 +281,9 @@ class RecordedRun:
         """The input of a fork at step `k`: this run's task and options, with what is given
         instead (a scripted model plays the turn of each step's number: see scripted_from).
         Tool approval is on unless `tool_approval` says otherwise (a fork never inherits a
-        trusted job's approve_all); plan mode only from step 0, since a plan approved before
-        step k was the original's."""
+        trusted job's approve_all). A fork of a plan-mode run is in plan mode at every step,
+        and its plan counts as approved only if a person approved one in steps 1..k: else it
+        plans, and waits for a person, before anything that changes data is offered."""
         messages = self.transcript_through(k)
         original = self.input
         fork_input = original.model_copy(
@@ -255,10 +292,11 @@ class RecordedRun:
                 "system": original.system if system is None else system,
                 "limits": limits or original.limits,
                 "tool_approval": tool_approval or ToolApprovalPolicy(),
-                "plan": original.plan and k == 0,
                 "label": original.label if label is None else label,
                 "carried": None,
-                "fork": ForkSeed(origin=self.origin(k), messages=messages),
+                "fork": ForkSeed(
+                    origin=self.origin(k), messages=messages, plan=self.plan_through(k)
+                ),
             }
         )
         size = len(fork_input.model_dump_json())
@@ -288,6 +326,23 @@ class RecordedRun:
         if self.input.fork is not None:
             return list(self.input.fork.messages)
         return [UserMessage(content=self.input.prompt)]
+
+
+def _submitted_plan(reply: ModelResponse | None) -> list[str] | None:
+    """The steps of the plan a reply submitted: its first submit_plan call whose arguments are
+    a valid plan, as dispatch takes it (a later one, or an invalid one, is refused)."""
+    for call in reply.message.tool_calls if reply is not None else ():
+        if call.name != SUBMIT_PLAN:
+            continue
+        try:
+            arguments = json.loads(call.arguments)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(arguments, dict) and not json_schema.problems(
+            SUBMIT_PLAN_PARAMETERS, arguments
+        ):
+            return [str(step) for step in arguments["steps"]]
+    return None
 
 
 _CLOSED: dict[int, str] = {
@@ -439,12 +494,18 @@ class _HistoryReader:
         )
         steps: dict[int, RecordedStep] = {}
         tools: dict[str, ToolSpec] = {}
+        offered: dict[int, list[str]] = {}
         last_sent: list[Message] = []
+        last_tools: list[ToolSpec] = []
         last_run = ""
         for run_id, request, reply in self._requests:
             if run_id != last_run:  # each run's first request names nothing sent before it
-                last_sent, last_run = [], run_id
+                last_sent, last_tools, last_run = [], [], run_id
             tools.update({spec.name: spec for spec in request.tools})
+            # A tools_ref names the list the run's previous step request sent (model_gateway).
+            if request.tools or request.tools_ref is None:
+                last_tools = request.tools
+            offered[request.step] = [spec.name for spec in last_tools]
             sent = self._whole(request, last_sent, contents)
             last_sent = sent
             step = steps.setdefault(request.step, RecordedStep(request.step, run_id, sent))
@@ -465,6 +526,7 @@ class _HistoryReader:
             task_queue=self._task_queue,
             result=self._result,
             failure=self._failure,
+            offered=offered,
         )
 
     def _whole(

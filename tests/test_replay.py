@@ -43,6 +43,7 @@ from durable_agent.workflows.models import (
     Limits,
     ModelResponse,
     PlanDecision,
+    PlanState,
     ToolApprovalPolicy,
     ToolCallDecision,
 )
@@ -304,6 +305,39 @@ def scenarios() -> dict[str, Scenario]:
                 ),
             )
         ),
+        # A fork of a plan-mode run after its plan was approved (issue 38): the seeded approval
+        # lets a call that changes data run at once, with tool approval on and nobody asked.
+        "plan_fork": Scenario(
+            scripted_input(
+                scripted_from(
+                    1, [turn(call("keyed_effect", label="plan-fork")), turn(text="forked")]
+                ),
+                tools=["keyed_effect"],
+                plan=True,
+                tool_approval=ToolApprovalPolicy(),
+                fork=ForkSeed(
+                    origin=ForkOrigin(workflow_id="replay-original", run_id="run-1", step=1),
+                    messages=[
+                        UserMessage(content="where is order 1042"),
+                        AssistantMessage(
+                            tool_calls=(
+                                ToolCall(
+                                    id="call_1_1",
+                                    name="submit_plan",
+                                    arguments='{"steps":["Record it"]}',
+                                ),
+                            )
+                        ),
+                        ToolResult(
+                            tool_call_id="call_1_1",
+                            tool_name="submit_plan",
+                            content="A person approved plan v1. Carry it out now.",
+                        ),
+                    ],
+                    plan=PlanState(version=1, steps=["Record it"], status="approved"),
+                ),
+            )
+        ),
     }
 
 
@@ -431,6 +465,18 @@ def test_the_committed_histories_cover_what_they_are_named_for() -> None:
     assert "workflow_execution_completed_event_attributes" in kinds(
         HISTORIES / "continue_as_new.run2.json"
     )
+    # A fork seeded with an approved plan ran the call that changes data with nobody asked.
+    plan_fork = events(HISTORIES / "plan_fork.json")
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in plan_fork
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled == ["call_model", "keyed_effect", "call_model"]
+    assert not kinds(HISTORIES / "plan_fork.json") & {
+        "workflow_execution_signaled_event_attributes",
+        "workflow_execution_update_accepted_event_attributes",
+    }
 
 
 # Not sandboxed: the sandbox would re-import this test module and all it imports. What is

@@ -246,6 +246,9 @@ class ForkSeed(BaseModel):
     origin: ForkOrigin
     messages: list[Message]
     """The original's transcript through step `origin.step`, read from its history."""
+    plan: PlanState | None = None
+    """A plan-mode original's plan as steps 1..`origin.step` left it: the last one a person
+    decided there. Only an approved one lets the fork change data without planning first."""
 
 
 class AgentInput(BaseModel):
