@@ -214,6 +214,21 @@ def scenarios() -> dict[str, Scenario]:
             ),
             ends="failed",
         ),
+        # Recorded before an exception after a side effect was an unknown outcome: replays
+        # the charge as having changed nothing, not undone (today's run undoes it, and records
+        # the patch's marker as it logs the effect).
+        "side_effect_then_value_error": Scenario(
+            scripted_input(
+                [
+                    turn(call("charge_card", label="replayed")),
+                    turn(call("count_me", key="after-charge")),
+                    turn(text="never reached"),
+                ],
+                tools=["charge_card", "count_me"],
+                limits=Limits(max_steps=2),
+            ),
+            ends="failed",
+        ),
         "plan_approval": Scenario(
             scripted_input(
                 [
@@ -414,6 +429,12 @@ def test_the_committed_histories_cover_what_they_are_named_for() -> None:
     ]
     assert len(undos) == 2
     assert failed[-1].HasField("workflow_execution_failed_event_attributes")
+    # Failed by code from before an exception after a side effect was an unknown outcome: the
+    # charge was not undone.
+    charged = events(HISTORIES / "side_effect_then_value_error.json")
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in charged]
+    assert "charge_card" in scheduled and "refund_charge" not in scheduled
+    assert charged[-1].HasField("workflow_execution_failed_event_attributes")
     # Taken by code from before the bounds: the oversized message went to the model, and no
     # marker of the bounds' patch (the same run today records one and ignores the message).
     oversized = events(HISTORIES / "oversized_signal_message.json")
