@@ -9,7 +9,9 @@ older code look like, and a change versioned with `workflow.patched` must still 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import json
 import os
 import uuid
 from collections.abc import Awaitable, Callable
@@ -452,6 +454,42 @@ def test_the_committed_histories_cover_what_they_are_named_for() -> None:
     assert "workflow_execution_completed_event_attributes" in kinds(
         HISTORIES / "continue_as_new.run2.json"
     )
+
+
+def with_tool_result(path: Path, tool: str, **fields: Any) -> WorkflowHistory:
+    """The history in `path` with `fields` set in the result of `tool`'s activity: what a newer
+    worker that ran the tool would have sent to the workflow."""
+    data = json.loads(path.read_text())
+    scheduled = {
+        event["eventId"]: event["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+        for event in data["events"]
+        if "activityTaskScheduledEventAttributes" in event
+    }
+    changed = 0
+    for event in data["events"]:
+        completed = event.get("activityTaskCompletedEventAttributes")
+        if completed is None or scheduled[completed["scheduledEventId"]] != tool:
+            continue
+        payload = completed["result"]["payloads"][0]
+        result = json.loads(base64.b64decode(payload["data"])) | fields
+        payload["data"] = base64.b64encode(json.dumps(result).encode()).decode()
+        changed += 1
+    assert changed, f"no result of {tool} in {path.name}"
+    return WorkflowHistory.from_json(path.stem, data)
+
+
+async def test_an_unknown_outcome_from_a_newer_worker_replays_as_the_run_ran() -> None:
+    """A fleet mid-upgrade: a newer worker ran the charge and said its outcome is unknown, and
+    an older one ran the workflow, which did not read that and failed the run without undoing
+    it. Today's code replays that history as it ran: without the patch's marker, nothing is
+    logged, and no refund is scheduled where the history has the run's failure."""
+    history = with_tool_result(
+        HISTORIES / "side_effect_then_value_error.json", "charge_card", outcome_unknown=True
+    )
+
+    result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+
+    assert result.replay_failure is None, str(result.replay_failure)[:2000]
 
 
 # Not sandboxed: the sandbox would re-import this test module and all it imports. What is

@@ -72,6 +72,12 @@ INPUT_BOUND_AT_START = "input-bound-at-start"
 """A run whose input is over input_limits.MAX_INPUT_BYTES fails as it starts, with
 AgentInputTooLarge (older runs took it, and failed at their first continue-as-new). Asked only
 by such a run."""
+ERRORS_AFTER_EFFECTS = "errors-after-effects-undone"
+"""A side-effecting call that failed with a message for the model other than a ToolError's (a
+ValueError from a reply it could not parse, after the effect) enters the compensation log as
+outcome unknown, and a failed run undoes it (older runs took it as having changed nothing).
+Asked only when such a call's result comes, by `undoes_errors_after_effects`, so a run that
+never has one records no marker for it."""
 SIGNAL_INPUT_BOUNDS = "signal-input-bounds"
 """A signal whose input is over a bound of workflows/input_limits.py is ignored (older runs took
 it). Asked only when such a signal comes, by `ignores_oversized_signal`, so a run that never gets
@@ -95,6 +101,7 @@ PATCH_IDS: dict[str, str] = {
     DROPS_UNKNOWN_SIGNALS: "0.2.0",
     MOVES_BETWEEN_TURNS: "0.2.0",
     INPUT_BOUND_AT_START: "0.2.0",
+    ERRORS_AFTER_EFFECTS: "0.2.0",
 }
 """Every patch id that ever landed on main, with where it landed: append-only. A history with an
 id's marker replays only while the code asks for that id (Temporal fails the task on a marker
@@ -254,3 +261,11 @@ def refuses_oversized_input() -> bool:
     """The run's input is over input_limits.MAX_INPUT_BYTES: whether to fail it as it starts,
     as this run does, or take it, as a run recorded before the bound did. Asked only then."""
     return workflow.patched(INPUT_BOUND_AT_START)
+
+
+def undoes_errors_after_effects() -> bool:
+    """A side-effecting call failed with a message for the model other than a ToolError's, so
+    its outcome is unknown: whether to log it for compensation, as this run does, or take it as
+    having changed nothing, as a run recorded before did (its activity's result may say unknown
+    all the same, when a newer worker ran the tool). Asked only then."""
+    return workflow.patched(ERRORS_AFTER_EFFECTS)
