@@ -67,7 +67,9 @@ class ToolError(Exception):
     """Raise it in a tool to fail the call with a message for the model: `raise ToolError("No
     user has the email a@b.com")`. The call is not retried, it is recorded as an error, and the
     model reads `Error: <tool> failed: <message>`. Raising it says that the call changed nothing:
-    a side-effecting call that fails this way is not entered in the compensation log."""
+    a side-effecting call that fails this way is not entered in the compensation log. It is the
+    only exception that says so (raise it before the effect, or after undoing it): any other, a
+    ValueError included, leaves a side-effecting call's outcome unknown, to be undone."""
 
 
 @dataclass(frozen=True)
