@@ -7,7 +7,9 @@ docstring is a prompt; say when to use the tool, what comes back and how much of
 Seed 003 again for failures: what the model can fix goes back to it as text. A `ToolError`, and
 by default a `ValueError` or `TypeError`, fails the call with its message as the result, on the
 first attempt; any other exception is retried under the tool's policy and reaches the model as
-its type only (the traceback goes to the worker's log).
+its type only (the traceback goes to the worker's log). In a side-effecting tool only a
+`ToolError` (or arguments that fail validation, before the body runs) says that nothing changed:
+any other exception leaves the call's outcome unknown, and the run logs it for compensation.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from durable_agent.workflows.models import (
     ToolSelection,
     ToolSpec,
 )
-from durable_agent.workflows.outcomes import bounded
+from durable_agent.workflows.outcomes import MAY_HAVE_TAKEN_EFFECT, bounded
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +67,9 @@ class ToolError(Exception):
     """Raise it in a tool to fail the call with a message for the model: `raise ToolError("No
     user has the email a@b.com")`. The call is not retried, it is recorded as an error, and the
     model reads `Error: <tool> failed: <message>`. Raising it says that the call changed nothing:
-    a side-effecting call that fails this way is not entered in the compensation log."""
+    a side-effecting call that fails this way is not entered in the compensation log. It is the
+    only exception that says so (raise it before the effect, or after undoing it): any other, a
+    ValueError included, leaves a side-effecting call's outcome unknown, to be undone."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +139,9 @@ def tool(
 
     `errors_to_model`: the exception types whose message fails the call at once, as the model's
     result (`ToolError` always does). `()` keeps every message from the model: a ValueError is
-    then retried and reported by its type, as any unexpected exception is.
+    then retried and reported by its type, as any unexpected exception is. In a side-effecting
+    tool only `ToolError` means the call changed nothing: any other exception, these included,
+    may have come after the effect, and the model is told to check before calling it again.
 
     `local`: run a read-only tool's calls as local activities, in the worker that runs the
     workflow, recorded as one marker each (docs/tools.md#local-tools): for fast calls, since a
@@ -193,6 +199,7 @@ def tool(
                 arguments_model,
                 keep_value=bool(compensation),
                 errors_to_model=tuple(errors_to_model),
+                side_effects=side_effects,
             ),
             compensation_activity=_compensation_activity(compensation) if compensation else None,
             errors_to_model=tuple(errors_to_model),
@@ -474,16 +481,20 @@ def _compensation_activity(fn: Callable[[CompensationInput], Any]) -> Callable[.
     return compensate
 
 
-def tool_error_text(tool_name: str, error: Exception) -> str:
-    """What the model reads of a call that failed with a message for it, bounded."""
+def tool_error_text(tool_name: str, error: Exception, *, effect_unknown: bool = False) -> str:
+    """What the model reads of a call that failed with a message for it, bounded.
+    `effect_unknown`: a side-effecting call that may have applied its effect before it failed
+    (a `ToolError` never did)."""
     message = bounded(str(error).strip(), MAX_ERROR_MESSAGE_CHARS)
     if isinstance(error, ToolError):
         return f"Error: {tool_name} failed: {message or 'ToolError'}"
-    # Seed 003: bad arguments, which the model is good at fixing.
+    # Seed 003: bad arguments, which the model is good at fixing; unless the call may have
+    # taken effect, when trying again could apply it twice.
+    advice = MAY_HAVE_TAKEN_EFFECT if effect_unknown else "Check the arguments and try again."
     return (
         f"Error: {tool_name} failed: {type(error).__name__}"
         + (f": {message.rstrip('.')}" if message else "")
-        + ". Check the arguments and try again."
+        + f". {advice}"
     )
 
 
@@ -493,6 +504,7 @@ def _tool_activity(
     arguments_model: type[BaseModel],
     keep_value: bool,
     errors_to_model: tuple[type[Exception], ...],
+    side_effects: bool,
 ) -> Callable[[ToolActivityInput], Any]:
     @activity.defn(name=tool_name)
     async def run_tool(call: ToolActivityInput) -> ToolActivityResult:
@@ -532,17 +544,27 @@ def _tool_activity(
         except for_the_model as error:
             # The model can act on the message: it becomes the call's result at once (a retry
             # would fail the same way). The log says what happened, without the message.
+            # A side-effecting tool's body had started: only a ToolError promises that nothing
+            # changed, and anything else (a charge whose reply did not parse) may have come
+            # after the effect. The run logs it as outcome unknown, to be undone by its key.
+            # Still one attempt: a retry would repeat the effect unless the tool finds it by
+            # its key, and a tool that does would most likely answer, and fail, the same way.
+            unknown = side_effects and not isinstance(error, ToolError)
             activity.logger.info(
-                "step %d: tool %s failed with a message for the model (%s, call %s, attempt %d)",
+                "step %d: tool %s failed with a message for the model (%s, call %s, attempt %d)%s",
                 call.step,
                 tool_name,
                 type(error).__name__,
                 call.tool_call_id,
                 info.attempt,
+                ", outcome unknown" if unknown else "",
             )
-            content, _ = truncate_middle(tool_error_text(tool_name, error), call.max_result_chars)
+            text = tool_error_text(tool_name, error, effect_unknown=unknown)
+            content, _ = truncate_middle(text, call.max_result_chars)
             span.fail(type(error).__name__, content)
-            return ToolActivityResult(content=content, is_error=True, attempt=info.attempt)
+            return ToolActivityResult(
+                content=content, is_error=True, attempt=info.attempt, outcome_unknown=unknown
+            )
         except Exception:
             # The traceback is for the operator; the model only learns the exception's type.
             activity.logger.exception(

@@ -9,7 +9,9 @@ older code look like, and a change versioned with `workflow.patched` must still 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import json
 import os
 import uuid
 from collections.abc import Awaitable, Callable
@@ -211,6 +213,21 @@ def scenarios() -> dict[str, Scenario]:
                     turn(text="never reached"),
                 ],
                 tools=["failing_effect", "count_me"],
+                limits=Limits(max_steps=2),
+            ),
+            ends="failed",
+        ),
+        # Recorded before an exception after a side effect was an unknown outcome: replays
+        # the charge as having changed nothing, not undone (today's run undoes it, and records
+        # the patch's marker as it logs the effect).
+        "side_effect_then_value_error": Scenario(
+            scripted_input(
+                [
+                    turn(call("charge_card", label="replayed")),
+                    turn(call("count_me", key="after-charge")),
+                    turn(text="never reached"),
+                ],
+                tools=["charge_card", "count_me"],
                 limits=Limits(max_steps=2),
             ),
             ends="failed",
@@ -448,6 +465,12 @@ def test_the_committed_histories_cover_what_they_are_named_for() -> None:
     ]
     assert len(undos) == 2
     assert failed[-1].HasField("workflow_execution_failed_event_attributes")
+    # Failed by code from before an exception after a side effect was an unknown outcome: the
+    # charge was not undone.
+    charged = events(HISTORIES / "side_effect_then_value_error.json")
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in charged]
+    assert "charge_card" in scheduled and "refund_charge" not in scheduled
+    assert charged[-1].HasField("workflow_execution_failed_event_attributes")
     # Taken by code from before the bounds: the oversized message went to the model, and no
     # marker of the bounds' patch (the same run today records one and ignores the message).
     oversized = events(HISTORIES / "oversized_signal_message.json")
@@ -477,6 +500,42 @@ def test_the_committed_histories_cover_what_they_are_named_for() -> None:
         "workflow_execution_signaled_event_attributes",
         "workflow_execution_update_accepted_event_attributes",
     }
+
+
+def with_tool_result(path: Path, tool: str, **fields: Any) -> WorkflowHistory:
+    """The history in `path` with `fields` set in the result of `tool`'s activity: what a newer
+    worker that ran the tool would have sent to the workflow."""
+    data = json.loads(path.read_text())
+    scheduled = {
+        event["eventId"]: event["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+        for event in data["events"]
+        if "activityTaskScheduledEventAttributes" in event
+    }
+    changed = 0
+    for event in data["events"]:
+        completed = event.get("activityTaskCompletedEventAttributes")
+        if completed is None or scheduled[completed["scheduledEventId"]] != tool:
+            continue
+        payload = completed["result"]["payloads"][0]
+        result = json.loads(base64.b64decode(payload["data"])) | fields
+        payload["data"] = base64.b64encode(json.dumps(result).encode()).decode()
+        changed += 1
+    assert changed, f"no result of {tool} in {path.name}"
+    return WorkflowHistory.from_json(path.stem, data)
+
+
+async def test_an_unknown_outcome_from_a_newer_worker_replays_as_the_run_ran() -> None:
+    """A fleet mid-upgrade: a newer worker ran the charge and said its outcome is unknown, and
+    an older one ran the workflow, which did not read that and failed the run without undoing
+    it. Today's code replays that history as it ran: without the patch's marker, nothing is
+    logged, and no refund is scheduled where the history has the run's failure."""
+    history = with_tool_result(
+        HISTORIES / "side_effect_then_value_error.json", "charge_card", outcome_unknown=True
+    )
+
+    result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+
+    assert result.replay_failure is None, str(result.replay_failure)[:2000]
 
 
 # Not sandboxed: the sandbox would re-import this test module and all it imports. What is

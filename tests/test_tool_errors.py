@@ -1,14 +1,29 @@
 """Tool errors that keep their message (seed 003): a `ToolError`, and by default a `ValueError`
 or `TypeError`, fail the call at once with the message as the model's result, recorded as an
-error; other exceptions are retried and reduced to their type. Real runs on the dev server."""
+error; other exceptions are retried and reduced to their type. In a side-effecting tool only a
+`ToolError` says that nothing changed. Real runs on the dev server."""
 
 from __future__ import annotations
 
+import json
+
 from temporalio.client import Client
 
+import durable_agent.workflows.versioning as versioning
 import tests.tools_for_tests as test_tools
 from durable_agent.activities.tools import MAX_ERROR_MESSAGE_CHARS, ToolError, tool_error_text
-from tests.helpers import call, run_agent, scripted_input, turn
+from durable_agent.workflows.models import Limits
+from tests.helpers import Run, call, run_agent, scripted_input, turn
+
+
+async def patches_asked(run: Run) -> set[str]:
+    """The patch ids whose markers the run recorded."""
+    history = await run.handle.fetch_history()
+    return {
+        json.loads(attributes.details["patch-data"].payloads[0].data)["id"]
+        for event in history.events
+        if (attributes := event.marker_recorded_event_attributes).marker_name == "core_patch"
+    }
 
 
 async def test_a_tool_error_reaches_the_model_once_and_is_recorded_as_an_error(
@@ -104,6 +119,53 @@ async def test_a_refused_write_is_not_logged_as_an_effect(client: Client, task_q
     assert test_tools.executions["refuse_write:o-1"] == 1
     compensations = run.failure.details[0]["compensations"]
     assert [(r["tool"], r["status"]) for r in compensations] == [("write_thing", "not_undone")]
+    assert versioning.ERRORS_AFTER_EFFECTS not in await patches_asked(run)
+
+
+async def test_an_exception_after_a_side_effect_is_an_unknown_outcome_and_undone(
+    client: Client, task_queue: str
+) -> None:
+    """A card charged, then the gateway's reply not parsed (a JSONDecodeError, a ValueError):
+    the model was told "Check the arguments and try again", charged again, and the failed run
+    refunded nothing. Now the model is told the charge may have gone through, the call is not
+    retried, and the run that fails at its limit refunds it once. A ToolError still changed
+    nothing, and a read-only tool's ValueError is as it was."""
+    test_tools.executions.clear()
+    script = [
+        turn(call("charge_card", label="declined", decline=True)),
+        turn(call("charge_card", label="charged"), call("parse_quantity", text="two")),
+        turn(text="never reached"),
+    ]
+    tools = ["charge_card", "parse_quantity"]
+    agent_input = scripted_input(script, tools=tools, limits=Limits(max_steps=2))
+    run = await run_agent(client, task_queue, agent_input)
+
+    assert run.failure.type == "AgentStepLimitExceeded"
+    results = run.tool_results()
+    assert results["call_1_1"] == "Error: charge_card failed: the card for declined was declined"
+    assert results["call_2_1"] == (
+        "Error: charge_card failed: JSONDecodeError: Expecting value: line 1 column 1 (char 0). "
+        "It may have taken effect before it stopped: check before calling it again."
+    )
+    assert results["call_2_2"] == (
+        "Error: parse_quantity failed: ValueError: invalid literal for int() with base 10: "
+        "'two'. Check the arguments and try again."
+    )
+    # A retry would have charged again, for a tool that is not idempotent by its key.
+    assert test_tools.executions["charge_card:charged"] == 1
+    records = {c.id: c for step in run.trace for c in step.tool_calls}
+    assert (records["call_1_1"].outcome, records["call_1_1"].attempts) == ("error", 1)
+    assert (records["call_2_1"].outcome, records["call_2_1"].attempts) == ("compensated", 1)
+    compensations = run.failure.details[0]["compensations"]
+    assert [
+        (r["tool"], r["tool_call_id"], r["status"], r["outcome_unknown"]) for r in compensations
+    ] == [("charge_card", "call_2_1", "completed", True)]
+    assert "charge_card call_2_1 (outcome unknown" in run.failure.message
+    # Refunded once, by the call's key; the declined call had nothing to refund.
+    ours = [key for key in test_tools.refunded if key.startswith(f"{run.handle.id}/")]
+    assert len(ours) == 1 and ours[0].endswith("/call_2_1")
+    assert not [key for key in test_tools.charges if key.startswith(f"{run.handle.id}/")]
+    assert versioning.ERRORS_AFTER_EFFECTS in await patches_asked(run)
 
 
 def test_the_text_of_each_kind_of_failure() -> None:
@@ -113,4 +175,11 @@ def test_the_text_of_each_kind_of_failure() -> None:
     )
     assert tool_error_text("t", ValueError("bad date.")) == (
         "Error: t failed: ValueError: bad date. Check the arguments and try again."
+    )
+    assert tool_error_text("t", ValueError("no JSON."), effect_unknown=True) == (
+        "Error: t failed: ValueError: no JSON. It may have taken effect before it stopped: "
+        "check before calling it again."
+    )
+    assert tool_error_text("t", ToolError("declined"), effect_unknown=True) == (
+        "Error: t failed: declined"
     )

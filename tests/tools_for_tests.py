@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections import Counter, defaultdict
@@ -274,6 +275,34 @@ def refuse_write(label: str) -> str:
     """Side-effecting, without a compensation; refuses with a ToolError, changing nothing."""
     executions[f"refuse_write:{label}"] += 1
     raise ToolError(f"order {label} is not pending, so it cannot be changed")
+
+
+charges: dict[str, str] = {}
+"""Charges of `charge_card` that are in place, by idempotency key: the card gateway's ledger."""
+refunded: list[str] = []
+"""Idempotency keys of the charges refunded, in the order they were refunded."""
+
+
+def refund_charge(undo: CompensationInput) -> str:
+    """Tolerates a charge that never happened: its outcome may be unknown when undone."""
+    if charges.pop(undo.idempotency_key, None) is None:
+        return "nothing to refund"
+    refunded.append(undo.idempotency_key)
+    return "refunded"
+
+
+@tool(side_effects=True, retry=FAST_RETRY, compensation=refund_charge)
+def charge_card(label: str, decline: bool = False) -> dict[str, str]:
+    """Side-effecting: charges the card, then fails to parse the gateway's reply (a
+    JSONDecodeError, which is a ValueError). `decline` refuses with a ToolError before
+    charging anything."""
+    call = current_call()
+    assert call is not None
+    executions[f"charge_card:{label}"] += 1
+    if decline:
+        raise ToolError(f"the card for {label} was declined")
+    charges[call.idempotency_key] = label
+    return json.loads("<html>502 Bad Gateway</html>")
 
 
 @tool(retry=FAST_RETRY, local=True)

@@ -439,6 +439,10 @@ class ToolActivityResult(BaseModel):
     """False: the value was over that bound, and `value` is None."""
     attempt: int = 1
     """Which attempt of the tool's activity produced this result."""
+    outcome_unknown: bool = Field(default=False, exclude_if=lambda unknown: not unknown)
+    """True: a side-effecting tool raised after its body started, with something other than a
+    `ToolError` (a ValueError from a reply it could not parse, say), so its effect may be in
+    place; the run logs it as outcome unknown, to be undone by its key."""
 
 
 class AgentResult(BaseModel):

@@ -19,6 +19,9 @@ longer than this: it has the original."""
 RECORDED_ARGUMENT_CHARS = 1_000
 """Arguments kept in a call's trace record and approval request."""
 RECORDED_ERROR_CHARS = 300
+MAY_HAVE_TAKEN_EFFECT = "It may have taken effect before it stopped: check before calling it again."
+"""What the model is told of a side-effecting call whose outcome is unknown, after why it
+stopped: so that it looks before it repeats a charge that may have gone through."""
 
 
 def bounded(text: str, limit: int = MAX_QUOTED_CHARS) -> str:

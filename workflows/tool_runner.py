@@ -62,7 +62,7 @@ from durable_agent.workflows.models import (
     ToolCallRecord,
     ToolSpec,
 )
-from durable_agent.workflows.outcomes import Outcome
+from durable_agent.workflows.outcomes import MAY_HAVE_TAKEN_EFFECT, Outcome
 from durable_agent.workflows.reporting import Reporter
 from durable_agent.workflows.saga import Saga
 from durable_agent.workflows.state import RunState
@@ -292,10 +292,7 @@ class ToolRunner:
             if spec.side_effects and behaviours.records_unknown_outcomes:
                 # Cancelled, timed out or failed after it started: it may have taken effect.
                 self._log_effect(call, run, idempotency_key, unknown=True)
-                content = (
-                    content.rstrip(".")
-                    + ". It may have taken effect before it stopped: check before calling it again."
-                )
+                content = content.rstrip(".") + f". {MAY_HAVE_TAKEN_EFFECT}"
             fatal = None
             if isinstance(cause, ApplicationError) and cause.type in FATAL_ERROR_TYPES:
                 fatal = f"{spec.name} failed fatally: {cause.message}"
@@ -307,6 +304,15 @@ class ToolRunner:
             self._log_effect(
                 call, run, idempotency_key, result=output.value, result_kept=output.value_kept
             )
+        elif (
+            spec.side_effects
+            and output.outcome_unknown
+            and behaviours.records_unknown_outcomes
+            and versioning.undoes_errors_after_effects()
+        ):
+            # It failed after it started, with no ToolError's promise that nothing changed:
+            # the effect may be in place, so the undo looks for it by its key.
+            self._log_effect(call, run, idempotency_key, unknown=True)
         make = Outcome.error if output.is_error else Outcome.ok
         return make(
             call,

@@ -87,6 +87,12 @@ reply that has one."""
 FINISH_AFTER_A_FAILURE = "finish-beside-a-failed-call-refused"
 """finish is not taken when a call before it in the same reply did not come back ok (older runs
 ended with its answer). Asked only when that happens."""
+ERRORS_AFTER_EFFECTS = "errors-after-effects-undone"
+"""A side-effecting call that failed with a message for the model other than a ToolError's (a
+ValueError from a reply it could not parse, after the effect) enters the compensation log as
+outcome unknown, and a failed run undoes it (older runs took it as having changed nothing).
+Asked only when such a call's result comes, by `undoes_errors_after_effects`, so a run that
+never has one records no marker for it."""
 SIGNAL_INPUT_BOUNDS = "signal-input-bounds"
 """A signal whose input is over a bound of workflows/input_limits.py is ignored (older runs took
 it). Asked only when such a signal comes, by `ignores_oversized_signal`, so a run that never gets
@@ -115,6 +121,7 @@ PATCH_IDS: dict[str, str] = {
     DUPLICATE_KEYS: "0.2.0",
     LONG_CALL_IDS: "0.2.0",
     FINISH_AFTER_A_FAILURE: "0.2.0",
+    ERRORS_AFTER_EFFECTS: "0.2.0",
 }
 """Every patch id that ever landed on main, with where it landed: append-only. A history with an
 id's marker replays only while the code asks for that id (Temporal fails the task on a marker
@@ -304,3 +311,11 @@ def refuses_finish_after_a_failure() -> bool:
     """A call before finish in its reply did not come back ok: whether finish is refused, or
     taken as in a run recorded before. Asked only then."""
     return workflow.patched(FINISH_AFTER_A_FAILURE)
+
+
+def undoes_errors_after_effects() -> bool:
+    """A side-effecting call failed with a message for the model other than a ToolError's, so
+    its outcome is unknown: whether to log it for compensation, as this run does, or take it as
+    having changed nothing, as a run recorded before did (its activity's result may say unknown
+    all the same, when a newer worker ran the tool). Asked only then."""
+    return workflow.patched(ERRORS_AFTER_EFFECTS)
