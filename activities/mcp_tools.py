@@ -72,6 +72,7 @@ from durable_agent.workflows.models import (
     ToolSelection,
     ToolSpec,
 )
+from durable_agent.workflows.outcomes import MAY_HAVE_TAKEN_EFFECT
 
 logger = logging.getLogger(__name__)
 
@@ -193,6 +194,8 @@ class _Offered:
     """The server's name of the tool."""
     repeatable: bool
     """`may_repeat`: a later attempt of a call may be sent."""
+    changes_data: bool = True
+    """Not declared read-only: a call that was sent may have taken effect, whatever came back."""
 
 
 class McpTools:
@@ -249,7 +252,9 @@ class McpTools:
         specs = [tool_spec(name, server, t) for t in tools]
         self._offered.update(
             {
-                s.name: _Offered(name, t.name, may_repeat(server, not s.side_effects))
+                s.name: _Offered(
+                    name, t.name, may_repeat(server, not s.side_effects), s.side_effects
+                )
                 for s, t in zip(specs, tools, strict=True)
             }
         )
@@ -420,10 +425,16 @@ class McpTools:
                     )
                 raise self._retried(target.server, error) from None
             except ValidationError:
+                # The request reached the server: a call that changes data may have been
+                # applied, so its outcome is unknown (logged for compensation), as a @tool's
+                # exception after its effect is.
+                unknown = target.changes_data
+                said = f" {MAY_HAVE_TAKEN_EFFECT}" if unknown else ""
                 return ToolActivityResult(
-                    content=f"Error: {name}'s MCP server sent a malformed result.",
+                    content=f"Error: {name}'s MCP server sent a malformed result.{said}",
                     is_error=True,
                     attempt=info.attempt,
+                    outcome_unknown=unknown,
                 )
             except (asyncio.CancelledError, ApplicationError):
                 raise

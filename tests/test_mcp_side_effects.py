@@ -267,3 +267,27 @@ async def test_a_call_that_never_reached_its_server_says_it_did_not_run(tmp_path
         assert not retried.value.non_retryable
     finally:
         await hub.close()
+
+
+async def test_a_malformed_result_of_a_call_that_changes_data_is_an_unknown_outcome(
+    client: Client, task_queue: str, journal: Path, tmp_path: Path
+) -> None:
+    """The request reached the server, which may have applied it before its reply went wrong:
+    logged for compensation as outcome unknown, and the model is told to check (issue 38)."""
+    server = {
+        "command": sys.executable,
+        "args": [str(Path(__file__).parent / "mcp_malformed_server.py")],
+        "env": {"MCP_TEST_JOURNAL": str(journal)},
+    }
+    config = config_of({"bank": server}, tmp_path)
+    script = [turn(call("bank__pay", "p1", amount=5)), turn(text="done", expect="check before")]
+    async with mcp_worker(client, task_queue, config):
+        run = await run_with(client, task_queue, scripted_input(script))
+
+    assert run.result is not None, run.error
+    assert applications(journal, "pay") == 1
+    result = run.tool_results()["p1"]
+    assert result.startswith("Error: bank__pay's MCP server sent a malformed result.")
+    assert result.endswith(MAY_HAVE_TAKEN_EFFECT)
+    [effect] = run.result.side_effects
+    assert (effect.call.tool_call_id, effect.outcome_unknown) == ("p1", True)
