@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +29,8 @@ from temporalio.testing import WorkflowEnvironment
 
 ROOT = Path(__file__).resolve().parent.parent
 APP_FILES = ("activities.py", "workflows.py", "worker.py", "starter.py")
-INSTALLED = {"durable_agent", "durable_agent_loop-0.1.0.dist-info"}
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+INSTALLED = {"durable_agent", f"durable_agent_loop-{VERSION}.dist-info"}
 """What `pip install .` may add to site-packages: one import name and its metadata."""
 
 
