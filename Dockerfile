@@ -1,6 +1,6 @@
 # The agent worker: `durable-agent worker`, configured by TEMPORAL_ADDRESS (see
 # docker-compose.yml). The same image runs the codec server (`python -m
-# durable_agent.codec_server`) and the one-shot that makes the payload key
+# durable_agent.encryption.codec_server`) and the one-shot that makes the payload key
 # (`sh deploy/payload-key.sh`).
 FROM python:3.11-slim
 
@@ -22,6 +22,10 @@ COPY durable_agent ./durable_agent
 COPY workflows ./workflows
 COPY activities ./activities
 COPY cli ./cli
+COPY client ./client
+COPY serving ./serving
+COPY encryption ./encryption
+COPY demo ./demo
 RUN pip install --no-cache-dir . \
     && cd / && rm -rf /src
 

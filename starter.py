@@ -9,6 +9,6 @@ checkout must be installed editable first: `pip install -e .`.
 """
 
 if __name__ == "__main__":
-    from durable_agent.starter import console_main
+    from durable_agent.cli.starter import console_main
 
     console_main()

@@ -10,6 +10,6 @@ durable_agent/worker.py. An app's own worker serves runs with `plugins=[AgentPlu
 
 if __name__ == "__main__":
     from durable_agent.cli.plumbing import exit_now
-    from durable_agent.worker import main
+    from durable_agent.cli.worker import main
 
     exit_now(main())

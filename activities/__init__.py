@@ -1,53 +1,12 @@
-"""The side that does I/O: model providers and tools, each called as a Temporal activity.
+"""The side that does I/O: the model call and its providers, tools and toolkits, MCP servers, the
+stores, telemetry. Nothing here is imported by workflows/; the workflow calls activities by name.
 
-Nothing is imported until it is asked for: `import activities.telemetry` (the client's tracing)
-must not load the provider SDKs, which only `activities.model_call` needs.
-"""
+Importing a module here must not load a provider SDK unless it calls a model
+(activities/model_call.py): a client imports activities.telemetry."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from durable_agent.activities.model_call import call_model
-    from durable_agent.activities.toolkits import Toolkit, register_toolkit
-    from durable_agent.activities.tools import (
-        ToolError,
-        current_call,
-        registered_tools,
-        tool,
-        tool_activities,
-        tool_specs,
-    )
-
-_HOMES = {
-    "call_model": "durable_agent.activities.model_call",
-    "Toolkit": "durable_agent.activities.toolkits",
-    "register_toolkit": "durable_agent.activities.toolkits",
-    "ToolError": "durable_agent.activities.tools",
-    "current_call": "durable_agent.activities.tools",
-    "registered_tools": "durable_agent.activities.tools",
-    "tool": "durable_agent.activities.tools",
-    "tool_activities": "durable_agent.activities.tools",
-    "tool_specs": "durable_agent.activities.tools",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module 'durable_agent.activities' has no attribute {name!r}")
-
-
-__all__ = [
-    "ToolError",
-    "Toolkit",
-    "call_model",
-    "current_call",
-    "register_toolkit",
-    "registered_tools",
-    "tool",
-    "tool_activities",
-    "tool_specs",
-]
+if not __name__.startswith("durable_agent."):
+    # This folder imported by a bare name from the checkout would load a second copy of each
+    # module (a `@tool` registered through it would register nowhere).
+    raise ImportError(f"this folder is durable_agent.{__name__}: import durable_agent.{__name__}")

@@ -33,8 +33,8 @@ from datetime import UTC, datetime, timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from durable_agent.activities.providers._http_errors import transient_error
-from durable_agent.workflows.errors import AgentConfigurationError
+from ..workflows.errors import AgentConfigurationError
+from .providers._http_errors import transient_error
 
 ADMITTED_PROVIDERS = ("openai", "anthropic", "openai-responses")
 """The providers whose calls have a queue of their own (the scripted model's stay on the run's).

@@ -24,8 +24,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from durable_agent.workflows.errors import AgentConfigurationError
-from durable_agent.workflows.models import DEFAULT_MAX_RESULT_CHARS, RetrySettings
+from ..workflows.errors import AgentConfigurationError
+from ..workflows.specs import DEFAULT_MAX_RESULT_CHARS, RetrySettings
 
 MCP_CONFIG_VARIABLE = "AGENT_MCP_CONFIG"
 SERVER_NAME = re.compile(r"^[A-Za-z0-9-]{1,30}$")

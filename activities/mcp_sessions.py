@@ -30,7 +30,7 @@ from mcp.client import Transport
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from durable_agent.activities.mcp_config import McpServerConfig
+from .mcp_config import McpServerConfig
 
 logger = logging.getLogger(__name__)
 

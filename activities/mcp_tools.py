@@ -59,20 +59,16 @@ from temporalio import activity
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-import durable_agent.workflows.tool_catalog as tool_catalog
-from durable_agent.activities import progress, telemetry
-from durable_agent.activities._heartbeat import heartbeating
-from durable_agent.activities.mcp_config import McpConfig, McpServerConfig
-from durable_agent.activities.mcp_sessions import McpConnection, McpServerGone
-from durable_agent.activities.tools import bounded_result
-from durable_agent.workflows.models import (
-    RunTools,
-    ToolActivityInput,
-    ToolActivityResult,
-    ToolSelection,
-    ToolSpec,
-)
-from durable_agent.workflows.outcomes import MAY_HAVE_TAKEN_EFFECT
+from ..workflows import tool_catalog
+from ..workflows.activity_io import ToolActivityInput, ToolActivityResult
+from ..workflows.outcomes import MAY_HAVE_TAKEN_EFFECT
+from ..workflows.specs import ToolSpec
+from ..workflows.state import RunTools, ToolSelection
+from . import progress, telemetry
+from ._heartbeat import heartbeating
+from .mcp_config import McpConfig, McpServerConfig
+from .mcp_sessions import McpConnection, McpServerGone
+from .tools import bounded_result
 
 logger = logging.getLogger(__name__)
 

@@ -37,9 +37,21 @@ from typing import Any, Protocol, cast
 
 from pydantic import TypeAdapter
 
-from durable_agent.activities.pg_store import postgres_store
-from durable_agent.activities.sqlite_wal import owner_only, use_wal
-from durable_agent.activities.store_config import (
+from ..encryption.payload_codec import PayloadKey
+from ..workflows.activity_io import ModelRequest
+from ..workflows.history import (
+    chain_refs,
+    message_json,
+    script_json,
+    script_ref,
+    tools_ref,
+)
+from ..workflows.inputs import ScriptedTurn
+from ..workflows.specs import ToolSpec
+from ..workflows.transcript import Message, message_adapter
+from .pg_store import postgres_store
+from .sqlite_wal import owner_only, use_wal
+from .store_config import (
     DEFAULT_RETENTION_HOURS,
     LEGACY_RETENTION_VARIABLE,
     RETENTION_VARIABLE,
@@ -53,17 +65,6 @@ from durable_agent.activities.store_config import (
     sealed_key_id,
     store_url_from_env,
 )
-from durable_agent.payload_codec import PayloadKey
-from durable_agent.workflows.history import (
-    chain_refs,
-    message_json,
-    script_json,
-    script_ref,
-    tools_json as tools_json,  # the hashed form, which older workers stored
-    tools_ref,
-)
-from durable_agent.workflows.models import ModelRequest, ScriptedTurn, ToolSpec
-from durable_agent.workflows.transcript import Message, message_adapter
 
 logger = logging.getLogger(__name__)
 

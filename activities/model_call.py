@@ -10,20 +10,20 @@ from collections.abc import Awaitable, Callable
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from durable_agent.activities import admission, message_store, pricing, progress, telemetry
-from durable_agent.activities._heartbeat import heartbeating
-from durable_agent.activities.oversized_reply import bounded_reply
-from durable_agent.activities.providers import (
+from ..workflows.activity_io import ModelRequest, ModelResponse
+from ..workflows.errors import AgentConfigurationError
+from ..workflows.history import CONTENT_MIN_CHARS, STORE_MISS, content_ref
+from ..workflows.transcript import Message
+from . import admission, message_store, pricing, progress, telemetry
+from ._heartbeat import heartbeating
+from .oversized_reply import bounded_reply
+from .providers import (
     _streaming,
     anthropic_provider,
     openai_provider,
     openai_responses_provider,
     scripted,
 )
-from durable_agent.workflows.errors import AgentConfigurationError
-from durable_agent.workflows.history import CONTENT_MIN_CHARS, STORE_MISS, content_ref
-from durable_agent.workflows.models import ModelRequest, ModelResponse
-from durable_agent.workflows.transcript import Message
 
 Provider = Callable[[ModelRequest], Awaitable[ModelResponse]]
 

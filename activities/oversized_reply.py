@@ -20,10 +20,10 @@ from __future__ import annotations
 import json
 import logging
 
-from durable_agent.activities.result_store import result_store
-from durable_agent.activities.tools import truncate_middle
-from durable_agent.workflows.models import ModelResponse
-from durable_agent.workflows.transcript import AssistantMessage, ToolCall
+from ..workflows.activity_io import ModelResponse
+from ..workflows.transcript import AssistantMessage, ToolCall
+from .result_store import result_store
+from .tools import truncate_middle
 
 logger = logging.getLogger(__name__)
 

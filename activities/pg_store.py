@@ -33,8 +33,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from durable_agent.activities import store_config
-from durable_agent.activities.store_config import (
+from ..encryption.payload_codec import PayloadKey
+from ..workflows.errors import AgentConfigurationError
+from . import store_config
+from .store_config import (
     DEFAULT_RETENTION_HOURS,
     TOUCH_EVERY_SECONDS,
     RecentChains,
@@ -44,8 +46,6 @@ from durable_agent.activities.store_config import (
     redacted,
     retention_hours_from_env,
 )
-from durable_agent.payload_codec import PayloadKey
-from durable_agent.workflows.errors import AgentConfigurationError
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool

@@ -17,7 +17,8 @@ import os
 from functools import cache
 from pathlib import Path
 
-from durable_agent.workflows.models import Price, Usage
+from ..workflows.inputs import Price
+from ..workflows.state import Usage
 
 PRICES_AS_OF = "2026-11"
 

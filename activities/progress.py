@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from temporalio import activity
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
-from durable_agent.workflows.models import EVENTS_TOPIC, AgentEvent
+from ..workflows.events import EVENTS_TOPIC, AgentEvent
 
 PUBLISH_TIMEOUT_SECONDS = 2.0
 """A retry is not held up for long by its own report: the report is what gives way."""

@@ -10,9 +10,9 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from durable_agent.activities.result_store import result_store, worker_local
-from durable_agent.activities.tools import tool
-from durable_agent.workflows.builtin_tools import READ_RESULT
+from ..workflows.builtin_tools import READ_RESULT
+from .result_store import result_store, worker_local
+from .tools import tool
 
 MAX_READ = 6_000
 """The most characters one read_result call returns: always under a result's own bound."""

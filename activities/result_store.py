@@ -22,9 +22,9 @@ import os
 from pathlib import Path
 from typing import Protocol
 
-from durable_agent.activities.message_store import MessageStore, SqliteMessageStore, sqlite_store
-from durable_agent.activities.pg_store import PostgresMessageStore, postgres_store
-from durable_agent.activities.store_config import store_url_from_env
+from .message_store import MessageStore, SqliteMessageStore, sqlite_store
+from .pg_store import PostgresMessageStore, postgres_store
+from .store_config import store_url_from_env
 
 
 class ResultStore(Protocol):

@@ -28,10 +28,10 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from durable_agent import payload_codec
-from durable_agent.activities.pg_store import BLOB_TABLES, StoreSchemaTooNew, ensure_schema
-from durable_agent.activities.sqlite_wal import owner_only
-from durable_agent.activities.store_config import (
+from ..encryption import payload_codec
+from .pg_store import BLOB_TABLES, StoreSchemaTooNew, ensure_schema
+from .sqlite_wal import owner_only
+from .store_config import (
     STORE_URL_VARIABLE,
     redacted,
     scrubbed,

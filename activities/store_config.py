@@ -39,15 +39,15 @@ from urllib.parse import SplitResult, unquote, urlsplit
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from durable_agent import payload_codec
-from durable_agent.payload_codec import (
+from ..encryption import payload_codec
+from ..encryption.payload_codec import (
     KEYS_VARIABLE,
     NONCE_BYTES,
     TAG_BYTES,
     PayloadKey,
     PayloadKeyError,
 )
-from durable_agent.workflows.errors import AgentConfigurationError
+from ..workflows.errors import AgentConfigurationError
 
 logger = logging.getLogger(__name__)
 

@@ -49,13 +49,13 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from durable_agent.workflows.models import (
+from ..workflows.activity_io import (
     ModelRequest,
     ModelResponse,
     ToolActivityInput,
     ToolActivityResult,
 )
-from durable_agent.workflows.transcript import AssistantMessage, Message, ToolResult, UserMessage
+from ..workflows.transcript import AssistantMessage, Message, ToolResult, UserMessage
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider

@@ -24,9 +24,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from durable_agent.activities.tools import registered_tools, tool
+from .tools import registered_tools, tool
 
-DEMO_TOOLS = "durable_agent.activities.demo_tools"
+DEMO_TOOLS = "durable_agent.demo.tools"
 """The module of the demo's tools; `--tools demo` names it too."""
 TOOLS_VARIABLE = "AGENT_TOOLS"
 """The worker's tool modules, comma-separated, when it is given no --tools."""

@@ -30,26 +30,19 @@ from pydantic_core import to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-import durable_agent.workflows.tool_catalog as tool_catalog
-from durable_agent.activities import progress, telemetry
-from durable_agent.activities._heartbeat import heartbeating
-from durable_agent.activities.message_store import message_store
-from durable_agent.activities.result_store import result_store, worker_local
-from durable_agent.workflows.builtin_tools import DELEGATE, FINISH, READ_RESULT, SUBMIT_PLAN
-from durable_agent.workflows.effect_log import MAX_KEPT_RESULT_CHARS
-from durable_agent.workflows.errors import AgentError
-from durable_agent.workflows.history import CONTENT_MIN_CHARS, content_ref
-from durable_agent.workflows.models import (
-    DEFAULT_MAX_RESULT_CHARS,
-    CompensationInput,
-    RetrySettings,
-    RunTools,
-    ToolActivityInput,
-    ToolActivityResult,
-    ToolSelection,
-    ToolSpec,
-)
-from durable_agent.workflows.outcomes import MAY_HAVE_TAKEN_EFFECT, bounded
+from ..workflows import tool_catalog
+from ..workflows.activity_io import ToolActivityInput, ToolActivityResult
+from ..workflows.builtin_tools import DELEGATE, FINISH, READ_RESULT, SUBMIT_PLAN
+from ..workflows.effect_log import MAX_KEPT_RESULT_CHARS
+from ..workflows.errors import AgentError
+from ..workflows.history import CONTENT_MIN_CHARS, content_ref
+from ..workflows.outcomes import MAY_HAVE_TAKEN_EFFECT, bounded
+from ..workflows.specs import DEFAULT_MAX_RESULT_CHARS, RetrySettings, ToolSpec
+from ..workflows.state import CompensationInput, RunTools, ToolSelection
+from . import progress, telemetry
+from ._heartbeat import heartbeating
+from .message_store import message_store
+from .result_store import result_store, worker_local
 
 logger = logging.getLogger(__name__)
 

@@ -57,10 +57,11 @@ from temporalio.client import Client, WorkflowFailureError
 
 from durable_agent.activities.admission import Admission, ProviderLimits
 from durable_agent.cli.plumbing import exit_now
-from durable_agent.worker import build_worker, connect, embedded_dev_server
+from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.worker import build_worker, connect
 from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.inputs import AgentInput, ModelSettings, ToolApprovalPolicy
 from durable_agent.workflows.model_gateway import model_task_queue
-from durable_agent.workflows.models import AgentInput, ModelSettings, ToolApprovalPolicy
 from tests.fake_openai import RATE_LIMIT_HEADERS, FakeOpenAI, Recorded, Reply
 
 ROOT = Path(__file__).resolve().parent.parent

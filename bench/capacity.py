@@ -58,7 +58,7 @@ from bench import workload
 from bench.scaling import children_of_self, cpu_of, start_worker_processes, stop_worker_processes
 from bench.suite import load_average, machine
 from durable_agent.cli.plumbing import OneLineArgumentParser, exit_now
-from durable_agent.worker import embedded_dev_server
+from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.workflows.agent import AgentWorkflow
 
 REPO = Path(__file__).resolve().parent.parent

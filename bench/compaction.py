@@ -71,16 +71,17 @@ import tests.tools_for_tests  # noqa: F401  (registers `blob`)
 from bench.tokens import CHARS_PER_TOKEN, cacheable_tokens, prompt_bytes
 from durable_agent.activities import pricing
 from durable_agent.activities.providers.scripted import recorded_requests, requests_recorded
-from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import (
+from durable_agent.workflows.inputs import (
     AgentInput,
     Limits,
     ModelSettings,
     ScriptedCall,
     ScriptedTurn,
-    Usage,
 )
+from durable_agent.workflows.state import Usage
 
 POLICIES = ("none", "window", "summary")
 RESULT_CHARS = 1500

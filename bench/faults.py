@@ -78,20 +78,19 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCError
 
 import durable_agent.workflows.tool_catalog as tool_catalog
-from durable_agent.activities import demo_tools
 from durable_agent.cli.plumbing import exit_now
+from durable_agent.demo import tools as demo_tools
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentError
-from durable_agent.workflows.models import (
+from durable_agent.workflows.inputs import (
     AgentInput,
     AgentResult,
-    CompensationInput,
-    FailureDetails,
     Limits,
     ModelSettings,
-    RetrySettings,
     ToolApprovalPolicy,
 )
+from durable_agent.workflows.specs import RetrySettings
+from durable_agent.workflows.state import CompensationInput, FailureDetails
 from durable_agent.workflows.transcript import Transcript
 from tests import fake_openai
 
@@ -1007,7 +1006,7 @@ def _worker_env(scratch: Path, database: Path, fake: ConversationFake) -> dict[s
 
 
 async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
-    from durable_agent.worker import embedded_dev_server
+    from durable_agent.serving.dev_server import embedded_dev_server
 
     plans = plan_runs(args.seed, args.runs, args.cancels, args.spacing, args.provider_fault_rate)
     database = scratch / "demo.db"
@@ -1235,7 +1234,7 @@ async def measure_lost_attempts(args: argparse.Namespace, scratch: Path) -> dict
     worker without a cache that drops the task, see docs/testing.md) loses it. Records when the
     server hands out each attempt, from `describe()`: the gap between two is the timeout of the
     lost one, which the server stretches from the fourth attempt on."""
-    from durable_agent.worker import embedded_dev_server
+    from durable_agent.serving.dev_server import embedded_dev_server
 
     [plan] = plan_runs(args.seed, 1, 0, args.spacing, 0.0)
     database = scratch / "demo.db"

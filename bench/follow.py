@@ -36,13 +36,13 @@ from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
-from durable_agent.agent_client import AgentRun
 from durable_agent.cli.plumbing import exit_now
-from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.client.agent_client import AgentRun
+from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import (
-    EVENTS_TOPIC,
-    AgentEvent,
+from durable_agent.workflows.events import EVENTS_TOPIC, AgentEvent
+from durable_agent.workflows.inputs import (
     AgentInput,
     Limits,
     ModelSettings,

@@ -31,9 +31,10 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
 from durable_agent.cli.plumbing import exit_now
-from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import (
+from durable_agent.workflows.inputs import (
     AgentInput,
     Limits,
     ModelSettings,

@@ -54,22 +54,23 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from durable_agent.activities import demo_tools
 from durable_agent.activities.providers.scripted import recorded_requests, requests_recorded
 from durable_agent.cli.plumbing import exit_now
-from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.demo import tools as demo_tools
+from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentError
-from durable_agent.workflows.models import (
+from durable_agent.workflows.inputs import (
     AgentInput,
     AgentResult,
-    FailureDetails,
     ModelSettings,
-    RetrySettings,
     ScriptedCall,
     ScriptedTurn,
     ToolApprovalPolicy,
 )
+from durable_agent.workflows.specs import RetrySettings
+from durable_agent.workflows.state import FailureDetails
 from durable_agent.workflows.transcript import Message, Transcript
 
 TASK_QUEUE = "bench-load"

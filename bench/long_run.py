@@ -24,9 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
 from durable_agent.activities.providers.scripted import recorded_requests, requests_recorded
-from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import (
+from durable_agent.workflows.inputs import (
     AgentInput,
     Limits,
     ModelSettings,

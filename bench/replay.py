@@ -31,7 +31,8 @@ from temporalio.client import Client, WorkflowHistory
 
 from bench import workload
 from durable_agent.cli.plumbing import exit_now
-from durable_agent.worker import build_worker, embedded_dev_server, replayer as worker_replayer
+from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.worker import build_worker, replayer as worker_replayer
 
 
 async def measure(client: Client, task_queue: str, steps: int, runs: int, local: bool) -> Any:

@@ -31,7 +31,7 @@ from temporalio.client import Client
 
 from bench import workload
 from durable_agent.cli.plumbing import exit_now
-from durable_agent.worker import embedded_dev_server
+from durable_agent.serving.dev_server import embedded_dev_server
 
 REPO = Path(__file__).resolve().parent.parent
 

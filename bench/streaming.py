@@ -33,16 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from durable_agent.agent_client import AgentRun
-from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.client.agent_client import AgentRun
+from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.activity_io import ModelDelta, StreamProgress
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import (
-    AgentInput,
-    Limits,
-    ModelDelta,
-    ModelSettings,
-    StreamProgress,
-)
+from durable_agent.workflows.inputs import AgentInput, Limits, ModelSettings
 from tests import fake_anthropic
 
 TOOL = "get_order"

@@ -30,7 +30,8 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from bench import workload
-from durable_agent.worker import build_worker, embedded_dev_server, replayer as worker_replayer
+from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.worker import build_worker, replayer as worker_replayer
 
 RUNS = 5
 """Runs per median: the issue's minimum."""

@@ -29,17 +29,18 @@ from temporalio.client import Client
 from durable_agent.activities import pricing
 from durable_agent.activities.providers.openai_provider import request_params
 from durable_agent.activities.providers.scripted import recorded_requests, requests_recorded
-from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.activity_io import ModelRequest
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import (
+from durable_agent.workflows.inputs import (
     AgentInput,
     Limits,
-    ModelRequest,
     ModelSettings,
     ScriptedCall,
     ScriptedTurn,
-    Usage,
 )
+from durable_agent.workflows.state import Usage
 
 CHARS_PER_TOKEN = 4
 CACHE_MIN_TOKENS = 1024

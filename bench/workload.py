@@ -25,17 +25,17 @@ from bench.floor_workflow import (
 )
 from durable_agent.activities.providers import scripted
 from durable_agent.activities.tools import tool, tool_specs
-from durable_agent.sandbox_runner import WORKFLOW_RUNNER, AgentSandboxRunner
+from durable_agent.serving.sandbox_runner import WORKFLOW_RUNNER, AgentSandboxRunner
+from durable_agent.workflows.activity_io import ModelRequest
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import (
+from durable_agent.workflows.inputs import (
     AgentInput,
     Limits,
-    ModelRequest,
     ModelSettings,
-    RetrySettings,
     ScriptedCall,
     ScriptedTurn,
 )
+from durable_agent.workflows.specs import RetrySettings
 from durable_agent.workflows.transcript import Message, ToolResult, UserMessage
 
 PROMPT = "Check every item of the order and say which ones ship."

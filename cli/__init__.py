@@ -1,8 +1,10 @@
-"""The command line: `python starter.py` (and `durable-agent`), and the plumbing `worker.py` uses.
+"""The command line: `durable-agent` (and the checkout's starter.py and worker.py).
 
-One concern per module; imports point one way, from the top of this list down to the plumbing,
-and out to agent_client, worker and workflows.models (never back to starter):
+One concern per module; imports point one way, from the entries down to the plumbing, and out to
+the library (client, serving, workflows), which never imports this package:
 
+- `starter`: the `durable-agent` entry, which parses and hands each command over;
+  `worker`: the worker command.
 - `run`: start a run, follow it to its end and report it (self-contained or through --address).
 - `conversation`: a conversation at the terminal (`chat`, `--conversation`) and the subcommands
   that carry one on (send, interrupt, end); `chat`: its dev server, in a session of its own.
@@ -15,7 +17,11 @@ and out to agent_client, worker and workflows.models (never back to starter):
 - `tables`: the trace and stats tables.
 - `args`: the parser, and one typed, frozen object per command.
 - `plumbing`: the one-line parser, stderr, the server address, exiting.
-
-This module re-exports nothing: worker.py imports `cli.plumbing`, and importing the run side here
-would import worker.py back while it is still loading.
 """
+
+from __future__ import annotations
+
+if not __name__.startswith("durable_agent."):
+    # This folder imported by a bare name from the checkout would load a second copy of each
+    # module (a `@tool` registered through it would register nowhere).
+    raise ImportError(f"this folder is durable_agent.{__name__}: import durable_agent.{__name__}")

@@ -17,28 +17,28 @@ from typing import Any, ClassVar, Literal, cast, get_args
 
 from pydantic import TypeAdapter, ValidationError
 
-from durable_agent import payload_codec
-from durable_agent.activities.mcp_config import MCP_CONFIG_VARIABLE, McpConfig, mcp_config_from
-from durable_agent.activities.toolkits import DEMO_TOOLS
-from durable_agent.cli.plumbing import (
-    CommandLineError,
-    OneLineArgumentParser,
-    say,
-    temporal_address,
-)
-from durable_agent.workflows.errors import AgentConfigurationError
-from durable_agent.workflows.input_limits import (
+from ..activities.mcp_config import MCP_CONFIG_VARIABLE, McpConfig, mcp_config_from
+from ..activities.toolkits import DEMO_TOOLS
+from ..encryption import payload_codec
+from ..workflows.errors import AgentConfigurationError
+from ..workflows.input_limits import (
     InputTooLarge,
     check_comment,
     check_message,
     check_reason,
 )
-from durable_agent.workflows.models import (
+from ..workflows.inputs import (
     DEFAULT_TASK_QUEUE,
     Limits,
     ModelSettings,
     ReasoningEffort,
     ScriptedTurn,
+)
+from .plumbing import (
+    CommandLineError,
+    OneLineArgumentParser,
+    say,
+    temporal_address,
 )
 
 Provider = Literal["scripted", "openai", "anthropic", "openai-responses"]

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 
-from durable_agent.activities import telemetry
-from durable_agent.worker import UNPACED_DEV_SERVER_ARGS, connect, free_port, temporal_binary
-from durable_agent.workflows.models import SEARCH_ATTRIBUTES
+from ..activities import telemetry
+from ..serving.dev_server import UNPACED_DEV_SERVER_ARGS, free_port, temporal_binary
+from ..serving.worker import connect
+from ..workflows.status import SEARCH_ATTRIBUTES
 
 START_SECONDS = 30.0
 STOP_SECONDS = 10.0

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from durable_agent.agent_client import AgentRun, AgentRunFailed, AgentUpdateNotDelivered
-from durable_agent.cli import decide
-from durable_agent.cli.args import End, Interrupt, Send
-from durable_agent.cli.plumbing import one_line, say
-from durable_agent.cli.progress import StepLines, StepsFromEvents, usage_text
-from durable_agent.workflows.models import AgentResult, TurnRecord
+from ..client.agent_client import AgentRun, AgentRunFailed, AgentUpdateNotDelivered
+from ..workflows.inputs import AgentResult
+from ..workflows.state import TurnRecord
+from . import decide
+from .args import End, Interrupt, Send
+from .plumbing import one_line, say
+from .progress import StepLines, StepsFromEvents, usage_text
 
 ENDS = ("/end", "/quit", "/exit")
 PROMPT = "> "

@@ -21,11 +21,12 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from durable_agent.agent_client import AgentRun, AgentUpdateNotDelivered
-from durable_agent.cli.args import ApproveCall, ApprovePlan, DenyCall, RejectPlan
-from durable_agent.cli.plumbing import one_line, say
-from durable_agent.workflows.input_limits import TOO_LARGE
-from durable_agent.workflows.models import AgentEvent, PlanState
+from ..client.agent_client import AgentRun, AgentUpdateNotDelivered
+from ..workflows.events import AgentEvent
+from ..workflows.input_limits import TOO_LARGE
+from ..workflows.state import PlanState
+from .args import ApproveCall, ApprovePlan, DenyCall, RejectPlan
+from .plumbing import one_line, say
 
 APPROVALS = ("", "y", "yes")
 

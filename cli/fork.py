@@ -14,9 +14,12 @@ from typing import Any
 
 from temporalio.client import Client
 
-from durable_agent import forking
-from durable_agent.agent_client import AgentClient, AgentRun, AgentRunFailed
-from durable_agent.cli.args import (
+from ..client import forking
+from ..client.agent_client import AgentClient, AgentRun, AgentRunFailed
+from ..workflows.events import AgentEvent
+from ..workflows.inputs import AgentResult, Limits, ModelSettings, ToolApprovalPolicy
+from ..workflows.state import Usage
+from .args import (
     DEFAULT_MODELS,
     SCRIPTED_MODEL,
     Diff,
@@ -25,17 +28,9 @@ from durable_agent.cli.args import (
     Provider,
     load_score,
 )
-from durable_agent.cli.plumbing import say
-from durable_agent.cli.run import Following, follow
-from durable_agent.cli.tables import money, shorten
-from durable_agent.workflows.models import (
-    AgentEvent,
-    AgentResult,
-    Limits,
-    ModelSettings,
-    ToolApprovalPolicy,
-    Usage,
-)
+from .plumbing import say
+from .run import Following, follow
+from .tables import money, shorten
 
 DIFF_RESULT_CHARS = 120
 """A tool result in `diff`'s lines: its start (the JSON has it whole)."""

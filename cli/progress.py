@@ -7,9 +7,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from durable_agent.cli.plumbing import say
-from durable_agent.cli.tables import shorten
-from durable_agent.workflows.models import AgentEvent, ModelDelta, StepRecord, ToolCallRecord, Usage
+from ..workflows.activity_io import ModelDelta
+from ..workflows.events import AgentEvent
+from ..workflows.state import StepRecord, ToolCallRecord, Usage
+from .plumbing import say
+from .tables import shorten
 
 
 def usage_text(usage: Usage) -> str:

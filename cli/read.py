@@ -13,12 +13,13 @@ from typing import Any
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from durable_agent.agent_client import AgentClient, AgentRun, step_stats
-from durable_agent.cli.args import ListCalls, ListWaiting, Stats, Status, Trace, Watch
-from durable_agent.cli.plumbing import one_line, say
-from durable_agent.cli.progress import event_line
-from durable_agent.cli.tables import stats_table, trace_table, waiting_call_line
-from durable_agent.workflows.models import AgentEvent, AgentResult
+from ..client.agent_client import AgentClient, AgentRun, step_stats
+from ..workflows.events import AgentEvent
+from ..workflows.inputs import AgentResult
+from .args import ListCalls, ListWaiting, Stats, Status, Trace, Watch
+from .plumbing import one_line, say
+from .progress import event_line
+from .tables import stats_table, trace_table, waiting_call_line
 
 LIST_QUERY_TIMEOUT_SECONDS = 5.0
 """`list` asks each waiting run for its plan; a run whose worker is gone does not answer."""

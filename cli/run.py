@@ -23,37 +23,36 @@ from typing import Any
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from durable_agent.activities import pricing, telemetry, toolkits
-from durable_agent.activities.admission import Admission
-from durable_agent.activities.demo_script import SUPPORT_DEMO_SYSTEM, support_demo_script
-from durable_agent.activities.mcp_tools import McpTools
-from durable_agent.activities.store_check import StoreNotWritable, check_stores
-from durable_agent.agent_client import (
+from ..activities import pricing, telemetry, toolkits
+from ..activities.admission import Admission
+from ..activities.mcp_tools import McpTools
+from ..activities.store_check import StoreNotWritable, check_stores
+from ..client.agent_client import (
     AgentClient,
     AgentRun,
     AgentRunFailed,
     SearchAttributesNotRegistered,
 )
-from durable_agent.cli import chat, conversation, decide
-from durable_agent.cli.args import Result, RunArgs
-from durable_agent.cli.plumbing import say
-from durable_agent.cli.progress import DeltaLines, StepLines, StepsFromEvents, usage_text
-from durable_agent.cli.tables import trace_table
-from durable_agent.worker import build_worker, embedded_dev_server, free_port
-from durable_agent.workflows.errors import AgentConfigurationError
-from durable_agent.workflows.input_limits import InputTooLarge, check_input, json_bytes
-from durable_agent.workflows.models import (
+from ..demo.script import SUPPORT_DEMO_SYSTEM, support_demo_script
+from ..serving.dev_server import embedded_dev_server, free_port
+from ..serving.worker import build_worker
+from ..workflows.errors import AgentConfigurationError
+from ..workflows.input_limits import InputTooLarge, check_input, json_bytes
+from ..workflows.inputs import (
     AgentInput,
-    CompensationRecord,
     Limits,
     ModelSettings,
-    RunStatus,
     ScriptedCall,
     ScriptedTurn,
-    StepRecord,
     ToolApprovalPolicy,
-    Usage,
 )
+from ..workflows.state import CompensationRecord, StepRecord, Usage
+from ..workflows.status import RunStatus
+from . import chat, conversation, decide
+from .args import Result, RunArgs
+from .plumbing import say
+from .progress import DeltaLines, StepLines, StepsFromEvents, usage_text
+from .tables import trace_table
 
 DEMO_PLAN = [
     "Look up the customer's orders by their email.",

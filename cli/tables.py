@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from durable_agent.agent_client import StepStats
-from durable_agent.workflows.models import (
+from ..client.agent_client import StepStats
+from ..workflows.state import (
     CompactionRecord,
     EarlierSteps,
     StepRecord,
-    SubAgentApproval,
     ToolApproval,
     ToolCallRecord,
 )
+from ..workflows.status import SubAgentApproval
 
 TABLE_WIDTH = 100
 """`trace` and `stats` tables fit a terminal this wide (long tool lists wrap)."""

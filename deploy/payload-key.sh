@@ -17,7 +17,7 @@ umask 077
 
 new_key() {
     # id k<date>-<time>: two rotations on one day still get two ids.
-    "$PYTHON" -c 'from durable_agent import payload_codec; import time
+    "$PYTHON" -c 'from durable_agent.encryption import payload_codec; import time
 print(payload_codec.new_key_pair(time.strftime("k%Y%m%d-%H%M%S", time.gmtime())))'
 }
 
@@ -64,7 +64,7 @@ else
 fi
 
 # The workers would refuse a malformed file at start; say so here, where it was made.
-AGENT_PAYLOAD_KEYS="" AGENT_PAYLOAD_KEYS_FILE="$KEYS_FILE" "$PYTHON" -c 'import sys; from durable_agent import payload_codec
+AGENT_PAYLOAD_KEYS="" AGENT_PAYLOAD_KEYS_FILE="$KEYS_FILE" "$PYTHON" -c 'import sys; from durable_agent.encryption import payload_codec
 try:
     keys = payload_codec.keys_from_env()
 except payload_codec.PayloadKeyError as error:

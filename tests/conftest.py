@@ -17,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 import tests.tools_for_tests  # noqa: F401  (registers the test tools)
 from durable_agent.activities import pg_store
 from durable_agent.activities.providers import scripted
-from durable_agent.worker import embedded_dev_server
+from durable_agent.serving.dev_server import embedded_dev_server
 from tests.postgres import PostgresServer, postgres_server
 
 _LOCAL_HOSTS = {"127.0.0.1", "::1", "localhost"}

@@ -59,9 +59,9 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from durable_agent.activities import demo_tools
 from durable_agent.activities.tools import tool
-from durable_agent.workflows.models import RetrySettings
+from durable_agent.demo import tools as demo_tools
+from durable_agent.workflows.specs import RetrySettings
 
 TIMEOUT_SECONDS = 3.0
 """Start-to-close timeout of every demo tool and compensation attempt in the crash tests."""
@@ -185,7 +185,7 @@ class _CrashingOutbound(WorkflowOutboundInterceptor):
 async def serve(args: argparse.Namespace) -> None:
     from durable_agent.activities.mcp_config import load_mcp_config
     from durable_agent.activities.mcp_tools import McpTools
-    from durable_agent.worker import build_worker, connect
+    from durable_agent.serving.worker import build_worker, connect
     from tests.helpers import TEST_WORKER_OPTIONS
 
     register_tools()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from durable_agent.workflows.models import AgentResult
+from durable_agent.workflows.inputs import AgentResult
 
 
 def names_the_order(original: AgentResult, fork: AgentResult) -> float:

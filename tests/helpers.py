@@ -15,19 +15,19 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 
-from durable_agent.worker import build_worker
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import (
+from durable_agent.workflows.inputs import (
     AgentInput,
     AgentResult,
     Limits,
     ModelSettings,
-    RetrySettings,
     ScriptedCall,
     ScriptedTurn,
-    StepRecord,
     ToolApprovalPolicy,
 )
+from durable_agent.workflows.specs import RetrySettings
+from durable_agent.workflows.state import StepRecord
 from durable_agent.workflows.transcript import Message, Transcript
 
 STRICT_VARIABLE = "AGENT_TESTS_STRICT"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from durable_agent.worker import free_port
+from durable_agent.serving.dev_server import free_port
 
 SUPERUSER = "postgres"
 UNPRIVILEGED = "nobody"

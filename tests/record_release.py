@@ -31,25 +31,31 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 
 LAYOUTS = (
-    ("durable_agent.worker", "durable_agent.workflows.models"),
-    ("worker", "workflows.models"),
+    (
+        "durable_agent.serving.worker",
+        "durable_agent.serving.dev_server",
+        "durable_agent.workflows.inputs",
+    ),
+    ("durable_agent.worker", "durable_agent.worker", "durable_agent.workflows.models"),
+    ("worker", "worker", "workflows.models"),
 )
-"""Where the release being recorded keeps its worker and its models: under the one import name
-since d7e71aa (2026-12-02), at the top of the checkout before. By name, so that this file
-imports the project the one way everywhere else does (tests/test_architecture.py)."""
+"""Where the release being recorded keeps its worker builder, its dev server and its models: in
+folders of their own since 0.3.0, in durable_agent/worker.py from d7e71aa (2026-12-02), at the
+top of the checkout before. By name, so that this file imports the project the one way
+everywhere else does (tests/test_architecture.py)."""
 
 
-def _release_modules() -> tuple[Any, Any]:
-    for worker_module, models_module in LAYOUTS:
+def _release_modules() -> tuple[Any, Any, Any]:
+    for names in LAYOUTS:
         try:
-            return importlib.import_module(worker_module), importlib.import_module(models_module)
+            return tuple(importlib.import_module(name) for name in names)  # type: ignore[return-value]
         except ModuleNotFoundError:
             continue
     raise SystemExit("no release here: run this in a checkout of the project, installed")
 
 
-_worker, _models = _release_modules()
-build_worker, embedded_dev_server = _worker.build_worker, _worker.embedded_dev_server
+_worker, _dev_server, _models = _release_modules()
+build_worker, embedded_dev_server = _worker.build_worker, _dev_server.embedded_dev_server
 AgentInput = _models.AgentInput
 
 WAIT_SECONDS = 30.0

@@ -15,7 +15,7 @@ from pathlib import Path
 from temporalio.client import WorkflowHistory
 
 from durable_agent.activities import toolkits
-from durable_agent.worker import replayer
+from durable_agent.serving.worker import replayer
 
 HISTORIES = Path(__file__).parent / "histories"
 

@@ -23,11 +23,12 @@ from temporalio.exceptions import ApplicationError
 
 from durable_agent.activities import admission
 from durable_agent.activities.admission import Admission, Gate, ModelLimits, ProviderLimits
-from durable_agent.worker import build_worker
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentConfigurationError
+from durable_agent.workflows.inputs import AgentInput, AgentResult, ModelSettings
 from durable_agent.workflows.model_gateway import model_task_queue
-from durable_agent.workflows.models import AgentInput, AgentResult, ModelSettings, RetrySettings
+from durable_agent.workflows.specs import RetrySettings
 from tests import fake_openai
 from tests.helpers import TEST_WORKER_OPTIONS, eventually
 

@@ -21,14 +21,10 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 import tests.tools_for_tests as test_tools
-from durable_agent.worker import build_worker
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import (
-    DEFAULT_MAX_RESULT_CHARS,
-    AgentInput,
-    AgentResult,
-    ModelSettings,
-)
+from durable_agent.workflows.inputs import AgentInput, AgentResult, ModelSettings
+from durable_agent.workflows.specs import DEFAULT_MAX_RESULT_CHARS
 from durable_agent.workflows.transcript import AssistantMessage, ToolResult, Transcript
 from tests import fake_anthropic, fake_openai
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, Run

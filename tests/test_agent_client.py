@@ -16,9 +16,10 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
-from durable_agent.agent_client import AgentClient, AgentRun, AgentRunFailed
-from durable_agent.worker import build_worker
-from durable_agent.workflows.models import AgentInput, Limits, PlanState
+from durable_agent.client.agent_client import AgentClient, AgentRun, AgentRunFailed
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.inputs import AgentInput, Limits
+from durable_agent.workflows.state import PlanState
 from durable_agent.workflows.transcript import AssistantMessage, UserMessage
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
 

@@ -11,14 +11,10 @@ from temporalio.client import Client
 import tests.tools_for_tests as test_tools
 from durable_agent.activities.providers import scripted
 from durable_agent.activities.providers.scripted import recorded_requests
-from durable_agent.workflows.models import (
-    Limits,
-    ModelRequest,
-    ModelSettings,
-    ScriptedTurn,
-    ToolSpec,
-    Usage,
-)
+from durable_agent.workflows.activity_io import ModelRequest
+from durable_agent.workflows.inputs import Limits, ModelSettings, ScriptedTurn
+from durable_agent.workflows.specs import ToolSpec
+from durable_agent.workflows.state import Usage
 from durable_agent.workflows.transcript import AssistantMessage, ToolResult, UserMessage
 from tests.helpers import call, run_agent, scripted_input, turn
 

@@ -18,8 +18,11 @@ from durable_agent.activities.providers._http_errors import (
     TRANSIENT_ERROR_TYPE,
 )
 from durable_agent.activities.providers.anthropic_provider import complete
+from durable_agent.workflows.activity_io import ModelRequest
 from durable_agent.workflows.errors import AgentConfigurationError, AgentProviderError
-from durable_agent.workflows.models import ModelRequest, ModelSettings, ToolSpec, Usage
+from durable_agent.workflows.inputs import ModelSettings
+from durable_agent.workflows.specs import ToolSpec
+from durable_agent.workflows.state import Usage
 from durable_agent.workflows.transcript import (
     AssistantMessage,
     Message,

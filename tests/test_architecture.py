@@ -1,13 +1,21 @@
-"""The architecture, checked: imports run one way, with no cycle, and each rule has one home.
+"""The architecture, checked: each folder is one subpackage, imports run one way, with no cycle,
+and each rule has one home.
 
-- One import name: every module imports the project as `durable_agent...`, never by a bare
-  `workflows`, `activities`, `cli` or a module name that an app's own files would shadow.
-- Nothing in workflows/ (the deterministic side) imports activities/ (the I/O side); activities
-  are called by name and tool specs reach the workflow as data (workflows/tool_catalog.py).
-- No import cycle among the project's modules, imports inside functions included (only imports
+- Folders are import names: inside the package every import of its own modules is relative
+  (`from .state import RunState`, `from ..workflows.inputs import AgentInput`), so a reader and
+  every tool resolve it to its file; a folder imported by a bare name from the checkout fails at
+  once, naming the package. Outside it (tests, benchmarks, scripts) the project is
+  `durable_agent...`, never a bare `workflows` or `worker`.
+- workflows/ (the deterministic side) imports nothing of the package but itself; activities are
+  called by name, and tool specs reach the workflow as data (workflows/tool_catalog.py).
+- Nothing in the library imports the CLI.
+- No import cycle among the package's modules, imports inside functions included (only imports
   under `if TYPE_CHECKING:` are left out: they never run).
+- One home per public name: each is defined in one module and listed once, by the face
+  (durable_agent/__init__.pyi, which type checkers read and lazy_loader attaches); no other
+  module re-exports a name.
 - `workflow.patched` is called in workflows/versioning.py alone.
-- A client (agent_client) and the workflow's modules load neither provider SDK.
+- The face, a client and the workflow's modules load neither provider SDK.
 """
 
 from __future__ import annotations
@@ -15,34 +23,13 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-import tomllib
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGE_DIRS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
-    "package-dir"
-]
-"""The installed package's name for each folder of the checkout (`durable_agent.workflows` is
-workflows/)."""
+import pytest
 
-
-def project_modules() -> dict[str, Path]:
-    """Every module of the installed package, by its import name."""
-    modules = {}
-    for package, folder in PACKAGE_DIRS.items():
-        for path in (ROOT / folder).glob("*.py") if package == "durable_agent" else []:
-            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
-            modules[name] = path
-        if package == "durable_agent":
-            continue
-        for path in (ROOT / folder).rglob("*.py"):
-            parts = path.relative_to(ROOT / folder).with_suffix("").parts
-            name = ".".join([package, *(parts[:-1] if parts[-1] == "__init__" else parts)])
-            modules[name] = path
-    return modules
-
+from tests.package_layout import PACKAGE_DIRS, ROOT, SETUPTOOLS, project_modules
 
 MODULES = project_modules()
+PARSED = {name: ast.parse(path.read_text()) for name, path in MODULES.items()}
 
 
 def _runs(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
@@ -54,11 +41,19 @@ def _runs(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     return True
 
 
-def imports_of(name: str) -> set[str]:
-    """The project modules that `name` imports when it runs."""
-    tree = ast.parse(MODULES[name].read_text())
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+def _absolute(name: str, node: ast.ImportFrom) -> str:
+    """The module an ImportFrom names, made absolute from module `name`."""
+    if not node.level:
+        return node.module or ""
     package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
+    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+    return f"{base}.{node.module}" if node.module else base
+
+
+def imports_of(name: str) -> set[str]:
+    """The package's modules that `name` imports when it runs."""
+    tree = PARSED[name]
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     found: set[str] = set()
     for node in ast.walk(tree):
         if not isinstance(node, ast.Import | ast.ImportFrom) or not _runs(node, parents):
@@ -66,54 +61,84 @@ def imports_of(name: str) -> set[str]:
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         else:
-            base = node.module or ""
-            if node.level:
-                base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1]])
-                base = f"{base}.{node.module}" if node.module else base
+            base = _absolute(name, node)
             targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
         found.update(t for t in targets if t in MODULES and t != name)
     return found
 
 
 def room(name: str) -> str:
-    """`workflows`, `activities`, `cli`, or the package's own top level (`durable_agent`)."""
+    """The subpackage a module is in (`workflows`, `cli`, ...), or `durable_agent` for the face."""
     parts = name.split(".")
-    return parts[1] if len(parts) > 2 or f"durable_agent.{parts[-1]}" in PACKAGE_DIRS else parts[0]
+    return parts[1] if len(parts) > 1 else parts[0]
 
 
-def test_nothing_in_workflows_imports_activities() -> None:
+def _ours(module: str) -> bool:
+    return module.split(".")[0] == "durable_agent"
+
+
+def test_imports_inside_the_package_are_relative() -> None:
+    absolute = [
+        f"{MODULES[name].relative_to(ROOT)}:{node.lineno}"
+        for name, tree in PARSED.items()
+        for node in ast.walk(tree)
+        if (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and "durable_agent" in (node.module or "")
+        )
+        or (
+            isinstance(node, ast.Import)
+            and any(a.name.startswith("durable_agent") for a in node.names)
+        )
+    ]
+    assert absolute == []
+
+
+@pytest.mark.parametrize(
+    "folder", sorted(f for p, f in PACKAGE_DIRS.items() if p != "durable_agent")
+)
+def test_a_folder_imported_by_a_bare_name_fails_naming_the_package(folder: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {folder}"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"ImportError: this folder is durable_agent.{folder}: import durable_agent.{folder}"
+    )
+
+
+def test_workflows_import_nothing_of_the_package_but_workflows() -> None:
     offending = {
-        name: sorted(m for m in imports_of(name) if room(m) == "activities")
+        name: sorted(m for m in imports_of(name) if room(m) != "workflows")
         for name in MODULES
         if room(name) == "workflows"
     }
     assert not {k: v for k, v in offending.items() if v}
     assert room("durable_agent.workflows.agent") == "workflows"
-    assert room("durable_agent.activities") == "activities"
-    assert room("durable_agent.worker") == "durable_agent"
+    assert room("durable_agent") == "durable_agent"
 
 
-BARE_NAMES = {
-    "workflows",
-    "activities",
-    "cli",
-    "worker",
-    "starter",
-    *(path.stem for path in (ROOT / "durable_agent").glob("*.py")),
-} - {"__init__"}
+def test_nothing_in_the_library_imports_the_cli() -> None:
+    offending = {
+        name: sorted(m for m in imports_of(name) if room(m) == "cli")
+        for name in MODULES
+        if room(name) != "cli"
+    }
+    assert not {k: v for k, v in offending.items() if v}
+
+
+BARE_NAMES = {*PACKAGE_DIRS.values(), "worker", "starter", "agent_client", "plugin", "forking"} - {
+    "durable_agent"
+}
 """What the checkout's modules were once imported as: each would collide with an app's own
 `workflows.py` or `worker.py` (samples-python's layout), or claim a top-level name."""
 
 
-def test_no_module_imports_the_project_by_a_bare_name() -> None:
-    """The package, its scripts, the tests and the benchmarks: all import `durable_agent...`."""
+def test_no_module_outside_the_package_imports_it_by_a_bare_name() -> None:
+    """Its scripts, the tests and the benchmarks: all import `durable_agent...`."""
     offending = []
-    files = [
-        *MODULES.values(),
-        *ROOT.glob("*.py"),
-        *ROOT.glob("tests/*.py"),
-        *ROOT.glob("bench/*.py"),
-    ]
+    files = [*ROOT.glob("*.py"), *ROOT.glob("tests/*.py"), *ROOT.glob("bench/*.py")]
     for path in files:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
@@ -128,12 +153,11 @@ def test_no_module_imports_the_project_by_a_bare_name() -> None:
                 if n.split(".")[0] in BARE_NAMES
             ]
     assert offending == []
-    assert len(files) > 150 and {"workflows", "agent_client", "plugin"} <= BARE_NAMES
+    assert len(files) > 100 and {"workflows", "activities", "client", "cli"} <= BARE_NAMES
 
 
 def test_there_is_no_import_cycle() -> None:
     graph = {name: imports_of(name) for name in MODULES}
-    # A package's __init__ re-exporting its modules lazily is not an edge back.
     done: set[str] = set()
     path: list[str] = []
 
@@ -153,21 +177,58 @@ def test_there_is_no_import_cycle() -> None:
         visit(name)
 
 
+def _defined(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def test_every_public_name_has_one_home_and_only_the_face_re_exports() -> None:
+    import durable_agent
+
+    face = ast.parse((ROOT / "durable_agent" / "__init__.pyi").read_text())
+    public = [
+        alias.asname or alias.name
+        for node in face.body
+        if isinstance(node, ast.ImportFrom) and node.level
+        for alias in node.names
+    ]
+    assert all(hasattr(durable_agent, name) for name in public)
+    homes = {name: [m for m, tree in PARSED.items() if name in _defined(tree)] for name in public}
+    assert {name: found for name, found in homes.items() if len(found) != 1} == {}
+    re_exports = [
+        f"{MODULES[name].relative_to(ROOT)}:{node.lineno} {alias.name}"
+        for name, tree in PARSED.items()
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if alias.asname == alias.name
+    ]
+    assert re_exports == []
+    assert {"AgentClient", "AgentInput", "AgentPlugin", "tool"} <= set(public)
+
+
 def test_workflow_patched_is_called_in_versioning_alone() -> None:
     callers = {
         name
-        for name, path in MODULES.items()
-        for node in ast.walk(ast.parse(path.read_text()))
+        for name, tree in PARSED.items()
+        for node in ast.walk(tree)
         if isinstance(node, ast.Attribute) and node.attr == "patched"
     }
     assert callers == {"durable_agent.workflows.versioning"}
 
 
-def test_a_client_and_the_workflow_load_neither_provider_sdk() -> None:
+def test_the_face_a_client_and_the_workflow_load_neither_provider_sdk() -> None:
     code = (
-        "import sys, durable_agent.agent_client, durable_agent.plugin\n"
-        "import durable_agent.workflows.agent\n"
-        "print(sorted(m for m in ('openai', 'anthropic') if m in sys.modules))\n"
+        "import sys, durable_agent, durable_agent.client.agent_client\n"
+        "import durable_agent.serving.plugin, durable_agent.workflows.agent\n"
+        "print(sorted(m for m in ('openai', 'anthropic', 'mcp') if m in sys.modules))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
@@ -178,9 +239,8 @@ def test_a_client_and_the_workflow_load_neither_provider_sdk() -> None:
 
 def test_every_package_folder_is_installed() -> None:
     """A folder that pyproject.toml leaves out works in the checkout and fails installed."""
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     found = {name for name, path in MODULES.items() if path.name == "__init__.py"}
-    assert sorted(config["packages"]) == sorted(found)
+    assert sorted(SETUPTOOLS["packages"]) == sorted(found)
     assert [
         p
         for p in ROOT.glob("*/__init__.py")

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from durable_agent.workflows.call_ids import FILTER_BITS, MAX_EXACT_CALL_IDS, CallIds
 from durable_agent.workflows.dispatch import with_unique_call_ids
 from durable_agent.workflows.loop_detection import MAX_REMEMBERED_CALLS, LoopDetector, call_key
-from durable_agent.workflows.models import TracePageRequest
+from durable_agent.workflows.paging import TracePageRequest
 from durable_agent.workflows.state import (
     CompactionRecord,
     RunState,

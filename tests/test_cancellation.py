@@ -14,9 +14,9 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 
 import tests.tools_for_tests as test_tools
-from durable_agent.worker import build_worker
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import AgentInput, AgentResult, Limits
+from durable_agent.workflows.inputs import AgentInput, AgentResult, Limits
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
 
 

@@ -8,27 +8,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def installed_layout(under: Path) -> Path:
-    """`under`/durable_agent, the package as installed, made of links to the checkout's files."""
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    package_dir = config["tool"]["setuptools"]["package-dir"]
-    for package, folder in sorted(package_dir.items()):
-        target = under.joinpath(*package.split("."))
-        if package == "durable_agent":
-            target.mkdir(parents=True)
-            for module in (ROOT / folder).glob("*.py"):
-                (target / module.name).symlink_to(module)
-        else:
-            target.symlink_to(ROOT / folder, target_is_directory=True)
-    return under / "durable_agent"
+from tests.package_layout import ROOT, installed_layout
 
 
 @pytest.mark.parametrize(
@@ -77,4 +61,5 @@ def test_the_layout_helper_maps_every_folder() -> None:
         package = installed_layout(Path(scratch))
         assert (package / "workflows" / "agent.py").resolve() == ROOT / "workflows" / "agent.py"
         assert (package / "activities" / "providers" / "scripted.py").is_file()
-        assert (package / "plugin.py").resolve() == ROOT / "durable_agent" / "plugin.py"
+        assert (package / "serving" / "plugin.py").resolve() == ROOT / "serving" / "plugin.py"
+        assert (package / "__init__.py").resolve() == ROOT / "durable_agent" / "__init__.py"

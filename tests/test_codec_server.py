@@ -27,9 +27,9 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.client import Client
 
-from durable_agent import codec_server
-from durable_agent.codec_server import serving
-from durable_agent.payload_codec import (
+from durable_agent.encryption import codec_server
+from durable_agent.encryption.codec_server import serving
+from durable_agent.encryption.payload_codec import (
     AAD_METADATA,
     ENCODING,
     KEY_ID_METADATA,
@@ -40,7 +40,8 @@ from durable_agent.payload_codec import (
     associated_data_from_env,
     data_converter,
 )
-from durable_agent.worker import build_worker, temporal_binary
+from durable_agent.serving.dev_server import temporal_binary
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from tests.helpers import TEST_WORKER_OPTIONS, scripted_input, turn
 from tests.test_privacy import in_isolated_namespace
@@ -267,11 +268,11 @@ def test_it_refuses_to_start_without_a_token_or_keys(
 def test_the_command_serves_on_localhost_and_prints_neither_key_nor_token(
     tmp_path: Path,
 ) -> None:
-    """`python -m durable_agent.codec_server` as a person runs it: it says where it listens,
-    then serves."""
+    """`python -m durable_agent.encryption.codec_server` as a person runs it: it says where it
+    listens, then serves."""
     key_text = base64.b64encode(NEW.key).decode()
     process = subprocess.Popen(
-        [sys.executable, "-m", "durable_agent.codec_server", "--port", "0"],
+        [sys.executable, "-m", "durable_agent.encryption.codec_server", "--port", "0"],
         cwd=tmp_path,
         env={"AGENT_PAYLOAD_KEYS": f"new={key_text}", "AGENT_CODEC_TOKEN": TOKEN},
         stderr=subprocess.PIPE,
@@ -518,12 +519,12 @@ def resident_bytes(pid: int) -> int:
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
 def test_the_server_does_not_grow_on_an_unbounded_login(tmp_path: Path) -> None:
-    """The issue's reproduction against `python -m durable_agent.codec_server`: Content-Length -1
-    on /login and 200 MiB behind it. The answer comes before the body, and the process stays its
+    """The reproduction against `python -m durable_agent.encryption.codec_server`: Content-Length
+    -1 on /login and 200 MiB behind it. The answer comes before the body, and the process stays its
     size."""
     key_text = base64.b64encode(NEW.key).decode()
     process = subprocess.Popen(
-        [sys.executable, "-m", "durable_agent.codec_server", "--port", "0"],
+        [sys.executable, "-m", "durable_agent.encryption.codec_server", "--port", "0"],
         cwd=tmp_path,
         env={"AGENT_PAYLOAD_KEYS": f"new={key_text}", "AGENT_CODEC_TOKEN": TOKEN},
         stderr=subprocess.PIPE,
@@ -619,7 +620,14 @@ def test_the_command_reads_its_token_from_a_file_and_marks_the_cookie(tmp_path: 
     (tmp_path / "keys").write_text(f"new={base64.b64encode(NEW.key).decode()}\n")
     (tmp_path / "token").write_text(TOKEN + "\n")
     process = subprocess.Popen(
-        [sys.executable, "-m", "durable_agent.codec_server", "--port", "0", "--behind-tls"],
+        [
+            sys.executable,
+            "-m",
+            "durable_agent.encryption.codec_server",
+            "--port",
+            "0",
+            "--behind-tls",
+        ],
         cwd=tmp_path,
         env={
             "AGENT_PAYLOAD_KEYS_FILE": str(tmp_path / "keys"),

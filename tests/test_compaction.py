@@ -9,7 +9,7 @@ from temporalio.client import Client
 
 from durable_agent.activities.providers.scripted import recorded_requests
 from durable_agent.workflows import compaction
-from durable_agent.workflows.models import AgentInput, Limits
+from durable_agent.workflows.inputs import AgentInput, Limits
 from durable_agent.workflows.transcript import (
     AssistantMessage,
     Message,

@@ -11,11 +11,13 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.testing import ActivityEnvironment
 
 import tests.tools_for_tests as test_tools
-from durable_agent.activities import demo_tools
 from durable_agent.activities.tools import registered_tools
-from durable_agent.worker import build_worker
+from durable_agent.demo import tools as demo_tools
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.activity_io import ToolActivityInput
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import CompensationInput, Limits, ToolActivityInput
+from durable_agent.workflows.inputs import Limits
+from durable_agent.workflows.state import CompensationInput
 from tests.helpers import TEST_WORKER_OPTIONS, Run, call, run_agent, scripted_input, turn
 
 EFFECTS = ["cancel_order", "issue_refund", "send_email", "count_me"]

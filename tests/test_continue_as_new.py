@@ -10,9 +10,10 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
-from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import AgentInput, Limits
+from durable_agent.workflows.inputs import AgentInput, Limits
 from tests.helpers import TEST_WORKER_OPTIONS, Run, call, run_agent, scripted_input, turn
 
 

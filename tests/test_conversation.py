@@ -15,16 +15,17 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 import tests.tools_for_tests as test_tools
-from durable_agent.agent_client import AgentClient, AgentRun, AgentRunFailed
-from durable_agent.worker import build_worker, temporal_binary
-from durable_agent.workflows.models import (
+from durable_agent.client.agent_client import AgentClient, AgentRun, AgentRunFailed
+from durable_agent.serving.dev_server import temporal_binary
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.inputs import (
     AgentInput,
     Limits,
     ModelSettings,
     ScriptedTurn,
     ToolApprovalPolicy,
-    Usage,
 )
+from durable_agent.workflows.state import Usage
 from durable_agent.workflows.transcript import Transcript
 from tests import fake_openai
 from tests.helpers import (

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent import starter
-from durable_agent.worker import build_worker
+from durable_agent.cli import starter
+from durable_agent.serving.worker import build_worker
 
 REPO = Path(__file__).resolve().parent.parent
 PROMPT = "Where is my latest order? My email is a@b.com."

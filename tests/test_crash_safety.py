@@ -32,17 +32,13 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.activities import demo_tools
-from durable_agent.worker import connect, free_port, temporal_binary
+from durable_agent.demo import tools as demo_tools
+from durable_agent.serving.dev_server import free_port, temporal_binary
+from durable_agent.serving.worker import connect
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import (
-    SEARCH_ATTRIBUTES,
-    AgentInput,
-    AgentResult,
-    Limits,
-    ModelSettings,
-    RetrySettings,
-)
+from durable_agent.workflows.inputs import AgentInput, AgentResult, Limits, ModelSettings
+from durable_agent.workflows.specs import RetrySettings
+from durable_agent.workflows.status import SEARCH_ATTRIBUTES
 from durable_agent.workflows.transcript import Transcript
 from tests.helpers import TRUSTED, call, eventually, turn
 

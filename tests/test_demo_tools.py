@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from durable_agent.activities import demo_tools
-from durable_agent.activities.demo_tools import (
+from durable_agent.activities.tools import registered_tools
+from durable_agent.demo import tools as demo_tools
+from durable_agent.demo.tools import (
     cancel_order,
     connect,
     demo_db_path,
@@ -22,7 +23,6 @@ from durable_agent.activities.demo_tools import (
     search_orders,
     send_email,
 )
-from durable_agent.activities.tools import registered_tools
 
 SEEDED_AT = datetime(2026, 11, 29, 9, 30, tzinfo=UTC)
 

@@ -37,11 +37,11 @@ from temporalio.worker.workflow_sandbox import (
     _runner as sdk,
 )
 
-from durable_agent.sandbox_runner import WORKFLOW_RUNNER, sandbox_from_env
-from durable_agent.worker import build_worker, replayer
+from durable_agent.serving.sandbox_runner import WORKFLOW_RUNNER, sandbox_from_env
+from durable_agent.serving.worker import build_worker, replayer
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentConfigurationError
-from durable_agent.workflows.models import Limits, ModelSettings
+from durable_agent.workflows.inputs import Limits, ModelSettings
 from tests.clock_workflow import ClockWorkflow
 from tests.helpers import (
     FAST_MODEL_RETRY,

@@ -12,7 +12,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import tomllib
 import uuid
 from fnmatch import fnmatch
 from pathlib import Path, PurePosixPath
@@ -23,10 +22,11 @@ import pytest
 import yaml
 from temporalio.common import SearchAttributeKey
 
-from durable_agent import forking
 from durable_agent.activities.store_check import StoreNotWritable, check_postgres
-from durable_agent.payload_codec import keys_from_env
-from durable_agent.workflows import models
+from durable_agent.client import forking
+from durable_agent.encryption.payload_codec import keys_from_env
+from durable_agent.workflows import status
+from tests.package_layout import PACKAGE_DIRS
 from tests.postgres import PostgresServer, bin_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -737,7 +737,7 @@ def test_no_other_service_gets_the_keys(services: dict[str, dict[str, Any]]) -> 
 
 def codec_arguments(service: dict[str, Any]) -> dict[str, str]:
     words = shlex.split(command_text(service))
-    assert "durable_agent.codec_server" in words, words
+    assert "durable_agent.encryption.codec_server" in words, words
     return {word: words[i + 1] for i, word in enumerate(words[:-1]) if word.startswith("--")}
 
 
@@ -904,7 +904,7 @@ def test_search_attribute_registration_tolerates_already_exists(
 def test_search_attributes_match_the_workflow() -> None:
     """The ones the workflow upserts and the one a fork starts with, read from the code: a
     renamed key fails here."""
-    keys = [v for v in vars(models).values() if isinstance(v, SearchAttributeKey)]
+    keys = [v for v in vars(status).values() if isinstance(v, SearchAttributeKey)]
     declared = {
         key.name: key.indexed_value_type.name.title()  # KEYWORD -> Keyword, the CLI's word
         for key in [*keys, *forking.FORK_SEARCH_ATTRIBUTES]
@@ -988,8 +988,7 @@ def test_dockerfile_copies_only_what_is_needed_and_it_is_in_the_context() -> Non
 
 def package_folders() -> set[str]:
     """The folders pyproject.toml maps into the installed package."""
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    return set(config["tool"]["setuptools"]["package-dir"].values())
+    return set(PACKAGE_DIRS.values())
 
 
 def test_the_package_is_more_than_one_folder() -> None:

@@ -13,22 +13,21 @@ import pytest
 from temporalio.client import Client
 
 import tests.tools_for_tests as test_tools
-from durable_agent.agent_client import AgentClient
-from durable_agent.worker import build_worker
+from durable_agent.client.agent_client import AgentClient
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows import effect_log
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.continuation import MAX_CARRIED_BYTES
 from durable_agent.workflows.errors import AgentStepLimitExceeded
-from durable_agent.workflows.models import (
+from durable_agent.workflows.inputs import Limits, ModelSettings
+from durable_agent.workflows.paging import EffectsPageRequest
+from durable_agent.workflows.saga import MAX_REPORTED_COMPENSATIONS, Saga
+from durable_agent.workflows.state import (
     AppliedEffect,
     CompensationInput,
     CompensationRecord,
-    EffectsPageRequest,
-    Limits,
-    ModelSettings,
     RunState,
 )
-from durable_agent.workflows.saga import MAX_REPORTED_COMPENSATIONS, Saga
 from tests.helpers import (
     FAST_MODEL_RETRY,
     TEST_WORKER_OPTIONS,

@@ -31,7 +31,8 @@ from temporalio.client import Client, WorkflowHandle
 from durable_agent.activities.result_store import result_ref
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.history import STORE_MISS
-from durable_agent.workflows.models import AgentInput, AgentResult, ModelSettings, RetrySettings
+from durable_agent.workflows.inputs import AgentInput, AgentResult, ModelSettings
+from durable_agent.workflows.specs import RetrySettings
 from tests.helpers import TRUSTED, call, eventually, turn
 
 ROOT = Path(__file__).resolve().parent.parent

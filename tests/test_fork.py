@@ -12,13 +12,14 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 import tests.tools_for_tests as test_tools
-from durable_agent.activities import demo_tools
-from durable_agent.activities.demo_script import DEMO_PROMPT, support_demo_script
-from durable_agent.agent_client import AgentClient, AgentRunFailed
-from durable_agent.forking import ForkError, ForkStepOutOfRange, read_run, scripted_from
-from durable_agent.payload_codec import PayloadKey, data_converter
-from durable_agent.worker import build_worker
-from durable_agent.workflows.models import AgentInput, AgentResult, Limits, ModelSettings, Usage
+from durable_agent.client.agent_client import AgentClient, AgentRunFailed
+from durable_agent.client.forking import ForkError, ForkStepOutOfRange, read_run, scripted_from
+from durable_agent.demo import tools as demo_tools
+from durable_agent.demo.script import DEMO_PROMPT, support_demo_script
+from durable_agent.encryption.payload_codec import PayloadKey, data_converter
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.inputs import AgentInput, AgentResult, Limits, ModelSettings
+from durable_agent.workflows.state import Usage
 from tests import fake_openai
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, TRUSTED, call, scripted_input, turn
 

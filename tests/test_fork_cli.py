@@ -16,12 +16,12 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.activities.demo_script import support_demo_script
-from durable_agent.agent_client import AgentClient
 from durable_agent.cli.fork import recent_completed
-from durable_agent.forking import read_run
-from durable_agent.worker import build_worker
-from durable_agent.workflows.models import ToolApprovalPolicy
+from durable_agent.client.agent_client import AgentClient
+from durable_agent.client.forking import read_run
+from durable_agent.demo.script import support_demo_script
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.inputs import ToolApprovalPolicy
 from tests import fake_openai
 from tests.helpers import TEST_WORKER_OPTIONS, eventually, scripted_input
 

@@ -10,13 +10,14 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from durable_agent.activities import demo_tools
 from durable_agent.activities.providers.scripted import recorded_requests
-from durable_agent.agent_client import AgentClient, AgentRun
-from durable_agent.forking import read_run, scripted_from
-from durable_agent.worker import build_worker
+from durable_agent.client.agent_client import AgentClient, AgentRun
+from durable_agent.client.forking import read_run, scripted_from
+from durable_agent.demo import tools as demo_tools
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import ModelSettings, PlanState, ScriptedTurn
+from durable_agent.workflows.inputs import ModelSettings, ScriptedTurn
+from durable_agent.workflows.state import PlanState
 from tests.helpers import (
     FAST_MODEL_RETRY,
     TEST_WORKER_OPTIONS,

@@ -16,9 +16,9 @@ from temporalio.exceptions import ApplicationError
 
 import durable_agent.workflows.versioning as versioning
 import tests.tools_for_tests as test_tools
-from durable_agent import starter
-from durable_agent.agent_client import AgentClient, AgentRun
-from durable_agent.worker import build_worker
+from durable_agent.cli import starter
+from durable_agent.client.agent_client import AgentClient, AgentRun
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.input_limits import (
     MAX_MESSAGE_CHARS,
@@ -26,7 +26,7 @@ from durable_agent.workflows.input_limits import (
     MAX_REASON_CHARS,
     TOO_LARGE,
 )
-from durable_agent.workflows.models import AgentInput, ToolApprovalPolicy
+from durable_agent.workflows.inputs import AgentInput, ToolApprovalPolicy
 from durable_agent.workflows.transcript import Transcript
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
 from tests.test_conversation_cli import PROMPT, start_chat

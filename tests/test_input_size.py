@@ -16,12 +16,12 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 import durable_agent.workflows.continuation as continuation
-from durable_agent.agent_client import AgentClient
-from durable_agent.worker import build_worker
+from durable_agent.client.agent_client import AgentClient
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentInputTooLarge
 from durable_agent.workflows.input_limits import MAX_INPUT_BYTES
-from durable_agent.workflows.models import AgentInput, Limits
+from durable_agent.workflows.inputs import AgentInput, Limits
 from tests.helpers import TEST_WORKER_OPTIONS, call, chain_histories, scripted_input, turn
 from tests.test_starter_prompt import starter
 

@@ -12,7 +12,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from durable_agent.activities import message_store
 from durable_agent.activities.providers.scripted import recorded_requests
-from durable_agent.workflows.models import AgentInput, Limits
+from durable_agent.workflows.inputs import AgentInput, Limits
 from durable_agent.workflows.transcript import Transcript
 from tests.helpers import call, run_agent, scripted_input, turn
 

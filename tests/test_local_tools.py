@@ -11,8 +11,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from durable_agent import payload_codec
 from durable_agent.activities.tools import tool
+from durable_agent.encryption import payload_codec
 from durable_agent.workflows.agent import AgentWorkflow
 from tests.helpers import call, run_agent, scripted_input, turn
 from tests.tools_for_tests import executions

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from durable_agent.agent_client import AgentRun
-from durable_agent.worker import build_worker
+from durable_agent.client.agent_client import AgentRun
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.call_ids import FILTER_BITS, MAX_EXACT_CALL_IDS
 from durable_agent.workflows.continuation import (
@@ -22,8 +22,10 @@ from durable_agent.workflows.continuation import (
     MAX_CARRIED_EVENT_BYTES,
     MAX_CARRIED_TRANSCRIPT_BYTES,
 )
+from durable_agent.workflows.inputs import Limits
 from durable_agent.workflows.loop_detection import MAX_REMEMBERED_CALLS
-from durable_agent.workflows.models import Limits, RunStatus, TracePageRequest
+from durable_agent.workflows.paging import TracePageRequest
+from durable_agent.workflows.status import RunStatus
 from durable_agent.workflows.trace import MAX_KEPT_TRACE_BYTES
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 

@@ -20,14 +20,17 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Replayer
 
-from durable_agent import payload_codec
 from durable_agent.activities.mcp_config import McpConfig, load_mcp_config
 from durable_agent.activities.mcp_tools import McpTools, exposed_name
-from durable_agent.agent_client import AgentClient
-from durable_agent.worker import build_worker, free_port
+from durable_agent.client.agent_client import AgentClient
+from durable_agent.encryption import payload_codec
+from durable_agent.serving.dev_server import free_port
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentConfigurationError
-from durable_agent.workflows.models import AgentInput, AgentResult, RetrySettings, TracePageRequest
+from durable_agent.workflows.inputs import AgentInput, AgentResult
+from durable_agent.workflows.paging import TracePageRequest
+from durable_agent.workflows.specs import RetrySettings
 from durable_agent.workflows.transcript import Transcript
 from tests.helpers import TEST_WORKER_OPTIONS, Run, call, eventually, scripted_input, turn
 
@@ -263,7 +266,8 @@ async def test_read_only_hint_decides_the_scheduling(
 async def test_a_side_effecting_mcp_call_waits_for_approval(
     client: Client, task_queue: str, journal: Path, tmp_path: Path
 ) -> None:
-    from durable_agent.workflows.models import ToolApprovalPolicy, ToolCallDecision
+    from durable_agent.workflows.inputs import ToolApprovalPolicy
+    from durable_agent.workflows.state import ToolCallDecision
 
     config = config_of({"shop": stdio_server(journal)}, tmp_path)
     script = [turn(call("shop__record", "c1", note="n")), turn(text="done")]
@@ -350,7 +354,7 @@ async def test_an_optional_server_down_is_left_out(
 
 async def _approve_when_waiting(handle: Any, call_id: str, before: Any = None) -> None:
     """Wait until `call_id` waits for a person, run `before`, then approve it."""
-    from durable_agent.workflows.models import ToolCallDecision
+    from durable_agent.workflows.state import ToolCallDecision
 
     async def waiting() -> bool:
         status = await handle.query(AgentWorkflow.status)
@@ -367,7 +371,7 @@ async def test_continue_as_new_lists_the_tools_again(
 ) -> None:
     """An optional server down when the run starts is offered once it is up, from the next run
     of the chain: the tools are listed again on continue-as-new."""
-    from durable_agent.workflows.models import ToolApprovalPolicy
+    from durable_agent.workflows.inputs import ToolApprovalPolicy
 
     port = free_port()
     later = {"url": f"http://127.0.0.1:{port}/mcp", "optional": True,
@@ -407,7 +411,7 @@ async def test_a_failed_listing_on_continue_as_new_keeps_the_tools_offered_befor
 ) -> None:
     """A server that must be there and is down when the run continues as new: the run has side
     effects behind it, so it goes on with the tools it was offered, and says so."""
-    from durable_agent.workflows.models import ToolApprovalPolicy
+    from durable_agent.workflows.inputs import ToolApprovalPolicy
 
     port = free_port()
     shop = {"url": f"http://127.0.0.1:{port}/mcp", "retry": FAST_RETRY,

@@ -22,17 +22,14 @@ from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from durable_agent import payload_codec
 from durable_agent.activities.mcp_config import McpServerConfig
 from durable_agent.activities.mcp_tools import McpTools, tool_spec
-from durable_agent.worker import free_port
+from durable_agent.encryption import payload_codec
+from durable_agent.serving.dev_server import free_port
+from durable_agent.workflows.activity_io import ToolActivityInput, ToolActivityResult
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import (
-    Limits,
-    RetrySettings,
-    ToolActivityInput,
-    ToolActivityResult,
-)
+from durable_agent.workflows.inputs import Limits
+from durable_agent.workflows.specs import RetrySettings
 from durable_agent.workflows.transcript import Transcript
 from tests.helpers import call, eventually, scripted_input, turn
 from tests.test_crash_safety import Processes, address_of

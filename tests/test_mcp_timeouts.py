@@ -17,10 +17,10 @@ from temporalio.client import Client
 from temporalio.common import RawValue, RetryPolicy
 from temporalio.testing import ActivityEnvironment
 
-from durable_agent import payload_codec
 from durable_agent.activities import mcp_tools
 from durable_agent.activities.mcp_tools import McpTools
-from durable_agent.workflows.models import ToolActivityInput, ToolActivityResult
+from durable_agent.encryption import payload_codec
+from durable_agent.workflows.activity_io import ToolActivityInput, ToolActivityResult
 from tests.helpers import call, scripted_input, turn
 from tests.test_mcp import config_of, mcp_worker, run_with
 from tests.test_mcp_side_effects import MAY_HAVE_TAKEN_EFFECT, shop

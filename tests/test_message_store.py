@@ -20,10 +20,12 @@ from durable_agent.activities.message_store import (
     resolve_prefix,
 )
 from durable_agent.activities.result_store import SqliteResultStore
-from durable_agent.payload_codec import PayloadKey
+from durable_agent.encryption.payload_codec import PayloadKey
+from durable_agent.workflows.activity_io import ModelRequest
 from durable_agent.workflows.errors import AgentConfigurationError
-from durable_agent.workflows.history import chain_refs, tools_ref
-from durable_agent.workflows.models import ModelRequest, ModelSettings, ToolSpec
+from durable_agent.workflows.history import chain_refs, tools_json, tools_ref
+from durable_agent.workflows.inputs import ModelSettings
+from durable_agent.workflows.specs import ToolSpec
 from durable_agent.workflows.transcript import AssistantMessage, Message, UserMessage
 
 TOOLS = [ToolSpec(name="lookup", description="d", parameters={"type": "object"})]
@@ -200,7 +202,7 @@ def test_a_tool_list_is_parsed_once_and_served_as_a_fresh_list(
 ) -> None:
     monkeypatch.setenv("AGENT_MESSAGE_STORE", str(tmp_path / "messages.db"))
     store = message_store.message_store()
-    store.put_blob(tools_ref(TOOLS), message_store.tools_json(TOOLS))
+    store.put_blob(tools_ref(TOOLS), tools_json(TOOLS))
     reads: list[str] = []
     real_get_blob = store.get_blob
     monkeypatch.setattr(store, "get_blob", lambda ref: reads.append(ref) or real_get_blob(ref))
@@ -479,7 +481,7 @@ def test_a_tool_list_parsed_already_is_still_written_when_first_named(
 ) -> None:
     # Another store's run left the list parsed in this process.
     monkeypatch.setenv("AGENT_MESSAGE_STORE", str(tmp_path / "other.db"))
-    message_store.message_store().put_blob(tools_ref(TOOLS), message_store.tools_json(TOOLS))
+    message_store.message_store().put_blob(tools_ref(TOOLS), tools_json(TOOLS))
     assert message_store.resolve_tools(tools_ref(TOOLS)) == TOOLS
 
     path = tmp_path / "messages.db"

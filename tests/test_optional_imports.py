@@ -105,7 +105,7 @@ def test_every_module_of_the_worker_starter_and_client_imports(base_env: dict[st
     done = run_base("-c", code, env=base_env)
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout)
-    assert "durable_agent.workflows.agent" in loaded and "durable_agent.plugin" in loaded
+    assert "durable_agent.workflows.agent" in loaded and "durable_agent.serving.plugin" in loaded
     assert "durable_agent.activities.model_call" in loaded
     assert not [m for m in loaded if m.startswith("opentelemetry.sdk")]
 

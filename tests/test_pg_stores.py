@@ -24,7 +24,7 @@ from durable_agent.activities.pg_store import (
     StoreSchemaTooNew,
 )
 from durable_agent.activities.result_store import PostgresResultStore, result_ref
-from durable_agent.payload_codec import PayloadKey
+from durable_agent.encryption.payload_codec import PayloadKey
 from durable_agent.workflows.errors import AgentConfigurationError
 from durable_agent.workflows.history import chain_refs
 from durable_agent.workflows.transcript import Message, UserMessage

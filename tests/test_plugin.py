@@ -25,16 +25,12 @@ from temporalio.converter import (
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from durable_agent import (
-    AgentClient,
-    AgentConfigurationError,
-    AgentPlugin,
-    payload_codec,
-    sandbox_runner,
-)
-from durable_agent.plugin import agent_data_converter
+from durable_agent import AgentClient, AgentConfigurationError, AgentPlugin
+from durable_agent.encryption import payload_codec
+from durable_agent.serving import sandbox_runner
+from durable_agent.serving.plugin import agent_data_converter
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import ModelSettings
+from durable_agent.workflows.inputs import ModelSettings
 from tests import fake_openai
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, scripted_input, turn
 from tests.shout_app import ShoutWorkflow, shout
@@ -224,7 +220,7 @@ async def test_a_model_queue_worker_that_stops_stops_the_apps_worker_with_its_re
     """A model-call queue's worker that stops (here: its namespace is gone, which the server
     says at its first poll) must not leave the app's worker serving runs whose model calls
     nobody takes: the app's worker stops too, with that worker's error."""
-    import durable_agent.plugin as plugin_module
+    import durable_agent.serving.plugin as plugin_module
 
     def lost_namespace(of: Client) -> Client:
         config = of.config(active_config=True)

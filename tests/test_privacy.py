@@ -32,10 +32,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_agent import worker
 from durable_agent.activities import telemetry
-from durable_agent.agent_client import ensure_search_attributes
-from durable_agent.payload_codec import (
+from durable_agent.cli import worker
+from durable_agent.client.agent_client import ensure_search_attributes
+from durable_agent.encryption.payload_codec import (
     ENCODING,
     EncryptionCodec,
     PayloadKey,
@@ -43,9 +43,9 @@ from durable_agent.payload_codec import (
     data_converter,
     keys_from_env,
 )
-from durable_agent.worker import build_worker
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import AgentInput, AgentResult, ModelSettings
+from durable_agent.workflows.inputs import AgentInput, AgentResult, ModelSettings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, scripted_input, turn
 

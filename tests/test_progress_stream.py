@@ -19,10 +19,11 @@ from temporalio.client import (
     WorkflowExecutionDescription,
 )
 
-from durable_agent.agent_client import AgentRun, AgentRunFailed
-from durable_agent.worker import build_worker
+from durable_agent.client.agent_client import AgentRun, AgentRunFailed
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import AgentEvent, AgentInput, Limits, ToolApprovalPolicy
+from durable_agent.workflows.events import AgentEvent
+from durable_agent.workflows.inputs import AgentInput, Limits, ToolApprovalPolicy
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 
 

@@ -22,15 +22,10 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
 import tests.tools_for_tests as test_tools
-from durable_agent.worker import build_worker
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import (
-    AgentInput,
-    AgentResult,
-    Limits,
-    ModelSettings,
-    RetrySettings,
-)
+from durable_agent.workflows.inputs import AgentInput, AgentResult, Limits, ModelSettings
+from durable_agent.workflows.specs import RetrySettings
 from durable_agent.workflows.transcript import Message, Transcript
 from tests import fake_anthropic, fake_openai
 from tests.helpers import TEST_WORKER_OPTIONS

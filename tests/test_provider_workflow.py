@@ -22,7 +22,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_agent.activities import pricing
-from durable_agent.workflows.models import AgentInput, ModelSettings, Usage
+from durable_agent.workflows.inputs import AgentInput, ModelSettings
+from durable_agent.workflows.state import Usage
 from tests import fake_anthropic, fake_openai
 from tests.helpers import FAST_MODEL_RETRY, Run, run_agent
 

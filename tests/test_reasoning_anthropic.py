@@ -14,8 +14,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_agent.activities.providers import anthropic_provider
+from durable_agent.workflows.activity_io import ModelRequest
 from durable_agent.workflows.errors import AgentProviderError
-from durable_agent.workflows.models import AgentInput, Limits, ModelRequest, ModelSettings
+from durable_agent.workflows.inputs import AgentInput, Limits, ModelSettings
 from durable_agent.workflows.transcript import (
     AssistantMessage,
     Message,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from durable_agent import starter
+from durable_agent.cli import starter
 from tests import fake_anthropic, fake_openai
 
 REPO = Path(__file__).resolve().parent.parent

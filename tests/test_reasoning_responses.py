@@ -23,18 +23,14 @@ from durable_agent.activities.providers._http_errors import (
     INCOMPLETE_REPLY_TYPE,
     TRANSIENT_ERROR_TYPE,
 )
-from durable_agent.agent_client import AgentRun
-from durable_agent.worker import build_worker
+from durable_agent.client.agent_client import AgentRun
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.activity_io import ModelRequest
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentProviderError
+from durable_agent.workflows.inputs import AgentInput, ModelSettings, ToolApprovalPolicy
 from durable_agent.workflows.model_gateway import model_task_queue
-from durable_agent.workflows.models import (
-    AgentInput,
-    ModelRequest,
-    ModelSettings,
-    ToolApprovalPolicy,
-    Usage,
-)
+from durable_agent.workflows.state import Usage
 from durable_agent.workflows.transcript import (
     AssistantMessage,
     Message,

@@ -23,7 +23,7 @@ from temporalio.client import WorkflowHistory
 
 import durable_agent.workflows.versioning as versioning
 from durable_agent.activities import toolkits
-from durable_agent.worker import replayer
+from durable_agent.serving.worker import replayer
 from tests.record_release import SCENARIOS
 
 ROOT = Path(__file__).parent.parent

@@ -30,25 +30,22 @@ from temporalio.worker import Replayer
 import durable_agent.workflows.registry as registry
 import durable_agent.workflows.tool_catalog as tool_catalog
 import durable_agent.workflows.versioning as versioning
-from durable_agent.activities.demo_script import DEMO_PROMPT, support_demo_script
-from durable_agent.forking import scripted_from
-from durable_agent.worker import build_worker
+from durable_agent.client.forking import scripted_from
+from durable_agent.demo.script import DEMO_PROMPT, support_demo_script
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.activity_io import ModelResponse
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.model_gateway import ModelGateway
-from durable_agent.workflows.models import (
-    EVENTS_TOPIC,
-    AgentEvent,
+from durable_agent.workflows.events import EVENTS_TOPIC, AgentEvent
+from durable_agent.workflows.inputs import (
     AgentInput,
     AgentResult,
     ForkOrigin,
     ForkSeed,
     Limits,
-    ModelResponse,
-    PlanDecision,
-    PlanState,
     ToolApprovalPolicy,
-    ToolCallDecision,
 )
+from durable_agent.workflows.model_gateway import ModelGateway
+from durable_agent.workflows.state import PlanDecision, PlanState, ToolCallDecision
 from durable_agent.workflows.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from tests.helpers import TEST_WORKER_OPTIONS, call, chain_histories, scripted_input, turn
 

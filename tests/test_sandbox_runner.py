@@ -17,8 +17,8 @@ from temporalio.client import Client
 from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
 from temporalio.worker.workflow_sandbox import _runner as sdk
 
-from durable_agent import sandbox_runner
-from durable_agent.worker import build_worker
+from durable_agent.serving import sandbox_runner
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 from tests.test_sub_agents import child_model

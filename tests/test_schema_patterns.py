@@ -16,9 +16,9 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 import durable_agent.workflows.json_schema as json_schema
-from durable_agent.worker import build_worker
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import AgentResult
+from durable_agent.workflows.inputs import AgentResult
 from tests.helpers import TEST_WORKER_OPTIONS, call, run_agent, scripted_input, turn
 
 CATASTROPHIC = "^(a+)+$"

@@ -21,10 +21,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode, ServiceClient
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent import agent_client
-from durable_agent.agent_client import AgentClient, SearchAttributesNotRegistered
-from durable_agent.worker import build_worker, temporal_binary
-from durable_agent.workflows.models import AGENT_STATUS
+from durable_agent.client import agent_client
+from durable_agent.client.agent_client import AgentClient, SearchAttributesNotRegistered
+from durable_agent.serving.dev_server import temporal_binary
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.status import AGENT_STATUS
 from tests.helpers import TEST_WORKER_OPTIONS, call, run_agent, scripted_input, turn
 
 
@@ -126,7 +127,7 @@ async def test_where_registering_is_refused_runs_start_when_the_attributes_exist
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The session's server has the attributes; this client may not list or register them."""
-    caplog.set_level(logging.WARNING, logger="durable_agent.agent_client")
+    caplog.set_level(logging.WARNING, logger="durable_agent.client.agent_client")
     monkeypatch.setattr(agent_client, "_WARNED", set())  # as in a process of its own
     started = []
     try:

@@ -18,8 +18,9 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.agent_client import AgentClient
-from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.client.agent_client import AgentClient
+from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.unknown_signals import LOG_GROWTH
 from tests.helpers import TEST_WORKER_OPTIONS, chain_histories, eventually, scripted_input, turn
 

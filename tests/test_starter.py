@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent import starter
+from durable_agent.cli import starter
 from durable_agent.cli.args import RunArgs, parse_run
 from durable_agent.cli.run import run
-from durable_agent.worker import build_worker, free_port
+from durable_agent.serving.dev_server import free_port
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 
 REPO = Path(__file__).resolve().parent.parent

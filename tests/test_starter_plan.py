@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent import starter
-from durable_agent.activities.demo_script import support_demo_script
-from durable_agent.agent_client import AgentClient
+from durable_agent.cli import starter
 from durable_agent.cli.args import RunArgs, parse_run
 from durable_agent.cli.run import DEMO_PLAN, demo_plan_script, run
-from durable_agent.worker import build_worker
-from durable_agent.workflows.models import ScriptedCall
+from durable_agent.client.agent_client import AgentClient
+from durable_agent.demo.script import support_demo_script
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.inputs import ScriptedCall
 from tests.helpers import TEST_WORKER_OPTIONS, eventually
 from tests.test_agent_client import end_leftovers
 

@@ -15,7 +15,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.workflows.models import AgentInput
+from durable_agent.workflows.inputs import AgentInput
 
 REPO = Path(__file__).resolve().parent.parent
 HIDDEN = ("TEMPORAL_ADDRESS", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")

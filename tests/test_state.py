@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from durable_agent.workflows.budget import Budget
+from durable_agent.workflows.inputs import AgentInput, Limits
 from durable_agent.workflows.loop_detection import LoopDetector, call_key
-from durable_agent.workflows.models import AgentInput, Limits, ToolCallRecord, Usage
-from durable_agent.workflows.state import RunState, StepRecord
+from durable_agent.workflows.state import RunState, StepRecord, ToolCallRecord, Usage
 from durable_agent.workflows.transcript import Transcript, UserMessage
 
 HISTORIES = Path(__file__).parent / "histories"

@@ -57,7 +57,7 @@ def run_worker(
     starts as root, imports the worker, and only then drops to uid 10001 and runs its main."""
     if as_unprivileged and os.geteuid() == 0:
         code = (
-            "import os, sys\nfrom durable_agent import worker\n"
+            "import os, sys\nfrom durable_agent.cli import worker\n"
             f"os.setgroups([]); os.setgid({UNPRIVILEGED}); os.setuid({UNPRIVILEGED})\n"
             f"sys.exit(worker.main(['--address', {UNREACHABLE!r}]))\n"
         )

@@ -14,10 +14,11 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from durable_agent.agent_client import AgentRun
-from durable_agent.worker import build_worker
+from durable_agent.client.agent_client import AgentRun
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.activity_io import ModelDelta
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import AgentInput, ModelDelta, ModelSettings
+from durable_agent.workflows.inputs import AgentInput, ModelSettings
 from tests import fake_anthropic, fake_openai
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, run_agent
 

@@ -3,9 +3,9 @@ the starter writes them (cli.progress.DeltaLines): pure, no server."""
 
 from __future__ import annotations
 
-from durable_agent.agent_client import DeltaReader
 from durable_agent.cli.progress import DeltaLines
-from durable_agent.workflows.models import STREAM_KEPT_CHARS, ModelDelta, StreamProgress
+from durable_agent.client.agent_client import DeltaReader
+from durable_agent.workflows.activity_io import STREAM_KEPT_CHARS, ModelDelta, StreamProgress
 
 
 def progress(attempt: int = 1, text: str = "", reasoning: str = "", **more: int) -> StreamProgress:

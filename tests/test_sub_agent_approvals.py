@@ -15,16 +15,12 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from durable_agent.activities import demo_tools
-from durable_agent.agent_client import AgentRun, AgentRunFailed
+from durable_agent.client.agent_client import AgentRun, AgentRunFailed
+from durable_agent.demo import tools as demo_tools
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import (
-    AGENT_STATUS,
-    AgentInput,
-    RunStatus,
-    ToolApprovalPolicy,
-    ToolCallDecision,
-)
+from durable_agent.workflows.inputs import AgentInput, ToolApprovalPolicy
+from durable_agent.workflows.state import ToolCallDecision
+from durable_agent.workflows.status import AGENT_STATUS, RunStatus
 from tests.helpers import call, eventually, scripted_input, turn
 from tests.test_agent_client import serving
 from tests.test_sub_agents import child_model

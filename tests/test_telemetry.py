@@ -32,17 +32,14 @@ from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from durable_agent import starter
 from durable_agent.activities import telemetry
-from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.cli import starter
+from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.activity_io import ModelRequest, ModelResponse
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import (
-    AgentInput,
-    ModelRequest,
-    ModelResponse,
-    ModelSettings,
-    Usage,
-)
+from durable_agent.workflows.inputs import AgentInput, ModelSettings
+from durable_agent.workflows.state import Usage
 from durable_agent.workflows.transcript import AssistantMessage, UserMessage
 from tests import fake_anthropic, fake_openai
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, scripted_input, turn
@@ -513,7 +510,8 @@ def run_python(code: str, **environ: str) -> subprocess.CompletedProcess[str]:
 SPAN_OUTSIDE_A_RUN = """
     from opentelemetry import trace
     from durable_agent.activities import telemetry
-    from durable_agent.workflows.models import ModelRequest, ModelSettings
+    from durable_agent.workflows.activity_io import ModelRequest
+    from durable_agent.workflows.inputs import ModelSettings
 
     request = ModelRequest(settings=ModelSettings(), system=None, messages=[], tools=[], step=1)
     on = telemetry.configure_from_env()

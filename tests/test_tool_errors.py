@@ -12,7 +12,7 @@ from temporalio.client import Client
 import durable_agent.workflows.versioning as versioning
 import tests.tools_for_tests as test_tools
 from durable_agent.activities.tools import MAX_ERROR_MESSAGE_CHARS, ToolError, tool_error_text
-from durable_agent.workflows.models import Limits
+from durable_agent.workflows.inputs import Limits
 from tests.helpers import Run, call, run_agent, scripted_input, turn
 
 

@@ -18,11 +18,12 @@ import pytest
 from pydantic import Field
 from temporalio.client import Client
 
-from durable_agent.activities import demo_tools, store_check
+from durable_agent.activities import store_check
 from durable_agent.activities.toolkits import register_toolkit
 from durable_agent.activities.tools import describe, registered_tools, tool, tool_specs
+from durable_agent.demo import tools as demo_tools
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import AgentInput, ModelSettings
+from durable_agent.workflows.inputs import AgentInput, ModelSettings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import TRUSTED, call, run_agent, scripted_input, turn
 from tests.retail_toolkit import MathTools, RetailTools
@@ -230,7 +231,7 @@ def test_the_cli_reports_a_module_it_cannot_import_in_one_line(tmp_path: Path) -
 
 
 def test_the_worker_checks_the_demo_database_where_the_demo_keeps_it() -> None:
-    """store_check does not import demo_tools (that would register the demo's tools)."""
+    """store_check does not import the demo's tools (that would register them)."""
     assert (store_check.DB_PATH_ENV, store_check.DEFAULT_DB_PATH) == (
         demo_tools.DB_PATH_ENV,
         demo_tools.DEFAULT_DB_PATH,
@@ -431,11 +432,11 @@ def test_a_field_description_wins_over_the_docstring() -> None:
 
 
 def test_the_names_an_app_needs_come_from_the_package() -> None:
-    from durable_agent import activities
+    import durable_agent
     from durable_agent.activities import toolkits, tools
 
-    assert activities.ToolError is tools.ToolError
-    assert activities.current_call is tools.current_call
-    assert activities.register_toolkit is toolkits.register_toolkit
-    assert activities.Toolkit is toolkits.Toolkit
-    assert set(activities.__all__) >= {"ToolError", "register_toolkit", "current_call", "tool"}
+    assert durable_agent.ToolError is tools.ToolError
+    assert durable_agent.current_call is tools.current_call
+    assert durable_agent.register_toolkit is toolkits.register_toolkit
+    assert durable_agent.Toolkit is toolkits.Toolkit
+    assert durable_agent.tool is tools.tool

@@ -18,27 +18,20 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent import payload_codec, starter
-from durable_agent.agent_client import (
+from durable_agent.cli import starter
+from durable_agent.cli.tables import TABLE_WIDTH, stats_table, trace_table
+from durable_agent.client.agent_client import (
     AgentClient,
     AgentRunFailed,
     ClosedRun,
     percentile,
     step_stats,
 )
-from durable_agent.cli.tables import TABLE_WIDTH, stats_table, trace_table
-from durable_agent.worker import build_worker
+from durable_agent.encryption import payload_codec
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import (
-    AgentResult,
-    CompactionRecord,
-    Limits,
-    ModelSettings,
-    Price,
-    StepRecord,
-    ToolCallRecord,
-    Usage,
-)
+from durable_agent.workflows.inputs import AgentResult, Limits, ModelSettings, Price
+from durable_agent.workflows.state import CompactionRecord, StepRecord, ToolCallRecord, Usage
 from tests import helpers
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 from tests.test_agent_client import end_leftovers

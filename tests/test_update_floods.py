@@ -27,10 +27,11 @@ from temporalio.worker import (
 )
 
 import tests.tools_for_tests as test_tools
-from durable_agent.agent_client import AgentClient, AgentRun, AgentUpdateNotDelivered
-from durable_agent.worker import build_worker, embedded_dev_server
+from durable_agent.client.agent_client import AgentClient, AgentRun, AgentUpdateNotDelivered
+from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import AgentInput
+from durable_agent.workflows.inputs import AgentInput
 from tests.helpers import (
     TEST_WORKER_OPTIONS,
     call,
@@ -55,7 +56,7 @@ async def user_messages(run: AgentRun) -> list[str]:
 async def test_a_flood_past_the_cap_of_updates_in_flight_is_delivered_once_each(
     client: Client, task_queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="durable_agent.agent_client")
+    caplog.set_level(logging.INFO, logger="durable_agent.client.agent_client")
     run = await AgentClient(client, task_queue).start(
         conversation(*[turn(text=f"answer {i}") for i in range(20)])
     )

@@ -25,12 +25,13 @@ import pytest
 import websockets
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.activities.demo_script import SUPPORT_DEMO_SYSTEM
 from durable_agent.activities.pricing import DEMO_PRICE
-from durable_agent.agent_client import AgentClient, AgentRun
 from durable_agent.cli.run import DEMO_PLAN, demo_plan_script
-from durable_agent.worker import build_worker, embedded_dev_server, free_port
-from durable_agent.workflows.models import AgentInput, ModelSettings
+from durable_agent.client.agent_client import AgentClient, AgentRun
+from durable_agent.demo.script import SUPPORT_DEMO_SYSTEM
+from durable_agent.serving.dev_server import embedded_dev_server, free_port
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.inputs import AgentInput, ModelSettings
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, program, turn
 
 pytestmark = pytest.mark.browser

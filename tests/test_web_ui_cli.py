@@ -16,22 +16,20 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.activities.pricing import DEMO_PRICE
-from durable_agent.agent_client import AgentClient, AgentRun, AgentRunFailed
-from durable_agent.payload_codec import ENCODING, PayloadKey, data_converter
-from durable_agent.worker import build_worker, temporal_binary
+from durable_agent.client.agent_client import AgentClient, AgentRun, AgentRunFailed
+from durable_agent.encryption.payload_codec import ENCODING, PayloadKey, data_converter
+from durable_agent.serving.dev_server import temporal_binary
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.gates import REFUSED
-from durable_agent.workflows.models import (
-    AGENT_COST_USD,
-    AGENT_ERROR,
-    AGENT_STATUS,
-    AGENT_STEP,
+from durable_agent.workflows.inputs import (
     AgentInput,
     Limits,
     ModelSettings,
     ScriptedTurn,
     ToolApprovalPolicy,
-    Usage,
 )
+from durable_agent.workflows.state import Usage
+from durable_agent.workflows.status import AGENT_COST_USD, AGENT_ERROR, AGENT_STATUS, AGENT_STEP
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, eventually, turn
 
 STEP_USAGE = Usage(input_tokens=500_000, output_tokens=100_000)

@@ -4,13 +4,7 @@ hold any text, plain text that stays plain, and a summary that stays one bounded
 from __future__ import annotations
 
 from durable_agent.activities.pricing import DEMO_PRICE
-from durable_agent.workflows.models import (
-    AgentInput,
-    Limits,
-    ModelSettings,
-    ToolApprovalPolicy,
-    Usage,
-)
+from durable_agent.workflows.inputs import AgentInput, Limits, ModelSettings, ToolApprovalPolicy
 from durable_agent.workflows.reporting import (
     CANCELLED,
     SUMMARY_CHARS,
@@ -22,6 +16,7 @@ from durable_agent.workflows.reporting import (
     run_details,
     run_summary,
 )
+from durable_agent.workflows.state import Usage
 
 
 def test_a_code_span_holds_backticks_and_quotes_as_they_are() -> None:

@@ -24,11 +24,11 @@ from temporalio.client import Client
 
 from durable_agent.activities import message_store, result_store
 from durable_agent.activities.message_store import SqliteMessageStore
-from durable_agent.agent_client import AgentRun
-from durable_agent.payload_codec import PayloadKey
-from durable_agent.worker import build_worker
+from durable_agent.client.agent_client import AgentRun
+from durable_agent.encryption.payload_codec import PayloadKey
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.models import ToolApprovalPolicy
+from durable_agent.workflows.inputs import ToolApprovalPolicy
 from tests.helpers import TEST_WORKER_OPTIONS, call, run_agent, scripted_input, turn
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -315,7 +315,7 @@ async def test_the_store_files_are_readable_by_their_owner_only(
     """Under a umask that lets others read new files, every SQLite file the worker writes (and
     SQLite's -wal and -shm beside it) is 0600, its new directory 0700; a store file an older
     release left 0644 is tightened when it is opened."""
-    from durable_agent.activities import demo_tools
+    from durable_agent.demo import tools as demo_tools
 
     data = tmp_path / "data"
     monkeypatch.setenv("AGENT_MESSAGE_STORE", str(data / "messages.db"))

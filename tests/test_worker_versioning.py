@@ -24,11 +24,12 @@ from temporalio.api.workflowservice.v1 import DescribeWorkerDeploymentRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import WorkerDeploymentConfig
 
-from durable_agent.agent_client import AgentClient, AgentRun
-from durable_agent.worker import build_worker, deployment_config, temporal_binary
+from durable_agent.client.agent_client import AgentClient, AgentRun
+from durable_agent.serving.dev_server import temporal_binary
+from durable_agent.serving.worker import build_worker, deployment_config
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentConfigurationError
-from durable_agent.workflows.models import PlanDecision
+from durable_agent.workflows.state import PlanDecision
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
 
 
@@ -226,7 +227,7 @@ def test_a_deployment_is_a_name_and_a_build_id() -> None:
 
 def test_the_worker_command_refuses_half_a_deployment_in_one_line() -> None:
     worker = subprocess.run(
-        [sys.executable, "-m", "durable_agent.worker", "--build-id", "0.1.0"],
+        [sys.executable, "-m", "durable_agent.serving.worker", "--build-id", "0.1.0"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -8,10 +8,11 @@ import threading
 import time
 from collections import Counter, defaultdict
 
-import durable_agent.activities.demo_tools  # noqa: F401  (the tests run the demo's tools too)
+import durable_agent.demo.tools  # noqa: F401  (the tests run the demo's tools too)
 from durable_agent.activities.tools import ToolError, current_call, tool
 from durable_agent.workflows.errors import AgentFatalToolError
-from durable_agent.workflows.models import CompensationInput, RetrySettings
+from durable_agent.workflows.specs import RetrySettings
+from durable_agent.workflows.state import CompensationInput
 
 FAST_RETRY = RetrySettings(maximum_attempts=3, initial_interval_seconds=0.05, backoff_coefficient=1)
 

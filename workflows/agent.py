@@ -21,65 +21,50 @@ from typing import Any
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 
-import durable_agent.workflows.continuation as continuation
-import durable_agent.workflows.conversation as conversation
-import durable_agent.workflows.dispatch as dispatch
-import durable_agent.workflows.fork as fork
-import durable_agent.workflows.paging as paging
-import durable_agent.workflows.run_setup as run_setup
-import durable_agent.workflows.versioning as versioning
-from durable_agent.workflows.budget import Budget
-from durable_agent.workflows.call_ids import CallIds
-from durable_agent.workflows.context_window import ContextWindow
-from durable_agent.workflows.errors import (
+from . import continuation, conversation, dispatch, fork, paging, run_setup, versioning
+from .budget import Budget
+from .call_ids import CallIds
+from .context_window import ContextWindow
+from .errors import (
     AgentApprovalTimeout,
     AgentError,
     AgentFatalToolError,
     AgentInputTooLarge,
 )
-from durable_agent.workflows.gates import (
+from .gates import (
     PlanGate,
     ToolCallGate,
     ignored_by_signal,
     validator_refusal,
 )
-from durable_agent.workflows.input_limits import InputTooLarge, check_input, json_bytes
-from durable_agent.workflows.loop_detection import LoopDetector
-from durable_agent.workflows.model_gateway import ModelGateway
-from durable_agent.workflows.models import (
-    STATUS_STEP_RECORDS,
-    SUB_AGENT_APPROVALS_SIGNAL,
-    AgentInput,
-    AgentResult,
+from .input_limits import InputTooLarge, check_input, json_bytes
+from .inputs import AgentInput, AgentResult
+from .loop_detection import LoopDetector
+from .model_gateway import ModelGateway
+from .outcomes import Outcome
+from .paging import (
     EffectsPage,
     EffectsPageRequest,
-    PlanDecision,
-    PlanState,
-    RunStatus,
-    StepRecord,
-    SubAgentReport,
-    ToolApproval,
-    ToolCallDecision,
-    ToolSpec,
     TracePage,
     TracePageRequest,
     TranscriptPage,
     TranscriptPageRequest,
 )
-from durable_agent.workflows.outcomes import Outcome
-from durable_agent.workflows.reporting import CANCELLED, Reporter
-from durable_agent.workflows.saga import Saga
-from durable_agent.workflows.state import RunState
-from durable_agent.workflows.tool_runner import ToolRunner, not_run_because
-from durable_agent.workflows.trace import Trace
-from durable_agent.workflows.transcript import (
+from .reporting import CANCELLED, Reporter
+from .saga import Saga
+from .specs import ToolSpec
+from .state import PlanDecision, PlanState, RunState, StepRecord, ToolApproval, ToolCallDecision
+from .status import STATUS_STEP_RECORDS, SUB_AGENT_APPROVALS_SIGNAL, RunStatus, SubAgentReport
+from .tool_runner import ToolRunner, not_run_because
+from .trace import Trace
+from .transcript import (
     Message,
     ToolCall,
     ToolResult,
     Transcript,
     UserMessage,
 )
-from durable_agent.workflows.unknown_signals import UnknownSignals
+from .unknown_signals import UnknownSignals
 
 EMPTY_REPLY_NUDGE = (
     "Your reply was empty. Call a tool, or answer in text (or with finish) if you are done."

@@ -14,10 +14,11 @@ from typing import Any
 
 from temporalio import workflow
 
-from durable_agent.workflows.models import ToolApprovalPolicy, ToolSpec
+from .inputs import ToolApprovalPolicy
+from .specs import ToolSpec
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent.workflows.registry import approval_predicates as _predicates
+    from .registry import approval_predicates as _predicates
 
 ApprovalPredicate = Callable[[str, dict[str, Any]], bool]
 """(tool name, arguments) -> True to run the call without asking."""

@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
-from durable_agent.workflows.errors import (
+from .errors import (
     AgentBudgetExceeded,
     AgentConfigurationError,
     AgentStepLimitExceeded,
 )
-from durable_agent.workflows.models import Limits, ToolSpec
-from durable_agent.workflows.state import FailureDetails, RunState, Usage
-from durable_agent.workflows.transcript import Message
+from .inputs import Limits
+from .specs import ToolSpec
+from .state import FailureDetails, RunState, Usage
+from .transcript import Message
 
 
 def estimate_tokens(text: str) -> int:

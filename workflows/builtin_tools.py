@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable_agent.workflows.models import ToolSpec
+from .specs import ToolSpec
 
 FINISH = "finish"
 SUBMIT_PLAN = "submit_plan"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 
-from durable_agent.workflows.state import RunState
+from .state import RunState
 
 MAX_EXACT_CALL_IDS = 2_000
 """The newest ids, kept as they are; older ones go into the filter."""

@@ -14,8 +14,8 @@ Pure and deterministic: the summary itself comes from a model activity the workf
 
 from __future__ import annotations
 
-from durable_agent.workflows.budget import estimate_message_tokens
-from durable_agent.workflows.transcript import (
+from .budget import estimate_message_tokens
+from .transcript import (
     AssistantMessage,
     Message,
     ToolResult,

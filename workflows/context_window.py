@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-import durable_agent.workflows.compaction as compaction
-from durable_agent.workflows.budget import Budget, estimate_message_tokens
-from durable_agent.workflows.model_gateway import ModelGateway
-from durable_agent.workflows.models import AgentInput, CompactionRecord, ModelResponse, ToolSpec
-from durable_agent.workflows.reporting import Reporter
-from durable_agent.workflows.state import RunState
-from durable_agent.workflows.transcript import Message, UserMessage
+from . import compaction
+from .activity_io import ModelResponse
+from .budget import Budget, estimate_message_tokens
+from .inputs import AgentInput
+from .model_gateway import ModelGateway
+from .reporting import Reporter
+from .specs import ToolSpec
+from .state import CompactionRecord, RunState
+from .transcript import Message, UserMessage
 
 
 class ContextWindow:

@@ -13,14 +13,14 @@ from __future__ import annotations
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 
-import durable_agent.workflows.compaction as compaction
-from durable_agent.workflows.budget import Budget
-from durable_agent.workflows.errors import AgentBudgetExceeded
-from durable_agent.workflows.input_limits import MAX_INPUT_BYTES, json_bytes
-from durable_agent.workflows.models import AgentInput, ForkSeed
-from durable_agent.workflows.reporting import Reporter
-from durable_agent.workflows.state import RunState, ToolApproval
-from durable_agent.workflows.transcript import pending_calls
+from . import compaction
+from .budget import Budget
+from .errors import AgentBudgetExceeded
+from .input_limits import MAX_INPUT_BYTES, json_bytes
+from .inputs import AgentInput, ForkSeed
+from .reporting import Reporter
+from .state import RunState, ToolApproval
+from .transcript import pending_calls
 
 MAX_CARRIED_BYTES = MAX_INPUT_BYTES
 """What a run's input may have, whether it starts or continues as new: one rule

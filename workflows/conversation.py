@@ -25,14 +25,14 @@ from typing import Literal
 
 from temporalio import workflow
 
-import durable_agent.workflows.versioning as versioning
-from durable_agent.workflows.budget import Budget
-from durable_agent.workflows.input_limits import check_message, check_queue
-from durable_agent.workflows.interruption import Interruption
-from durable_agent.workflows.models import STATUS_TURNS, AgentInput, ConversationStatus
-from durable_agent.workflows.outcomes import bounded
-from durable_agent.workflows.reporting import Reporter
-from durable_agent.workflows.state import (
+from . import versioning
+from .budget import Budget
+from .input_limits import check_message, check_queue
+from .inputs import AgentInput
+from .interruption import Interruption
+from .outcomes import bounded
+from .reporting import Reporter
+from .state import (
     ConversationState,
     QueuedMessage,
     RunState,
@@ -40,8 +40,9 @@ from durable_agent.workflows.state import (
     TurnRecord,
     Usage,
 )
-from durable_agent.workflows.transcript import Transcript, UserMessage
-from durable_agent.workflows.unknown_signals import UnknownSignals
+from .status import STATUS_TURNS, ConversationStatus
+from .transcript import Transcript, UserMessage
+from .unknown_signals import UnknownSignals
 
 MAX_QUEUED = 100
 """Messages that may wait for a safe point; one more is refused until the turn takes them (their

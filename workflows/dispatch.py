@@ -17,9 +17,8 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import durable_agent.workflows.approval as approval
-import durable_agent.workflows.json_schema as json_schema
-from durable_agent.workflows.builtin_tools import (
+from . import approval, json_schema
+from .builtin_tools import (
     DELEGATE_SPEC,
     FINISH,
     LOOP_TOOLS,
@@ -28,11 +27,13 @@ from durable_agent.workflows.builtin_tools import (
     SUBMIT_PLAN_SPEC,
     finish_spec,
 )
-from durable_agent.workflows.loop_detection import LoopDetector
-from durable_agent.workflows.models import ToolApprovalPolicy, ToolCallDecision, ToolSpec
-from durable_agent.workflows.outcomes import Outcome, bounded
-from durable_agent.workflows.transcript import AssistantMessage, ToolCall
-from durable_agent.workflows.versioning import Behaviours
+from .inputs import ToolApprovalPolicy
+from .loop_detection import LoopDetector
+from .outcomes import Outcome, bounded
+from .specs import ToolSpec
+from .state import ToolCallDecision
+from .transcript import AssistantMessage, ToolCall
+from .versioning import Behaviours
 
 MAX_ARGUMENT_DEPTH = 32
 """Nesting a tool's arguments may have (the object itself is level 1)."""

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from durable_agent.workflows.models import AgentInput, ForkSeed
-from durable_agent.workflows.state import RunState
-from durable_agent.workflows.transcript import AssistantMessage, Transcript
+from .inputs import AgentInput, ForkSeed
+from .state import RunState
+from .transcript import AssistantMessage, Transcript
 
 
 def seeded_state(seed: ForkSeed, started_at: datetime) -> RunState:

@@ -21,33 +21,23 @@ from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
 from temporalio.converter import DefaultFailureConverter, PayloadConverter
 from temporalio.exceptions import ApplicationError, FailureError
 
-import durable_agent.workflows.shown_arguments as shown_arguments
-import durable_agent.workflows.versioning as versioning
-from durable_agent.workflows.budget import Budget
-from durable_agent.workflows.dispatch import PlannedCall, Run
-from durable_agent.workflows.errors import AgentApprovalTimeout
-from durable_agent.workflows.input_limits import (
+from . import shown_arguments, versioning
+from .budget import Budget
+from .dispatch import PlannedCall, Run
+from .errors import AgentApprovalTimeout
+from .input_limits import (
     TOO_LARGE,
     InputTooLarge,
     check_comment,
     check_reason,
     quoted_id,
 )
-from durable_agent.workflows.models import (
-    SUB_AGENT_APPROVALS_SIGNAL,
-    DecidedBy,
-    PlanDecision,
-    PlanState,
-    SubAgentApproval,
-    SubAgentReport,
-    ToolApproval,
-    ToolCallDecision,
-)
-from durable_agent.workflows.outcomes import count
-from durable_agent.workflows.reporting import Explained, Reporter, calls_markdown, plan_markdown
-from durable_agent.workflows.state import RunState
-from durable_agent.workflows.transcript import ToolCall
-from durable_agent.workflows.unknown_signals import UnknownSignals
+from .outcomes import count
+from .reporting import Explained, Reporter, calls_markdown, plan_markdown
+from .state import DecidedBy, PlanDecision, PlanState, RunState, ToolApproval, ToolCallDecision
+from .status import SUB_AGENT_APPROVALS_SIGNAL, SubAgentApproval, SubAgentReport
+from .transcript import ToolCall
+from .unknown_signals import UnknownSignals
 
 DETAILS_ARGUMENT_CHARS = 80
 """Each argument's value as the current details (the Web UI's run page) quote it, per waiting

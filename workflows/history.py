@@ -17,7 +17,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from durable_agent.workflows.transcript import Message
+from .transcript import Message
 
 STORE_MISS = "MessageStoreMiss"
 """Error type of a model activity whose store lacks what a reference names."""

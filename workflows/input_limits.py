@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from durable_agent.workflows.outcomes import count
+from .outcomes import count
 
 MAX_MESSAGE_CHARS = 32_000
 """A conversation's message, and a plan's comment or feedback (the model reads it as the

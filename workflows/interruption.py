@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from durable_agent.workflows.outcomes import Outcome
-from durable_agent.workflows.transcript import ToolCall
+from .outcomes import Outcome
+from .transcript import ToolCall
 
 T = TypeVar("T")
 

@@ -27,7 +27,7 @@ from typing import Any
 import jsonschema
 from temporalio import workflow
 
-from durable_agent.workflows.outcomes import bounded
+from .outcomes import bounded
 
 with workflow.unsafe.imports_passed_through():
     import jsonschema_rs

@@ -24,24 +24,19 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 
-import durable_agent.workflows.history as history
-import durable_agent.workflows.versioning as versioning
-from durable_agent.workflows.budget import Budget
-from durable_agent.workflows.errors import (
+from . import history, versioning
+from .activity_io import ModelRequest, ModelResponse
+from .budget import Budget
+from .errors import (
     FATAL_ERROR_TYPES,
     AgentBudgetExceeded,
     AgentProviderError,
     describe_failure,
     error_class,
 )
-from durable_agent.workflows.models import (
-    AgentInput,
-    ModelRequest,
-    ModelResponse,
-    ScriptedTurn,
-    ToolSpec,
-)
-from durable_agent.workflows.transcript import AssistantMessage, Message, ToolResult
+from .inputs import AgentInput, ScriptedTurn
+from .specs import ToolSpec
+from .transcript import AssistantMessage, Message, ToolResult
 
 MODEL_ACTIVITY = "call_model"
 """The activity type of every model call (activities/model_call.py)."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from durable_agent.workflows.models import ToolCallRecord, ToolOutcome
-from durable_agent.workflows.transcript import ToolCall, ToolResult
+from .state import ToolCallRecord, ToolOutcome
+from .transcript import ToolCall, ToolResult
 
 MAX_QUOTED_CHARS = 200
 """What the model wrote (a tool name, a field, a value, a schema message) is quoted back no

@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
+
+from .state import AppliedEffect, EarlierSteps, StepRecord
+from .transcript import Message
 
 Item = TypeVar("Item", bound=BaseModel)
 
@@ -25,3 +28,55 @@ def fitting(items: Sequence[Item], start: int, max_bytes: int) -> list[Item]:
             break
         page.append(item)
     return page
+
+
+class TranscriptPageRequest(BaseModel):
+    """Input of the `transcript_page` query."""
+
+    start: int = Field(default=0, ge=0)
+    max_bytes: int = Field(default=1_000_000, gt=0)
+    """The page's messages stop before this many bytes of JSON (one message at least): a query's
+    answer may have at most 2 MB."""
+
+
+class TranscriptPage(BaseModel):
+    messages: list[Message]
+    start: int
+    total: int
+    """Messages in the transcript; the next page starts at start + len(messages)."""
+
+
+class EffectsPageRequest(BaseModel):
+    """Input of the `effects_page` query."""
+
+    start: int = Field(default=0, ge=0)
+    """An index into the compensation log (0: the oldest effect)."""
+    max_bytes: int = Field(default=1_000_000, gt=0)
+    """The page's entries stop before this many bytes of JSON (one entry at least)."""
+
+
+class EffectsPage(BaseModel):
+    effects: list[AppliedEffect]
+    start: int
+    total: int
+    """Effects in the log; the next page starts at start + len(effects)."""
+
+
+class TracePageRequest(BaseModel):
+    """Input of the `trace_page` query."""
+
+    start: int = Field(default=0, ge=0)
+    """An index into the kept step records (0: the oldest kept)."""
+    max_bytes: int = Field(default=1_000_000, gt=0)
+    """The page's records stop before this many bytes of JSON (one record at least)."""
+
+
+class TracePage(BaseModel):
+    step_records: list[StepRecord]
+    start: int
+    total: int
+    """Records kept; the next page starts at start + len(step_records)."""
+    earlier_steps: EarlierSteps | None = None
+    """The steps before the oldest kept record, added up."""
+    tool_notices: list[str] = []
+    """What the run goes without (`RunTools.notices`): an optional MCP server that was down."""

@@ -27,22 +27,12 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
 from temporalio.contrib.workflow_streams import WorkflowStream
 
-import durable_agent.workflows.shown_arguments as shown_arguments
-import durable_agent.workflows.versioning as versioning
-from durable_agent.workflows.models import (
-    AGENT_COST_USD,
-    AGENT_ERROR,
-    AGENT_STATUS,
-    AGENT_STEP,
-    EVENTS_TOPIC,
-    AgentEvent,
-    AgentEventKind,
-    AgentInput,
-    AgentStatus,
-    ToolApproval,
-)
-from durable_agent.workflows.outcomes import Outcome, count
-from durable_agent.workflows.state import RunState, Usage
+from . import shown_arguments, versioning
+from .events import EVENTS_TOPIC, AgentEvent, AgentEventKind
+from .inputs import AgentInput
+from .outcomes import Outcome, count
+from .state import RunState, ToolApproval, Usage
+from .status import AGENT_COST_USD, AGENT_ERROR, AGENT_STATUS, AGENT_STEP, AgentStatus
 
 AGENT_STEP_EVERY = 10
 """While a run runs, AgentStep (and AgentCostUsd) is brought up to date at least this often

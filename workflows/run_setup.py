@@ -17,18 +17,16 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
-import durable_agent.workflows.approval as approval
-import durable_agent.workflows.json_schema as json_schema
-import durable_agent.workflows.tool_catalog as tool_catalog
-from durable_agent.workflows.errors import (
+from . import approval, json_schema, tool_catalog
+from .errors import (
     FATAL_ERROR_TYPES,
     AgentConfigurationError,
     activity_failure_cause,
     describe_failure,
 )
-from durable_agent.workflows.models import AgentInput, RunTools, ToolSelection
-from durable_agent.workflows.state import RunState
-from durable_agent.workflows.versioning import Behaviours
+from .inputs import AgentInput
+from .state import RunState, RunTools, ToolSelection
+from .versioning import Behaviours
 
 MAX_NOTICES = 10
 """Notices a run keeps about its tools (the newest): a chain whose listing fails at every

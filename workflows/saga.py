@@ -18,20 +18,12 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
-import durable_agent.workflows.effect_log as effect_log
-import durable_agent.workflows.paging as paging
-import durable_agent.workflows.tool_catalog as tool_catalog
-from durable_agent.workflows.errors import FATAL_ERROR_TYPES, AgentError, describe_failure
-from durable_agent.workflows.models import (
-    AppliedEffect,
-    CompensationRecord,
-    CompensationStatus,
-    EffectsPage,
-    EffectsPageRequest,
-)
-from durable_agent.workflows.outcomes import count
-from durable_agent.workflows.reporting import Reporter
-from durable_agent.workflows.state import RunState
+from . import effect_log, paging, tool_catalog
+from .errors import FATAL_ERROR_TYPES, AgentError, describe_failure
+from .outcomes import count
+from .paging import EffectsPage, EffectsPageRequest
+from .reporting import Reporter
+from .state import AppliedEffect, CompensationRecord, CompensationStatus, RunState
 
 MAX_REPORTED_COMPENSATIONS = 1_000
 """The failure's details list the first this many compensations, and count the rest by status

@@ -16,8 +16,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from durable_agent.workflows.outcomes import count
-from durable_agent.workflows.state import ShownField, ToolApproval
+from .outcomes import count
+from .state import ShownField, ToolApproval
 
 FIELD_CHARS = 300
 """A field's value (its JSON) as a waiting call's record keeps it; what is longer is cut."""

@@ -15,9 +15,9 @@ from pydantic import BaseModel, BeforeValidator, Field, PlainSerializer
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 from temporalio.exceptions import ApplicationError
 
-import durable_agent.workflows.effect_log as effect_log
-from durable_agent.workflows.specs import ToolSpec
-from durable_agent.workflows.transcript import Message, UserMessage
+from . import effect_log
+from .specs import ToolSpec
+from .transcript import Message, UserMessage
 
 
 class Usage(BaseModel):
@@ -456,3 +456,14 @@ class FailureDetails(BaseModel):
         ):
             return cls.model_validate(error.details[0])
         return cls(steps=0, usage=Usage())
+
+
+class PlanDecision(BaseModel):
+    """Input of the `decide_plan` update."""
+
+    approve: bool
+    version: int | None = None
+    """The plan version decided on; a decision on an older version is refused. None: the one
+    waiting."""
+    comment: str | None = None
+    """With an approval, a note for the model; with a rejection, the feedback (required)."""

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from durable_agent.workflows.builtin_tools import READ_RESULT
-from durable_agent.workflows.models import RunTools, ToolSpec
+from .builtin_tools import READ_RESULT
+from .specs import ToolSpec
+from .state import RunTools
 
 with workflow.unsafe.imports_passed_through():
-    from durable_agent.workflows.registry import tool_specs as _registered
+    from .registry import tool_specs as _registered
 
 RESOLVE_TOOLS = "resolve_tools"
 """The activity (activities/tools.py) that reads a run's specs from the worker when it starts;

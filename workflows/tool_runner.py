@@ -28,11 +28,11 @@ from temporalio.exceptions import (
     TimeoutType,
 )
 
-import durable_agent.workflows.json_schema as json_schema
-import durable_agent.workflows.versioning as versioning
-from durable_agent.workflows.budget import Budget
-from durable_agent.workflows.builtin_tools import DELEGATE, DELEGATE_PARAMETERS, READ_RESULT
-from durable_agent.workflows.dispatch import (
+from . import json_schema, versioning
+from .activity_io import ToolActivityInput, ToolActivityResult
+from .budget import Budget
+from .builtin_tools import DELEGATE, DELEGATE_PARAMETERS, READ_RESULT
+from .dispatch import (
     AFTER_FINISH,
     Finish,
     PlannedCall,
@@ -40,33 +40,22 @@ from durable_agent.workflows.dispatch import (
     Run,
     SubmitPlan,
 )
-from durable_agent.workflows.errors import (
+from .errors import (
     FATAL_ERROR_TYPES,
     activity_failure_cause,
     describe_failure,
     failure_type,
 )
-from durable_agent.workflows.gates import ToolCallGate
-from durable_agent.workflows.interruption import NOT_RUN, Interruption, cancelled_text
-from durable_agent.workflows.model_gateway import ModelGateway
-from durable_agent.workflows.models import (
-    AgentInput,
-    AgentResult,
-    AppliedEffect,
-    CompensationInput,
-    FailureDetails,
-    Limits,
-    ToolActivityInput,
-    ToolActivityResult,
-    ToolApprovalPolicy,
-    ToolCallRecord,
-    ToolSpec,
-)
-from durable_agent.workflows.outcomes import MAY_HAVE_TAKEN_EFFECT, Outcome
-from durable_agent.workflows.reporting import Reporter
-from durable_agent.workflows.saga import Saga
-from durable_agent.workflows.state import RunState
-from durable_agent.workflows.transcript import ToolCall
+from .gates import ToolCallGate
+from .inputs import AgentInput, AgentResult, Limits, ToolApprovalPolicy
+from .interruption import NOT_RUN, Interruption, cancelled_text
+from .model_gateway import ModelGateway
+from .outcomes import MAY_HAVE_TAKEN_EFFECT, Outcome
+from .reporting import Reporter
+from .saga import Saga
+from .specs import ToolSpec
+from .state import AppliedEffect, CompensationInput, FailureDetails, RunState, ToolCallRecord
+from .transcript import ToolCall
 
 ANSWER_RECORDED = "Answer recorded; the run ends here."
 AFTER_A_REFUSED_FINISH = (

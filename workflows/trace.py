@@ -9,9 +9,9 @@ same way. Pages of the kept records answer the `trace_page` query. Deterministic
 
 from __future__ import annotations
 
-import durable_agent.workflows.paging as paging
-from durable_agent.workflows.models import TracePage, TracePageRequest
-from durable_agent.workflows.state import EarlierSteps, RunState, StepRecord
+from . import paging
+from .paging import TracePage, TracePageRequest
+from .state import EarlierSteps, RunState, StepRecord
 
 MAX_KEPT_STEP_RECORDS = 1_000
 MAX_KEPT_TRACE_BYTES = 250_000

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from temporalio import workflow
 from temporalio.common import RawValue
 
-import durable_agent.workflows.versioning as versioning
-from durable_agent.workflows.outcomes import bounded
+from . import versioning
+from .outcomes import bounded
 
 LOG_GROWTH = 10
 """A flood is logged at its 1st dropped signal, then at its 10th, 100th, 1,000th...: a line a

@@ -26,7 +26,7 @@ from typing import TypeVar
 import httpx2
 from temporalio.exceptions import ApplicationError
 
-from durable_agent.workflows.errors import AgentProviderError
+from ...workflows.errors import AgentProviderError
 
 TRANSIENT_ERROR_TYPE = "ProviderTransientError"
 """`type` of the retryable errors: rate limits, overload, server errors, timeouts, no reply."""

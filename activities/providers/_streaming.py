@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from temporalio import activity
 
-from durable_agent.workflows.models import STREAM_KEPT_CHARS, ModelRequest, StreamProgress
+from ...workflows.activity_io import STREAM_KEPT_CHARS, ModelRequest, StreamProgress
 
 HEARTBEAT_THROTTLE = timedelta(milliseconds=100)
 """How often a provider worker sends a streaming call's newest heartbeat at most: the batch."""

@@ -31,8 +31,21 @@ import anthropic
 from anthropic.types import Message as AnthropicMessage
 from temporalio.exceptions import ApplicationError
 
-from durable_agent.activities.providers import _streaming
-from durable_agent.activities.providers._http_errors import (
+from ...workflows.activity_io import ModelRequest, ModelResponse
+from ...workflows.errors import AgentConfigurationError, AgentProviderError
+from ...workflows.specs import ToolSpec
+from ...workflows.state import Usage
+from ...workflows.transcript import (
+    AssistantMessage,
+    Message,
+    ReasoningPart,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    reasoning_for,
+)
+from . import _streaming
+from ._http_errors import (
     connection_error,
     cut_off_reply,
     incomplete_reply,
@@ -42,18 +55,7 @@ from durable_agent.activities.providers._http_errors import (
     timeout_error,
     transient_error,
 )
-from durable_agent.activities.providers._tls import tls_context
-from durable_agent.workflows.errors import AgentConfigurationError, AgentProviderError
-from durable_agent.workflows.models import ModelRequest, ModelResponse, ToolSpec, Usage
-from durable_agent.workflows.transcript import (
-    AssistantMessage,
-    Message,
-    ReasoningPart,
-    ToolCall,
-    ToolResult,
-    UserMessage,
-    reasoning_for,
-)
+from ._tls import tls_context
 
 PROVIDER = "Anthropic"
 PROVIDER_ID, API = "anthropic", "messages"

@@ -25,8 +25,20 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 from temporalio.exceptions import ApplicationError
 
-from durable_agent.activities.providers import _streaming
-from durable_agent.activities.providers._http_errors import (
+from ...workflows.activity_io import ModelRequest, ModelResponse
+from ...workflows.errors import AgentConfigurationError, AgentProviderError
+from ...workflows.inputs import ModelSettings
+from ...workflows.specs import ToolSpec
+from ...workflows.state import Usage
+from ...workflows.transcript import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+)
+from . import _streaming
+from ._http_errors import (
     MAX_RETRY_AFTER,
     RETRYABLE_STATUSES,
     TRANSIENT_ERROR_TYPE,
@@ -39,22 +51,7 @@ from durable_agent.activities.providers._http_errors import (
     status_error,
     timeout_error,
 )
-from durable_agent.activities.providers._tls import tls_context
-from durable_agent.workflows.errors import AgentConfigurationError, AgentProviderError
-from durable_agent.workflows.models import (
-    ModelRequest,
-    ModelResponse,
-    ModelSettings,
-    ToolSpec,
-    Usage,
-)
-from durable_agent.workflows.transcript import (
-    AssistantMessage,
-    Message,
-    ToolCall,
-    ToolResult,
-    UserMessage,
-)
+from ._tls import tls_context
 
 __all__ = [
     "MAX_RETRY_AFTER",

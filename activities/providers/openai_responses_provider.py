@@ -23,11 +23,10 @@ from typing import Any
 from openai.types.responses import Response
 from temporalio.exceptions import ApplicationError
 
-from durable_agent.activities.providers import _streaming
-from durable_agent.activities.providers._http_errors import cut_off_reply, incomplete_reply
-from durable_agent.activities.providers.openai_provider import openai_client
-from durable_agent.workflows.models import ModelRequest, ModelResponse, ToolSpec, Usage
-from durable_agent.workflows.transcript import (
+from ...workflows.activity_io import ModelRequest, ModelResponse
+from ...workflows.specs import ToolSpec
+from ...workflows.state import Usage
+from ...workflows.transcript import (
     AssistantMessage,
     Message,
     ReasoningPart,
@@ -36,6 +35,9 @@ from durable_agent.workflows.transcript import (
     UserMessage,
     reasoning_for,
 )
+from . import _streaming
+from ._http_errors import cut_off_reply, incomplete_reply
+from .openai_provider import openai_client
 
 PROVIDER = "OpenAI"
 PROVIDER_ID, API = "openai-responses", "responses"

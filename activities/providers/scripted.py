@@ -17,9 +17,10 @@ from contextlib import contextmanager
 from pydantic import BaseModel
 from temporalio import activity
 
-from durable_agent.workflows.errors import ScriptedModelMismatch
-from durable_agent.workflows.models import ModelRequest, ModelResponse, Usage
-from durable_agent.workflows.transcript import AssistantMessage, ToolCall, ToolResult
+from ...workflows.activity_io import ModelRequest, ModelResponse
+from ...workflows.errors import ScriptedModelMismatch
+from ...workflows.state import Usage
+from ...workflows.transcript import AssistantMessage, ToolCall, ToolResult
 
 _requests: OrderedDict[str, list[ModelRequest]] = OrderedDict()
 RECORDED_RUNS = 1_000

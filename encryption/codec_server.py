@@ -53,7 +53,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payloads
 
-from durable_agent.payload_codec import (
+from .payload_codec import (
     KEYS_FILE_VARIABLE,
     KEYS_VARIABLE,
     EncryptionCodec,
@@ -411,7 +411,7 @@ def _usage_error(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _OneLineArgumentParser(
-        prog="python -m durable_agent.codec_server",
+        prog="python -m durable_agent.encryption.codec_server",
         description="Decrypt payloads for the Web UI and the CLI.",
     )
     parser.add_argument("--host", default=DEFAULT_HOST, help="default: 127.0.0.1 (this machine)")

@@ -26,9 +26,9 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from durable_agent.activities.sqlite_wal import owner_only, use_wal
-from durable_agent.activities.tools import current_call, tool
-from durable_agent.workflows.models import CompensationInput
+from ..activities.sqlite_wal import owner_only, use_wal
+from ..activities.tools import current_call, tool
+from ..workflows.state import CompensationInput
 
 DB_PATH_ENV = "AGENT_DEMO_DB"
 DEFAULT_DB_PATH = Path(".agent-demo") / "demo.db"

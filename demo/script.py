@@ -3,7 +3,7 @@ real demo tools, and the system prompt a real model gets for the same desk."""
 
 from __future__ import annotations
 
-from durable_agent.workflows.models import ScriptedCall, ScriptedTurn
+from ..workflows.inputs import ScriptedCall, ScriptedTurn
 
 SUPPORT_DEMO_SYSTEM = (
     "You are a customer-support agent for an online shop. Look facts up with the tools; never "

@@ -44,15 +44,17 @@ from temporalio.contrib.workflow_streams import PollInput, PollResult, WorkflowS
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_agent import forking, payload_codec
-from durable_agent.activities import telemetry
-from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.errors import (
+from ..activities import telemetry
+from ..encryption import payload_codec
+from ..workflows.activity_io import ModelDelta, StreamProgress
+from ..workflows.agent import AgentWorkflow
+from ..workflows.errors import (
     AgentConfigurationError,
     AgentError,
     AgentInputTooLarge,
 )
-from durable_agent.workflows.input_limits import (
+from ..workflows.events import EVENTS_TOPIC, AgentEvent
+from ..workflows.input_limits import (
     TOO_LARGE,
     InputTooLarge,
     check_comment,
@@ -61,36 +63,36 @@ from durable_agent.workflows.input_limits import (
     check_reason,
     json_bytes,
 )
-from durable_agent.workflows.model_gateway import MODEL_ACTIVITY
-from durable_agent.workflows.models import (
+from ..workflows.inputs import (
     DEFAULT_TASK_QUEUE,
-    EVENTS_TOPIC,
-    SEARCH_ATTRIBUTES,
-    AgentEvent,
     AgentInput,
     AgentResult,
-    AppliedEffect,
-    EarlierSteps,
-    EffectsPageRequest,
-    FailureDetails,
     Limits,
-    ModelDelta,
     ModelSettings,
-    PlanDecision,
-    PlanState,
-    RunStatus,
-    StepRecord,
-    StreamProgress,
-    ToolApproval,
     ToolApprovalPolicy,
-    ToolCallDecision,
+)
+from ..workflows.model_gateway import MODEL_ACTIVITY
+from ..workflows.paging import (
+    EffectsPageRequest,
     TracePage,
     TracePageRequest,
     TranscriptPageRequest,
+)
+from ..workflows.reporting import run_details, run_summary
+from ..workflows.state import (
+    AppliedEffect,
+    EarlierSteps,
+    FailureDetails,
+    PlanDecision,
+    PlanState,
+    StepRecord,
+    ToolApproval,
+    ToolCallDecision,
     TurnRecord,
 )
-from durable_agent.workflows.reporting import run_details, run_summary
-from durable_agent.workflows.transcript import Message
+from ..workflows.status import SEARCH_ATTRIBUTES, RunStatus
+from ..workflows.transcript import Message
+from . import forking
 
 AWAITING_APPROVAL_QUERY = "AgentStatus='awaiting_approval'"
 CLOSED_RUNS_QUERY = (

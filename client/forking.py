@@ -31,31 +31,28 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ApplicationError
 
-import durable_agent.workflows.history as history
-import durable_agent.workflows.json_schema as json_schema
-from durable_agent.workflows.builtin_tools import SUBMIT_PLAN, SUBMIT_PLAN_PARAMETERS
-from durable_agent.workflows.model_gateway import MODEL_ACTIVITY
-from durable_agent.workflows.models import (
+from ..workflows import history, json_schema
+from ..workflows.activity_io import (
+    ModelRequest,
+    ModelResponse,
+    ToolActivityInput,
+    ToolActivityResult,
+)
+from ..workflows.builtin_tools import SUBMIT_PLAN, SUBMIT_PLAN_PARAMETERS
+from ..workflows.inputs import (
     AgentInput,
     AgentResult,
-    AppliedEffect,
-    CompensationInput,
-    FailureDetails,
     ForkOrigin,
     ForkSeed,
     Limits,
-    ModelRequest,
-    ModelResponse,
     ModelSettings,
-    PlanState,
     ScriptedTurn,
-    ToolActivityInput,
-    ToolActivityResult,
     ToolApprovalPolicy,
-    ToolSpec,
-    Usage,
 )
-from durable_agent.workflows.transcript import AssistantMessage, Message, ToolResult, UserMessage
+from ..workflows.model_gateway import MODEL_ACTIVITY
+from ..workflows.specs import ToolSpec
+from ..workflows.state import AppliedEffect, CompensationInput, FailureDetails, PlanState, Usage
+from ..workflows.transcript import AssistantMessage, Message, ToolResult, UserMessage
 
 AGENT_FORKED_FROM = SearchAttributeKey.for_keyword("AgentForkedFrom")
 """Set when a fork starts, to the workflow id it was forked from: list the forks of a run with

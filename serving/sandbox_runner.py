@@ -42,7 +42,7 @@ from temporalio.worker.workflow_sandbox import (
 )
 from temporalio.worker.workflow_sandbox._in_sandbox import InSandbox
 
-from durable_agent.workflows.errors import AgentConfigurationError
+from ..workflows.errors import AgentConfigurationError
 
 PASSED_THROUGH = ("durable_agent.workflows",)
 

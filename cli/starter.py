@@ -66,14 +66,13 @@ from typing import assert_never
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from durable_agent import worker
-from durable_agent.agent_client import (
+from ..client.agent_client import (
     AgentClient,
     AgentUpdateNotDelivered,
     SearchAttributesNotRegistered,
 )
-from durable_agent.cli import conversation, decide, fork as forks, read
-from durable_agent.cli.args import (
+from . import conversation, decide, fork as forks, read, worker
+from .args import (
     ApproveCall,
     ApprovePlan,
     DenyCall,
@@ -97,8 +96,8 @@ from durable_agent.cli.args import (
     Watch,
     parse_command_line,
 )
-from durable_agent.cli.plumbing import CommandLineError, exit_now, one_line, say
-from durable_agent.cli.run import Following, follow, run, unreachable
+from .plumbing import CommandLineError, exit_now, one_line, say
+from .run import Following, follow, run, unreachable
 
 
 def main(argv: Sequence[str] | None = None) -> int:

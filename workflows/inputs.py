@@ -1,66 +1,29 @@
-"""Inputs and outputs of the workflow and its activities: pure data, shared by both sides."""
+"""What a run is given and what it answers: `AgentInput` with its settings (the model, the
+limits, the approval policy, a fork's seed), and `AgentResult`. Pure data, the workflow's wire
+format: add fields with defaults, rename none."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from temporalio.common import SearchAttributeKey
 
-# Tool specs (workflows/specs.py) and the records a run is made of (workflows/state.py) live
-# apart, since the run's state carries them; they are re-exported here, where every input and
-# output of the loop is.
-from durable_agent.workflows.specs import (
-    DEFAULT_MAX_RESULT_CHARS as DEFAULT_MAX_RESULT_CHARS,
-    RetrySettings as RetrySettings,
-    ToolSpec as ToolSpec,
+from .specs import RetrySettings
+from .state import (
+    CompactionRecord,
+    EarlierSteps,
+    EffectLog,
+    PlanState,
+    RunState,
+    StepRecord,
+    ToolCallDecision,
+    TurnRecord,
+    Usage,
 )
-from durable_agent.workflows.state import (
-    AppliedEffect as AppliedEffect,
-    ApprovalStatus as ApprovalStatus,
-    CompactionRecord as CompactionRecord,
-    CompensationInput as CompensationInput,
-    CompensationRecord as CompensationRecord,
-    CompensationStatus as CompensationStatus,
-    ConversationState as ConversationState,
-    DecidedBy as DecidedBy,
-    EarlierSteps as EarlierSteps,
-    EffectLog as EffectLog,
-    FailureDetails as FailureDetails,
-    PlanState as PlanState,
-    QueuedMessage as QueuedMessage,
-    RunState as RunState,
-    RunTools as RunTools,
-    ShownField as ShownField,
-    StepRecord as StepRecord,
-    ToolApproval as ToolApproval,
-    ToolCallDecision as ToolCallDecision,
-    ToolCallRecord as ToolCallRecord,
-    ToolOutcome as ToolOutcome,
-    ToolSelection as ToolSelection,
-    TurnOutcome as TurnOutcome,
-    TurnRecord as TurnRecord,
-    Usage as Usage,
-)
-from durable_agent.workflows.transcript import AssistantMessage, Message
+from .transcript import Message
 
 DEFAULT_TASK_QUEUE = "agent-loop"
-
-AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
-"""running, awaiting_approval, compensating, completed or failed: find runs waiting on a person
-with `temporal workflow list --query "AgentStatus='awaiting_approval'"`."""
-AGENT_STEP = SearchAttributeKey.for_int("AgentStep")
-"""Model calls made so far: exact whenever the run waits or has ended; while it runs, it moves
-with the status and at least every 10 steps (workflows/reporting.py)."""
-AGENT_COST_USD = SearchAttributeKey.for_float("AgentCostUsd")
-"""US dollars spent so far, on the same schedule as AgentStep, a sub-agent's cost included
-once it ended; unset while a model call of the run has no price. `AgentCostUsd > 1`."""
-AGENT_ERROR = SearchAttributeKey.for_keyword("AgentError")
-"""The error type a failed run ended with (AgentStepLimitExceeded, AgentBudgetExceeded, ...)."""
-SEARCH_ATTRIBUTES = (AGENT_STATUS, AGENT_STEP, AGENT_COST_USD, AGENT_ERROR)
-
-AgentStatus = Literal["running", "awaiting_approval", "compensating", "completed", "failed"]
 
 
 class Price(BaseModel):
@@ -102,12 +65,17 @@ Provider = Literal["scripted", "openai", "openai-responses", "anthropic"]
 """`openai` is Chat Completions (OpenAI and OpenAI-compatible servers); `openai-responses` is
 OpenAI's Responses API, stateless, with encrypted reasoning (docs/providers.md)."""
 
+
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
+
 REASONING_EFFORTS: dict[str, tuple[str, ...]] = {
     "openai-responses": ("none", "minimal", "low", "medium", "high", "xhigh"),
     "anthropic": ("low", "medium", "high", "xhigh", "max"),
 }
 """The efforts each provider takes (Anthropic's is `output_config.effort`)."""
+
+
 MIN_THINKING_BUDGET = 1024
 """Anthropic's smallest `budget_tokens`."""
 
@@ -327,124 +295,6 @@ class AgentInput(BaseModel):
         return None if seconds is None else timedelta(seconds=seconds)
 
 
-class PlanDecision(BaseModel):
-    """Input of the `decide_plan` update."""
-
-    approve: bool
-    version: int | None = None
-    """The plan version decided on; a decision on an older version is refused. None: the one
-    waiting."""
-    comment: str | None = None
-    """With an approval, a note for the model; with a rejection, the feedback (required)."""
-
-
-class ModelRequest(BaseModel):
-    settings: ModelSettings
-    system: str | None
-    messages: list[Message]
-    tools: list[ToolSpec]
-    step: int
-    purpose: Literal["step", "summary"] = "step"
-    """"summary": a compaction asks the model to summarise part of the transcript."""
-    prefix_ref: str | None = None
-    """Names the first `prefix_count` messages, sent by an earlier call: `messages` is the rest
-    (see workflows/history.py). None: `messages` is everything."""
-    prefix_count: int = 0
-    tools_ref: str | None = None
-    """Names the tool list an earlier call sent; `tools` is then empty."""
-    content_refs: dict[int, str] = {}
-    """Tool results and model replies among `messages`, by position, whose text goes by
-    reference (it is in the history already, as the activity's result that brought it): their
-    content is empty here."""
-    script_ref: str | None = None
-    """Names the scripted provider's script an earlier call sent; `settings.script` is then
-    empty (it is the same for every call of a run, and long for long runs)."""
-
-
-class ModelResponse(BaseModel):
-    message: AssistantMessage
-    usage: Usage
-    model: str
-    finish_reason: str | None = None
-    attempt: int = 1
-    """Which attempt of the model activity produced this reply."""
-    response_id: str | None = None
-    """The provider's id of this reply (OpenAI's chatcmpl-..., Anthropic's msg_...), for tracing."""
-    reasoning_left_out: int = Field(default=0, exclude_if=lambda count: not count)
-    """Reasoning parts in the transcript this call did not send: made by another provider or
-    API, or refused by this call's settings (Anthropic with thinking off)."""
-
-
-STREAM_KEPT_CHARS = 32_000
-"""The newest characters of each kind a streaming call's heartbeat carries: enough for a reader
-polling every 100 ms, bounded whatever the reply's length."""
-
-
-class StreamProgress(BaseModel):
-    """What a streaming model call has written so far: the details of its heartbeats. Each
-    heartbeat carries all of it (up to STREAM_KEPT_CHARS a kind), so a reader that missed one
-    misses nothing; heartbeats are no history events."""
-
-    step: int
-    attempt: int
-    text: str = ""
-    """The newest text written, after `text_offset` characters no longer carried."""
-    text_offset: int = 0
-    reasoning: str = ""
-    """The newest reasoning summary (or summarised thinking) written, after reasoning_offset."""
-    reasoning_offset: int = 0
-
-
-class ModelDelta(BaseModel):
-    """One piece of a streaming model call's output, as `AgentRun.deltas()` yields it."""
-
-    step: int
-    attempt: int
-    """The model activity's attempt that wrote it."""
-    kind: Literal["text", "reasoning", "void"]
-    """"void": the attempt failed, and everything it streamed is void (a UI drops it; the next
-    attempt streams anew)."""
-    text: str = ""
-
-
-class ToolActivityInput(BaseModel):
-    tool_call_id: str
-    arguments: dict[str, Any]
-    step: int = 0
-    """The step whose model reply asked for this call (for the worker's log lines)."""
-    idempotency_key: str
-    """Derived from the run and the call id: the same on every retry of this call, and never the
-    same for two calls. A side-effecting tool uses it to apply its effect once."""
-    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
-    externalise: bool = False
-    """Keep a result over max_result_chars whole in the result store, and say so in its text."""
-    store_content: bool = False
-    """Linear history: keep the result's text in the worker's message store, so that the next
-    model call can name it by reference instead of carrying it a second time."""
-
-
-class ToolActivityResult(BaseModel):
-    content: str
-    is_error: bool = False
-    omitted_chars: int = 0
-    """Characters cut from the middle of the result to keep it within its bound."""
-    externalised_ref: str | None = None
-    """Where the whole result is kept, when it was too large to show."""
-    content_ref: str | None = None
-    """Set when the text was kept in the message store (see store_content)."""
-    value: Any = None
-    """The whole result as JSON data, kept only for tools with a compensation (which needs it),
-    and only up to MAX_KEPT_RESULT_CHARS (workflows/effect_log.py)."""
-    value_kept: bool = Field(default=True, exclude_if=lambda kept: kept)
-    """False: the value was over that bound, and `value` is None."""
-    attempt: int = 1
-    """Which attempt of the tool's activity produced this result."""
-    outcome_unknown: bool = Field(default=False, exclude_if=lambda unknown: not unknown)
-    """True: a side-effecting tool raised after its body started, with something other than a
-    `ToolError` (a ValueError from a reply it could not parse, say), so its effect may be in
-    place; the run logs it as outcome unknown, to be undone by its key."""
-
-
 class AgentResult(BaseModel):
     answer: str
     output: dict[str, Any] | None = None
@@ -469,185 +319,3 @@ class AgentResult(BaseModel):
     """A fork's origin, with what it inherited. `steps` counts the inherited steps too (the
     fork's own are numbered from `forked_from.step + 1` in `step_records`); `usage` is the
     fork's own, `forked_from.usage` the inherited steps'; `side_effects` are the fork's own."""
-
-
-EVENTS_TOPIC = "events"
-"""The progress stream's topic: every `AgentEvent` of a run, in order."""
-
-AgentEventKind = Literal[
-    "step_started",
-    "step_finished",
-    "tool_call_started",
-    "tool_call_finished",
-    "retry",
-    "approval_requested",
-    "approval_decided",
-    "plan_submitted",
-    "plan_decided",
-    "compaction",
-    "compensation",
-    "continued_as_new",
-    "tools_unavailable",
-    "turn_started",
-    "turn_finished",
-    "message_queued",
-    "message_delivered",
-    "interrupt_requested",
-    "completed",
-    "failed",
-]
-
-
-class AgentEvent(BaseModel):
-    """One entry of a run's progress stream, published as it happens (see agent_client.py
-    `AgentRun.events`). Fields that do not apply to an event's kind are None."""
-
-    kind: AgentEventKind
-    step: int
-    """The model call the event belongs to (0 before the first)."""
-    at: datetime
-    model: str | None = None
-    usage: Usage | None = None
-    """step_finished: that model call's tokens and cost; completed and failed: the run's."""
-    call_id: str | None = None
-    tool: str | None = None
-    arguments: str | None = None
-    """As the model wrote them, cut at 1,000 characters."""
-    outcome: str | None = None
-    """tool_call_finished: the ToolOutcome; approval_decided: the approval status;
-    plan_decided: approved or rejected; compensation: the CompensationStatus."""
-    latency_ms: int | None = None
-    attempts: int | None = None
-    text: str | None = None
-    """A line for people: the answer (completed), the error (failed), a retry's reason, a
-    person's reason, the plan's steps; a conversation's message (turn_started,
-    message_queued, message_delivered) or a turn's answer (turn_finished)."""
-    turn: int | None = None
-    """A conversation's events of turns and messages: the turn they belong to."""
-
-
-class TranscriptPageRequest(BaseModel):
-    """Input of the `transcript_page` query."""
-
-    start: int = Field(default=0, ge=0)
-    max_bytes: int = Field(default=1_000_000, gt=0)
-    """The page's messages stop before this many bytes of JSON (one message at least): a query's
-    answer may have at most 2 MB."""
-
-
-class TranscriptPage(BaseModel):
-    messages: list[Message]
-    start: int
-    total: int
-    """Messages in the transcript; the next page starts at start + len(messages)."""
-
-
-class EffectsPageRequest(BaseModel):
-    """Input of the `effects_page` query."""
-
-    start: int = Field(default=0, ge=0)
-    """An index into the compensation log (0: the oldest effect)."""
-    max_bytes: int = Field(default=1_000_000, gt=0)
-    """The page's entries stop before this many bytes of JSON (one entry at least)."""
-
-
-class EffectsPage(BaseModel):
-    effects: list[AppliedEffect]
-    start: int
-    total: int
-    """Effects in the log; the next page starts at start + len(effects)."""
-
-
-class TracePageRequest(BaseModel):
-    """Input of the `trace_page` query."""
-
-    start: int = Field(default=0, ge=0)
-    """An index into the kept step records (0: the oldest kept)."""
-    max_bytes: int = Field(default=1_000_000, gt=0)
-    """The page's records stop before this many bytes of JSON (one record at least)."""
-
-
-class TracePage(BaseModel):
-    step_records: list[StepRecord]
-    start: int
-    total: int
-    """Records kept; the next page starts at start + len(step_records)."""
-    earlier_steps: EarlierSteps | None = None
-    """The steps before the oldest kept record, added up."""
-    tool_notices: list[str] = []
-    """What the run goes without (`RunTools.notices`): an optional MCP server that was down."""
-
-
-STATUS_STEP_RECORDS = 20
-"""The newest step records the `status` query answers with; `trace_page` pages through all."""
-
-
-SUB_AGENT_APPROVALS_SIGNAL = "sub_agent_approvals"
-"""The signal a sub-agent sends its parent when its calls start or stop waiting for a person."""
-
-
-class SubAgentApproval(ToolApproval):
-    """A tool call that a sub-agent waits on (or waited on), as its parent shows it.
-
-    `call_id` is qualified by the parent's `delegate` call: `call_1_1/call_2_1` is the call
-    `call_2_1` of the sub-agent that `call_1_1` started, and the parent's `decide_tool_call`
-    takes it so."""
-
-    workflow_id: str
-    """The sub-agent run that asked (`<parent workflow id>/<delegate call id>`); its own
-    `decide_tool_call` takes the last part of `call_id`."""
-
-
-class SubAgentReport(BaseModel):
-    """Input of the `sub_agent_approvals` signal: the calls of a sub-agent that started waiting
-    for a person, and those that stopped (decided, timed out or withdrawn) since its last
-    report. Call ids are the sender's own, or qualified for its own sub-agents' calls."""
-
-    workflow_id: str
-    """The sub-agent that reports: `<parent workflow id>/<delegate call id>`."""
-    approvals: list[SubAgentApproval]
-
-
-class ConversationStatus(BaseModel):
-    """A conversation's part of the `status` query."""
-
-    turn: int
-    """The newest turn (working, or finished when the conversation waits)."""
-    working: bool
-    """A turn is under way; False while the conversation waits for a message."""
-    queued: list[QueuedMessage]
-    """Messages waiting for the next safe point of the working turn."""
-    turns: list[TurnRecord]
-    """The newest STATUS_TURNS turns."""
-    ended: str | None = None
-
-
-STATUS_TURNS = 20
-
-
-class RunStatus(BaseModel):
-    """Answer of the `status` query: plain JSON, so `temporal workflow query` prints it."""
-
-    status: AgentStatus
-    details: str
-    """What the run is doing or waiting for, in a line (also its current details in the UI)."""
-    step: int
-    usage: Usage
-    limits: Limits
-    step_records: list[StepRecord]
-    """The newest STATUS_STEP_RECORDS steps' records (all kept ones: the `trace_page` query)."""
-    earlier_steps: EarlierSteps | None = None
-    pending_tool_calls: list[str]
-    plan: PlanState | None = None
-    approvals: list[ToolApproval] = []
-    """Tool calls waiting for a person's decision (status awaiting_approval)."""
-    sub_agent_approvals: list[SubAgentApproval] = []
-    """Tool calls the run's sub-agent waits on, with call ids qualified by the delegate call:
-    decide them here, with the same `decide_tool_call`."""
-    tool_notices: list[str] = []
-    """What the run goes without (`RunTools.notices`): an optional MCP server that was down."""
-    conversation: ConversationStatus | None = None
-    """A conversation's turns and queued messages; None for a run that is not one."""
-
-
-AgentInput.model_rebuild()

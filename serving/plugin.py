@@ -43,24 +43,28 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-import durable_agent.activities.read_result  # noqa: F401  (registers the read_result tool)
-from durable_agent import payload_codec, sandbox_runner
-from durable_agent.activities import telemetry, toolkits
-from durable_agent.activities.admission import (
+from ..activities import (
+    read_result,  # noqa: F401  (registers the read_result tool)
+    telemetry,
+    toolkits,
+)
+from ..activities.admission import (
     ADMITTED_PROVIDERS,
     Admission,
     install as install_admission,
 )
-from durable_agent.activities.mcp_config import McpConfig, load_mcp_config, mcp_config_from
-from durable_agent.activities.store_check import check_stores
-from durable_agent.activities.tools import resolve_tools, tool_activities
-from durable_agent.agent_client import ensure_search_attributes
-from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.errors import AgentConfigurationError
-from durable_agent.workflows.model_gateway import model_task_queue
+from ..activities.mcp_config import McpConfig, load_mcp_config, mcp_config_from
+from ..activities.store_check import check_stores
+from ..activities.tools import resolve_tools, tool_activities
+from ..client.agent_client import ensure_search_attributes
+from ..encryption import payload_codec
+from ..workflows.agent import AgentWorkflow
+from ..workflows.errors import AgentConfigurationError
+from ..workflows.model_gateway import model_task_queue
+from . import sandbox_runner
 
 if TYPE_CHECKING:
-    from durable_agent.activities.mcp_tools import McpTools
+    from ..activities.mcp_tools import McpTools
 
 PLUGIN_NAME = "durable_agent.AgentPlugin"
 
@@ -163,7 +167,7 @@ class AgentPlugin(SimplePlugin):
         if not self._mcp_resolved:
             # Here, not at the top: the MCP SDK (like the providers' SDKs that the model call
             # imports) is the worker's, and an app's client process imports this module too.
-            from durable_agent.activities.mcp_tools import McpTools
+            from ..activities.mcp_tools import McpTools
 
             setting = self._mcp_setting if self._mcp_setting is not None else mcp_config_from(None)
             self._mcp = McpTools(setting) if isinstance(setting, McpConfig) else setting
@@ -185,7 +189,7 @@ class AgentPlugin(SimplePlugin):
         return config
 
     def _with_activities(self, existing: Sequence[Callable[..., Any]] | None) -> list[Any]:
-        from durable_agent.activities.model_call import call_model
+        from ..activities.model_call import call_model
 
         mcp = self.mcp
         served = [
@@ -252,7 +256,7 @@ class AgentPlugin(SimplePlugin):
     async def _provider_queues(self, worker: Worker) -> AsyncIterator[asyncio.Future[None]]:
         """The workers of the providers' model-call queues, running while the block runs; the
         future it yields ends when one of them stops by itself (with its error)."""
-        from durable_agent.activities.model_call import STREAM_HEARTBEAT_THROTTLE, call_model
+        from ..activities.model_call import STREAM_HEARTBEAT_THROTTLE, call_model
 
         config = worker.config(active_config=True)
         # A client of the same connection without the plugins: the app's client plugins

@@ -1,0 +1,120 @@
+"""The inputs and results of the model call and tool activities, and the progress a streaming
+model call reports: pure data, shared by the workflow and the activities."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from .inputs import ModelSettings
+from .specs import DEFAULT_MAX_RESULT_CHARS, ToolSpec
+from .state import Usage
+from .transcript import AssistantMessage, Message
+
+
+class ModelRequest(BaseModel):
+    settings: ModelSettings
+    system: str | None
+    messages: list[Message]
+    tools: list[ToolSpec]
+    step: int
+    purpose: Literal["step", "summary"] = "step"
+    """"summary": a compaction asks the model to summarise part of the transcript."""
+    prefix_ref: str | None = None
+    """Names the first `prefix_count` messages, sent by an earlier call: `messages` is the rest
+    (see workflows/history.py). None: `messages` is everything."""
+    prefix_count: int = 0
+    tools_ref: str | None = None
+    """Names the tool list an earlier call sent; `tools` is then empty."""
+    content_refs: dict[int, str] = {}
+    """Tool results and model replies among `messages`, by position, whose text goes by
+    reference (it is in the history already, as the activity's result that brought it): their
+    content is empty here."""
+    script_ref: str | None = None
+    """Names the scripted provider's script an earlier call sent; `settings.script` is then
+    empty (it is the same for every call of a run, and long for long runs)."""
+
+
+class ModelResponse(BaseModel):
+    message: AssistantMessage
+    usage: Usage
+    model: str
+    finish_reason: str | None = None
+    attempt: int = 1
+    """Which attempt of the model activity produced this reply."""
+    response_id: str | None = None
+    """The provider's id of this reply (OpenAI's chatcmpl-..., Anthropic's msg_...), for tracing."""
+    reasoning_left_out: int = Field(default=0, exclude_if=lambda count: not count)
+    """Reasoning parts in the transcript this call did not send: made by another provider or
+    API, or refused by this call's settings (Anthropic with thinking off)."""
+
+
+STREAM_KEPT_CHARS = 32_000
+"""The newest characters of each kind a streaming call's heartbeat carries: enough for a reader
+polling every 100 ms, bounded whatever the reply's length."""
+
+
+class StreamProgress(BaseModel):
+    """What a streaming model call has written so far: the details of its heartbeats. Each
+    heartbeat carries all of it (up to STREAM_KEPT_CHARS a kind), so a reader that missed one
+    misses nothing; heartbeats are no history events."""
+
+    step: int
+    attempt: int
+    text: str = ""
+    """The newest text written, after `text_offset` characters no longer carried."""
+    text_offset: int = 0
+    reasoning: str = ""
+    """The newest reasoning summary (or summarised thinking) written, after reasoning_offset."""
+    reasoning_offset: int = 0
+
+
+class ModelDelta(BaseModel):
+    """One piece of a streaming model call's output, as `AgentRun.deltas()` yields it."""
+
+    step: int
+    attempt: int
+    """The model activity's attempt that wrote it."""
+    kind: Literal["text", "reasoning", "void"]
+    """"void": the attempt failed, and everything it streamed is void (a UI drops it; the next
+    attempt streams anew)."""
+    text: str = ""
+
+
+class ToolActivityInput(BaseModel):
+    tool_call_id: str
+    arguments: dict[str, Any]
+    step: int = 0
+    """The step whose model reply asked for this call (for the worker's log lines)."""
+    idempotency_key: str
+    """Derived from the run and the call id: the same on every retry of this call, and never the
+    same for two calls. A side-effecting tool uses it to apply its effect once."""
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+    externalise: bool = False
+    """Keep a result over max_result_chars whole in the result store, and say so in its text."""
+    store_content: bool = False
+    """Linear history: keep the result's text in the worker's message store, so that the next
+    model call can name it by reference instead of carrying it a second time."""
+
+
+class ToolActivityResult(BaseModel):
+    content: str
+    is_error: bool = False
+    omitted_chars: int = 0
+    """Characters cut from the middle of the result to keep it within its bound."""
+    externalised_ref: str | None = None
+    """Where the whole result is kept, when it was too large to show."""
+    content_ref: str | None = None
+    """Set when the text was kept in the message store (see store_content)."""
+    value: Any = None
+    """The whole result as JSON data, kept only for tools with a compensation (which needs it),
+    and only up to MAX_KEPT_RESULT_CHARS (workflows/effect_log.py)."""
+    value_kept: bool = Field(default=True, exclude_if=lambda kept: kept)
+    """False: the value was over that bound, and `value` is None."""
+    attempt: int = 1
+    """Which attempt of the tool's activity produced this result."""
+    outcome_unknown: bool = Field(default=False, exclude_if=lambda unknown: not unknown)
+    """True: a side-effecting tool raised after its body started, with something other than a
+    `ToolError` (a ValueError from a reply it could not parse, say), so its effect may be in
+    place; the run logs it as outcome unknown, to be undone by its key."""

@@ -1,0 +1,66 @@
+"""The progress stream: the events a run publishes as it goes (workflows/reporting.py), which
+subscribers follow by `AgentRun.events()` without adding to its history."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel
+
+from .state import Usage
+
+EVENTS_TOPIC = "events"
+"""The progress stream's topic: every `AgentEvent` of a run, in order."""
+
+
+AgentEventKind = Literal[
+    "step_started",
+    "step_finished",
+    "tool_call_started",
+    "tool_call_finished",
+    "retry",
+    "approval_requested",
+    "approval_decided",
+    "plan_submitted",
+    "plan_decided",
+    "compaction",
+    "compensation",
+    "continued_as_new",
+    "tools_unavailable",
+    "turn_started",
+    "turn_finished",
+    "message_queued",
+    "message_delivered",
+    "interrupt_requested",
+    "completed",
+    "failed",
+]
+
+
+class AgentEvent(BaseModel):
+    """One entry of a run's progress stream, published as it happens (see agent_client.py
+    `AgentRun.events`). Fields that do not apply to an event's kind are None."""
+
+    kind: AgentEventKind
+    step: int
+    """The model call the event belongs to (0 before the first)."""
+    at: datetime
+    model: str | None = None
+    usage: Usage | None = None
+    """step_finished: that model call's tokens and cost; completed and failed: the run's."""
+    call_id: str | None = None
+    tool: str | None = None
+    arguments: str | None = None
+    """As the model wrote them, cut at 1,000 characters."""
+    outcome: str | None = None
+    """tool_call_finished: the ToolOutcome; approval_decided: the approval status;
+    plan_decided: approved or rejected; compensation: the CompensationStatus."""
+    latency_ms: int | None = None
+    attempts: int | None = None
+    text: str | None = None
+    """A line for people: the answer (completed), the error (failed), a retry's reason, a
+    person's reason, the plan's steps; a conversation's message (turn_started,
+    message_queued, message_delivered) or a turn's answer (turn_finished)."""
+    turn: int | None = None
+    """A conversation's events of turns and messages: the turn they belong to."""
