@@ -4,7 +4,7 @@
     python starter.py SUBCOMMAND ...     (approve, calls, watch, result, fork, worker, ...)
 
 The same command as `durable-agent` from an installed project; it lives in
-durable_agent/starter.py, which lists every subcommand, and docs/cli.md describes them. The
+cli/starter.py, which lists every subcommand, and docs/cli.md describes them. The
 checkout must be installed editable first: `pip install -e .`.
 """
 

@@ -40,7 +40,7 @@ from .store_config import (
 
 DB_PATH_ENV = "AGENT_DEMO_DB"
 DEFAULT_DB_PATH = Path(".agent-demo") / "demo.db"
-"""activities/demo_tools.py's, not imported from it: importing it registers the demo's tools,
+"""demo/tools.py's, not imported from it: importing it registers the demo's tools,
 which a worker serves only when asked (tests/test_toolkits.py checks that they agree)."""
 LOCK_WAIT_SECONDS = 10.0
 """How long to wait for another process's write lock (another replica on a shared volume)."""

@@ -97,7 +97,7 @@ RESTRICTIONS = SandboxRestrictions.default.with_passthrough_modules(*PASSED_THRO
 
 STOCK_RUNNER = SandboxedWorkflowRunner(restrictions=RESTRICTIONS)
 """The SDK's own runner with the agent's modules passed through: what AgentPlugin gives a worker
-that serves an app's workflows too (durable_agent/plugin.py)."""
+that serves an app's workflows too (serving/plugin.py)."""
 
 WORKFLOW_RUNNER = AgentSandboxRunner(restrictions=RESTRICTIONS)
 """The runner of the project's own workers and replayer (worker.build_worker, bench/replay.py):
