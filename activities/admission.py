@@ -34,11 +34,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ..workflows.errors import AgentConfigurationError
+from ..workflows.providers import ADMITTED_PROVIDERS
 from .providers._http_errors import transient_error
 
-ADMITTED_PROVIDERS = ("openai", "anthropic", "openai-responses")
-"""The providers whose calls have a queue of their own (the scripted model's stay on the run's).
-The variables spell openai-responses OPENAI_RESPONSES."""
+# The providers whose calls have a queue of their own are the catalogue's (admitted); the
+# variables spell openai-responses OPENAI_RESPONSES.
 
 CONCURRENCY_VARIABLE = "AGENT_MODEL_CONCURRENCY"
 RATE_VARIABLE = "AGENT_MODEL_RATE"

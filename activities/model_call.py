@@ -31,7 +31,7 @@ STREAM_HEARTBEAT_THROTTLE = _streaming.HEARTBEAT_THROTTLE
 """The provider workers' `max_heartbeat_throttle_interval`: a streaming call's progress, which
 rides on its heartbeats, is sent at most this often (the deltas' batch)."""
 
-PROVIDERS: dict[str, Provider] = {
+ADAPTERS: dict[str, Provider] = {
     "scripted": scripted.complete,
     "openai": openai_provider.complete,
     "openai-responses": openai_responses_provider.complete,
@@ -97,7 +97,7 @@ async def call_model(request: ModelRequest) -> ModelResponse:
     request = _resolved(request)
     message_store.remember(named, request)
     settings = request.settings
-    provider = PROVIDERS.get(settings.provider)
+    provider = ADAPTERS.get(settings.provider)
     if provider is None:
         raise AgentConfigurationError(f"unknown model provider {settings.provider!r}")
     attempt = activity.info().attempt

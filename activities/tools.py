@@ -1,10 +1,10 @@
 """Tools: plain Python functions, registered with `@tool`, each run as its own activity type.
 
 The JSON schema the model sees is generated from the function's signature by pydantic and its
-description is the docstring, so a tool is documented once, where it is written. Seed 003: the
+description is the docstring, so a tool is documented once, where it is written. The
 docstring is a prompt; say when to use the tool, what comes back and how much of it.
 
-Seed 003 again for failures: what the model can fix goes back to it as text. A `ToolError`, and
+Failures likewise: what the model can fix goes back to it as text. A `ToolError`, and
 by default a `ValueError` or `TypeError`, fails the call with its message as the result, on the
 first attempt; any other exception is retried under the tool's policy and reaches the model as
 its type only (the traceback goes to the worker's log). In a side-effecting tool only a
@@ -50,7 +50,7 @@ RESERVED_TOOL_NAMES = frozenset({FINISH, SUBMIT_PLAN, DELEGATE})
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 """What OpenAI and Anthropic accept as a tool's name."""
 DEFAULT_ERRORS_TO_MODEL: tuple[type[Exception], ...] = (ValueError, TypeError)
-"""Exceptions whose message the model gets by default (seed 003: bad arguments, which the model
+"""Exceptions whose message the model gets by default (bad arguments, which the model
 is good at fixing), besides `ToolError`, which it always gets."""
 MAX_ERROR_MESSAGE_CHARS = 2_000
 """A failing tool's message is quoted to the model up to this length."""
@@ -371,7 +371,7 @@ def describe(docstring: str | None) -> tuple[str, dict[str, str]]:
     """A tool's description and its parameters' descriptions, from its docstring: the
     parameters section (Google `Args:`, NumPy `Parameters`, reST `:param x:`) goes into the
     schema, one description per parameter, and the description is the rest of the docstring
-    (what it says it returns and raises included: seed 003, say what comes back)."""
+    (what it says it returns and raises included: say what comes back)."""
     text = inspect.cleandoc(docstring or "").strip()
     if not text:
         return "", {}
@@ -481,7 +481,7 @@ def tool_error_text(tool_name: str, error: Exception, *, effect_unknown: bool = 
     message = bounded(str(error).strip(), MAX_ERROR_MESSAGE_CHARS)
     if isinstance(error, ToolError):
         return f"Error: {tool_name} failed: {message or 'ToolError'}"
-    # Seed 003: bad arguments, which the model is good at fixing; unless the call may have
+    # Bad arguments, which the model is good at fixing; unless the call may have
     # taken effect, when trying again could apply it twice.
     advice = MAY_HAVE_TAKEN_EFFECT if effect_unknown else "Check the arguments and try again."
     return (

@@ -34,6 +34,7 @@ from ..workflows.inputs import (
     ReasoningEffort,
     ScriptedTurn,
 )
+from ..workflows.providers import CATALOGUE, KEYED_PROVIDERS, PROVIDERS, Provider
 from .plumbing import (
     CommandLineError,
     OneLineArgumentParser,
@@ -41,15 +42,6 @@ from .plumbing import (
     temporal_address,
 )
 
-Provider = Literal["scripted", "openai", "anthropic", "openai-responses"]
-PROVIDERS: tuple[Provider, ...] = ("scripted", "openai", "anthropic", "openai-responses")
-DEFAULT_MODELS: dict[Provider, str] = {
-    "openai": "gpt-4o-mini",
-    "anthropic": "claude-sonnet-4-6",
-    "openai-responses": "gpt-5-mini",
-}
-SCRIPTED_MODEL = "scripted-demo"
-KEY_VARIABLES: dict[Provider, str] = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 DEFAULT_STATS_LIMIT = 500
 DEFAULT_EVAL_LIMIT = 10
 SERVE = "worker"
@@ -59,6 +51,11 @@ CHAT = "chat"
 STDIN = "-"
 """The prompt that says: read it from standard input."""
 _SCRIPT_ADAPTER = TypeAdapter(list[ScriptedTurn])
+
+_DEFAULT_MODELS = ", ".join(
+    f"{p} {f.default_model}" for p, f in CATALOGUE.items() if f.key_variable
+)
+"""The real providers' default models, as --model's help names them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -445,7 +442,7 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
         parser.error(
             "--tools is for the embedded worker; with --address, start the worker with --tools"
         )
-    keyed = (p for p, variable in KEY_VARIABLES.items() if os.environ.get(variable))
+    keyed = (p for p, variable in KEYED_PROVIDERS.items() if os.environ.get(variable))
     provider: Provider = args.provider or next(keyed, None) or "scripted"
     script = None
     if args.script is not None:
@@ -458,7 +455,7 @@ def parse_run(argv: list[str], *, chat: bool = False) -> RunArgs:
             "the scripted demo calls the demo's tools: with --tools, give --script or a real "
             "provider (or add --tools demo)"
         )
-    model = args.model or DEFAULT_MODELS.get(provider, SCRIPTED_MODEL)
+    model = args.model or CATALOGUE[provider].default_model
     try:  # the settings' own checks, as one line, before anything starts
         ModelSettings(
             provider=provider,
@@ -780,7 +777,7 @@ def _check_fork_options(parser: argparse.ArgumentParser, args: argparse.Namespac
     args.allow = tuple(args.allow)
     if args.command == Eval.command:
         _check_not_blank(parser, "--label", args.label)
-        args.model = args.model or DEFAULT_MODELS.get(args.provider, SCRIPTED_MODEL)
+        args.model = args.model or CATALOGUE[args.provider].default_model
         if args.score is not None:
             try:
                 load_score(args.score)
@@ -880,7 +877,7 @@ _RUN_OPTIONS: dict[str, _RunOption] = {
     ),
     "--model": _RunOption(
         {},
-        run=f"model name (defaults: {', '.join(f'{p} {m}' for p, m in DEFAULT_MODELS.items())})",
+        run=f"model name (defaults: {_DEFAULT_MODELS})",
         fork="the fork's model (default: the original's; with --provider, its default)",
         eval="default: the provider's default model",
     ),

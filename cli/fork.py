@@ -18,10 +18,9 @@ from ..client import forking
 from ..client.agent_client import AgentClient, AgentRun, AgentRunFailed
 from ..workflows.events import AgentEvent
 from ..workflows.inputs import AgentResult, Limits, ModelSettings, ToolApprovalPolicy
+from ..workflows.providers import CATALOGUE
 from ..workflows.state import Usage
 from .args import (
-    DEFAULT_MODELS,
-    SCRIPTED_MODEL,
     Diff,
     Eval,
     Fork,
@@ -48,9 +47,7 @@ def _model(
     if provider is None or provider == original.provider:
         # The original's settings (its timeout, retries, script) with another model name.
         return original.model_copy(update={"model": model or original.model})
-    return ModelSettings(
-        provider=provider, model=model or DEFAULT_MODELS.get(provider, SCRIPTED_MODEL)
-    )
+    return ModelSettings(provider=provider, model=model or CATALOGUE[provider].default_model)
 
 
 def _limits(original: Limits, max_steps: int | None, max_cost_usd: float | None) -> Limits:

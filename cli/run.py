@@ -46,6 +46,7 @@ from ..workflows.inputs import (
     ScriptedTurn,
     ToolApprovalPolicy,
 )
+from ..workflows.providers import STREAMING_PROVIDERS
 from ..workflows.state import CompensationRecord, StepRecord, Usage
 from ..workflows.status import RunStatus
 from . import chat, conversation, decide
@@ -350,10 +351,6 @@ async def follow(agent_run: AgentRun, following: Following) -> int:
                 )
             )
     return 0
-
-
-STREAMING_PROVIDERS = ("openai", "anthropic", "openai-responses")
-"""The providers whose adapters stream (the scripted model does not)."""
 
 
 async def print_deltas(agent_run: AgentRun, lines: DeltaLines) -> None:

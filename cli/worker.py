@@ -19,7 +19,7 @@ from typing import Any, get_args
 from temporalio.worker import WorkerDeploymentConfig
 
 from ..activities import message_store, telemetry, toolkits
-from ..activities.admission import ADMITTED_PROVIDERS, Admission
+from ..activities.admission import Admission
 from ..activities.mcp_config import MCP_CONFIG_VARIABLE, mcp_config_from
 from ..activities.mcp_tools import McpTools
 from ..activities.store_check import StoreNotWritable, check_stores, describe_stores
@@ -39,6 +39,7 @@ from ..serving.worker import (
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
 from ..workflows.model_gateway import model_task_queue
+from ..workflows.providers import ADMITTED_PROVIDERS
 from .plumbing import (
     CommandLineError,
     OneLineArgumentParser,

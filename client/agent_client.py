@@ -907,7 +907,7 @@ def percentile(values: Sequence[float], p: float) -> float:
 class StepStats:
     """The distribution of one kind of task's completed runs, and the step limit it suggests.
 
-    Seed 000: set `max_steps` from the observed distribution. The recommendation is twice the
+    Set `max_steps` from the observed distribution. The recommendation is twice the
     p95 of the steps; `cut_short` counts the completed runs that took more steps than that,
     i.e. the answers that limit would have turned into failures."""
 

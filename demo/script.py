@@ -1,5 +1,5 @@
-"""The offline demo: the support conversation of seed 000, played by the scripted model over the
-real demo tools, and the system prompt a real model gets for the same desk."""
+"""The offline demo: a support conversation (where is my order?), played by the scripted model
+over the real demo tools, and the system prompt a real model gets for the same desk."""
 
 from __future__ import annotations
 

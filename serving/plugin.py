@@ -49,7 +49,6 @@ from ..activities import (
     toolkits,
 )
 from ..activities.admission import (
-    ADMITTED_PROVIDERS,
     Admission,
     install as install_admission,
 )
@@ -61,6 +60,7 @@ from ..encryption import payload_codec
 from ..workflows.agent import AgentWorkflow
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.model_gateway import model_task_queue
+from ..workflows.providers import ADMITTED_PROVIDERS
 from . import sandbox_runner
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 out (the default), or `stock`, the SDK's sandbox as it ships ($AGENT_SANDBOX; what the fast one
 gives up: docs/architecture.md, "Two sandboxes, one setting").
 
-- **The `workflows` package is passed through.** Its rooms always were (workflows/agent.py says
+- **The `workflows` package is passed through.** Its modules always were (workflows/agent.py says
   why); this adds agent.py itself, which the sandbox otherwise imports again, compiling its
   source, for every run it starts: a third of a one-step run's worker CPU here, where
   PYTHONDONTWRITEBYTECODE is set as in the Dockerfile. The only state a module of `workflows/`

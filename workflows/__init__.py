@@ -1,4 +1,4 @@
-"""The deterministic side: the workflow, the rooms of its loop, and the data it passes around.
+"""The deterministic side: the workflow, the modules of its loop, and the data it passes around.
 
 No clock but the workflow's, no I/O, no provider SDK: the sandbox passes this package through.
 The workflow is `agent.AgentWorkflow`; each other module is one concern, and its docstring states

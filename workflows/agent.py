@@ -1,7 +1,7 @@
-"""AgentWorkflow: the ReAct loop of seed 000, one activity per model call and per tool call.
+"""AgentWorkflow: the ReAct loop, one activity per model call and per tool call.
 
 This file holds the workflow's handlers (queries, signals, updates) and the step loop only.
-Each concern the loop touches has a room of its own (docs/architecture.md): the run's state
+Each concern the loop touches has a module of its own (docs/architecture.md): the run's state
 (state.py), the model (model_gateway.py), what each call means (dispatch.py), people
 (gates.py), running calls (tool_runner.py), undoing (saga.py), the context window
 (context_window.py), continue-as-new (continuation.py), progress (reporting.py) and history

@@ -1,13 +1,13 @@
 """Pair-safe compaction: shrink what the model is sent without ever splitting a tool-call group.
 
-Seed 000: messages are not independently droppable. An assistant message and all of its tool
+Messages are not independently droppable. An assistant message and all of its tool
 results go together or not at all, and the first user message (the task) always stays. The full
 transcript is never edited: compaction only chooses the *view* sent to the model, which is
 
     [the first message] + [a visible note] + messages[cut:]
 
 where `cut` is always the start of a group. The note says what happened ("[N earlier messages
-summarised]"), so a change of behaviour after it can be traced to it (seed 003).
+summarised]"), so a change of behaviour after it can be traced to it.
 
 Pure and deterministic: the summary itself comes from a model activity the workflow calls.
 """

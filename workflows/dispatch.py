@@ -1,7 +1,7 @@
 """Dispatch: one model reply becomes a plan of what happens to each call, before anything runs.
 
 For every call the plan says one thing: run it (and whether a person must decide first), refuse
-it with a result the model can act on (seed 003), take it as the answer (finish), or submit it
+it with a result the model can act on, take it as the answer (finish), or submit it
 as the plan a person reviews (submit_plan). The gates ask for the approvals the plan names and
 the tool runner carries out the rest; neither decides anything again. Also which tools are
 offered at a step, and unique call ids.

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .providers import REASONING_EFFORTS, Provider
 from .specs import RetrySettings
 from .state import (
     CompactionRecord,
@@ -61,19 +62,7 @@ class ScriptedTurn(BaseModel):
     """How long the scripted model takes to reply: a real model's latency, for benchmarks."""
 
 
-Provider = Literal["scripted", "openai", "openai-responses", "anthropic"]
-"""`openai` is Chat Completions (OpenAI and OpenAI-compatible servers); `openai-responses` is
-OpenAI's Responses API, stateless, with encrypted reasoning (docs/providers.md)."""
-
-
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
-
-
-REASONING_EFFORTS: dict[str, tuple[str, ...]] = {
-    "openai-responses": ("none", "minimal", "low", "medium", "high", "xhigh"),
-    "anthropic": ("low", "medium", "high", "xhigh", "max"),
-}
-"""The efforts each provider takes (Anthropic's is `output_config.effort`)."""
 
 
 MIN_THINKING_BUDGET = 1024
@@ -252,7 +241,7 @@ class AgentInput(BaseModel):
     the middle is cut and gone."""
     sub_agents: bool = False
     """Offer the built-in `delegate(task, tools)`: a subtask runs as a child workflow with a fresh
-    context and returns only its conclusion (seed 001). Its usage and cost count against this
+    context and returns only its conclusion. Its usage and cost count against this
     run's budget, and its side effects join this run's compensation log."""
     sub_agent_model: ModelSettings | None = None
     """The model a sub-agent uses; the run's own when None."""

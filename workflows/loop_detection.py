@@ -1,4 +1,4 @@
-"""Loop detection (seed 000): the same call made again and again is fed back, not executed."""
+"""Loop detection: the same call made again and again is fed back, not executed."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """A run's state: one pydantic model of everything a run carries, and the records it is made of.
 
-`RunState` is the live state of a run, not a copy of it. The rooms of the workflow (budget,
+`RunState` is the live state of a run, not a copy of it. The workflow's modules (budget,
 gates, saga, compaction, continuation) read and write its fields, and continue-as-new hands it
-on whole, so a new piece of state touches this file and the room that uses it, nothing else.
+on whole, so a new piece of state touches this file and the module that uses it, nothing else.
 Deterministic data only.
 """
 
@@ -254,7 +254,7 @@ class EarlierSteps(BaseModel):
 
 
 class CompactionRecord(BaseModel):
-    """One compaction, with both sides of its trade (seed 000): what it saved, and what it cost
+    """One compaction, with both sides of its trade: what it saved, and what it cost
     in prefix cache on the next call."""
 
     step: int

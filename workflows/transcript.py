@@ -2,7 +2,7 @@
 
 An assistant message with n tool calls must be followed by exactly n tool results carrying the
 matching ids, in call order, before any other message. Providers reject anything else with a 400
-(seed 000), so the rule is enforced here, at append time, not discovered at the next model call.
+, so the rule is enforced here, at append time, not discovered at the next model call.
 Messages are frozen and the transcript only grows: nothing is ever edited in place.
 
 An assistant message may also hold the model's reasoning (`ReasoningPart`): opaque, tagged with

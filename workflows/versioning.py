@@ -1,7 +1,7 @@
 """The only place that calls `workflow.patched`: each behaviour a release changed, by name.
 
 A run records a marker for each patch the first time it asks; a history recorded before the
-patch has none, and replays the old behaviour. So the rooms of the workflow read named flags
+patch has none, and replays the old behaviour. So the workflow's modules read named flags
 from `Behaviours` and never a patch id. Retire a patch (samples-python `patching/`) only when
 no run that lacks its marker can still be replayed.
 """
@@ -26,24 +26,23 @@ runs recorded with it replay `bounded_dispatch`."""
 
 FAULTS_RELEASE = "cancels-end-runs-unknown-outcomes-undone"
 """A cancel ends the run wherever it lands, and a call that changes data whose outcome is
-unknown is undone too (issue 16's first release)."""
+unknown is undone too (the faults release's first part)."""
 
 RELEASE_4 = "sub-agent-approvals-bounded-long-runs"
 """A sub-agent's approvals reach its parent, and loop counts and call ids are held in bounded
-state for runs of any length (issue 16's last release; FAULTS_RELEASE had landed already, so
+state for runs of any length (the faults release's last part; FAULTS_RELEASE had landed already, so
 runs in flight carry its marker without these). A real provider's model calls go to that
 provider's task queue (`<queue>-model-openai`), where every worker admits them under the
-provider's limits (issue 17); a scripted run's calls stay on the run's queue."""
+provider's limits; a scripted run's calls stay on the run's queue."""
 
 RELEASE_5 = "relisted-tools-local-tools-operator-ui"
-"""A run that continues as new lists its tools again (issue 18); a model call names the
-previous reply's text by reference, and a tool declared local runs as a local activity
-(issue 21); AgentCostUsd and AgentError beside AgentStatus and AgentStep, all exact whenever
-the run waits or ends (issue 23)."""
+"""A run that continues as new lists its tools again; a model call names the previous reply's
+text by reference, and a tool declared local runs as a local activity; AgentCostUsd and
+AgentError beside AgentStatus and AgentStep, all exact whenever the run waits or ends."""
 RELEASE_5_FIRST_ID = "tools-relisted-on-continue-as-new"
 """RELEASE_5 as it landed first (76a2f24 to fa009d9, 2026-12-01), without the operator
-reports: the merge of issue 23 renamed it, and every run begun before the rename failed its
-workflow task on the renamed code (issue 37). Runs recorded with it replay RELEASE_5's
+reports: the merge of the operator reports renamed it, and every run begun before the rename
+failed its workflow task on the renamed code (until 0.2.0). Runs recorded with it replay RELEASE_5's
 behaviours but `reports_for_operators`. Never rename or remove an id that landed
 (tests/test_releases.py)."""
 FULL_EFFECT_LOG = "full-effect-log-refuses"
