@@ -18,30 +18,21 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+import click
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from ..client.agent_client import AgentRun, AgentRunFailed, AgentUpdateNotDelivered
+from ..workflows.input_limits import check_message
 from ..workflows.inputs import AgentResult
 from ..workflows.state import TurnRecord
 from . import decide
-from .args import End, Interrupt, Send
+from .args import Following, Text, argument, subcommand
 from .plumbing import one_line, say
 from .progress import StepLines, StepsFromEvents, usage_text
 
 ENDS = ("/end", "/quit", "/exit")
 PROMPT = "> "
-
-
-@dataclass(frozen=True, kw_only=True)
-class Following:
-    """How a conversation is followed (cli.run builds it from its own)."""
-
-    ask: bool
-    """Put the questions (plans, tool calls) at this terminal."""
-    json: bool
-    address: str | None
-    namespace: str
 
 
 class Lines:
@@ -126,13 +117,7 @@ async def follow_turn(
         if question is None:
             continue
         ask = following.ask and answers is not None
-        decide.show(
-            agent_run.id,
-            question,
-            ask=ask,
-            address=following.address,
-            namespace=following.namespace,
-        )
+        decide.show(agent_run.id, question, following, ask=ask)
         if ask and answers is not None:
             line = await answers.get()
             if line is not None:
@@ -325,38 +310,44 @@ def _print_end(workflow_id: str, result: AgentResult, *, json_out: bool) -> None
 # --- the subcommands: send, interrupt, end -------------------------------------------------
 
 
-async def send(agent_run: AgentRun, args: Send) -> int:
-    """`send`: the turn's number (0), or with --wait its answer (0 when it answered)."""
+@subcommand(
+    "Send a message to a conversation: it starts the next turn, or steers the working one; "
+    "prints the turn's number."
+)
+@argument("text", "the message", type=Text("", check_message))
+@click.option("--wait", is_flag=True, help="then follow the turn and print its answer")
+async def send(agent_run: AgentRun, following: Following, text: str, wait: bool) -> int:
     try:
-        turn = await agent_run.post(args.text.strip())
+        turn = await agent_run.post(text.strip())
     except WorkflowUpdateFailedError as refused:
         say(f"cannot send to {agent_run.id}: {decide.refusal(refused)}")
         return 1
-    if not args.wait:
-        if args.json:
+    if not wait:
+        if following.json:
             print(json.dumps({"workflow_id": agent_run.id, "turn": turn}))
         else:
             print(f"{agent_run.id}: turn {turn}")
         return 0
-    following = Following(ask=False, json=args.json, address=args.address, namespace=args.namespace)
     record = await follow_turn(agent_run, turn, following)
     return 0 if record is not None and record.outcome == "answered" else 1
 
 
-async def interrupt(agent_run: AgentRun, args: Interrupt) -> int:
+@subcommand("Stop a conversation's working turn; it then waits for a message.")
+async def interrupt(agent_run: AgentRun, following: Following) -> int:
     try:
         turn = await agent_run.interrupt()
     except WorkflowUpdateFailedError as refused:
         say(f"cannot interrupt {agent_run.id}: {decide.refusal(refused)}")
         return 1
-    if args.json:
+    if following.json:
         print(json.dumps({"workflow_id": agent_run.id, "turn": turn}))
     else:
         print(f"{agent_run.id}: turn {turn} interrupted")
     return 0
 
 
-async def end(agent_run: AgentRun, args: End) -> int:
+@subcommand("End a conversation; prints its turns.")
+async def end(agent_run: AgentRun, following: Following) -> int:
     try:
         result = await agent_run.end()
     except WorkflowUpdateFailedError as refused:
@@ -368,5 +359,5 @@ async def end(agent_run: AgentRun, args: End) -> int:
     except RPCError as error:
         say(f"end {agent_run.id}: {one_line(error)}")
         return 1
-    _print_end(agent_run.id, result, json_out=args.json)
+    _print_end(agent_run.id, result, json_out=following.json)
     return 0

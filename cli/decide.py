@@ -14,18 +14,20 @@ import contextlib
 import json
 import sys
 import threading
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
+import click
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from ..client.agent_client import AgentRun, AgentUpdateNotDelivered
 from ..workflows.events import AgentEvent
-from ..workflows.input_limits import TOO_LARGE
+from ..workflows.input_limits import TOO_LARGE, check_comment, check_reason
 from ..workflows.state import PlanState
-from .args import ApproveCall, ApprovePlan, DenyCall, RejectPlan
+from .args import POSITIVE, Following, Text, argument, subcommand
 from .plumbing import one_line, say
 
 APPROVALS = ("", "y", "yes")
@@ -71,14 +73,12 @@ async def question_in(agent_run: AgentRun, event: AgentEvent) -> Question | None
     return None
 
 
-def show(
-    workflow_id: str, question: Question, *, ask: bool, address: str | None, namespace: str
-) -> None:
+def show(workflow_id: str, question: Question, following: Following, *, ask: bool) -> None:
     """The question on stderr, then either how to answer it here (`ask`) or the subcommands
     that decide it from elsewhere, with this server's flags."""
-    where = f" --address {address}"
-    if namespace != "default":
-        where += f" --namespace {namespace}"
+    where = f" --address {following.address}"
+    if following.namespace != "default":
+        where += f" --namespace {following.namespace}"
     match question:
         case PlanQuestion(plan):
             say(f"plan v{plan.version} of {workflow_id} waits for approval:")
@@ -193,36 +193,97 @@ async def read_line(stop: asyncio.Event) -> str | None:
     return answered.result() if answered.done() else None
 
 
-async def decide_plan(agent_run: AgentRun, args: ApprovePlan | RejectPlan) -> int:
+VERSION = click.option(
+    "--version", type=POSITIVE, help="decide only if plan version N is the one waiting"
+)
+CALL_ID = argument("call_id", "the call id", type=Text())
+REMEMBER = click.option("--remember", is_flag=True, help="decide the tool's later calls too")
+
+
+@subcommand("Approve the plan a run waits with.")
+@click.option("--comment", type=Text(None, check_comment), help="a note for the model")
+@VERSION
+async def approve(
+    agent_run: AgentRun, following: Following, comment: str | None, version: int | None
+) -> int:
+    return await _plan(
+        agent_run, following, "approve", agent_run.approve_plan(comment, version=version)
+    )
+
+
+@subcommand("Reject the plan a run waits with; the model plans again.")
+@click.option(
+    "--feedback",
+    type=Text(": the model needs to know what to change", check_comment),
+    required=True,
+    help="what the model should change",
+)
+@VERSION
+async def reject(
+    agent_run: AgentRun, following: Following, feedback: str, version: int | None
+) -> int:
+    return await _plan(
+        agent_run, following, "reject", agent_run.reject_plan(feedback, version=version)
+    )
+
+
+async def _plan(
+    agent_run: AgentRun, following: Following, verb: str, decision: Awaitable[PlanState]
+) -> int:
     """`approve` / `reject`: 0 once decided, 1 when the run refuses (it says why)."""
     try:
-        match args:
-            case ApprovePlan():
-                plan = await agent_run.approve_plan(args.comment, version=args.version)
-            case RejectPlan():
-                plan = await agent_run.reject_plan(args.feedback, version=args.version)
+        plan = await decision
     except WorkflowUpdateFailedError as refused:
-        say(f"cannot {args.command} the plan of {agent_run.id}: {refusal(refused)}")
+        say(f"cannot {verb} the plan of {agent_run.id}: {refusal(refused)}")
         return 1
-    if args.json:
+    if following.json:
         print(json.dumps({"workflow_id": agent_run.id, "plan": plan.model_dump(mode="json")}))
     else:
         print(f"{agent_run.id}: plan v{plan.version} {plan.status}")
     return 0
 
 
-async def decide_call(agent_run: AgentRun, args: ApproveCall | DenyCall) -> int:
+@subcommand("Let a tool call that waits for a person run.")
+@CALL_ID
+@REMEMBER
+@click.option("--reason", type=Text(None, check_reason), help="a note kept with the decision")
+async def approve_call(
+    agent_run: AgentRun, following: Following, call_id: str, remember: bool, reason: str | None
+) -> int:
+    return await _call(agent_run, following, call_id, True, reason, remember)
+
+
+@subcommand("Deny a tool call that waits; the model gets the reason as its result.")
+@CALL_ID
+@REMEMBER
+@click.option(
+    "--reason",
+    type=Text(": the model needs to know why", check_reason),
+    required=True,
+    help="what the model is told",
+)
+async def deny_call(
+    agent_run: AgentRun, following: Following, call_id: str, remember: bool, reason: str
+) -> int:
+    return await _call(agent_run, following, call_id, False, reason, remember)
+
+
+async def _call(
+    agent_run: AgentRun,
+    following: Following,
+    call_id: str,
+    approve: bool,
+    reason: str | None,
+    remember: bool,
+) -> int:
     """`approve-call` / `deny-call`: 0 once decided, 1 when the run refuses (it says why)."""
-    approve = isinstance(args, ApproveCall)
     try:
-        decided = await agent_run.decide_tool_call(
-            args.call_id, approve, args.reason, remember=args.remember
-        )
+        decided = await agent_run.decide_tool_call(call_id, approve, reason, remember=remember)
     except WorkflowUpdateFailedError as refused:
         verb = "approve" if approve else "deny"
-        say(f"cannot {verb} {args.call_id} of {agent_run.id}: {refusal(refused)}")
+        say(f"cannot {verb} {call_id} of {agent_run.id}: {refusal(refused)}")
         return 1
-    if args.json:
+    if following.json:
         print(json.dumps({"workflow_id": agent_run.id, "call": decided.model_dump(mode="json")}))
     else:
         print(f"{agent_run.id}: {decided.call_id} ({decided.tool}) {decided.status}")

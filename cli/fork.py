@@ -6,36 +6,66 @@ turns command lines into calls and results into tables."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import importlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import click
 from temporalio.client import Client
 
 from ..client import forking
 from ..client.agent_client import AgentClient, AgentRun, AgentRunFailed
 from ..workflows.events import AgentEvent
-from ..workflows.inputs import AgentResult, Limits, ModelSettings, ToolApprovalPolicy
-from ..workflows.providers import CATALOGUE
+from ..workflows.inputs import (
+    AgentResult,
+    Limits,
+    ModelSettings,
+    ScriptedTurn,
+    ToolApprovalPolicy,
+)
+from ..workflows.providers import CATALOGUE, Provider
 from ..workflows.state import Usage
 from .args import (
-    Diff,
-    Eval,
-    Fork,
-    Provider,
-    load_score,
+    COST,
+    COUNT,
+    FILE,
+    POSITIVE,
+    PROVIDER,
+    Following,
+    Text,
+    argument,
+    read_script,
+    refuse,
+    subcommand,
 )
 from .plumbing import say
-from .run import Following, follow
-from .tables import money, shorten
+from .run import follow
+from .tables import money, shorten, table
 
 DIFF_RESULT_CHARS = 120
 """A tool result in `diff`'s lines: its start (the JSON has it whole)."""
 EVAL_CONCURRENCY = 8
 """Forks an evaluation runs at once (each also reads its original's history first)."""
 COMPLETED_RUNS_QUERY = "WorkflowType='AgentWorkflow' AND ExecutionStatus='Completed'"
+DEFAULT_EVAL_LIMIT = 10
+
+
+def forked_run_options(function: Any) -> Any:
+    """The options of the runs a fork and an evaluation start; without them, the original's."""
+    for declare in reversed(
+        [
+            click.option("--max-steps", type=POSITIVE, help="the fork's own steps, from step K"),
+            click.option("--approve-all", is_flag=True, help="no call waits for a person"),
+            click.option("--allow", multiple=True, help="this tool's calls run without asking"),
+            click.option("--task-queue", help="the queue the fork runs on"),
+        ]
+    ):
+        function = declare(function)
+    return function
 
 
 def _model(
@@ -59,60 +89,102 @@ def _limits(original: Limits, max_steps: int | None, max_cost_usd: float | None)
     return original.model_copy(update=update)
 
 
-async def fork(client: AgentClient, args: Fork) -> int:
+def _fork_rules(options: dict[str, Any]) -> None:
+    if options["no_wait"] and options["trace"]:
+        refuse("--trace prints the steps once the fork has ended; not with --no-wait")
+    if options["script"] is not None:
+        if options["provider"] != "scripted":
+            refuse("--script is for the scripted provider (give --provider scripted)")
+        options["script"] = read_script(options["script"])
+
+
+@subcommand(
+    "Start a new run from the run's step K: its transcript through step K's tool results, none "
+    "of those tools run again, another model, prompt or limits; followed like a run. Each "
+    "option left out keeps the original's.",
+    of_run=False,
+    rules=_fork_rules,
+)
+@argument("workflow_id", "the workflow id", type=Text())
+@click.option("--step", type=COUNT, required=True, help="fork after this step (0: the prompt)")
+@forked_run_options
+@click.option("--model", help="the fork's model (with --provider only: its default)")
+@click.option("--provider", type=PROVIDER, help="the fork's provider")
+@click.option("--script", type=FILE, help="scripted provider: its replies from step K + 1")
+@click.option("--system", type=Text(), help="the fork's system prompt")
+@click.option("--max-cost-usd", type=COST, help="fail the fork once it has cost more")
+@click.option("--label", type=Text(), help="the fork's label")
+@click.option("--no-wait", is_flag=True, help="print the fork's id and return")
+@click.option("--trace", is_flag=True, help="once the fork has ended, print its steps")
+async def fork(
+    client: AgentClient,
+    following: Following,
+    workflow_id: str,
+    step: int,
+    max_steps: int | None,
+    approve_all: bool,
+    allow: tuple[str, ...],
+    task_queue: str | None,
+    model: str | None,
+    provider: Provider | None,
+    script: tuple[ScriptedTurn, ...] | None,
+    system: str | None,
+    max_cost_usd: float | None,
+    label: str | None,
+    no_wait: bool,
+    trace: bool,
+) -> int:
     """Start the fork and follow it as `starter.py --address` follows a run."""
     try:
-        recorded = await forking.read_run(client.client, args.workflow_id)
-        model = _model(recorded.input.model, args.provider, args.model)
-        if args.script is not None:
-            base = model or ModelSettings(provider="scripted")
-            script = forking.scripted_from(args.step, args.script)
-            model = base.model_copy(update={"script": script})
+        recorded = await forking.read_run(client.client, workflow_id)
+        settings = _model(recorded.input.model, provider, model)
+        if script is not None:
+            base = settings or ModelSettings(provider="scripted")
+            settings = base.model_copy(update={"script": forking.scripted_from(step, script)})
         agent_run = await client.fork(
-            args.workflow_id,
-            step=args.step,
-            model=model,
-            system=args.system,
-            limits=_limits(recorded.input.limits, args.max_steps, args.max_cost_usd),
-            tool_approval=ToolApprovalPolicy(approve_all=args.approve_all, allow=list(args.allow)),
-            label=args.label,
-            task_queue=args.task_queue,
+            workflow_id,
+            step=step,
+            model=settings,
+            system=system,
+            limits=_limits(recorded.input.limits, max_steps, max_cost_usd),
+            tool_approval=ToolApprovalPolicy(approve_all=approve_all, allow=list(allow)),
+            label=label,
+            task_queue=task_queue,
         )
-    except forking.ForkStepOutOfRange as error:
-        say(f"fork {args.workflow_id}: {error}")
-        return 2
     except forking.ForkError as error:
-        say(f"fork {args.workflow_id}: {error}")
-        return 1
-    if args.no_wait:
-        print(
-            json.dumps({"workflow_id": agent_run.id, "status": "running"})
-            if args.json
-            else agent_run.id
-        )
+        say(f"fork {workflow_id}: {error}")
+        return 2 if isinstance(error, forking.ForkStepOutOfRange) else 1
+    if no_wait:
+        running = {"workflow_id": agent_run.id, "status": "running"}
+        print(json.dumps(running) if following.json else agent_run.id)
         return 0
-    if not args.json:
-        say(f"workflow {agent_run.id} started: a fork of {args.workflow_id} at step {args.step}")
-    following = Following(
-        ask=False, json=args.json, trace=args.trace, address=args.address, namespace=args.namespace
-    )
-    return await follow(agent_run, following)
+    if not following.json:
+        say(f"workflow {agent_run.id} started: a fork of {workflow_id} at step {step}")
+    return await follow(agent_run, dataclasses.replace(following, trace=trace))
 
 
 # --- diff ---------------------------------------------------------------------------------------
 
 
-async def diff(client: AgentClient, args: Diff) -> int:
+@subcommand(
+    "Where two runs' transcripts diverge, step by step: each side's calls, arguments and "
+    "results, then the answers, steps, tokens and cost: a run (the original, say) and another "
+    "(a fork, say).",
+    of_run=False,
+)
+@argument("workflow_a", "the first workflow id", type=Text())
+@argument("workflow_b", "the second workflow id", type=Text())
+async def diff(client: AgentClient, following: Following, workflow_a: str, workflow_b: str) -> int:
     try:
         a, b = await asyncio.gather(
-            forking.read_run(client.client, args.workflow_a),
-            forking.read_run(client.client, args.workflow_b),
+            forking.read_run(client.client, workflow_a),
+            forking.read_run(client.client, workflow_b),
         )
     except forking.ForkError as error:
         say(f"diff: {error}")
         return 1
     compared = forking.diff(a, b)
-    if args.json:
+    if following.json:
         print(json.dumps(compared.as_json()))
     else:
         print(diff_text(compared))
@@ -156,13 +228,9 @@ def diff_text(compared: forking.RunDiff) -> str:
                 lines += [f"   {name}  {first.lstrip()}", *rest]
     at = compared.diverged_at
     lines.append("the transcripts are the same" if at is None else f"they diverge at step {at}")
-    rows = [
-        ("answer", _answer(a), _answer(b)),
-        ("steps", _steps(a), _steps(b)),
-        ("tokens", _tokens(a), _tokens(b)),
-        ("cost", _cost(a), _cost(b)),
-    ]
-    lines += [f"{label:<7} A {left}\n{'':<7} B {right}" for label, left, right in rows]
+    shown = {"answer": _answer, "steps": _steps, "tokens": _tokens, "cost": _cost}
+    rows = [[[label, f"A {show(a)}"], ["", f"B {show(b)}"]] for label, show in shown.items()]
+    lines += table([row for pair in rows for row in pair])
     return "\n".join(lines)
 
 
@@ -251,74 +319,119 @@ async def recent_completed(client: Client, label: str, limit: int) -> list[str]:
     return ids
 
 
-async def evaluate(client: AgentClient, args: Eval) -> int:
-    score: Callable[[AgentResult, AgentResult], float] | None = (
-        load_score(args.score) if args.score is not None else None
-    )
-    originals = await recent_completed(client.client, args.label, args.limit)
+def _eval_rules(options: dict[str, Any]) -> None:
+    options["model"] = options["model"] or CATALOGUE[options["provider"]].default_model
+    if options["score"] is not None:
+        try:
+            load_score(options["score"])
+        except ValueError as error:
+            refuse(f"--score {options['score']}: {error}")
+
+
+def load_score(spec: str) -> Callable[[AgentResult, AgentResult], float]:
+    """The scoring function `module:function` names; ValueError saying why it cannot be had."""
+    module_name, _, name = spec.partition(":")
+    if not module_name or not name:
+        raise ValueError("give it as module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"cannot import {module_name}: {error}") from None
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise ValueError(f"{module_name} has no function {name}")
+    return function  # type: ignore[no-any-return]
+
+
+@subcommand(
+    "Fork each of a label's last completed runs at step K with another model, and compare each "
+    "fork with its original (tool approval on: no fork changes data unless allowed).",
+    of_run=False,
+    rules=_eval_rules,
+)
+@click.option("--label", type=Text(), required=True, help="the runs' --label")
+@click.option("--fork-step", type=COUNT, required=True, help="fork after this step (K)")
+@click.option("--provider", type=PROVIDER, required=True, help="the forks' provider")
+@click.option("--model", help="the forks' model [default: the provider's]")
+@click.option("--limit", type=POSITIVE, default=DEFAULT_EVAL_LIMIT, help="fork the last N runs")
+@click.option("--score", help="MODULE:FUNCTION(original, fork) -> number [default: equal answers]")
+@forked_run_options
+async def eval_(
+    client: AgentClient,
+    following: Following,
+    label: str,
+    fork_step: int,
+    provider: Provider,
+    model: str,
+    limit: int,
+    score: str | None,
+    max_steps: int | None,
+    approve_all: bool,
+    allow: tuple[str, ...],
+    task_queue: str | None,
+) -> int:
+    scoring = load_score(score) if score is not None else None
+    originals = await recent_completed(client.client, label, limit)
     if not originals:
-        say(f"no completed run with label {args.label!r} to fork")
-        if args.json:
-            print(
-                json.dumps(
-                    {"label": args.label, "runs": [], "totals": _totals([], score is not None)}
-                )
-            )
+        say(f"no completed run with label {label!r} to fork")
+        if following.json:
+            print(json.dumps({"label": label, "runs": [], "totals": _totals([], bool(score))}))
         return 1
-    if not args.json:
+    if not following.json:
         say(
-            f"forking {len(originals)} runs of {args.label!r} at step {args.fork_step} with "
-            f"{args.provider} {args.model}"
+            f"forking {len(originals)} runs of {label!r} at step {fork_step} with {provider} {model}"
         )
     slots = asyncio.Semaphore(EVAL_CONCURRENCY)
+    policy = ToolApprovalPolicy(approve_all=approve_all, allow=list(allow))
 
     async def fork_one(original: str) -> EvalRow:
         async with slots:
-            return await _fork_one(client, args, original, score)
+            recorded = await forking.read_run(client.client, original)
+            start = client.fork(
+                original,
+                step=fork_step,
+                model=_model(recorded.input.model, provider, model),
+                limits=_limits(recorded.input.limits, max_steps, None),
+                tool_approval=policy,
+                task_queue=task_queue,
+            )
+            assert recorded.result is not None  # listed as completed
+            row = EvalRow(original, None, recorded.result)
+            return await _fork_one(row, start, scoring, following)
 
     rows = await asyncio.gather(*(fork_one(original) for original in originals))
-    if args.json:
+    if following.json:
         print(
             json.dumps(
                 {
-                    "label": args.label,
-                    "fork_step": args.fork_step,
-                    "provider": args.provider,
-                    "model": args.model,
-                    "score": args.score,
+                    "label": label,
+                    "fork_step": fork_step,
+                    "provider": provider,
+                    "model": model,
+                    "score": score,
                     "runs": [row.as_json() for row in rows],
-                    "totals": _totals(rows, score is not None),
+                    "totals": _totals(rows, scoring is not None),
                 }
             )
         )
     else:
-        print(eval_table(rows, scored=score is not None))
+        print(eval_table(rows, scored=scoring is not None))
     return 0 if all(row.failure is None for row in rows) else 1
 
 
 async def _fork_one(
-    client: AgentClient,
-    args: Eval,
-    original_id: str,
+    row: EvalRow,
+    start: Awaitable[AgentRun],
     score: Callable[[AgentResult, AgentResult], float] | None,
+    following: Following,
 ) -> EvalRow:
-    recorded = await forking.read_run(client.client, original_id)
-    assert recorded.result is not None  # listed as completed
-    row = EvalRow(original_id, None, recorded.result)
     try:
-        agent_run = await client.fork(
-            original_id,
-            step=args.fork_step,
-            model=_model(recorded.input.model, args.provider, args.model),
-            limits=_limits(recorded.input.limits, args.max_steps, None),
-            tool_approval=ToolApprovalPolicy(approve_all=args.approve_all, allow=list(args.allow)),
-            task_queue=args.task_queue,
-        )
+        agent_run = await start
     except forking.ForkError as error:
         row.failure = str(error)
         return row
     row.fork = agent_run.id
-    watcher = asyncio.create_task(_say_waiting_calls(agent_run, args))
+    watcher = asyncio.create_task(_say_waiting_calls(agent_run, following))
     try:
         row.fork_result = await agent_run.result()
     except AgentRunFailed as failure:
@@ -338,7 +451,7 @@ async def _fork_one(
     return row
 
 
-async def _say_waiting_calls(agent_run: AgentRun, args: Eval) -> None:
+async def _say_waiting_calls(agent_run: AgentRun, following: Following) -> None:
     """A fork's call that waits for a person blocks its row: say how to decide it."""
     async for item in agent_run.events():
         event: AgentEvent = item.data
@@ -346,7 +459,7 @@ async def _say_waiting_calls(agent_run: AgentRun, args: Eval) -> None:
             say(
                 f"{agent_run.id} waits for a decision on {event.call_id} ({event.tool} "
                 f"{event.arguments}): starter.py approve-call {agent_run.id} {event.call_id} "
-                f"--address {args.address} (or deny-call ... --reason TEXT)"
+                f"--address {following.address} (or deny-call ... --reason TEXT)"
             )
 
 
@@ -387,57 +500,37 @@ def _sum_cost(usages: Sequence[Usage]) -> float | None:
 def eval_table(rows: Sequence[EvalRow], *, scored: bool) -> str:
     """One row per original against its fork, then the totals. Tokens and cost of a fork are
     as if it had made every step (its inherited steps added); `spent` is what the forks cost."""
-    header = [
-        "original",
-        "fork",
-        "score" if scored else "answer",
-        "steps",
-        "tokens",
-        "cost",
-        "failure",
-    ]
-    table = [header]
+    lines = [["original", "fork", "score" if scored else "answer", "steps", "tokens", "cost"]]
+    lines[0].append("failure")
     for row in rows:
-        fork = row.fork_result
-        if row.score is None:
-            verdict = "-"
-        elif scored:
-            verdict = f"{row.score:g}"
-        else:
-            verdict = "equal" if row.score == 1.0 else "differs"
-        table.append(
+        fork, usage = row.fork_result, row.original_result.usage
+        verdict = "equal" if row.score == 1.0 else "differs"
+        lines.append(
             [
                 row.original,
                 row.fork or "-",
-                verdict,
+                "-" if row.score is None else f"{row.score:g}" if scored else verdict,
                 f"{row.original_result.steps} -> {fork.steps if fork else '-'}",
-                f"{row.original_result.usage.total_tokens} -> "
-                + (str(row.fork_usage.total_tokens) if fork else "-"),
-                f"{money(row.original_result.usage.cost_usd)} -> "
-                + (money(row.fork_usage.cost_usd) if fork else "-"),
+                f"{usage.total_tokens} -> {row.fork_usage.total_tokens if fork else '-'}",
+                f"{money(usage.cost_usd)} -> {money(row.fork_usage.cost_usd) if fork else '-'}",
                 shorten(row.failure or "", 60),
             ]
         )
     totals = _totals(rows, scored)
-    if not scored:
-        verdict = f"{totals['equal']} equal"
-    elif totals["mean_score"] is None:
-        verdict = "-"
-    else:
-        verdict = f"mean {totals['mean_score']:.3g}"
-    table.append(
-        [
-            "total",
-            f"{totals['completed']} of {totals['runs']}",
-            verdict,
-            f"{totals['original_steps']} -> {totals['fork_steps']}",
-            f"{totals['original_tokens']} -> {totals['fork_tokens']}",
-            f"{money(totals['original_cost_usd'])} -> {money(totals['fork_cost_usd'])}",
-            f"{totals['failures']} failed" if totals["failures"] else "",
-        ]
+    mean = totals["mean_score"]
+    verdict = "-" if scored and mean is None else f"mean {mean:.3g}" if scored else "equal"
+    return "\n".join(
+        table(
+            lines,
+            totals=[
+                "total",
+                f"{totals['completed']} of {totals['runs']}",
+                verdict if scored else f"{totals['equal']} {verdict}",
+                f"{totals['original_steps']} -> {totals['fork_steps']}",
+                f"{totals['original_tokens']} -> {totals['fork_tokens']}",
+                f"{money(totals['original_cost_usd'])} -> {money(totals['fork_cost_usd'])}",
+                f"{totals['failures']} failed" if totals["failures"] else "",
+            ],
+        )
+        + [f"the forks spent {money(totals['spent_usd'])} on their own steps"]
     )
-    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
-    lines.insert(len(lines) - 1, "-" * max(len(line) for line in lines))
-    lines.append(f"the forks spent {money(totals['spent_usd'])} on their own steps")
-    return "\n".join(lines)

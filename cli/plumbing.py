@@ -10,6 +10,10 @@ import contextlib
 import logging
 import os
 import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import click
 
 
 class CommandLineError(SystemExit):
@@ -17,16 +21,79 @@ class CommandLineError(SystemExit):
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
-    """Bad command lines get one line on stderr and exit status 2, not a usage dump."""
+    """The benchmarks' parser: one line on stderr and exit status 2, as `parse` does."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         raise CommandLineError(2)
 
 
-def temporal_address(explicit: str | None) -> str | None:
-    """--address, else $TEMPORAL_ADDRESS, else None (an empty value counts as none)."""
-    return explicit or os.environ.get("TEMPORAL_ADDRESS") or None
+class _Help(click.HelpFormatter):
+    def write_usage(self, prog: str, args: str = "", prefix: str | None = None) -> None:
+        super().write_usage(prog, args, "usage: ")
+
+
+class Argument(click.Argument):
+    """A positional argument, named in messages by what it is (`the prompt`)."""
+
+    def __init__(self, param_decls: Sequence[str], said_as: str, **attrs: Any) -> None:
+        super().__init__(param_decls, **attrs)
+        self.said_as = said_as
+
+
+def said_as(param: click.Parameter | None) -> str:
+    """How a message names a parameter: an argument by what it is, an option by its flag."""
+    if isinstance(param, Argument):
+        return param.said_as
+    return param.opts[0] if param is not None else "the value"
+
+
+class Command(click.Command):
+    """A command whose --help (or -h) starts `usage:` and shows each option's default and
+    environment variable."""
+
+    context_class = type("Context", (click.Context,), {"formatter_class": _Help})
+
+
+def parse(command: click.Command, prog: str, argv: Sequence[str]) -> Any:
+    """What `command`'s callback makes of `argv`. A bad command line (click's own errors, and
+    the `click.UsageError`s of the command's rules) is `PROG: error: REASON (see --help)` on
+    stderr and CommandLineError(2); --help is CommandLineError(0) once printed. Every word that
+    reaches the command as text is UTF-8: other bytes of argv, which Python keeps as lone
+    surrogates, would fail only when sent."""
+    try:
+        settings = {"help_option_names": ["-h", "--help"], "show_default": True}
+        settings["max_content_width"] = 100
+        with command.make_context(prog, list(argv), **settings) as ctx:
+            for param in command.params:
+                value = ctx.params.get(param.name or "")
+                for word in value if isinstance(value, tuple) else (value,):
+                    if isinstance(word, str):
+                        check_utf8(said_as(param), word)
+            return command.invoke(ctx)
+    except click.exceptions.Exit as done:
+        raise CommandLineError(done.exit_code) from None
+    except click.ClickException as error:
+        sys.stderr.write(f"{prog}: error: {error.format_message().rstrip('.')} (see --help)\n")
+        raise CommandLineError(2) from None
+
+
+def check_utf8(what: str, text: str) -> None:
+    """UsageError naming the first byte of `text` that is not UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:  # the bytes argv had, back, to name the first that is not UTF-8
+            text.encode("utf-8", "surrogateescape").decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise click.UsageError(f"{what} is not UTF-8 text: {bad_byte(error)}") from None
+        except UnicodeEncodeError:
+            pass  # a surrogate that no byte of argv stands for
+        raise click.UsageError(f"{what} is not UTF-8 text") from None
+
+
+def bad_byte(error: UnicodeDecodeError) -> str:
+    return f"byte 0x{error.object[error.start]:02x} at offset {error.start}"
 
 
 def say(line: str) -> None:

@@ -10,56 +10,68 @@ import json
 from collections import Counter, defaultdict
 from typing import Any
 
+import click
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from ..client.agent_client import AgentClient, AgentRun, step_stats
 from ..workflows.events import AgentEvent
 from ..workflows.inputs import AgentResult
-from .args import ListCalls, ListWaiting, Stats, Status, Trace, Watch
+from .args import COUNT, POSITIVE, Following, subcommand
 from .plumbing import one_line, say
 from .progress import event_line
-from .tables import stats_table, trace_table, waiting_call_line
+from .tables import stats_table, trace_table, waiting_calls_table
 
 LIST_QUERY_TIMEOUT_SECONDS = 5.0
 """`list` asks each waiting run for its plan; a run whose worker is gone does not answer."""
 NO_LABEL = "(no label)"
+DEFAULT_STATS_LIMIT = 500
 
 
-async def watch(agent_run: AgentRun, args: Watch) -> int:
-    """Print each event as it comes; 0 when the run completed, 1 when it ended otherwise."""
+@subcommand(
+    "Follow the run's progress stream, one line per event, to the run's end (a run started "
+    "elsewhere, or one that has ended: then what it published); 0 when it completed."
+)
+@click.option(
+    "--from", "from_offset", type=COUNT, default=0, help="start at this event (each line's first)"
+)
+async def watch(agent_run: AgentRun, following: Following, from_offset: int) -> int:
     last: AgentEvent | None = None
-    async for item in agent_run.events(args.from_offset):
+    async for item in agent_run.events(from_offset):
         last = item.data
-        if args.json:
+        if following.json:
             print(json.dumps({"offset": item.offset, **last.model_dump(mode="json")}), flush=True)
         else:
             print(f"{item.offset:>5}  {event_line(last)}", flush=True)
     return 0 if last is not None and last.kind == "completed" else 1
 
 
-async def status(agent_run: AgentRun, args: Status) -> int:
-    """The run's status query, as one JSON object (with or without --json)."""
+@subcommand("Print the run's status query as JSON.")
+async def status(agent_run: AgentRun, following: Following) -> int:
     answer = await agent_run.status()
     print(json.dumps({"workflow_id": agent_run.id, **answer.model_dump(mode="json")}))
     return 0
 
 
-async def list_calls(agent_run: AgentRun, args: ListCalls) -> int:
-    """The run's tool calls that wait for a person, one line each: its own, then its
-    sub-agent's, by the qualified ids that decide them through the run."""
-    calls = await agent_run.pending_tool_calls()
-    if args.json:
-        print(json.dumps([c.model_dump(mode="json") for c in calls]))
+@subcommand(
+    "List the run's tool calls that wait for a person: its own, then its sub-agents', by the "
+    "qualified ids that decide them through the run."
+)
+async def calls(agent_run: AgentRun, following: Following) -> int:
+    waiting = await agent_run.pending_tool_calls()
+    if following.json:
+        print(json.dumps([c.model_dump(mode="json") for c in waiting]))
         return 0
-    for waiting in calls:
-        print(waiting_call_line(waiting))
-    if not calls:
+    if waiting:
+        print(waiting_calls_table(waiting))
+    else:
         say(f"no tool call of {agent_run.id} waits for a decision")
     return 0
 
 
-async def list_waiting(client: AgentClient, args: ListWaiting) -> int:
+@subcommand("List the runs whose plan or tool calls wait for a person.", of_run=False)
+@click.option("--awaiting-approval", is_flag=True, required=True, help="runs waiting on a person")
+async def list_(client: AgentClient, following: Following, awaiting_approval: bool) -> int:
     """One line (or JSON object) per run that waits for a person, with its plan or its tool
     calls from its status query."""
     rows: list[dict[str, Any]] = []
@@ -87,7 +99,7 @@ async def list_waiting(client: AgentClient, args: ListWaiting) -> int:
     # A sub-agent that waits is listed by its parent, with the ids that decide through it.
     shown_by_parents = {c.get("workflow_id") for row in rows for c in row["calls"]}
     rows = [row for row in rows if not (row["calls"] and row["workflow_id"] in shown_by_parents)]
-    if args.json:
+    if following.json:
         print(json.dumps(rows))
         return 0
     for row in rows:
@@ -106,10 +118,13 @@ async def list_waiting(client: AgentClient, args: ListWaiting) -> int:
     return 0
 
 
-async def trace(agent_run: AgentRun, args: Trace) -> int:
-    """The run's steps as a table on stdout (its step records with --json)."""
+@subcommand(
+    "Print the run's steps as a table, one row per step, with totals (a running run needs its "
+    "worker; an ended run does not)."
+)
+async def trace(agent_run: AgentRun, following: Following) -> int:
     whole = await agent_run.full_trace()
-    if args.json:
+    if following.json:
         earlier = whole.earlier_steps
         print(
             json.dumps(
@@ -128,12 +143,18 @@ async def trace(agent_run: AgentRun, args: Trace) -> int:
     return 0
 
 
-async def stats(client: AgentClient, args: Stats) -> int:
-    """Read the runs that ended, group them by label, print each group's statistics."""
+@subcommand(
+    "Per label, the steps, tokens and cost of the runs that completed, and the max_steps their "
+    "distribution suggests (twice the p95 of the steps).",
+    of_run=False,
+)
+@click.option("--label", help="only the runs started with this --label")
+@click.option("--limit", type=POSITIVE, default=DEFAULT_STATS_LIMIT, help="read the N newest runs")
+async def stats(client: AgentClient, following: Following, label: str | None, limit: int) -> int:
     completed: defaultdict[str, list[AgentResult]] = defaultdict(list)
     failed: Counter[str] = Counter()
     unreadable = 0
-    async for closed in client.closed_runs(args.limit, label=args.label):
+    async for closed in client.closed_runs(limit, label=label):
         group = closed.label if closed.label is not None else NO_LABEL
         if closed.result is not None:
             completed[group].append(closed.result)
@@ -146,12 +167,12 @@ async def stats(client: AgentClient, args: Stats) -> int:
         step_stats(label, completed[label], failed[label])
         for label in sorted({*completed, *failed}, key=lambda g: (g == NO_LABEL, g))
     ]
-    if args.json:
+    if following.json:
         print(
             json.dumps(
                 {
-                    "label": args.label,
-                    "limit": args.limit,
+                    "label": label,
+                    "limit": limit,
                     "unreadable": unreadable,
                     "groups": [dataclasses.asdict(g) for g in groups],
                 }
@@ -159,7 +180,7 @@ async def stats(client: AgentClient, args: Stats) -> int:
         )
         return 0
     if not groups:
-        where = f" with label {args.label!r}" if args.label is not None else ""
+        where = f" with label {label!r}" if label is not None else ""
         say(f"no agent run{where} has completed or failed yet")
         return 0
     print(stats_table(groups))

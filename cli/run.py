@@ -17,9 +17,9 @@ import json
 import signal
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import click
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
@@ -50,7 +50,7 @@ from ..workflows.providers import STREAMING_PROVIDERS
 from ..workflows.state import CompensationRecord, StepRecord, Usage
 from ..workflows.status import RunStatus
 from . import chat, conversation, decide
-from .args import Result, RunArgs
+from .args import Following, RunArgs, subcommand
 from .plumbing import say
 from .progress import DeltaLines, StepLines, StepsFromEvents, usage_text
 from .tables import trace_table
@@ -62,37 +62,6 @@ DEMO_PLAN = [
 ]
 CANCEL_WAIT_SECONDS = 10.0
 WATCHER_STOP_SECONDS = 10.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class Following:
-    """How a run is followed and its outcome printed."""
-
-    ask: bool
-    """Put the questions at this terminal (a self-contained run: nothing else can decide)."""
-    json: bool
-    trace: bool
-    address: str | None
-    """The server, for the subcommands shown when a question is not asked here."""
-    namespace: str
-    stream: bool = False
-    """Print the model's text on stderr as it is written."""
-
-    @classmethod
-    def of(cls, args: RunArgs | Result) -> Following:
-        ask = isinstance(args, RunArgs) and args.address is None
-        return cls(
-            ask=ask,
-            json=args.json,
-            trace=args.trace,
-            address=args.address,
-            namespace=args.namespace,
-            stream=isinstance(args, RunArgs) and args.stream,
-        )
-
-    def traced(self, records: Sequence[StepRecord]) -> Sequence[StepRecord] | None:
-        """The `trace` of the JSON object: the records with --trace, else no such key."""
-        return records if self.trace else None
 
 
 def demo_plan_script() -> list[ScriptedTurn]:
@@ -178,7 +147,14 @@ async def _run(args: RunArgs) -> int:
     except InputTooLarge as refused:
         say(f"starter.py: error: {refused}")
         return 2
-    following = Following.of(args)
+    following = Following(
+        ask=args.address is None,
+        json=args.json,
+        trace=args.trace,
+        address=args.address,
+        namespace=args.namespace,
+        stream=args.stream,
+    )
     if args.provider == "scripted" and args.script is None and not args.json:
         say(
             "scripted model: it replays the seeds' support conversation whatever the prompt"
@@ -233,7 +209,7 @@ def unreachable(
             workflow_id,
             "failed",
             error={"type": "ConnectionError", "message": message},
-            trace=following.traced([]),
+            trace=traced(following, []),
         )
     return 1
 
@@ -265,7 +241,7 @@ async def _start_and_report(
                 workflow_id,
                 "failed",
                 error={"type": "StartError", "message": message},
-                trace=following.traced([]),
+                trace=traced(following, []),
             )
         return 1
     if args.no_wait:
@@ -277,15 +253,20 @@ async def _start_and_report(
     if not args.json:
         say(f"workflow {workflow_id} started")
     if args.conversation:
-        talk = conversation.Following(
-            ask=following.ask,
-            json=following.json,
-            address=following.address,
-            namespace=following.namespace,
-        )
         # Self-contained, nothing else can send the next message: the conversation is here.
-        return await conversation.converse(agent_run, talk, chat=args.chat or following.ask)
+        return await conversation.converse(agent_run, following, chat=args.chat or following.ask)
     return await follow(agent_run, following)
+
+
+def traced(following: Following, records: Sequence[StepRecord]) -> Sequence[StepRecord] | None:
+    """The `trace` of the JSON object: the records with --trace, else no such key."""
+    return records if following.trace else None
+
+
+@subcommand("Wait for the run's answer and print it like a run started here.")
+@click.option("--trace", is_flag=True, help="then print its steps as a table on stderr")
+async def result(agent_run: AgentRun, following: Following, trace: bool) -> int:
+    return await follow(agent_run, dataclasses.replace(following, trace=trace))
 
 
 async def follow(agent_run: AgentRun, following: Following) -> int:
@@ -326,7 +307,7 @@ async def follow(agent_run: AgentRun, following: Following) -> int:
                 workflow_id,
                 "failed",
                 error={"type": "RPCError", "message": message},
-                trace=following.traced([]),
+                trace=traced(following, []),
             )
         return 1
     lines.show(result.step_records)
@@ -337,7 +318,7 @@ async def follow(agent_run: AgentRun, following: Following) -> int:
             answer=result.answer,
             steps=result.steps,
             usage=result.usage,
-            trace=following.traced(result.step_records),
+            trace=traced(following, result.step_records),
         )
     else:
         print(result.answer)
@@ -374,13 +355,7 @@ async def _watch(
         question = await decide.question_in(agent_run, event)
         if question is None:
             continue
-        decide.show(
-            agent_run.id,
-            question,
-            ask=following.ask,
-            address=following.address,
-            namespace=following.namespace,
-        )
+        decide.show(agent_run.id, question, following, ask=following.ask)
         if not following.ask:
             continue
         line = await decide.read_line(stop)
@@ -418,7 +393,7 @@ async def _no_decision(
             steps=last.step if last is not None else 0,
             usage=last.usage if last is not None else None,
             error={"type": "NoDecision", "message": message},
-            trace=following.traced(records),
+            trace=traced(following, records),
         )
     elif following.trace:
         say(trace_table(records))
@@ -437,7 +412,7 @@ def _report_failure(failure: AgentRunFailed, lines: StepLines, following: Follow
             usage=details.usage,
             error={"type": failure.type, "message": failure.message},
             compensations=details.compensations,
-            trace=following.traced(details.step_records),
+            trace=traced(following, details.step_records),
         )
     elif following.trace:
         say(trace_table(details.step_records, earlier=details.earlier_steps))

@@ -1,67 +1,41 @@
 """Start an agent run and print its answer; decide on and follow runs already going.
 
-    python starter.py "PROMPT" [--provider scripted|openai|anthropic] [--model M] [--max-steps N]
-                      [--plan] [--approve-all] [--allow TOOL]... [--label TEXT]
-                      [--address HOST:PORT] [--no-wait] [--json] [--trace] [--conversation]
-    python starter.py - [the run's options]          (the prompt from standard input)
-    python starter.py --prompt-file FILE [the run's options]
-    python starter.py chat [PROMPT | --prompt-file FILE] [the run's options]
-    python starter.py send WORKFLOW_ID TEXT [--wait]
-    python starter.py interrupt WORKFLOW_ID
-    python starter.py end WORKFLOW_ID
-    python starter.py approve WORKFLOW_ID [--comment TEXT] [--version N]
-    python starter.py reject WORKFLOW_ID --feedback TEXT [--version N]
-    python starter.py calls WORKFLOW_ID
-    python starter.py approve-call WORKFLOW_ID CALL_ID [--remember] [--reason TEXT]
-    python starter.py deny-call WORKFLOW_ID CALL_ID --reason TEXT [--remember]
-    python starter.py watch WORKFLOW_ID [--from OFFSET] [--json]
-    python starter.py status WORKFLOW_ID
-    python starter.py list --awaiting-approval [--json]
-    python starter.py result WORKFLOW_ID [--json] [--trace]
-    python starter.py trace WORKFLOW_ID [--json]
-    python starter.py stats [--label TEXT] [--limit N] [--json]
-    python starter.py fork WORKFLOW_ID --step K [--provider P] [--model M] [--system TEXT]
-                      [--max-steps N] [--approve-all] [--allow TOOL]... [--no-wait] [--json]
-    python starter.py diff WORKFLOW_A WORKFLOW_B [--json]
-    python starter.py eval --label L --fork-step K --provider P [--model M] [--limit N]
-                      [--score MODULE:FUNCTION] [--json]
-    python starter.py worker [--address HOST:PORT] [--namespace NS] [--task-queue QUEUE]
+    starter.py "PROMPT" | - | --prompt-file FILE  [the run's options: --help]
+    starter.py chat [PROMPT | --prompt-file FILE] [the run's options]
+    starter.py send WORKFLOW_ID TEXT [--wait]          starter.py interrupt | end WORKFLOW_ID
+    starter.py approve WORKFLOW_ID [--comment TEXT] [--version N]
+    starter.py reject WORKFLOW_ID --feedback TEXT [--version N]
+    starter.py calls WORKFLOW_ID
+    starter.py approve-call WORKFLOW_ID CALL_ID [--remember] [--reason TEXT]
+    starter.py deny-call WORKFLOW_ID CALL_ID --reason TEXT [--remember]
+    starter.py watch WORKFLOW_ID [--from OFFSET]       starter.py status WORKFLOW_ID
+    starter.py list --awaiting-approval                starter.py result WORKFLOW_ID [--trace]
+    starter.py trace WORKFLOW_ID                       starter.py stats [--label L] [--limit N]
+    starter.py fork WORKFLOW_ID --step K [the fork's options]
+    starter.py diff WORKFLOW_A WORKFLOW_B
+    starter.py eval --label L --fork-step K --provider P [--model M] [--limit N] [--score M:F]
+    starter.py worker [--address HOST:PORT] [--namespace NS] [--task-queue QUEUE] ...
 
-Without --address (and without $TEMPORAL_ADDRESS) a run is self-contained: it starts an embedded
-Temporal dev server with the Web UI and an in-process worker, runs the agent, and stops both. It
-follows the run's progress stream, and shows each plan (--plan) and each tool call that waits for
-a person (the calls of tools that change data, unless --approve-all or --allow) at the terminal,
-reading the decision from stdin. With an address it only starts the run; a `worker.py` must serve
-it. `watch` follows the progress stream of a run started anywhere, one line per event. The
-subcommands always need an address, and take --namespace. `worker` serves runs, as `python
-worker.py` does, so that an installed project has one command (`durable-agent`). A prompt that is
-a subcommand's name goes after `--`.
-
---trace prints the run's steps as a table once it has ended (on stderr; with --json, as the
-`trace` key instead). `trace` prints that table on stdout for a running or ended run. `stats` reads
-the runs that ended from the server and prints, per --label given to their runs, the steps,
-tokens and cost of the completed ones, and the max_steps that distribution suggests.
-
-`fork` starts a new run from a run's step K (its transcript through step K's tool results, read
-from its history; none of those tools run again) and follows it like a run; `diff` shows where
-two runs diverge; `eval` forks a label's last completed runs with another model and compares
-each fork with its original (docs/debugging.md).
-
-A prompt, and every other text argument, is UTF-8 text; a command line's words are bounded
-(128 KiB each on Linux), and a file's or standard input's prompt is not.
+Without --address (and without $TEMPORAL_ADDRESS) a run is self-contained: an embedded Temporal
+dev server with the Web UI and an in-process worker, stopped when it ends; a plan or a tool call
+that waits for a person is asked at this terminal. With an address the run is only started here
+and a `worker.py` serves it. The subcommands need an address, and take --namespace and --json;
+`worker` serves runs, as `python worker.py` does. A prompt that is a subcommand's name goes after
+`--`. Each command's --help and docs/cli.md say the rest.
 
 Exit status: 0 completed (or started, with --no-wait; or done, for a subcommand); 1 the run
 failed, or the server refused or could not be reached; 2 bad command line.
 
-This module parses, connects and hands over; what each command does lives in the `cli` package
+This module parses, connects and hands over; each command lives in the `cli` package
 (cli/__init__.py lists its modules).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import sys
 from collections.abc import Sequence
-from typing import assert_never
 
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
@@ -71,59 +45,78 @@ from ..client.agent_client import (
     AgentUpdateNotDelivered,
     SearchAttributesNotRegistered,
 )
-from . import conversation, decide, fork as forks, read, worker
-from .args import (
-    ApproveCall,
-    ApprovePlan,
-    DenyCall,
-    Diff,
-    End,
-    Eval,
-    Fork,
-    Interrupt,
-    ListCalls,
-    ListWaiting,
-    OfRun,
-    RejectPlan,
-    Result,
-    RunArgs,
-    Send,
-    Serve,
-    Stats,
-    Status,
-    Subcommand,
-    Trace,
-    Watch,
-    parse_command_line,
-)
-from .plumbing import CommandLineError, exit_now, one_line, say
-from .run import Following, follow, run, unreachable
+from ..encryption import payload_codec
+from . import conversation, decide, fork, read, run, worker
+from .args import CHAT, RUN, RunArgs, Subcommand, parse_run
+from .plumbing import CommandLineError, exit_now, one_line, parse, say
+
+SUBCOMMANDS = {
+    str(command.name): command
+    for command in (
+        decide.approve,
+        decide.reject,
+        decide.approve_call,
+        decide.deny_call,
+        read.calls,
+        read.watch,
+        read.status,
+        read.list_,
+        run.result,
+        read.trace,
+        read.stats,
+        conversation.send,
+        conversation.interrupt,
+        conversation.end,
+        fork.fork,
+        fork.diff,
+        fork.eval_,
+    )
+}
+SERVE = "worker"
+"""The first word that serves runs instead (`durable-agent worker`, `starter.py worker`)."""
+RUN.epilog = f"Commands, each with --help: {CHAT.name}, {', '.join(SUBCOMMANDS)}, {SERVE}."
+
+
+def parse_command_line(argv: Sequence[str] | None = None) -> RunArgs | Subcommand:
+    """A subcommand when the first word names one (`chat` too), else a run: a prompt that is a
+    command's name goes after `--`."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == [CHAT.name]:
+        args: RunArgs | Subcommand = parse_run(words[1:], chat=True)
+    elif words and words[0] in SUBCOMMANDS:
+        args = parse(SUBCOMMANDS[words[0]], f"starter.py {words[0]}", words[1:])
+    else:
+        args = parse_run(words)
+    try:
+        payload_codec.data_converter()  # a malformed key configuration is a usage error
+    except payload_codec.PayloadKeyError as error:
+        say(f"starter.py: error: {error}")
+        raise CommandLineError(2) from None
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == [SERVE]:
+        return worker.main(words[1:], prog=f"starter.py {SERVE}")
     try:
-        args = parse_command_line(argv)
+        return asyncio.run(dispatch(parse_command_line(words)))
     except CommandLineError as stop:
-        return int(stop.code or 2)
-    if isinstance(args, Serve):
-        return worker.main(list(args.argv), prog=f"starter.py {Serve.command}")
-    try:
-        return asyncio.run(dispatch(args))
+        return int(stop.code or 0)
     except KeyboardInterrupt:
         say("interrupted")
         return 130
 
 
-async def main_async(argv: Sequence[str] | None = None) -> int:
+async def main_async(argv: Sequence[str]) -> int:
     """`main` inside a running event loop (the tests use it), for a run or a subcommand."""
-    try:
-        args = parse_command_line(argv)
-    except CommandLineError as stop:
-        return int(stop.code or 2)
-    if isinstance(args, Serve):
-        say(f"starter.py {Serve.command}: error: a worker runs its own event loop: use main()")
+    if argv[:1] == [SERVE]:
+        say(f"starter.py {SERVE}: error: a worker runs its own event loop: use main()")
         return 2
-    return await dispatch(args)
+    try:
+        return await dispatch(parse_command_line(argv))
+    except CommandLineError as stop:
+        return int(stop.code or 0)
 
 
 async def dispatch(args: RunArgs | Subcommand) -> int:
@@ -131,59 +124,25 @@ async def dispatch(args: RunArgs | Subcommand) -> int:
     here and is handed its run. A server that refuses (an update it did not take, a namespace
     without the runs' search attributes included) is one line and exit status 1."""
     if isinstance(args, RunArgs):
-        return await run(args)
+        return await run.run(args)
+    following = args.following
+    assert following.address is not None  # every subcommand needs one
     try:
-        client = await AgentClient.connect(args.address, namespace=args.namespace)
-    except RuntimeError as error:
-        if isinstance(args, Result):  # it prints like a run, JSON object included
-            return unreachable(args.address, error, args.workflow_id, Following.of(args))
-        return unreachable(args.address, error, None, None)
+        client = await AgentClient.connect(following.address, namespace=following.namespace)
+    except RuntimeError as error:  # `result` prints like a run, JSON object included
+        trace = args.options.get("trace", False)
+        shown = dataclasses.replace(following, trace=trace) if args.command == "result" else None
+        return run.unreachable(following.address, error, args.workflow_id, shown)
     try:
-        return await hand_over(client, args)
+        return await args(client)
     except (
         RPCError,
         WorkflowQueryFailedError,
         AgentUpdateNotDelivered,
         SearchAttributesNotRegistered,
     ) as error:
-        target = args.command + (f" {args.workflow_id}" if isinstance(args, OfRun) else "")
-        say(f"{target}: {one_line(error)}")
+        say(f"{' '.join(filter(None, (args.command, args.workflow_id)))}: {one_line(error)}")
         return 1
-
-
-async def hand_over(client: AgentClient, args: Subcommand) -> int:
-    match args:
-        case ApprovePlan() | RejectPlan():
-            return await decide.decide_plan(client.run(args.workflow_id), args)
-        case ApproveCall() | DenyCall():
-            return await decide.decide_call(client.run(args.workflow_id), args)
-        case ListCalls():
-            return await read.list_calls(client.run(args.workflow_id), args)
-        case Watch():
-            return await read.watch(client.run(args.workflow_id), args)
-        case Status():
-            return await read.status(client.run(args.workflow_id), args)
-        case ListWaiting():
-            return await read.list_waiting(client, args)
-        case Result():
-            return await follow(client.run(args.workflow_id), Following.of(args))
-        case Trace():
-            return await read.trace(client.run(args.workflow_id), args)
-        case Stats():
-            return await read.stats(client, args)
-        case Send():
-            return await conversation.send(client.run(args.workflow_id), args)
-        case Interrupt():
-            return await conversation.interrupt(client.run(args.workflow_id), args)
-        case End():
-            return await conversation.end(client.run(args.workflow_id), args)
-        case Fork():
-            return await forks.fork(client, args)
-        case Diff():
-            return await forks.diff(client, args)
-        case Eval():
-            return await forks.evaluate(client, args)
-    assert_never(args)
 
 
 def console_main() -> None:

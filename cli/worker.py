@@ -14,8 +14,10 @@ import asyncio
 import logging
 import signal
 import sys
+from collections.abc import Sequence
 from typing import Any, get_args
 
+import click
 from temporalio.worker import WorkerDeploymentConfig
 
 from ..activities import message_store, telemetry, toolkits
@@ -40,12 +42,7 @@ from ..workflows.errors import AgentConfigurationError
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
 from ..workflows.model_gateway import model_task_queue
 from ..workflows.providers import ADMITTED_PROVIDERS
-from .plumbing import (
-    CommandLineError,
-    OneLineArgumentParser,
-    exit_now,
-    temporal_address,
-)
+from .plumbing import Command, CommandLineError, exit_now, parse
 
 
 async def _serve(
@@ -93,78 +90,92 @@ async def _serve(
         loop.remove_signal_handler(signal.SIGTERM)
 
 
-def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
+class _Names(click.ParamType):
+    """Names, one a flag, or comma-separated in the environment variable."""
+
+    name = "MODULE[:ATTR]"
+
+    def split_envvar_value(self, rv: str) -> Sequence[str]:
+        return [name.strip() for name in rv.split(",") if name.strip()]
+
+
+class _Choice(click.Choice[str]):
+    """One of the choices, with the spaces around it that a variable may have left out."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return super().convert(value.strip(), param, ctx)
+
+
+def _env(name: str, variable: str, help: str, **attrs: Any) -> click.Option:
+    return click.Option([name], envvar=variable, show_envvar=True, help=help, **attrs)
+
+
+WORKER = Command(
+    "worker",
+    help="Serve agent runs.",
+    params=[
+        _env("--address", "TEMPORAL_ADDRESS", "Temporal frontend", default=DEFAULT_ADDRESS),
+        click.Option(["--namespace"], default="default", help="the server's namespace"),
+        click.Option(["--task-queue"], default=DEFAULT_TASK_QUEUE, help="the runs' task queue"),
+        _env(
+            "--tools",
+            toolkits.TOOLS_VARIABLE,
+            "import MODULE, which registers tools, or the toolkit MODULE:ATTR names (or returns); "
+            "`demo`: the demo's, the default",
+            type=_Names(),
+            multiple=True,
+        ),
+        _env("--mcp-config", MCP_CONFIG_VARIABLE, "MCP servers whose tools runs may use (FILE)"),
+        _env(
+            "--sandbox",
+            sandbox_runner.SANDBOX_VARIABLE,
+            "how workflow code runs: stock is the SDK's own sandbox, which checks more and costs "
+            "more CPU a run  [default: fast]",
+            type=_Choice(get_args(sandbox_runner.WorkerSandbox)),
+        ),
+        _env(
+            "--deployment-name",
+            DEPLOYMENT_NAME_VARIABLE,
+            "Worker Deployment Versioning: this worker's deployment, with --build-id",
+        ),
+        _env("--build-id", BUILD_ID_VARIABLE, "this worker's build, e.g. the release"),
+        _env(
+            "--versioning",
+            VERSIONING_VARIABLE,
+            "pinned: a run stays on its build; auto-upgrade: it moves  [default: pinned]",
+            type=_Choice(get_args(Versioning)),
+        ),
+    ],
+    callback=lambda **options: options,
+)
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "worker.py") -> int:
     """Serve runs until interrupted: 0 on Ctrl-C or SIGTERM, 1 when the server cannot be used,
     2 for a bad command line or configuration (a malformed key, a store that cannot be written).
     `prog` names the command in its messages (`starter.py worker`)."""
-    parser = OneLineArgumentParser(prog=prog, description="Serve agent runs.")
-    parser.add_argument(
-        "--address", help="Temporal frontend (default: $TEMPORAL_ADDRESS, else localhost:7233)"
-    )
-    parser.add_argument("--namespace", default="default")
-    parser.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
-    parser.add_argument(
-        "--mcp-config",
-        metavar="FILE",
-        help=f"MCP servers whose tools runs may use (default: ${MCP_CONFIG_VARIABLE}; docs/mcp.md)",
-    )
-    parser.add_argument(
-        "--tools",
-        action="append",
-        default=[],
-        metavar="MODULE[:ATTR]",
-        help="import MODULE, which registers tools; MODULE:ATTR registers the toolkit ATTR "
-        "names, or the one it returns when it is a function or class (repeatable; default: "
-        f"${toolkits.TOOLS_VARIABLE}, comma-separated, else the demo's tools, also named `demo`)",
-    )
-    parser.add_argument(
-        "--deployment-name",
-        metavar="NAME",
-        help=f"Worker Deployment Versioning: the deployment this worker belongs to, with "
-        f"--build-id (default: ${DEPLOYMENT_NAME_VARIABLE}; none: an unversioned worker)",
-    )
-    parser.add_argument(
-        "--build-id",
-        metavar="ID",
-        help=f"this worker's build in the deployment, e.g. the release or a commit "
-        f"(default: ${BUILD_ID_VARIABLE})",
-    )
-    parser.add_argument(
-        "--versioning",
-        choices=get_args(Versioning),
-        help=f"with a deployment: pinned (a run stays on the build it started on; a "
-        f"conversation moves between turns) or auto-upgrade (default: ${VERSIONING_VARIABLE}, "
-        "else pinned; docs/deployment.md)",
-    )
-    parser.add_argument(
-        "--sandbox",
-        choices=get_args(sandbox_runner.WorkerSandbox),
-        help=f"how workflow code runs: fast, or stock (the SDK's own sandbox, which checks more "
-        f"and costs more CPU a run; default: ${sandbox_runner.SANDBOX_VARIABLE}, else fast)",
-    )
     try:
-        args = parser.parse_args(argv)
+        args = parse(WORKER, prog, sys.argv[1:] if argv is None else argv)
     except CommandLineError as stop:
-        return int(stop.code or 2)
+        return int(stop.code or 0)
     try:
-        served = toolkits.load_tools(
-            args.tools or toolkits.tools_from_env() or [toolkits.DEMO_TOOLS]
-        )
+        served = toolkits.load_tools(args["tools"] or [toolkits.DEMO_TOOLS])
     except toolkits.ToolLoadError as error:
         sys.stderr.write(f"{prog}: error: {error}\n")
         return 2
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    address = temporal_address(args.address) or DEFAULT_ADDRESS
     try:
         payload_codec.data_converter()  # a malformed key configuration is a usage error
         check_stores()  # before connecting: nothing is served that could not be stored
         message_store.retention_hours_from_env()
         Admission.from_env()  # the model calls' limits
-        mcp_config = mcp_config_from(args.mcp_config)
-        sandbox = args.sandbox or sandbox_runner.sandbox_from_env()
-        deployment = deployment_config(args.deployment_name, args.build_id, args.versioning)
+        mcp_config = mcp_config_from(args["mcp_config"])
+        sandbox = args["sandbox"] or sandbox_runner.sandbox_from_env()
+        deployment = deployment_config(
+            args["deployment_name"], args["build_id"], args["versioning"], environ={}
+        )
     except (payload_codec.PayloadKeyError, StoreNotWritable, AgentConfigurationError) as error:
         reason = error.message if isinstance(error, AgentConfigurationError) else error
         sys.stderr.write(f"{prog}: error: {reason}\n")
@@ -175,7 +186,8 @@ def main(argv: list[str] | None = None, *, prog: str = "worker.py") -> int:
         if telemetry.configure_from_env():
             logging.info("tracing on (OTEL_* variables)")
         mcp = McpTools(mcp_config) if mcp_config is not None else None
-        asyncio.run(_serve(address, args.namespace, args.task_queue, mcp, sandbox, deployment))
+        where = (args["address"], args["namespace"], args["task_queue"])
+        asyncio.run(_serve(*where, mcp, sandbox, deployment))
     except KeyboardInterrupt:
         return 0
     except RuntimeError as error:

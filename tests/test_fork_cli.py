@@ -140,8 +140,8 @@ async def test_bad_fork_and_eval_command_lines_are_one_line_and_exit_2(
     temporal_env: WorkflowEnvironment,
 ) -> None:
     for args, says in [
-        (("fork", "agent-x"), "the following arguments are required: --step"),
-        (("fork", "agent-x", "--step", "-1"), "argument --step: invalid non-negative integer"),
+        (("fork", "agent-x"), "Missing option '--step'"),
+        (("fork", "agent-x", "--step", "-1"), "Invalid value for '--step': -1 is not in the range"),
         (("fork", "agent-x", "--step", "1", "--script", "s.json"), "--script is for the"),
         (
             ("eval", "--label", "l", "--fork-step", "1", "--provider", "openai", "--score", "x"),

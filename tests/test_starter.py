@@ -252,18 +252,23 @@ def test_a_bad_worker_command_line_exits_2_with_one_line(
     assert starter.main(["worker", "--nope"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert err.splitlines() == [
-        "starter.py worker: error: unrecognized arguments: --nope (see --help)"
-    ], err
+    assert err.splitlines() == ["starter.py worker: error: No such option '--nope' (see --help)"], (
+        err
+    )
 
 
 def test_a_bad_sandbox_setting_exits_2_with_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert starter.main(["worker", "--sandbox", "strict"]) == 2
-    assert "argument --sandbox: invalid choice: 'strict'" in capsys.readouterr().err
+    assert "Invalid value for '--sandbox' (env var: 'AGENT_SANDBOX'): 'strict' is not one of" in (
+        capsys.readouterr().err
+    )
     monkeypatch.setenv("AGENT_SANDBOX", "strict")
     assert starter.main(["worker"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1
-    assert err.startswith("starter.py worker: error: AGENT_SANDBOX='strict': use fast"), err
+    assert err.startswith(
+        "starter.py worker: error: Invalid value for '--sandbox' (env var: 'AGENT_SANDBOX'): "
+        "'strict' is not one of 'fast', 'stock' (see --help)"
+    ), err
