@@ -14,8 +14,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import sys
-import threading
 from dataclasses import dataclass, field
 
 import click
@@ -33,34 +31,6 @@ from .progress import StepLines, StepsFromEvents, usage_text
 
 ENDS = ("/end", "/quit", "/exit")
 PROMPT = "> "
-
-
-class Lines:
-    """stdin, line by line, read in a daemon thread (see decide.read_line for why), so that a
-    line can arrive while a turn works. None at the end of stdin."""
-
-    def __init__(self) -> None:
-        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
-        loop = asyncio.get_running_loop()
-
-        def read() -> None:
-            stdin = sys.stdin
-            raw = getattr(stdin.buffer, "raw", stdin.buffer) if stdin is not None else None
-            while True:
-                try:
-                    data = raw.readline() if raw is not None else b""
-                except (AttributeError, OSError, ValueError):
-                    data = b""
-                line = data.decode(stdin.encoding or "utf-8", errors="replace") if data else None
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(self._queue.put_nowait, line)
-                if line is None:
-                    return
-
-        threading.Thread(target=read, name="stdin-lines", daemon=True).start()
-
-    async def next(self) -> str | None:
-        return await self._queue.get()
 
 
 @dataclass
@@ -141,7 +111,7 @@ def _print_turn(record: TurnRecord, following: Following) -> None:
 
 
 async def _chat(agent_run: AgentRun, following: Following) -> int:
-    stdin, ctrl_c = Lines(), CtrlC()
+    stdin, ctrl_c = decide.stdin(), CtrlC()
     try:
         number = 1
         while True:
@@ -161,7 +131,7 @@ async def _chat(agent_run: AgentRun, following: Following) -> int:
     return await _end(agent_run, following)
 
 
-async def _next_message(agent_run: AgentRun, stdin: Lines, ctrl_c: CtrlC) -> int | None:
+async def _next_message(agent_run: AgentRun, stdin: decide.Lines, ctrl_c: CtrlC) -> int | None:
     """The next line typed, sent: the number of the turn it went to. None ends the chat: the
     end of input, an end word, Ctrl-C, or a refusal. A line over its bound is refused and the
     chat goes on, so that the person can type a shorter one."""
@@ -183,7 +153,7 @@ async def _next_message(agent_run: AgentRun, stdin: Lines, ctrl_c: CtrlC) -> int
 
 
 async def _turn(
-    agent_run: AgentRun, number: int, following: Following, stdin: Lines, ctrl_c: CtrlC
+    agent_run: AgentRun, number: int, following: Following, stdin: decide.Lines, ctrl_c: CtrlC
 ) -> tuple[bool, int | None]:
     """One turn at the terminal: False once the conversation is to end (a second Ctrl-C), and
     the number of the next turn when a line typed as this one ended started it (the line went
@@ -254,7 +224,7 @@ async def _interrupt(agent_run: AgentRun) -> None:
         say(f"not interrupted: {one_line(busy)}")
 
 
-async def _line_or_ctrl_c(stdin: Lines, ctrl_c: CtrlC) -> str | None:
+async def _line_or_ctrl_c(stdin: decide.Lines, ctrl_c: CtrlC) -> str | None:
     line = asyncio.ensure_future(stdin.next())
     press = asyncio.ensure_future(ctrl_c.presses.get())
     await asyncio.wait({line, press}, return_when=asyncio.FIRST_COMPLETED)

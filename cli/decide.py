@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import click
 from temporalio.client import WorkflowUpdateFailedError
@@ -26,7 +26,7 @@ from temporalio.service import RPCError
 from ..client.agent_client import AgentRun, AgentUpdateNotDelivered
 from ..workflows.events import AgentEvent
 from ..workflows.input_limits import TOO_LARGE, check_comment, check_reason
-from ..workflows.state import PlanState
+from ..workflows.state import PlanState, ToolApproval
 from .args import POSITIVE, Following, Text, argument, subcommand
 from .plumbing import one_line, say
 
@@ -65,12 +65,8 @@ async def question_in(agent_run: AgentRun, event: AgentEvent) -> Question | None
     run's status, since it may have been decided elsewhere already."""
     if event.kind == "plan_submitted":
         plan = (await agent_run.status()).plan
-        if plan is None or plan.status != "awaiting_approval":
-            return None
-        return PlanQuestion(plan)
-    if event.kind == "approval_requested":
-        return CallQuestion(event)
-    return None
+        return PlanQuestion(plan) if plan and plan.status == "awaiting_approval" else None
+    return CallQuestion(event) if event.kind == "approval_requested" else None
 
 
 def show(workflow_id: str, question: Question, following: Following, *, ask: bool) -> None:
@@ -84,16 +80,10 @@ def show(workflow_id: str, question: Question, following: Following, *, ask: boo
             say(f"plan v{plan.version} of {workflow_id} waits for approval:")
             for number, step in enumerate(plan.steps, start=1):
                 say(f"  {number}. {step}")
-            if ask:
-                say(
-                    "Approve it? Enter (or y) approves; anything else is your feedback, "
-                    "to plan again:"
-                )
-            else:
-                say(
-                    f"decide with: starter.py approve {workflow_id}{where} [--comment TEXT], or "
-                    f"starter.py reject {workflow_id}{where} --feedback TEXT"
-                )
+            how = f"approve {workflow_id}{where} [--comment TEXT], or starter.py reject "
+            how += f"{workflow_id}{where} --feedback TEXT"
+            asking = "Approve it? Enter (or y) approves; anything else is your feedback, to plan"
+            asking += " again:"
         case CallQuestion(event):
             asker = sub_agent_of(workflow_id, question.call_id)
             by = f" (sub-agent {asker})" if asker else ""
@@ -101,48 +91,41 @@ def show(workflow_id: str, question: Question, following: Following, *, ask: boo
                 f"tool call {event.call_id} of {workflow_id} waits for approval{by}: "
                 f"{event.tool} {event.arguments}"
             )
-            if ask:
-                say(
-                    f"Run it? Enter (or y) approves; 'always' approves it and the run's later "
-                    f"{event.tool} calls; anything else denies it, with that as the reason:"
-                )
-            else:
-                say(
-                    f"decide with: starter.py approve-call {workflow_id} {event.call_id}{where} "
-                    f"[--remember], or starter.py deny-call {workflow_id} {event.call_id}{where} "
-                    "--reason TEXT"
-                )
+            call = f"{workflow_id} {event.call_id}{where}"
+            how = f"approve-call {call} [--remember], or starter.py deny-call {call} --reason TEXT"
+            asking = "Run it? Enter (or y) approves; 'always' approves it and the run's later "
+            asking += f"{event.tool} calls; anything else denies it, with that as the reason:"
+    say(asking if ask else f"decide with: starter.py {how}")
 
 
 async def answer(agent_run: AgentRun, question: Question, line: str) -> None:
     """Send the decision read at the terminal for `question`."""
     reply = line.strip()
+    subject = str(question)
     try:
         match question:
+            case PlanQuestion(plan) if reply.lower() in APPROVALS:
+                await agent_run.approve_plan(version=plan.version)
+                say(f"{question} approved")
             case PlanQuestion(plan):
-                if reply.lower() in APPROVALS:
-                    await agent_run.approve_plan(version=plan.version)
-                    say(f"{question} approved")
-                else:
-                    await agent_run.reject_plan(reply, version=plan.version)
-                    say(f"{question} rejected; the model plans again")
-            case CallQuestion():
-                call_id = question.call_id
-                if reply.lower() in (*APPROVALS, "always"):
-                    remember = reply.lower() == "always"
-                    await agent_run.decide_tool_call(call_id, approve=True, remember=remember)
-                    later = " (and later calls)" if remember else ""
-                    say(f"tool call {call_id} approved{later}")
-                else:
-                    await agent_run.decide_tool_call(call_id, approve=False, reason=reply)
-                    say(f"tool call {call_id} denied; the model is told why")
+                await agent_run.reject_plan(reply, version=plan.version)
+                say(f"{question} rejected; the model plans again")
+            case CallQuestion(call_id=call_id) if reply.lower() in (*APPROVALS, "always"):
+                subject = f"tool call {call_id}"
+                remember = reply.lower() == "always"
+                await agent_run.decide_tool_call(call_id, approve=True, remember=remember)
+                say(f"{subject} approved" + (" (and later calls)" if remember else ""))
+            case CallQuestion(call_id=call_id):
+                subject = f"tool call {call_id}"
+                await agent_run.decide_tool_call(call_id, approve=False, reason=reply)
+                say(f"{subject} denied; the model is told why")
     except WorkflowUpdateFailedError as refused:
         # Decided meanwhile elsewhere (the Web UI, a subcommand): the run says why.
-        say(f"{_subject(question)} was not decided here: {refusal(refused)}")
+        say(f"{subject} was not decided here: {refusal(refused)}")
     # The run has ended meanwhile (its result says how), or its server would not take the
     # decision (the line says what to do).
     except (RPCError, AgentUpdateNotDelivered) as error:
-        say(f"{_subject(question)} was not decided here: {one_line(error)}")
+        say(f"{subject} was not decided here: {one_line(error)}")
 
 
 def sub_agent_of(workflow_id: str, call_id: str) -> str | None:
@@ -152,50 +135,60 @@ def sub_agent_of(workflow_id: str, call_id: str) -> str | None:
     return f"{workflow_id}/{delegates}" if delegates else None
 
 
-def _subject(question: Question) -> str:
-    return str(question) if isinstance(question, PlanQuestion) else f"tool call {question.call_id}"
+class Lines:
+    """Standard input, line by line, without blocking the loop; None at its end. Read in a
+    daemon thread from the unbuffered stream, so that a line can come while a turn works or a
+    question waits, and the process can exit while a read is pending: `asyncio.to_thread(input)`
+    would keep it (the executor's threads are joined at exit, and a daemon thread inside the
+    buffered reader's lock aborts the interpreter). One reader for the process: `stdin()`."""
 
+    shared: ClassVar[Lines | None] = None
 
-async def read_line(stop: asyncio.Event) -> str | None:
-    """One line of stdin, None at its end (or once `stop` is set), without blocking the loop.
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
 
-    Read in a daemon thread from the unbuffered stream: `asyncio.to_thread(input)` would keep
-    the process from exiting while the read is pending (the executor's threads are joined at
-    exit, and a daemon thread inside the buffered reader's lock aborts the interpreter), and the
-    run can end, or Ctrl-C come, while the question waits.
-    """
-    loop = asyncio.get_running_loop()
-    answered: asyncio.Future[str | None] = loop.create_future()
-
-    def settle(line: str | None) -> None:
-        if not answered.done():
-            answered.set_result(line)
-
-    def read() -> None:
-        stdin = sys.stdin
-        try:
-            # Unbuffered, so the thread never holds the buffered reader's lock.
+        def read() -> None:
+            stdin = sys.stdin
             raw = getattr(stdin.buffer, "raw", stdin.buffer) if stdin is not None else None
-            data = raw.readline() if raw is not None else b""
-            line = data.decode(stdin.encoding or "utf-8", errors="replace") if data else None
-        except (AttributeError, OSError, ValueError):
-            line = None
-        # The loop may have closed meanwhile: then nobody waits for the answer any more.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(settle, line)
+            line: str | None = ""
+            while line is not None:
+                try:
+                    data = raw.readline() if raw is not None else b""
+                except (AttributeError, OSError, ValueError):
+                    data = b""
+                line = data.decode(stdin.encoding or "utf-8", errors="replace") if data else None
+                with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+                    loop.call_soon_threadsafe(self._queue.put_nowait, line)
 
-    threading.Thread(target=read, name="stdin-reader", daemon=True).start()
-    stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({answered, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopping.cancel()
-    return answered.result() if answered.done() else None
+        threading.Thread(target=read, name="stdin-lines", daemon=True).start()
+
+    async def next(self, stop: asyncio.Event | None = None) -> str | None:
+        """The next line; None at the end of stdin (for every later call too), or once `stop`
+        is set."""
+        if stop is None:
+            line = await self._queue.get()
+        else:
+            getting = asyncio.ensure_future(self._queue.get())
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({getting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not getting.done():
+                getting.cancel()
+                return None
+            line = getting.result()
+        if line is None:
+            self._queue.put_nowait(None)
+        return line
 
 
-VERSION = click.option(
-    "--version", type=POSITIVE, help="decide only if plan version N is the one waiting"
-)
+def stdin() -> Lines:
+    """The process's reader of standard input."""
+    Lines.shared = Lines.shared or Lines()
+    return Lines.shared
+
+
+VERSION = click.option("--version", type=POSITIVE, help="decide only if plan version N waits")
 CALL_ID = argument("call_id", "the call id", type=Text())
 REMEMBER = click.option("--remember", is_flag=True, help="decide the tool's later calls too")
 
@@ -204,11 +197,10 @@ REMEMBER = click.option("--remember", is_flag=True, help="decide the tool's late
 @click.option("--comment", type=Text(None, check_comment), help="a note for the model")
 @VERSION
 async def approve(
-    agent_run: AgentRun, following: Following, comment: str | None, version: int | None
+    run: AgentRun, following: Following, comment: str | None, version: int | None
 ) -> int:
-    return await _plan(
-        agent_run, following, "approve", agent_run.approve_plan(comment, version=version)
-    )
+    decision = run.approve_plan(comment, version=version)
+    return await _decide(run, following, "approve the plan", decision, "plan")
 
 
 @subcommand("Reject the plan a run waits with; the model plans again.")
@@ -219,28 +211,9 @@ async def approve(
     help="what the model should change",
 )
 @VERSION
-async def reject(
-    agent_run: AgentRun, following: Following, feedback: str, version: int | None
-) -> int:
-    return await _plan(
-        agent_run, following, "reject", agent_run.reject_plan(feedback, version=version)
-    )
-
-
-async def _plan(
-    agent_run: AgentRun, following: Following, verb: str, decision: Awaitable[PlanState]
-) -> int:
-    """`approve` / `reject`: 0 once decided, 1 when the run refuses (it says why)."""
-    try:
-        plan = await decision
-    except WorkflowUpdateFailedError as refused:
-        say(f"cannot {verb} the plan of {agent_run.id}: {refusal(refused)}")
-        return 1
-    if following.json:
-        print(json.dumps({"workflow_id": agent_run.id, "plan": plan.model_dump(mode="json")}))
-    else:
-        print(f"{agent_run.id}: plan v{plan.version} {plan.status}")
-    return 0
+async def reject(run: AgentRun, following: Following, feedback: str, version: int | None) -> int:
+    decision = run.reject_plan(feedback, version=version)
+    return await _decide(run, following, "reject the plan", decision, "plan")
 
 
 @subcommand("Let a tool call that waits for a person run.")
@@ -248,9 +221,10 @@ async def _plan(
 @REMEMBER
 @click.option("--reason", type=Text(None, check_reason), help="a note kept with the decision")
 async def approve_call(
-    agent_run: AgentRun, following: Following, call_id: str, remember: bool, reason: str | None
+    run: AgentRun, following: Following, call_id: str, remember: bool, reason: str | None
 ) -> int:
-    return await _call(agent_run, following, call_id, True, reason, remember)
+    decision = run.decide_tool_call(call_id, True, reason, remember=remember)
+    return await _decide(run, following, f"approve {call_id}", decision, "call")
 
 
 @subcommand("Deny a tool call that waits; the model gets the reason as its result.")
@@ -263,30 +237,31 @@ async def approve_call(
     help="what the model is told",
 )
 async def deny_call(
-    agent_run: AgentRun, following: Following, call_id: str, remember: bool, reason: str
+    run: AgentRun, following: Following, call_id: str, remember: bool, reason: str
 ) -> int:
-    return await _call(agent_run, following, call_id, False, reason, remember)
+    decision = run.decide_tool_call(call_id, False, reason, remember=remember)
+    return await _decide(run, following, f"deny {call_id}", decision, "call")
 
 
-async def _call(
-    agent_run: AgentRun,
+async def _decide(
+    run: AgentRun,
     following: Following,
-    call_id: str,
-    approve: bool,
-    reason: str | None,
-    remember: bool,
+    verb: str,
+    decision: Awaitable[PlanState | ToolApproval],
+    key: str,
 ) -> int:
-    """`approve-call` / `deny-call`: 0 once decided, 1 when the run refuses (it says why)."""
+    """0 once decided, 1 when the run refuses (it says why)."""
     try:
-        decided = await agent_run.decide_tool_call(call_id, approve, reason, remember=remember)
+        decided = await decision
     except WorkflowUpdateFailedError as refused:
-        verb = "approve" if approve else "deny"
-        say(f"cannot {verb} {call_id} of {agent_run.id}: {refusal(refused)}")
+        say(f"cannot {verb} of {run.id}: {refusal(refused)}")
         return 1
     if following.json:
-        print(json.dumps({"workflow_id": agent_run.id, "call": decided.model_dump(mode="json")}))
+        print(json.dumps({"workflow_id": run.id, key: decided.model_dump(mode="json")}))
+    elif isinstance(decided, PlanState):
+        print(f"{run.id}: plan v{decided.version} {decided.status}")
     else:
-        print(f"{agent_run.id}: {decided.call_id} ({decided.tool}) {decided.status}")
+        print(f"{run.id}: {decided.call_id} ({decided.tool}) {decided.status}")
     return 0
 
 
@@ -299,5 +274,4 @@ def too_large(refused: WorkflowUpdateFailedError) -> bool:
 
 def refusal(refused: WorkflowUpdateFailedError) -> str:
     """Why the run refused an update, in one line."""
-    cause = refused.cause
-    return one_line(cause) or type(cause).__name__
+    return one_line(refused.cause) or type(refused.cause).__name__

@@ -16,7 +16,6 @@ import dataclasses
 import json
 import signal
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -33,77 +32,45 @@ from ..client.agent_client import (
     AgentRunFailed,
     SearchAttributesNotRegistered,
 )
-from ..demo.script import SUPPORT_DEMO_SYSTEM, support_demo_script
-from ..serving.dev_server import embedded_dev_server, free_port
+from ..demo.script import (
+    SUPPORT_DEMO_SYSTEM,
+    conversation_demo_tail,
+    demo_plan_script,
+    support_demo_script,
+)
+from ..serving.dev_server import detached_dev_server, embedded_dev_server, free_port
 from ..serving.worker import build_worker
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.input_limits import InputTooLarge, check_input, json_bytes
-from ..workflows.inputs import (
-    AgentInput,
-    Limits,
-    ModelSettings,
-    ScriptedCall,
-    ScriptedTurn,
-    ToolApprovalPolicy,
-)
+from ..workflows.inputs import AgentInput, AgentResult, Limits, ModelSettings, ToolApprovalPolicy
 from ..workflows.providers import STREAMING_PROVIDERS
-from ..workflows.state import CompensationRecord, StepRecord, Usage
-from ..workflows.status import RunStatus
-from . import chat, conversation, decide
+from ..workflows.state import FailureDetails, Usage
+from . import conversation, decide
 from .args import Following, RunArgs, subcommand
 from .plumbing import say
 from .progress import DeltaLines, StepLines, StepsFromEvents, usage_text
 from .tables import trace_table
 
-DEMO_PLAN = [
-    "Look up the customer's orders by their email.",
-    "Check the customer and the tracking of the latest order.",
-    "Tell the customer where that order is.",
-]
 CANCEL_WAIT_SECONDS = 10.0
 WATCHER_STOP_SECONDS = 10.0
 
 
-def demo_plan_script() -> list[ScriptedTurn]:
-    """The support demo in plan mode: submit a plan first, carry it out once approved."""
-    first, *rest = support_demo_script()
-    return [
-        ScriptedTurn(
-            text="I will look the order up and tell the customer where it is.",
-            calls=[ScriptedCall(name="submit_plan", arguments={"steps": DEMO_PLAN})],
-        ),
-        first.model_copy(update={"expect": "approved"}),
-        *rest,
-    ]
-
-
-def conversation_demo_tail() -> list[ScriptedTurn]:
-    """The scripted demo's later turns of a conversation: it has no more to say."""
-    text = (
-        "(scripted demo) I only replay the seeds' support conversation; set OPENAI_API_KEY "
-        "or ANTHROPIC_API_KEY to talk with a real model."
-    )
-    return [ScriptedTurn(text=text) for _ in range(50)]
-
-
 def build_input(args: RunArgs) -> AgentInput:
+    model = ModelSettings(
+        provider=args.provider,
+        model=args.model,
+        thinking_budget_tokens=args.thinking_budget,
+        reasoning_effort=args.reasoning_effort,
+        stream=args.stream and args.provider in STREAMING_PROVIDERS,
+    )
     if args.provider == "scripted":
         demo = demo_plan_script() if args.plan else support_demo_script()
         script = list(args.script) if args.script is not None else demo
+        if args.conversation and args.script is None:
+            script += conversation_demo_tail()
         # The built-in demo carries a made-up price, so that its cost shows; a --script does not.
         price = pricing.DEMO_PRICE if args.script is None else None
         model = ModelSettings(provider="scripted", model=args.model, script=script, price=price)
-    else:
-        model = ModelSettings(
-            provider=args.provider,
-            model=args.model,
-            thinking_budget_tokens=args.thinking_budget,
-            reasoning_effort=args.reasoning_effort,
-            stream=args.stream and args.provider in STREAMING_PROVIDERS,
-        )
-    if args.conversation and args.provider == "scripted" and args.script is None:
-        script = [*script, *conversation_demo_tail()]
-        model = model.model_copy(update={"script": script})
     return AgentInput(
         prompt=args.prompt,
         conversation=args.conversation,
@@ -136,7 +103,7 @@ async def run(args: RunArgs) -> int:
 async def _run(args: RunArgs) -> int:
     if args.chat and not args.prompt.strip():
         say("a conversation: type a message, Enter sends it (/end or Ctrl-D ends it)")
-        first = await decide.read_line(asyncio.Event())
+        first = await decide.stdin().next()
         if first is None or not first.strip():
             say("starter.py chat: no first message")
             return 2
@@ -156,11 +123,11 @@ async def _run(args: RunArgs) -> int:
         stream=args.stream,
     )
     if args.provider == "scripted" and args.script is None and not args.json:
+        plan = "; its plan expects to be approved" if args.plan else ""
         say(
-            "scripted model: it replays the seeds' support conversation whatever the prompt"
-            + ("; its plan expects to be approved" if args.plan else "")
-            + "; its price is made up, to show cost"
-            + "; set OPENAI_API_KEY or ANTHROPIC_API_KEY for a real model"
+            f"scripted model: it replays the seeds' support conversation whatever the prompt"
+            f"{plan}; its price is made up, to show cost; set OPENAI_API_KEY or "
+            "ANTHROPIC_API_KEY for a real model"
         )
     if args.address is not None:
         try:
@@ -169,8 +136,7 @@ async def _run(args: RunArgs) -> int:
             )
         except RuntimeError as error:
             return unreachable(args.address, error, None, following)
-        return await _start_and_report(client, agent_input, args, following)
-
+        return await _start(client, agent_input, args, following)
     try:
         toolkits.load_tools(args.tools or [toolkits.DEMO_TOOLS])
         check_stores()  # before the server starts and long before a model is paid for
@@ -181,20 +147,19 @@ async def _run(args: RunArgs) -> int:
         return 2
     ui_port = free_port()
     # A conversation takes Ctrl-C as an interrupt: its server must not get the terminal's SIGINT.
-    server = (
-        chat.detached_dev_server(ui_port=ui_port)
-        if args.conversation
-        else embedded_dev_server(ui_port=ui_port)
-    )
-    async with server as env:
+    dev_server = detached_dev_server if args.conversation else embedded_dev_server
+    async with dev_server(ui_port=ui_port) as env:
         say(f"embedded Temporal dev server; Web UI: http://127.0.0.1:{ui_port}")
         mcp = McpTools(args.mcp_config) if args.mcp_config is not None else None
         async with build_worker(env.client, args.task_queue, mcp=mcp):  # connects MCP, closes it
             client = AgentClient(env.client, args.task_queue)
-            status = await _start_and_report(client, agent_input, args, following)
+            status = await _start(client, agent_input, args, following)
             if args.linger:
                 say(f"the run is in the Web UI at http://127.0.0.1:{ui_port}; Ctrl-C to stop")
-                await _wait_for_interrupt()
+                stop, loop = asyncio.Event(), asyncio.get_running_loop()
+                for signum in (signal.SIGINT, signal.SIGTERM):
+                    loop.add_signal_handler(signum, stop.set)
+                await stop.wait()
             return status
 
 
@@ -203,51 +168,20 @@ def unreachable(
 ) -> int:
     """The server could not be reached: one line, and the run's JSON object when one is due."""
     message = f"cannot connect to Temporal at {address}: {error}"
-    say(message)
-    if following is not None and following.json:
-        print_run_json(
-            workflow_id,
-            "failed",
-            error={"type": "ConnectionError", "message": message},
-            trace=traced(following, []),
-        )
-    return 1
+    return failed(following, workflow_id, "ConnectionError", message)
 
 
-async def _wait_for_interrupt() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGINT, signal.SIGTERM)
-    for signum in signals:
-        loop.add_signal_handler(signum, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for signum in signals:
-            loop.remove_signal_handler(signum)
-
-
-async def _start_and_report(
+async def _start(
     client: AgentClient, agent_input: AgentInput, args: RunArgs, following: Following
 ) -> int:
     workflow_id = f"agent-{uuid.uuid4().hex[:12]}"
     try:
         agent_run = await client.start(agent_input, workflow_id=workflow_id)
     except (RPCError, SearchAttributesNotRegistered) as error:
-        message = f"could not start the run: {error}"
-        say(message)
-        if args.json:
-            print_run_json(
-                workflow_id,
-                "failed",
-                error={"type": "StartError", "message": message},
-                trace=traced(following, []),
-            )
-        return 1
+        return failed(following, workflow_id, "StartError", f"could not start the run: {error}")
     if args.no_wait:
-        if args.json:
-            print_run_json(workflow_id, "running")
-        else:
+        print_run_json(following, workflow_id, "running")
+        if not args.json:
             print(workflow_id)
         return 0
     if not args.json:
@@ -256,11 +190,6 @@ async def _start_and_report(
         # Self-contained, nothing else can send the next message: the conversation is here.
         return await conversation.converse(agent_run, following, chat=args.chat or following.ask)
     return await follow(agent_run, following)
-
-
-def traced(following: Following, records: Sequence[StepRecord]) -> Sequence[StepRecord] | None:
-    """The `trace` of the JSON object: the records with --trace, else no such key."""
-    return records if following.trace else None
 
 
 @subcommand("Wait for the run's answer and print it like a run started here.")
@@ -294,43 +223,27 @@ async def follow(agent_run: AgentRun, following: Following) -> int:
         for task in tasks:
             task.cancel()  # nothing happens to a task that is done
         await asyncio.gather(*tasks, return_exceptions=True)
-    workflow_id = agent_run.id
     try:
         result = outcome.result()
     except AgentRunFailed as failure:
-        return _report_failure(failure, lines, following)
-    except RPCError as error:
-        message = f"run {workflow_id}: {error.message}"
-        say(message)
-        if following.json:
-            print_run_json(
-                workflow_id,
-                "failed",
-                error={"type": "RPCError", "message": message},
-                trace=traced(following, []),
-            )
+        details = failure.details
+        lines.show(details.step_records)
+        say(str(failure))
+        if following.trace and not following.json:
+            say(trace_table(details.step_records, earlier=details.earlier_steps))
+        error = (failure.type, failure.message)
+        print_run_json(following, failure.workflow_id, "failed", error, details)
         return 1
+    except RPCError as error:
+        return failed(following, agent_run.id, "RPCError", f"run {agent_run.id}: {error.message}")
     lines.show(result.step_records)
-    if following.json:
-        print_run_json(
-            workflow_id,
-            "completed",
-            answer=result.answer,
-            steps=result.steps,
-            usage=result.usage,
-            trace=traced(following, result.step_records),
-        )
-    else:
+    if not following.json:
         print(result.answer)
         say(f"{result.steps} steps, {usage_text(result.usage)}")
         if following.trace:
-            say(
-                trace_table(
-                    result.step_records,
-                    compactions=result.compactions,
-                    earlier=result.earlier_steps,
-                )
-            )
+            earlier, compactions = result.earlier_steps, result.compactions
+            say(trace_table(result.step_records, compactions=compactions, earlier=earlier))
+    print_run_json(following, agent_run.id, "completed", spent=result)
     return 0
 
 
@@ -350,15 +263,14 @@ async def _watch(
     here; returns what was left undecided when stdin ended, else None."""
     steps = StepsFromEvents()
     async for item in agent_run.events():
-        event = item.data
-        lines.show(steps.add(event))
-        question = await decide.question_in(agent_run, event)
+        lines.show(steps.add(item.data))
+        question = await decide.question_in(agent_run, item.data)
         if question is None:
             continue
         decide.show(agent_run.id, question, following, ask=following.ask)
         if not following.ask:
             continue
-        line = await decide.read_line(stop)
+        line = await decide.stdin().next(stop)
         if stop.is_set():
             break
         if line is None:
@@ -376,83 +288,55 @@ async def _no_decision(
         "decide it (run at a terminal, or use --address and the approve subcommands)"
     )
     say(message)
-    try:
-        last: RunStatus | None = await agent_run.status()
-    except (RPCError, WorkflowQueryFailedError):
-        last = None
+    spent = FailureDetails(steps=0, usage=Usage())
+    with contextlib.suppress(RPCError, WorkflowQueryFailedError):
+        last = await agent_run.status()
+        spent = FailureDetails(steps=last.step, usage=last.usage, step_records=last.step_records)
     # The run cannot outlive this process's server: cancel it, so that it ends as a run, not as
     # a workflow torn down mid-wait, and let the wait for its result end with it.
     with contextlib.suppress(RPCError):
         await agent_run.handle.cancel()
         await asyncio.wait({outcome}, timeout=CANCEL_WAIT_SECONDS)
-    records = last.step_records if last is not None else []
-    if following.json:
-        print_run_json(
-            agent_run.id,
-            "failed",
-            steps=last.step if last is not None else 0,
-            usage=last.usage if last is not None else None,
-            error={"type": "NoDecision", "message": message},
-            trace=traced(following, records),
-        )
-    elif following.trace:
-        say(trace_table(records))
+    if following.trace and not following.json:
+        say(trace_table(spent.step_records))
+    print_run_json(following, agent_run.id, "failed", ("NoDecision", message), spent)
     return 1
 
 
-def _report_failure(failure: AgentRunFailed, lines: StepLines, following: Following) -> int:
-    details = failure.details
-    lines.show(details.step_records)
-    say(str(failure))
-    if following.json:
-        print_run_json(
-            failure.workflow_id,
-            "failed",
-            steps=details.steps,
-            usage=details.usage,
-            error={"type": failure.type, "message": failure.message},
-            compensations=details.compensations,
-            trace=traced(following, details.step_records),
-        )
-    elif following.trace:
-        say(trace_table(details.step_records, earlier=details.earlier_steps))
+def failed(following: Following | None, workflow_id: str | None, kind: str, message: str) -> int:
+    """A run that could not be followed: one line, and the run's JSON object when one is due."""
+    say(message)
+    print_run_json(following, workflow_id, "failed", (kind, message))
     return 1
 
 
 def print_run_json(
+    following: Following | None,
     workflow_id: str | None,
     status: str,
-    *,
-    answer: str | None = None,
-    steps: int = 0,
-    usage: Usage | None = None,
-    error: dict[str, str] | None = None,
-    compensations: Sequence[CompensationRecord] = (),
-    trace: Sequence[StepRecord] | None = None,
+    error: tuple[str, str] | None = None,
+    spent: AgentResult | FailureDetails | None = None,
 ) -> None:
-    """A run's one JSON object on stdout. `compensations` lists the undos that ran, in their
-    order; `not_undone` the side effects that have no compensation; `trace`, when asked for,
-    the step records."""
-    print(
-        json.dumps(
-            {
-                "workflow_id": workflow_id,
-                "status": status,
-                "answer": answer,
-                "steps": steps,
-                "usage": (usage or Usage()).model_dump(),
-                "error": error,
-                "compensations": [
-                    {"tool": c.tool, "tool_call_id": c.tool_call_id, "status": c.status}
-                    for c in compensations
-                    if c.status != "not_undone"
-                ],
-                "not_undone": [
-                    {"tool": c.tool, "tool_call_id": c.tool_call_id}
-                    for c in compensations
-                    if c.status == "not_undone"
-                ],
-                **({} if trace is None else {"trace": [r.model_dump(mode="json") for r in trace]}),
-            }
-        )
-    )
+    """With --json, a run's one JSON object on stdout: its `error` (type, message), what it
+    `spent`; `compensations` the undos that ran, in their order, `not_undone` the side effects
+    that have no compensation; with --trace, `trace` the step records."""
+    if following is None or not following.json:
+        return
+    spent = spent or FailureDetails(steps=0, usage=Usage())
+    undone = spent.compensations if isinstance(spent, FailureDetails) else []
+    done = [c for c in undone if c.status != "not_undone"]
+    outcome = {
+        "workflow_id": workflow_id,
+        "status": status,
+        "answer": spent.answer if isinstance(spent, AgentResult) else None,
+        "steps": spent.steps,
+        "usage": spent.usage.model_dump(),
+        "error": None if error is None else dict(zip(("type", "message"), error, strict=True)),
+        "compensations": [c.model_dump(include={"tool", "tool_call_id", "status"}) for c in done],
+        "not_undone": [
+            c.model_dump(include={"tool", "tool_call_id"}) for c in undone if c not in done
+        ],
+    }
+    if following.trace:
+        outcome["trace"] = [r.model_dump(mode="json") for r in spent.step_records]
+    print(json.dumps(outcome))

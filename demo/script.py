@@ -37,3 +37,32 @@ def support_demo_script(email: str = "a@b.com") -> list[ScriptedTurn]:
             ),
         ),
     ]
+
+
+DEMO_PLAN = [
+    "Look up the customer's orders by their email.",
+    "Check the customer and the tracking of the latest order.",
+    "Tell the customer where that order is.",
+]
+
+
+def demo_plan_script() -> list[ScriptedTurn]:
+    """The support demo in plan mode: submit a plan first, carry it out once approved."""
+    first, *rest = support_demo_script()
+    return [
+        ScriptedTurn(
+            text="I will look the order up and tell the customer where it is.",
+            calls=[ScriptedCall(name="submit_plan", arguments={"steps": DEMO_PLAN})],
+        ),
+        first.model_copy(update={"expect": "approved"}),
+        *rest,
+    ]
+
+
+def conversation_demo_tail() -> list[ScriptedTurn]:
+    """The scripted demo's later turns of a conversation: it has no more to say."""
+    text = (
+        "(scripted demo) I only replay the seeds' support conversation; set OPENAI_API_KEY "
+        "or ANTHROPIC_API_KEY to talk with a real model."
+    )
+    return [ScriptedTurn(text=text) for _ in range(50)]

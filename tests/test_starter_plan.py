@@ -18,9 +18,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.cli import starter
 from durable_agent.cli.args import RunArgs, parse_run
-from durable_agent.cli.run import DEMO_PLAN, demo_plan_script, run
+from durable_agent.cli.run import run
 from durable_agent.client.agent_client import AgentClient
-from durable_agent.demo.script import support_demo_script
+from durable_agent.demo.script import DEMO_PLAN, demo_plan_script, support_demo_script
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.inputs import ScriptedCall
 from tests.helpers import TEST_WORKER_OPTIONS, eventually

@@ -26,9 +26,8 @@ import websockets
 from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.activities.pricing import DEMO_PRICE
-from durable_agent.cli.run import DEMO_PLAN, demo_plan_script
 from durable_agent.client.agent_client import AgentClient, AgentRun
-from durable_agent.demo.script import SUPPORT_DEMO_SYSTEM
+from durable_agent.demo.script import DEMO_PLAN, SUPPORT_DEMO_SYSTEM, demo_plan_script
 from durable_agent.serving.dev_server import embedded_dev_server, free_port
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.inputs import AgentInput, ModelSettings
