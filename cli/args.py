@@ -303,8 +303,7 @@ def _utf8(source: str, data: bytes) -> str:
 _PROMPT = Argument(["prompt"], "the prompt", required=False)
 RUN = Command(
     "run",
-    params=[_PROMPT, flag("--conversation", "after its answer, wait for the next message")]
-    + _RUN_OPTIONS,
+    params=[_PROMPT, flag("--conversation", "then wait for the next message"), *_RUN_OPTIONS],
     callback=partial(_run_args, False),
     help=f"Start an agent run: PROMPT is what it should do (`{STDIN}`: read from standard input). "
     "Its commands on a server: starter.py COMMAND --help (docs/cli.md).",

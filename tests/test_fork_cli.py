@@ -16,8 +16,8 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from durable_agent.cli.fork import recent_completed
 from durable_agent.client.agent_client import AgentClient
+from durable_agent.client.evaluation import recent_completed
 from durable_agent.client.forking import read_run
 from durable_agent.demo.script import support_demo_script
 from durable_agent.serving.worker import build_worker
