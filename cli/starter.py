@@ -1,30 +1,14 @@
-"""Start an agent run and print its answer; decide on and follow runs already going.
+"""The `durable-agent` command (and the checkout's starter.py): start an agent run and print
+its answer, or decide on and follow runs already going, or serve them (`worker`).
 
-    starter.py "PROMPT" | - | --prompt-file FILE  [the run's options: --help]
-    starter.py chat [PROMPT | --prompt-file FILE] [the run's options]
-    starter.py send WORKFLOW_ID TEXT [--wait]          starter.py interrupt | end WORKFLOW_ID
-    starter.py approve WORKFLOW_ID [--comment TEXT] [--version N]
-    starter.py reject WORKFLOW_ID --feedback TEXT [--version N]
-    starter.py calls WORKFLOW_ID
-    starter.py approve-call WORKFLOW_ID CALL_ID [--remember] [--reason TEXT]
-    starter.py deny-call WORKFLOW_ID CALL_ID --reason TEXT [--remember]
-    starter.py watch WORKFLOW_ID [--from OFFSET]       starter.py status WORKFLOW_ID
-    starter.py list --awaiting-approval                starter.py result WORKFLOW_ID [--trace]
-    starter.py trace WORKFLOW_ID                       starter.py stats [--label L] [--limit N]
-    starter.py fork WORKFLOW_ID --step K [the fork's options]
-    starter.py diff WORKFLOW_A WORKFLOW_B
-    starter.py eval --label L --fork-step K --provider P [--model M] [--limit N] [--score M:F]
-    starter.py worker [--address HOST:PORT] [--namespace NS] [--task-queue QUEUE] ...
+    durable-agent "PROMPT" | - | --prompt-file FILE [options]     a run (`--help`)
+    durable-agent chat [PROMPT] [options]                         a conversation at the terminal
+    durable-agent COMMAND ... --address HOST:PORT                 approve, calls, watch, fork, ...
+    durable-agent worker [options]                                serve runs, as worker.py does
 
-Without --address (and without $TEMPORAL_ADDRESS) a run is self-contained: an embedded Temporal
-dev server with the Web UI and an in-process worker, stopped when it ends; a plan or a tool call
-that waits for a person is asked at this terminal. With an address the run is only started here
-and a `worker.py` serves it. The subcommands need an address, and take --namespace and --json;
-`worker` serves runs, as `python worker.py` does. A prompt that is a subcommand's name goes after
-`--`. Each command's --help and docs/cli.md say the rest.
-
-Exit status: 0 completed (or started, with --no-wait; or done, for a subcommand); 1 the run
-failed, or the server refused or could not be reached; 2 bad command line.
+Each command's --help, and docs/cli.md, say the rest. A prompt that is a command's name goes
+after `--`. Exit status: 0 completed (or started, with --no-wait; or done, for a subcommand); 1
+the run failed, or the server refused or could not be reached; 2 bad command line.
 
 This module parses, connects and hands over; each command lives in the `cli` package
 (cli/__init__.py lists its modules).
@@ -48,30 +32,15 @@ from ..client.agent_client import (
 from ..encryption import payload_codec
 from . import conversation, decide, fork, read, run, worker
 from .args import CHAT, RUN, RunArgs, Subcommand, parse_run
-from .plumbing import CommandLineError, exit_now, one_line, parse, say
+from .plumbing import Command, CommandLineError, exit_now, one_line, parse, say
 
 SUBCOMMANDS = {
     str(command.name): command
-    for command in (
-        decide.approve,
-        decide.reject,
-        decide.approve_call,
-        decide.deny_call,
-        read.calls,
-        read.watch,
-        read.status,
-        read.list_,
-        run.result,
-        read.trace,
-        read.stats,
-        conversation.send,
-        conversation.interrupt,
-        conversation.end,
-        fork.fork,
-        fork.diff,
-        fork.eval_,
-    )
+    for module in (decide, read, run, conversation, fork)
+    for command in vars(module).values()
+    if isinstance(command, Command)
 }
+"""Each module's subcommands, in the order of --help."""
 SERVE = "worker"
 """The first word that serves runs instead (`durable-agent worker`, `starter.py worker`)."""
 RUN.epilog = f"Commands, each with --help: {CHAT.name}, {', '.join(SUBCOMMANDS)}, {SERVE}."
