@@ -45,9 +45,7 @@ class RunArgs:
     command: ClassVar[str] = "run"
     prompt: str
     provider: Provider
-    """--provider, else the provider whose key is set, else the scripted demo."""
     model: str
-    """--model, else the provider's default model."""
     script: tuple[ScriptedTurn, ...] | None
     """The scripted provider's conversation from --script; None plays the built-in demo."""
     max_steps: int
@@ -57,7 +55,6 @@ class RunArgs:
     allow: tuple[str, ...]
     label: str | None
     system: str | None
-    """--system, else the support demo's system prompt when the demo's tools are served."""
     tools: tuple[str, ...]
     """The modules and toolkits the embedded worker loads; () for the demo's tools."""
     address: str | None
@@ -75,7 +72,6 @@ class RunArgs:
     thinking_budget: int | None = None
     reasoning_effort: ReasoningEffort | None = None
     stream: bool = False
-    """Print the model's text on stderr as it is written."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,9 +83,9 @@ class Following:
     json: bool
     trace: bool = False
     address: str | None
-    """The server, for the subcommands shown when a question is not asked here."""
     namespace: str = "default"
     stream: bool = False
+    """Print the model's text on stderr as it is written."""
 
 
 def refuse(message: str) -> NoReturn:
@@ -123,9 +119,8 @@ COST = click.FloatRange(0, min_open=True)
 FILE = click.Path(path_type=Path)
 POSITIVE.name, COUNT.name, COST.name, FILE.name = "n", "n", "usd", "file"  # their metavars
 PROVIDER = click.Choice(PROVIDERS)
-_DEFAULT_MODELS = ", ".join(
-    f"{p} {f.default_model}" for p, f in CATALOGUE.items() if f.key_variable
-)
+KEYED = "the one whose key is set (OPENAI_API_KEY first), else the scripted demo"
+TTY = "at a terminal, without --json"
 
 
 def flag(name: str, help: str) -> click.Option:
@@ -151,16 +146,12 @@ def read_script(path: Path) -> tuple[ScriptedTurn, ...]:
 
 _RUN_OPTIONS = [
     option("--prompt-file", "read the prompt from FILE (UTF-8 text, of any length)", type=FILE),
-    option(
-        "--provider", "default: the one whose key is set, else the scripted demo", type=PROVIDER
-    ),
-    option("--model", f"the model (defaults: {_DEFAULT_MODELS})"),
+    option("--provider", "the model's provider", type=PROVIDER, show_default=KEYED),
+    option("--model", "the model's name", show_default="the provider's"),
     option("--script", "scripted provider: play this JSON list of ScriptedTurn", type=FILE),
     option("--thinking-budget", "anthropic: think for up to N tokens (>= 1024)", type=POSITIVE),
     option(
-        "--reasoning-effort",
-        "how hard a reasoning model thinks (openai-responses, anthropic)",
-        type=click.Choice(get_args(ReasoningEffort)),
+        "--reasoning-effort", "how hard it thinks", type=click.Choice(get_args(ReasoningEffort))
     ),
     option("--max-steps", "fail the run after N steps", type=POSITIVE, default=Limits().max_steps),
     option("--max-cost-usd", "fail the run once it has cost more", type=COST),
@@ -170,21 +161,14 @@ _RUN_OPTIONS = [
     option("--label", "the kind of task, for `stats` (e.g. order-status)", type=Text()),
     option("--system", "the system prompt (default: the support demo's)", type=Text()),
     option(
-        "--tools",
-        "the embedded worker's tools, as `worker --tools`",
-        multiple=True,
-        metavar="MODULE[:ATTR]",
+        "--tools", "the embedded worker's, as `worker --tools`", multiple=True, metavar="MODULE"
     ),
     option("--address", "Temporal frontend (none: self-contained)", envvar="TEMPORAL_ADDRESS"),
     option("--namespace", "the server's namespace", default="default"),
     option("--task-queue", "the workers' task queue", default=DEFAULT_TASK_QUEUE),
     flag("--no-wait", "print the workflow id and return"),
     flag("--json", "print one JSON object on stdout"),
-    option(
-        "--stream/--no-stream",
-        "print the model's text as it comes  [default: at a terminal, without --json]",
-        show_default=False,
-    ),
+    option("--stream/--no-stream", "print the model's text as it comes", show_default=TTY),
     flag("--trace", "once the run has ended, print its steps as a table on stderr"),
     flag("--linger", "self-contained: keep the server and its Web UI up after the run"),
     option("--mcp-config", "self-contained: MCP servers for the run", envvar=MCP_CONFIG_VARIABLE),
@@ -325,14 +309,12 @@ def parse_run(argv: Sequence[str], *, chat: bool = False) -> RunArgs:
 
 @dataclass(frozen=True)
 class Subcommand:
-    """A subcommand, parsed: its function, called with the run it names (or the client) and
+    """A subcommand, parsed: its function, to call with the run it names (or the client) and
     its options once connected to `following.address`."""
 
     command: str
     workflow_id: str | None
-    """The run it names, to say which in a message."""
     following: Following
-    """--address, --namespace and --json."""
     function: Callable[..., Awaitable[int]]
     options: dict[str, Any]
     of_run: bool

@@ -144,12 +144,11 @@ async def _next_message(agent_run: AgentRun, stdin: decide.Lines, ctrl_c: CtrlC)
             continue
         try:
             return await agent_run.post(line.strip())
-        except WorkflowUpdateFailedError as refused:
+        except (WorkflowUpdateFailedError, AgentUpdateNotDelivered) as refused:
             say(f"not sent: {decide.refusal(refused)}")
-            if not decide.too_large(refused):
+            # Nothing reached the run, or it was too long: it may be typed again.
+            if isinstance(refused, WorkflowUpdateFailedError) and not decide.too_large(refused):
                 return None
-        except AgentUpdateNotDelivered as busy:  # nothing reached the run: it may be typed again
-            say(f"not sent: {one_line(busy)}")
 
 
 async def _turn(
@@ -203,11 +202,8 @@ async def _steer_or_answer(
         return None
     try:
         turn = await agent_run.post(text.strip())
-    except WorkflowUpdateFailedError as refused:
+    except (WorkflowUpdateFailedError, AgentUpdateNotDelivered) as refused:
         say(f"not sent: {decide.refusal(refused)}")
-        return None
-    except AgentUpdateNotDelivered as busy:
-        say(f"not sent: {one_line(busy)}")
         return None
     if turn == number:
         say(f"(sent to turn {turn}; the model reads it at its next call)")
@@ -218,10 +214,8 @@ async def _interrupt(agent_run: AgentRun) -> None:
     try:
         turn = await agent_run.interrupt()
         say(f"interrupting turn {turn} (Ctrl-C again ends the conversation)")
-    except WorkflowUpdateFailedError as refused:
+    except (WorkflowUpdateFailedError, AgentUpdateNotDelivered) as refused:
         say(f"not interrupted: {decide.refusal(refused)}")
-    except AgentUpdateNotDelivered as busy:
-        say(f"not interrupted: {one_line(busy)}")
 
 
 async def _line_or_ctrl_c(stdin: decide.Lines, ctrl_c: CtrlC) -> str | None:
@@ -256,16 +250,11 @@ async def _end(agent_run: AgentRun, following: Following) -> int:
 
 def _print_end(workflow_id: str, result: AgentResult, *, json_out: bool) -> None:
     if json_out:
+        turns = [t.model_dump(mode="json") for t in result.turns]
+        ended = {"workflow_id": workflow_id, "status": "completed", "ended": result.ended}
         print(
             json.dumps(
-                {
-                    "workflow_id": workflow_id,
-                    "status": "completed",
-                    "ended": result.ended,
-                    "turns": [t.model_dump(mode="json") for t in result.turns],
-                    "steps": result.steps,
-                    "usage": result.usage.model_dump(),
-                }
+                {**ended, "turns": turns, "steps": result.steps, "usage": result.usage.model_dump()}
             )
         )
         return
@@ -293,10 +282,8 @@ async def send(agent_run: AgentRun, following: Following, text: str, wait: bool)
         say(f"cannot send to {agent_run.id}: {decide.refusal(refused)}")
         return 1
     if not wait:
-        if following.json:
-            print(json.dumps({"workflow_id": agent_run.id, "turn": turn}))
-        else:
-            print(f"{agent_run.id}: turn {turn}")
+        sent = {"workflow_id": agent_run.id, "turn": turn}
+        print(json.dumps(sent) if following.json else f"{agent_run.id}: turn {turn}")
         return 0
     record = await follow_turn(agent_run, turn, following)
     return 0 if record is not None and record.outcome == "answered" else 1
@@ -309,10 +296,8 @@ async def interrupt(agent_run: AgentRun, following: Following) -> int:
     except WorkflowUpdateFailedError as refused:
         say(f"cannot interrupt {agent_run.id}: {decide.refusal(refused)}")
         return 1
-    if following.json:
-        print(json.dumps({"workflow_id": agent_run.id, "turn": turn}))
-    else:
-        print(f"{agent_run.id}: turn {turn} interrupted")
+    stopped = {"workflow_id": agent_run.id, "turn": turn}
+    print(json.dumps(stopped) if following.json else f"{agent_run.id}: turn {turn} interrupted")
     return 0
 
 

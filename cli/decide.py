@@ -272,6 +272,8 @@ def too_large(refused: WorkflowUpdateFailedError) -> bool:
     return isinstance(cause, ApplicationError) and cause.type == TOO_LARGE
 
 
-def refusal(refused: WorkflowUpdateFailedError) -> str:
-    """Why the run refused an update, in one line."""
+def refusal(refused: WorkflowUpdateFailedError | AgentUpdateNotDelivered) -> str:
+    """Why the run refused an update (or why it did not reach the run), in one line."""
+    if isinstance(refused, AgentUpdateNotDelivered):
+        return one_line(refused)
     return one_line(refused.cause) or type(refused.cause).__name__

@@ -243,9 +243,11 @@ def _eval_rules(options: dict[str, Any]) -> None:
 @click.option("--label", type=Text(), required=True, help="the runs' --label")
 @click.option("--fork-step", type=COUNT, required=True, help="fork after this step (K)")
 @click.option("--provider", type=PROVIDER, required=True, help="the forks' provider")
-@click.option("--model", help="the forks' model  [default: the provider's]")
+@click.option("--model", help="the forks' model", show_default="the provider's")
 @click.option("--limit", type=POSITIVE, default=10, help="fork the last N completed runs")
-@click.option("--score", help="MODULE:FUNCTION(original, fork) -> number  [default: equal answers]")
+@click.option(
+    "--score", help="MODULE:FUNCTION(original, fork) -> a number", show_default="1 if equal"
+)
 @forked_run_options
 async def eval_(
     client: AgentClient,

@@ -76,12 +76,8 @@ async def list_(client: AgentClient, following: Following, awaiting_approval: bo
     calls from its status query."""
     rows: list[dict[str, Any]] = []
     async for agent_run in client.awaiting_approval():
-        row: dict[str, Any] = {
-            "workflow_id": agent_run.id,
-            "plan": None,
-            "calls": [],
-            "error": None,
-        }
+        row: dict[str, Any] = {"workflow_id": agent_run.id, "plan": None, "calls": []}
+        row["error"] = None
         try:
             answer = await asyncio.wait_for(agent_run.status(), LIST_QUERY_TIMEOUT_SECONDS)
         except (RPCError, WorkflowQueryFailedError, TimeoutError) as error:
@@ -93,7 +89,7 @@ async def list_(client: AgentClient, following: Following, awaiting_approval: bo
             calls = [*answer.approvals, *answer.sub_agent_approvals]
             if answer.status != "awaiting_approval" or (plan is None and not calls):
                 continue  # decided since the list was indexed
-            row["plan"] = plan.model_dump(mode="json") if plan else None
+            row["plan"] = plan and plan.model_dump(mode="json")
             row["calls"] = [c.model_dump(mode="json") for c in calls]
         rows.append(row)
     # A sub-agent that waits is listed by its parent, with the ids that decide through it.
@@ -103,16 +99,13 @@ async def list_(client: AgentClient, following: Following, awaiting_approval: bo
         print(json.dumps(rows))
         return 0
     for row in rows:
-        plan = row["plan"]
+        plan, waits = row["plan"], f"{row['workflow_id']} "
         if row["error"] is not None:
-            print(f"{row['workflow_id']}  unknown: {row['error']}")
+            print(f"{waits} unknown: {row['error']}")
         if plan is not None:
-            print(f"{row['workflow_id']}  plan v{plan['version']}: " + " | ".join(plan["steps"]))
-        for waiting in row["calls"]:
-            print(
-                f"{row['workflow_id']}  tool call {waiting['call_id']}: "
-                f"{waiting['tool']} {waiting['arguments']}"
-            )
+            print(f"{waits} plan v{plan['version']}: " + " | ".join(plan["steps"]))
+        for call in row["calls"]:
+            print(f"{waits} tool call {call['call_id']}: {call['tool']} {call['arguments']}")
     if not rows:
         say("no run is waiting for approval")
     return 0
@@ -125,17 +118,13 @@ async def list_(client: AgentClient, following: Following, awaiting_approval: bo
 async def trace(agent_run: AgentRun, following: Following) -> int:
     whole = await agent_run.full_trace()
     if following.json:
-        earlier = whole.earlier_steps
-        print(
-            json.dumps(
-                {
-                    "workflow_id": agent_run.id,
-                    "trace": [r.model_dump(mode="json") for r in whole.step_records],
-                    **({} if earlier is None else {"earlier_steps": earlier.model_dump()}),
-                    **({"tool_notices": whole.tool_notices} if whole.tool_notices else {}),
-                }
-            )
-        )
+        out: dict[str, Any] = {"workflow_id": agent_run.id}
+        out["trace"] = [r.model_dump(mode="json") for r in whole.step_records]
+        if whole.earlier_steps is not None:
+            out["earlier_steps"] = whole.earlier_steps.model_dump()
+        if whole.tool_notices:
+            out["tool_notices"] = whole.tool_notices
+        print(json.dumps(out))
     else:
         for notice in whole.tool_notices:
             print(f"note: {notice}")
@@ -163,21 +152,11 @@ async def stats(client: AgentClient, following: Following, label: str | None, li
         else:
             unreadable += 1
             say(f"{closed.workflow_id}: its outcome could not be read: {closed.error}")
-    groups = [
-        step_stats(label, completed[label], failed[label])
-        for label in sorted({*completed, *failed}, key=lambda g: (g == NO_LABEL, g))
-    ]
+    labels = sorted({*completed, *failed}, key=lambda g: (g == NO_LABEL, g))
+    groups = [step_stats(group, completed[group], failed[group]) for group in labels]
     if following.json:
-        print(
-            json.dumps(
-                {
-                    "label": label,
-                    "limit": limit,
-                    "unreadable": unreadable,
-                    "groups": [dataclasses.asdict(g) for g in groups],
-                }
-            )
-        )
+        asked = {"label": label, "limit": limit, "unreadable": unreadable}
+        print(json.dumps({**asked, "groups": [dataclasses.asdict(g) for g in groups]}))
         return 0
     if not groups:
         where = f" with label {label!r}" if label is not None else ""

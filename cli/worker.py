@@ -55,8 +55,8 @@ def _env(name: str, variable: str, help: str, **attrs: Any) -> Any:
 @_env(
     "--tools",
     toolkits.TOOLS_VARIABLE,
-    "import MODULE, which registers tools, or the toolkit MODULE:ATTR names (or returns)  "
-    "[default: demo, the demo's]",
+    "import MODULE, which registers tools, or the toolkit MODULE:ATTR names (or returns)",
+    show_default="demo, the demo's",
     type=_Names(),
     multiple=True,
 )
@@ -65,7 +65,8 @@ def _env(name: str, variable: str, help: str, **attrs: Any) -> Any:
     "--sandbox",
     sandbox.SANDBOX_VARIABLE,
     "how workflow code runs: stock is the SDK's own sandbox, which checks more and costs more "
-    "CPU a run  [default: fast]",
+    "CPU a run",
+    show_default="fast",
     type=_Choice(get_args(sandbox.WorkerSandbox)),
 )
 @_env(
@@ -77,7 +78,8 @@ def _env(name: str, variable: str, help: str, **attrs: Any) -> Any:
 @_env(
     "--versioning",
     serving.VERSIONING_VARIABLE,
-    "pinned: a run stays on its build; auto-upgrade: it moves  [default: pinned]",
+    "pinned: a run stays on its build; auto-upgrade: it moves",
+    show_default="pinned",
     type=_Choice(get_args(serving.Versioning)),
 )
 def command(**options: Any) -> dict[str, Any]:
