@@ -150,76 +150,57 @@ async def diff(client: AgentClient, following: Following, workflow_a: str, workf
     return 0
 
 
-def _call_line(call: forking.CallView) -> str:
-    if call.result is None:
-        result = "(no result in the history)"
-    else:
-        result = ("error: " if call.is_error else "") + shorten(
-            " ".join(call.result.split()), DIFF_RESULT_CHARS
+def _step_lines(view: forking.StepView, indent: str = "      ") -> list[str]:
+    lines = [f"{indent}says: {_start(view.text)}"] if view.text else []
+    for call in view.calls:
+        result = "(no result in the history)" if call.result is None else _start(call.result)
+        error = "error: " if call.is_error and call.result is not None else ""
+        lines.append(
+            f"{indent}{call.name} {forking.arguments_text(call.arguments)} -> {error}{result}"
         )
-    return f"{call.name} {forking.arguments_text(call.arguments)} -> {result}"
-
-
-def _step_lines(view: forking.StepView, indent: str) -> list[str]:
-    lines = []
-    if view.text:
-        lines.append(f"{indent}says: {shorten(' '.join(view.text.split()), DIFF_RESULT_CHARS)}")
-    lines += [f"{indent}{_call_line(call)}" for call in view.calls]
     return lines or [f"{indent}(an empty reply)"]
+
+
+def _start(text: str) -> str:
+    return shorten(" ".join(text.split()), DIFF_RESULT_CHARS)
 
 
 def diff_text(compared: forking.RunDiff) -> str:
     """Each step: the same on both sides once, or each side's calls; then how each run ended."""
     a, b = compared.a, compared.b
-    lines = [f"A {_describe(a)}", f"B {_describe(b)}"]
+    lines = [
+        f"{name} {o.workflow_id} ({o.status}{_fork_of(o)})" for name, o in (("A", a), ("B", b))
+    ]
     for step in compared.steps:
-        if step.same:
-            assert step.a is not None
-            lines.append(f"step {step.step}: same")
-            lines += _step_lines(step.a, "      ")
+        lines.append(f"step {step.step}: {'same' if step.same else 'differs'}")
+        if step.same and step.a is not None:
+            lines += _step_lines(step.a)
             continue
-        lines.append(f"step {step.step}: differs")
         for name, view in (("A", step.a), ("B", step.b)):
-            if view is None:
-                lines.append(f"   {name}  (no such step)")
-            else:
-                first, *rest = _step_lines(view, "      ")
-                lines += [f"   {name}  {first.lstrip()}", *rest]
+            first, *rest = _step_lines(view) if view is not None else ["(no such step)"]
+            lines += [f"   {name}  {first.lstrip()}", *rest]
     at = compared.diverged_at
     lines.append("the transcripts are the same" if at is None else f"they diverge at step {at}")
-    shown = {"answer": _answer, "steps": _steps, "tokens": _tokens, "cost": _cost}
-    rows = [[[label, f"A {show(a)}"], ["", f"B {show(b)}"]] for label, show in shown.items()]
-    lines += table([row for pair in rows for row in pair])
+    ended = zip(("answer", "steps", "tokens", "cost"), _ended(a), _ended(b), strict=True)
+    lines += table([row for label, x, y in ended for row in ([label, f"A {x}"], ["", f"B {y}"])])
     return "\n".join(lines)
 
 
-def _describe(o: forking.Outcome) -> str:
-    fork = f", a fork of {o.forked_from}" if o.forked_from else ""
-    return f"{o.workflow_id} ({o.status}{fork})"
+def _fork_of(o: forking.Outcome) -> str:
+    return f", a fork of {o.forked_from}" if o.forked_from else ""
 
 
-def _answer(o: forking.Outcome) -> str:
-    if o.answer is not None:
-        return " ".join(o.answer.split())
-    return o.error or f"(none: {o.status})"
-
-
-def _steps(o: forking.Outcome) -> str:
-    return f"{o.steps}" + (f" ({o.inherited_steps} inherited)" if o.inherited_steps else "")
-
-
-def _tokens(o: forking.Outcome) -> str:
-    whole = o.whole_usage.total_tokens
+def _ended(o: forking.Outcome) -> list[str]:
+    """How a run ended: its answer, steps, tokens and cost (a fork's whole, then its own)."""
+    answer = " ".join(o.answer.split()) if o.answer is not None else None
+    answer = answer if answer is not None else o.error or f"(none: {o.status})"
+    tokens, own_cost = f"{o.whole_usage.total_tokens:,}", money(o.usage.cost_usd)
     if not o.inherited_steps:
-        return f"{whole:,}"
+        return [answer, f"{o.steps}", tokens, own_cost]
     own, inherited = o.usage.total_tokens, o.inherited_usage.total_tokens
-    return f"{whole:,} ({own:,} its own, {inherited:,} inherited)"
-
-
-def _cost(o: forking.Outcome) -> str:
-    if not o.inherited_steps:
-        return money(o.usage.cost_usd)
-    return f"{money(o.whole_usage.cost_usd)} ({money(o.usage.cost_usd)} its own)"
+    steps = f"{o.steps} ({o.inherited_steps} inherited)"
+    tokens += f" ({own:,} its own, {inherited:,} inherited)"
+    return [answer, steps, tokens, f"{money(o.whole_usage.cost_usd)} ({own_cost} its own)"]
 
 
 # --- eval ---------------------------------------------------------------------------------------
