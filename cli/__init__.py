@@ -1,22 +1,16 @@
-"""The command line: `durable-agent` (and the checkout's starter.py and worker.py).
+"""The command line: `durable-agent` (and the checkout's starter.py and worker.py), declared with
+click, its tables laid out by rich. Imports point one way, from the entries down to `args` and
+`plumbing`, and out to the library, which never imports this package.
 
-One concern per module; imports point one way, from the entries down to the plumbing, and out to
-the library (client, serving, workflows), which never imports this package:
-
-- `starter`: the `durable-agent` entry, which parses and hands each command over;
-  `worker`: the worker command.
-- `run`: start a run, follow it to its end and report it (self-contained or through --address).
-- `conversation`: a conversation at the terminal (`chat`, `--conversation`) and the subcommands
-  that carry one on (send, interrupt, end); `chat`: its dev server, in a session of its own.
-- `decide`: a plan or a tool call that waits for a person, decided at the terminal or by a
-  subcommand (approve, reject, approve-call, deny-call).
-- `read`: the subcommands that only read (watch, status, calls, list, trace, stats).
-- `fork`: a new run from a run's step K (fork), two runs compared (diff), and a label's runs
-  forked with another model and scored (eval).
-- `progress`: a run's progress as lines (steps, events, usage).
-- `tables`: the trace and stats tables.
-- `args`: the parser, and one typed, frozen object per command.
-- `plumbing`: the one-line parser, stderr, the server address, exiting.
+- `starter`: the entry, which parses and hands each command over; `worker`: the worker command.
+- `args`: the run's options and their rules (`RunArgs`), and `@subcommand`.
+- `run`: start a run, follow it and report it; `result`.
+- `conversation`: a conversation at the terminal (`chat`), and send, interrupt, end.
+- `decide`: a plan or a tool call that waits for a person; approve, reject, approve-call,
+  deny-call.
+- `read`: watch, status, calls, list, trace, stats. `fork`: fork, diff, eval.
+- `tables`: what is printed of runs: progress lines and tables.
+- `plumbing`: one-line errors, stderr, exiting.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from ..workflows.state import TurnRecord
 from . import decide
 from .args import Following, Text, argument, subcommand
 from .plumbing import one_line, say
-from .progress import StepLines, StepsFromEvents, usage_text
+from .tables import StepLines, usage_text
 
 ENDS = ("/end", "/quit", "/exit")
 PROMPT = "> "
@@ -73,15 +73,15 @@ async def follow_turn(
     """Print turn `number`'s steps as they finish (stderr) and its answer (stdout); show what
     waits for a person, and decide it with the next line from `answers` when given. None when
     the conversation ended or failed before the turn finished."""
-    lines, steps = StepLines(), StepsFromEvents()
+    lines = StepLines()
     async for event in agent_run.turn_events(number):
-        lines.show(steps.add(event))
+        lines.add(event)
         if event.kind == "turn_started" and answers is not None:
             say(f"turn {event.turn}: working (a line typed steers it; Ctrl-C interrupts it)")
         if event.kind == "message_delivered":
             say(f"(the turn now has your message: {event.text})")
         if event.kind == "turn_finished":
-            lines.show(steps.records)
+            lines.show(lines.records)
             break
         question = await decide.question_in(agent_run, event)
         if question is None:

@@ -19,8 +19,7 @@ from ..workflows.events import AgentEvent
 from ..workflows.inputs import AgentResult
 from .args import COUNT, POSITIVE, Following, subcommand
 from .plumbing import one_line, say
-from .progress import event_line
-from .tables import stats_table, trace_table, waiting_calls_table
+from .tables import event_line, stats_table, trace_table, waiting_calls_table
 
 LIST_QUERY_TIMEOUT_SECONDS = 5.0
 """`list` asks each waiting run for its plan; a run whose worker is gone does not answer."""

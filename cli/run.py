@@ -48,8 +48,7 @@ from ..workflows.state import FailureDetails, Usage
 from . import conversation, decide
 from .args import Following, RunArgs, subcommand
 from .plumbing import say
-from .progress import DeltaLines, StepLines, StepsFromEvents, usage_text
-from .tables import trace_table
+from .tables import DeltaLines, StepLines, trace_table, usage_text
 
 CANCEL_WAIT_SECONDS = 10.0
 WATCHER_STOP_SECONDS = 10.0
@@ -261,9 +260,8 @@ async def _watch(
     """Follow the run's progress stream to its end: one line per finished step, and each plan
     and tool call that waits for a person, once. When `following.ask`, the question is put
     here; returns what was left undecided when stdin ended, else None."""
-    steps = StepsFromEvents()
     async for item in agent_run.events():
-        lines.show(steps.add(item.data))
+        lines.add(item.data)
         question = await decide.question_in(agent_run, item.data)
         if question is None:
             continue

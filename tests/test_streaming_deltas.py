@@ -1,9 +1,9 @@
 """How snapshots of a streaming call's progress become deltas (agent_client.DeltaReader), and how
-the starter writes them (cli.progress.DeltaLines): pure, no server."""
+the starter writes them (cli.tables.DeltaLines): pure, no server."""
 
 from __future__ import annotations
 
-from durable_agent.cli.progress import DeltaLines
+from durable_agent.cli.tables import DeltaLines
 from durable_agent.client.agent_client import DeltaReader
 from durable_agent.workflows.activity_io import STREAM_KEPT_CHARS, ModelDelta, StreamProgress
 
