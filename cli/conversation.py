@@ -26,7 +26,7 @@ from ..workflows.inputs import AgentResult
 from ..workflows.state import TurnRecord
 from . import decide
 from .args import Following, Text, argument, subcommand
-from .plumbing import one_line, say
+from .plumbing import say
 from .tables import StepLines, usage_text
 
 ENDS = ("/end", "/quit", "/exit")
@@ -242,7 +242,7 @@ async def _end(agent_run: AgentRun, following: Following) -> int:
         say(str(failure))
         return 1
     except AgentUpdateNotDelivered as busy:
-        say(f"not ended: {one_line(busy)}")
+        say(f"not ended: {decide.refusal(busy)}")
         return 1
     _print_end(agent_run.id, result, json_out=following.json)
     return 0
@@ -312,7 +312,7 @@ async def end(agent_run: AgentRun, following: Following) -> int:
         say(str(failure))
         return 1
     except RPCError as error:
-        say(f"end {agent_run.id}: {one_line(error)}")
+        say(f"end {agent_run.id}: {decide.refusal(error)}")
         return 1
     _print_end(agent_run.id, result, json_out=following.json)
     return 0

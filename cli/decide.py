@@ -35,8 +35,6 @@ APPROVALS = ("", "y", "yes")
 
 @dataclass(frozen=True)
 class PlanQuestion:
-    """A plan that waits for approval."""
-
     plan: PlanState
 
     def __str__(self) -> str:
@@ -45,7 +43,7 @@ class PlanQuestion:
 
 @dataclass(frozen=True)
 class CallQuestion:
-    """A tool call that waits for approval (an `approval_requested` event)."""
+    """A tool call that waits (its `approval_requested` event)."""
 
     event: AgentEvent
 
@@ -119,13 +117,10 @@ async def answer(agent_run: AgentRun, question: Question, line: str) -> None:
                 subject = f"tool call {call_id}"
                 await agent_run.decide_tool_call(call_id, approve=False, reason=reply)
                 say(f"{subject} denied; the model is told why")
-    except WorkflowUpdateFailedError as refused:
-        # Decided meanwhile elsewhere (the Web UI, a subcommand): the run says why.
-        say(f"{subject} was not decided here: {refusal(refused)}")
-    # The run has ended meanwhile (its result says how), or its server would not take the
-    # decision (the line says what to do).
-    except (RPCError, AgentUpdateNotDelivered) as error:
-        say(f"{subject} was not decided here: {one_line(error)}")
+    # Decided meanwhile elsewhere (the Web UI, a subcommand): the run says why; or it has ended
+    # (its result says how), or its server would not take the decision (the line says why).
+    except (WorkflowUpdateFailedError, RPCError, AgentUpdateNotDelivered) as error:
+        say(f"{subject} was not decided here: {refusal(error)}")
 
 
 def sub_agent_of(workflow_id: str, call_id: str) -> str | None:
@@ -272,8 +267,8 @@ def too_large(refused: WorkflowUpdateFailedError) -> bool:
     return isinstance(cause, ApplicationError) and cause.type == TOO_LARGE
 
 
-def refusal(refused: WorkflowUpdateFailedError | AgentUpdateNotDelivered) -> str:
+def refusal(error: BaseException) -> str:
     """Why the run refused an update (or why it did not reach the run), in one line."""
-    if isinstance(refused, AgentUpdateNotDelivered):
-        return one_line(refused)
-    return one_line(refused.cause) or type(refused.cause).__name__
+    if isinstance(error, WorkflowUpdateFailedError):
+        return one_line(error.cause) or type(error.cause).__name__
+    return one_line(error)

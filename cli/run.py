@@ -83,10 +83,8 @@ def build_input(args: RunArgs) -> AgentInput:
 
 
 async def run(args: RunArgs) -> int:
-    """Start the run (on an embedded server without --address) and follow it to its end.
-
-    Traced as the OTEL_* variables say, as a worker is: the client, and the embedded worker
-    through it. The spans are flushed before returning, since the CLI exits with os._exit."""
+    """Start the run (on an embedded server without --address) and follow it to its end, traced
+    as the OTEL_* variables say (flushed before returning: the CLI exits with os._exit)."""
     try:
         tracing = telemetry.configure_from_env()
     except telemetry.TelemetryConfigurationError as error:
@@ -113,14 +111,8 @@ async def _run(args: RunArgs) -> int:
     except InputTooLarge as refused:
         say(f"starter.py: error: {refused}")
         return 2
-    following = Following(
-        ask=args.address is None,
-        json=args.json,
-        trace=args.trace,
-        address=args.address,
-        namespace=args.namespace,
-        stream=args.stream,
-    )
+    shown = {key: getattr(args, key) for key in ("json", "trace", "address", "namespace", "stream")}
+    following = Following(ask=args.address is None, **shown)
     if args.provider == "scripted" and args.script is None and not args.json:
         plan = "; its plan expects to be approved" if args.plan else ""
         say(
@@ -165,7 +157,6 @@ async def _run(args: RunArgs) -> int:
 def unreachable(
     address: str, error: BaseException, workflow_id: str | None, following: Following | None
 ) -> int:
-    """The server could not be reached: one line, and the run's JSON object when one is due."""
     message = f"cannot connect to Temporal at {address}: {error}"
     return failed(following, workflow_id, "ConnectionError", message)
 
