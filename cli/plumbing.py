@@ -62,9 +62,8 @@ def parse(command: click.Command, prog: str, argv: Sequence[str]) -> Any:
     reaches the command as text is UTF-8: other bytes of argv, which Python keeps as lone
     surrogates, would fail only when sent."""
     try:
-        settings = {"help_option_names": ["-h", "--help"], "show_default": True}
-        settings["max_content_width"] = 100
-        with command.make_context(prog, list(argv), **settings) as ctx:
+        settings: dict[str, Any] = {"help_option_names": ["-h", "--help"], "show_default": True}
+        with command.make_context(prog, list(argv), max_content_width=100, **settings) as ctx:
             for param in command.params:
                 value = ctx.params.get(param.name or "")
                 for word in value if isinstance(value, tuple) else (value,):

@@ -65,9 +65,9 @@ def table(
         grid.add_column(footer=footer, justify="right" if i in right else "left", no_wrap=True)
     for row in rows:
         grid.add_row(*row)
-    console = Console(file=io.StringIO(), width=100_000, color_system=None, markup=False)
-    console.print(grid, emoji=False, highlight=False)
-    return [line.rstrip() for line in console.file.getvalue().splitlines()]
+    text = io.StringIO()
+    Console(file=text, width=100_000, color_system=None, markup=False).print(grid, emoji=False)
+    return [line.rstrip() for line in text.getvalue().splitlines()]
 
 
 def trace_table(
@@ -121,8 +121,8 @@ def trace_table(
             [" " * indent + line for line in _wrap(tools, width - indent)] for _, tools in rows
         ]
         lines = [fixed[0], " " * indent + "tools"]
-        for line, tools in zip(fixed[1:], under, strict=False):
-            lines += [line, *(text for text in tools if text.strip() != "-")]
+        for line, entries in zip(fixed[1:], under, strict=False):
+            lines += [line, *(text for text in entries if text.strip() != "-")]
         lines += [
             *fixed[-2:],
             *(" " * indent + line for line in _wrap(total_tools, width - indent)),
@@ -290,7 +290,8 @@ class StepLines:
                     )
                 )
             case "tool_call_finished" if self.records:
-                call = {"id": event.call_id, "name": event.tool, "outcome": event.outcome}
+                call: dict[str, object] = {"id": event.call_id, "name": event.tool}
+                call["outcome"] = event.outcome
                 call |= {"arguments": event.arguments or "", "error": event.text}
                 call |= {"latency_ms": event.latency_ms or 0, "attempts": event.attempts or 0}
                 self.records[-1].tool_calls.append(ToolCallRecord.model_validate(call))

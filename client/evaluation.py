@@ -117,7 +117,7 @@ def load_score(spec: str) -> Score:
     function = getattr(module, name, None)
     if not callable(function):
         raise ValueError(f"{module_name} has no function {name}")
-    return function  # type: ignore[no-any-return]
+    return function
 
 
 async def evaluate(
