@@ -15,33 +15,14 @@ from typing import Any
 
 import click
 
-from ..client import forking
+from ..client import evaluation, forking
 from ..client.agent_client import AgentClient, AgentRun
-from ..client.evaluation import (
-    EvalRow,
-    eval_totals,
-    evaluate,
-    forked_limits,
-    forked_model,
-    load_score,
-    recent_completed,
-)
+from ..client.evaluation import EvalRow
 from ..workflows.events import AgentEvent
 from ..workflows.inputs import ModelSettings, ToolApprovalPolicy
 from ..workflows.providers import CATALOGUE, Provider
-from .args import (
-    COST,
-    COUNT,
-    FILE,
-    POSITIVE,
-    PROVIDER,
-    Following,
-    Text,
-    argument,
-    read_script,
-    refuse,
-    subcommand,
-)
+from . import args
+from .args import Following
 from .plumbing import say
 from .run import follow
 from .tables import money, shorten, table
@@ -56,7 +37,7 @@ def forked_run_options(function: Any) -> Any:
         click.option("--task-queue", help="the queue the fork runs on"),
         click.option("--allow", multiple=True, help="this tool's calls run without asking"),
         click.option("--approve-all", is_flag=True, help="no call waits for a person"),
-        click.option("--max-steps", type=POSITIVE, help="the fork's own steps, from step K"),
+        click.option("--max-steps", type=args.POSITIVE, help="the fork's own steps, from step K"),
     ]
     for declare in options:
         function = declare(function)
@@ -65,29 +46,29 @@ def forked_run_options(function: Any) -> Any:
 
 def _fork_rules(options: dict[str, Any]) -> None:
     if options["no_wait"] and options["trace"]:
-        refuse("--trace prints the steps once the fork has ended; not with --no-wait")
+        args.refuse("--trace prints the steps once the fork has ended; not with --no-wait")
     if options["script"] is not None:
         if options["provider"] != "scripted":
-            refuse("--script is for the scripted provider (give --provider scripted)")
-        options["script"] = read_script(options["script"])
+            args.refuse("--script is for the scripted provider (give --provider scripted)")
+        options["script"] = args.read_script(options["script"])
 
 
-@subcommand(
+@args.subcommand(
     "Start a new run from the run's step K: its transcript through step K's tool results, none "
     "of those tools run again, another model, prompt or limits; followed like a run. Each "
     "option left out keeps the original's.",
     of_run=False,
     rules=_fork_rules,
 )
-@argument("workflow_id", "the workflow id", type=Text())
-@click.option("--step", type=COUNT, required=True, help="fork after this step (0: the prompt)")
+@args.argument("workflow_id", "the workflow id", type=args.Text())
+@click.option("--step", type=args.COUNT, required=True, help="fork after this step (0: the prompt)")
 @forked_run_options
 @click.option("--model", help="the fork's model (with --provider only: its default)")
-@click.option("--provider", type=PROVIDER, help="the fork's provider")
-@click.option("--script", type=FILE, help="scripted provider: its replies from step K + 1")
-@click.option("--system", type=Text(), help="the fork's system prompt")
-@click.option("--max-cost-usd", type=COST, help="fail the fork once it has cost more")
-@click.option("--label", type=Text(), help="the fork's label")
+@click.option("--provider", type=args.PROVIDER, help="the fork's provider")
+@click.option("--script", type=args.FILE, help="scripted provider: its replies from step K + 1")
+@click.option("--system", type=args.Text(), help="the fork's system prompt")
+@click.option("--max-cost-usd", type=args.COST, help="fail the fork once it has cost more")
+@click.option("--label", type=args.Text(), help="the fork's label")
 @click.option("--no-wait", is_flag=True, help="print the fork's id and return")
 @click.option("--trace", is_flag=True, help="once the fork has ended, print its steps")
 async def fork(client: AgentClient, following: Following, workflow_id: str, **fork: Any) -> int:
@@ -95,7 +76,7 @@ async def fork(client: AgentClient, following: Following, workflow_id: str, **fo
     step = fork["step"]
     try:
         recorded = await forking.read_run(client.client, workflow_id)
-        model = forked_model(recorded.input.model, fork["provider"], fork["model"])
+        model = evaluation.forked_model(recorded.input.model, fork["provider"], fork["model"])
         if fork["script"] is not None:
             scripted = forking.scripted_from(step, fork["script"])
             base = model or ModelSettings(provider="scripted")
@@ -105,7 +86,9 @@ async def fork(client: AgentClient, following: Following, workflow_id: str, **fo
             step=step,
             model=model,
             system=fork["system"],
-            limits=forked_limits(recorded.input.limits, fork["max_steps"], fork["max_cost_usd"]),
+            limits=evaluation.forked_limits(
+                recorded.input.limits, fork["max_steps"], fork["max_cost_usd"]
+            ),
             tool_approval=ToolApprovalPolicy(approve_all=fork["approve_all"], allow=fork["allow"]),
             label=fork["label"],
             task_queue=fork["task_queue"],
@@ -125,14 +108,14 @@ async def fork(client: AgentClient, following: Following, workflow_id: str, **fo
 # --- diff ---------------------------------------------------------------------------------------
 
 
-@subcommand(
+@args.subcommand(
     "Where two runs' transcripts diverge, step by step: each side's calls, arguments and "
     "results, then the answers, steps, tokens and cost: a run (the original, say) and another "
     "(a fork, say).",
     of_run=False,
 )
-@argument("workflow_a", "the first workflow id", type=Text())
-@argument("workflow_b", "the second workflow id", type=Text())
+@args.argument("workflow_a", "the first workflow id", type=args.Text())
+@args.argument("workflow_b", "the second workflow id", type=args.Text())
 async def diff(client: AgentClient, following: Following, workflow_a: str, workflow_b: str) -> int:
     try:
         a, b = await asyncio.gather(
@@ -210,22 +193,22 @@ def _eval_rules(options: dict[str, Any]) -> None:
     options["model"] = options["model"] or CATALOGUE[options["provider"]].default_model
     if options["score"] is not None:
         try:
-            load_score(options["score"])
+            evaluation.load_score(options["score"])
         except ValueError as error:
-            refuse(f"--score {options['score']}: {error}")
+            args.refuse(f"--score {options['score']}: {error}")
 
 
-@subcommand(
+@args.subcommand(
     "Fork each of a label's last completed runs at step K with another model, and compare each "
     "fork with its original (tool approval on: no fork changes data unless allowed).",
     of_run=False,
     rules=_eval_rules,
 )
-@click.option("--label", type=Text(), required=True, help="the runs' --label")
-@click.option("--fork-step", type=COUNT, required=True, help="fork after this step (K)")
-@click.option("--provider", type=PROVIDER, required=True, help="the forks' provider")
+@click.option("--label", type=args.Text(), required=True, help="the runs' --label")
+@click.option("--fork-step", type=args.COUNT, required=True, help="fork after this step (K)")
+@click.option("--provider", type=args.PROVIDER, required=True, help="the forks' provider")
 @click.option("--model", help="the forks' model", show_default="the provider's")
-@click.option("--limit", type=POSITIVE, default=10, help="fork the last N completed runs")
+@click.option("--limit", type=args.POSITIVE, default=10, help="fork the last N completed runs")
 @click.option(
     "--score", help="MODULE:FUNCTION(original, fork) -> a number", show_default="1 if equal"
 )
@@ -241,17 +224,21 @@ async def eval_(
     score: str | None,
     **forked: Any,
 ) -> int:
-    scoring = load_score(score) if score is not None else None
-    originals = await recent_completed(client.client, label, limit)
+    scoring = evaluation.load_score(score) if score is not None else None
+    originals = await evaluation.recent_completed(client.client, label, limit)
     if not originals:
         say(f"no completed run with label {label!r} to fork")
         if following.json:
-            print(json.dumps({"label": label, "runs": [], "totals": eval_totals([], bool(score))}))
+            print(
+                json.dumps(
+                    {"label": label, "runs": [], "totals": evaluation.eval_totals([], bool(score))}
+                )
+            )
         return 1
     if not following.json:
         with_model = f"at step {fork_step} with {provider} {model}"
         say(f"forking {len(originals)} runs of {label!r} {with_model}")
-    rows = await evaluate(
+    rows = await evaluation.evaluate(
         client,
         originals,
         step=fork_step,
@@ -264,7 +251,7 @@ async def eval_(
         beside=partial(_say_waiting_calls, following),
     )
     if following.json:
-        totals = eval_totals(rows, scoring is not None)
+        totals = evaluation.eval_totals(rows, scoring is not None)
         runs = [row.as_json() for row in rows]
         plan = {"label": label, "fork_step": fork_step, "provider": provider, "model": model}
         print(json.dumps({**plan, "score": score, "runs": runs, "totals": totals}))
@@ -304,7 +291,7 @@ def eval_table(rows: Sequence[EvalRow], *, scored: bool) -> str:
                 shorten(row.failure or "", 60),
             ]
         )
-    totals = eval_totals(rows, scored)
+    totals = evaluation.eval_totals(rows, scored)
     mean = totals["mean_score"]
     verdict = (
         f"{totals['equal']} equal" if not scored else "-" if mean is None else f"mean {mean:.3g}"

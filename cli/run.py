@@ -32,12 +32,7 @@ from ..client.agent_client import (
     AgentRunFailed,
     SearchAttributesNotRegistered,
 )
-from ..demo.script import (
-    SUPPORT_DEMO_SYSTEM,
-    conversation_demo_tail,
-    demo_plan_script,
-    support_demo_script,
-)
+from ..demo import script as demo
 from ..serving.dev_server import detached_dev_server, embedded_dev_server, free_port
 from ..serving.worker import build_worker
 from ..workflows.errors import AgentConfigurationError
@@ -63,17 +58,17 @@ def build_input(args: RunArgs) -> AgentInput:
         stream=args.stream and args.provider in STREAMING_PROVIDERS,
     )
     if args.provider == "scripted":
-        demo = demo_plan_script() if args.plan else support_demo_script()
-        script = list(args.script) if args.script is not None else demo
+        played = demo.demo_plan_script() if args.plan else demo.support_demo_script()
+        script = list(args.script) if args.script is not None else played
         if args.conversation and args.script is None:
-            script += conversation_demo_tail()
+            script += demo.conversation_demo_tail()
         # The built-in demo carries a made-up price, so that its cost shows; a --script does not.
         price = pricing.DEMO_PRICE if args.script is None else None
         model = ModelSettings(provider="scripted", model=args.model, script=script, price=price)
     return AgentInput(
         prompt=args.prompt,
         conversation=args.conversation,
-        system=args.system or (None if args.tools else SUPPORT_DEMO_SYSTEM),
+        system=args.system or (None if args.tools else demo.SUPPORT_DEMO_SYSTEM),
         model=model,
         limits=Limits(max_steps=args.max_steps, max_cost_usd=args.max_cost_usd),
         plan=args.plan,

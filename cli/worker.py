@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 from typing import Any, get_args
 
 import click
-from temporalio.worker import WorkerDeploymentConfig
 
 from ..activities import message_store, telemetry, toolkits
 from ..activities.admission import Admission
@@ -23,8 +21,6 @@ from ..encryption import payload_codec
 from ..serving import sandbox_runner as sandbox, worker as serving
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
-from ..workflows.model_gateway import model_task_queue
-from ..workflows.providers import ADMITTED_PROVIDERS
 from .plumbing import Command, CommandLineError, exit_now, parse
 
 
@@ -119,50 +115,13 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "worker.py") -> int:
             logging.info("tracing on (OTEL_* variables)")
         mcp = McpTools(mcp_config) if mcp_config is not None else None
         where = (args["address"], args["namespace"], args["task_queue"])
-        asyncio.run(_serve(*where, mcp, how, deployment))
+        asyncio.run(serving.serve(*where, mcp=mcp, sandbox=how, deployment=deployment))
     except KeyboardInterrupt:
         return 0
     except (RuntimeError, SearchAttributesNotRegistered) as error:  # the latter says what to do
         logging.error("%s", getattr(error, "message", error))
         return 1
     return 0
-
-
-async def _serve(
-    address: str,
-    namespace: str,
-    task_queue: str,
-    mcp: McpTools | None,
-    how: sandbox.WorkerSandbox,
-    deployment: WorkerDeploymentConfig | None,
-) -> None:
-    client = await serving.connect(address, namespace)
-    options: dict[str, Any] = {} if deployment is None else {"deployment_config": deployment}
-    worker = serving.build_worker(client, task_queue, mcp=mcp, sandbox=how, **options)
-    models = ", ".join(model_task_queue(task_queue, p) for p in ADMITTED_PROVIDERS)
-    logging.info(
-        f"worker on {address}, task queue {task_queue}; model calls on {models}; {how} sandbox"
-    )
-    if deployment is not None:
-        name, build = deployment.version.deployment_name, deployment.version.build_id
-        runs = deployment.default_versioning_behavior.name.lower().replace("_", "-")
-        logging.info(
-            f"worker deployment {name}, build {build}, runs {runs}: `temporal worker deployment "
-            f"set-current-version --deployment-name {name} --build-id {build}` sends new runs here"
-        )
-    for line in Admission.from_env().describe():
-        logging.info("%s", line)
-    # SIGTERM (docker stop, Kubernetes) stops the worker as Ctrl-C does: its workers shut down
-    # gracefully rather than the process dying mid-task.
-    serving_task, loop = asyncio.current_task(), asyncio.get_running_loop()
-    if serving_task is not None:
-        loop.add_signal_handler(signal.SIGTERM, serving_task.cancel)
-    try:
-        await worker.run()
-    except asyncio.CancelledError:
-        logging.info("stopping: the workers shut down")
-    finally:
-        loop.remove_signal_handler(signal.SIGTERM)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,10 @@ While it runs, the worker also serves one queue per real provider, `<queue>-mode
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import signal
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -23,6 +26,8 @@ from ..activities.admission import Admission
 from ..activities.mcp_tools import McpTools
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
+from ..workflows.model_gateway import model_task_queue
+from ..workflows.providers import ADMITTED_PROVIDERS
 from . import sandbox_runner
 from .plugin import AgentPlugin, Sandbox, without_plugins
 
@@ -135,3 +140,43 @@ def replayer(sandbox: sandbox_runner.WorkerSandbox | None = None) -> Replayer:
     return Replayer(
         workflows=[], plugins=[AgentPlugin(sandbox=_plugin_sandbox(sandbox, runner_given=False))]
     )
+
+
+async def serve(
+    address: str,
+    namespace: str,
+    task_queue: str,
+    *,
+    mcp: McpTools | None,
+    sandbox: sandbox_runner.WorkerSandbox,
+    deployment: WorkerDeploymentConfig | None,
+) -> None:
+    """The worker command's worker: serve runs until cancelled, or SIGTERM, saying where (and
+    which deployment version it is) in the log."""
+    client = await connect(address, namespace)
+    options: dict[str, Any] = {} if deployment is None else {"deployment_config": deployment}
+    worker = build_worker(client, task_queue, mcp=mcp, sandbox=sandbox, **options)
+    models = ", ".join(model_task_queue(task_queue, p) for p in ADMITTED_PROVIDERS)
+    logging.info(
+        f"worker on {address}, task queue {task_queue}; model calls on {models}; {sandbox} sandbox"
+    )
+    if deployment is not None:
+        name, build = deployment.version.deployment_name, deployment.version.build_id
+        runs = deployment.default_versioning_behavior.name.lower().replace("_", "-")
+        logging.info(
+            f"worker deployment {name}, build {build}, runs {runs}: `temporal worker deployment "
+            f"set-current-version --deployment-name {name} --build-id {build}` sends new runs here"
+        )
+    for line in Admission.from_env().describe():
+        logging.info("%s", line)
+    # SIGTERM (docker stop, Kubernetes) stops the worker as Ctrl-C does: its workers shut down
+    # gracefully rather than the process dying mid-task.
+    serving_task, loop = asyncio.current_task(), asyncio.get_running_loop()
+    if serving_task is not None:
+        loop.add_signal_handler(signal.SIGTERM, serving_task.cancel)
+    try:
+        await worker.run()
+    except asyncio.CancelledError:
+        logging.info("stopping: the workers shut down")
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
