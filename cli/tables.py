@@ -205,26 +205,20 @@ def stats_table(groups: Sequence[StepStats]) -> str:
     header = ["label", "runs", "failed", "p50", "p95", "max", "mean tok", "p95 tok"]
     rows = [[*header, "mean cost", "max_steps", "cut short"]]
     for g in groups:
-        counts = (g.steps_p50, g.steps_p95, g.steps_max)
-        mean_tokens = None if g.tokens_mean is None else round(g.tokens_mean)
-        rows.append(
-            [
-                shorten(g.label, LABEL_COLUMN),
-                str(g.runs),
-                str(g.failed),
-                *("-" if value is None else str(value) for value in counts),
-                "-" if mean_tokens is None else str(mean_tokens),
-                "-" if g.tokens_p95 is None else str(g.tokens_p95),
-                money(g.cost_mean_usd),
-                "-" if g.recommended_max_steps is None else str(g.recommended_max_steps),
-                str(g.cut_short) if g.runs else "-",
-            ]
-        )
+        tokens = None if g.tokens_mean is None else round(g.tokens_mean)
+        numbers = [g.runs, g.failed, g.steps_p50, g.steps_p95, g.steps_max, tokens, g.tokens_p95]
+        cut_short = str(g.cut_short) if g.runs else "-"
+        rows.append([shorten(g.label, LABEL_COLUMN), *map(_dash, numbers), money(g.cost_mean_usd)])
+        rows[-1] += [_dash(g.recommended_max_steps), cut_short]
     notes = [
         "p50/p95/max: steps of the completed runs (nearest rank); tok: input + output tokens",
         "max_steps: twice the p95; cut short: the completed runs that took more steps than that",
     ]
     return "\n".join(table(rows, right=range(1, len(rows[0]))) + notes)
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
 def usage_text(usage: Usage) -> str:
