@@ -227,7 +227,7 @@ def test_a_deployment_is_a_name_and_a_build_id() -> None:
 
 def test_the_worker_command_refuses_half_a_deployment_in_one_line() -> None:
     worker = subprocess.run(
-        [sys.executable, "-m", "durable_agent.serving.worker", "--build-id", "0.1.0"],
+        [sys.executable, "-m", "durable_agent.cli.worker", "--build-id", "0.1.0"],
         capture_output=True,
         text=True,
         timeout=60,
