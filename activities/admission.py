@@ -303,36 +303,37 @@ class Gate:
                 return
 
 
-_gates: dict[tuple[str, str], Gate] = {}
+class Gates:
+    """The gates of the model calls a plugin's workers make, by task queue and provider: each
+    AgentPlugin has its own (two plugins in one process share none)."""
 
+    def __init__(self) -> None:
+        self._gates: dict[tuple[str, str], Gate] = {}
 
-def install(task_queue: str, provider: str, limits: ProviderLimits) -> None:
-    """Apply `limits` to the calls of `provider` from `task_queue` in this process (called when
-    a worker is built; a gate already there keeps its hold when its limits are the same)."""
-    key = (task_queue, provider)
-    existing = _gates.get(key)
-    if existing is None or existing.limits != limits:
-        _gates[key] = Gate(provider, limits)
+    def install(self, task_queue: str, provider: str, limits: ProviderLimits) -> None:
+        """Apply `limits` to the calls of `provider` from `task_queue` (when a worker is built;
+        a gate already there keeps its hold when its limits are the same)."""
+        key = (task_queue, provider)
+        existing = self._gates.get(key)
+        if existing is None or existing.limits != limits:
+            self._gates[key] = Gate(provider, limits)
 
+    def gate(self, task_queue: str, provider: str) -> Gate:
+        """The gate of `provider`'s calls from `task_queue` (with no limits but the hold when
+        no worker installed any: a run's own queue, for runs older than the provider queues)."""
+        key = (task_queue, provider)
+        found = self._gates.get(key)
+        if found is None:
+            found = self._gates[key] = Gate(provider, ProviderLimits())
+        return found
 
-def gate(task_queue: str, provider: str) -> Gate:
-    """The gate of `provider`'s calls from `task_queue` in this process (with no limits but
-    the hold when no worker installed any: a run's own queue, for runs older than the provider
-    queues)."""
-    key = (task_queue, provider)
-    found = _gates.get(key)
-    if found is None:
-        found = _gates[key] = Gate(provider, ProviderLimits())
-    return found
-
-
-@contextlib.asynccontextmanager
-async def admitted(provider: str, model: str) -> AsyncIterator[None]:
-    """In a model activity: wait until this provider and model may be called, then call."""
-    info = activity.info()
-    latest_start = None
-    if info.start_to_close_timeout is not None:
-        ends = info.started_time + info.start_to_close_timeout
-        latest_start = time.monotonic() + (ends - datetime.now(UTC)).total_seconds()
-    async with gate(info.task_queue, provider).admit(model, latest_start=latest_start):
-        yield
+    @contextlib.asynccontextmanager
+    async def admitted(self, provider: str, model: str) -> AsyncIterator[None]:
+        """In a model activity: wait until this provider and model may be called, then call."""
+        info = activity.info()
+        latest_start = None
+        if info.start_to_close_timeout is not None:
+            ends = info.started_time + info.start_to_close_timeout
+            latest_start = time.monotonic() + (ends - datetime.now(UTC)).total_seconds()
+        async with self.gate(info.task_queue, provider).admit(model, latest_start=latest_start):
+            yield

@@ -68,7 +68,7 @@ from . import progress, telemetry
 from ._heartbeat import heartbeating
 from .mcp_config import McpConfig, McpServerConfig
 from .mcp_sessions import McpConnection, McpServerGone
-from .tools import bounded_result
+from .tools import DEFAULT_TOOLS, ToolRegistry, bounded_result
 
 logger = logging.getLogger(__name__)
 
@@ -207,8 +207,14 @@ class McpTools:
         self._offered: dict[str, _Offered] = {}
         """By exposed name, from the latest listings."""
 
-    def activities(self) -> list[Callable[..., Any]]:
-        return [self.resolve_tools, self.call]
+    def activities(self, registry: ToolRegistry = DEFAULT_TOOLS) -> list[Callable[..., Any]]:
+        """The `resolve_tools` activity, over `registry` and these servers, and the calls'."""
+
+        @activity.defn(name=tool_catalog.RESOLVE_TOOLS)
+        async def resolve_tools(selection: ToolSelection) -> RunTools:
+            return await self.resolve(selection, registry)
+
+        return [resolve_tools, self.call]
 
     def start(self) -> None:
         """Connect to every server in the background (a stdio server's first start can take
@@ -283,10 +289,11 @@ class McpTools:
             raise
         return tools
 
-    @activity.defn(name=tool_catalog.RESOLVE_TOOLS)
-    async def resolve_tools(self, selection: ToolSelection) -> RunTools:
-        """The registry's tools for the run (as `activities.tools.resolve_tools`) and the MCP
-        servers' it asks for (all of them when it names none), listed now."""
+    async def resolve(
+        self, selection: ToolSelection, registry: ToolRegistry = DEFAULT_TOOLS
+    ) -> RunTools:
+        """The registry's tools for the run (as `ToolRegistry.resolver`) and the MCP servers' it
+        asks for (all of them when it names none), listed now."""
         names = selection.names
         wanted_servers = list(self._connections)
         own_names: list[str] | None = None
@@ -294,7 +301,7 @@ class McpTools:
             own_names = [n for n in names if server_of(n) not in self._connections]
             wanted_servers = [s for s in wanted_servers if any(server_of(n) == s for n in names)]
         try:
-            own = tool_catalog.for_run(own_names)
+            own = registry.for_run(own_names)
         except KeyError as error:
             raise _configuration_error(f"the run asks for tools {error.args[0]}") from None
         listed = await asyncio.gather(
@@ -331,8 +338,7 @@ class McpTools:
         clashes = sorted({s.name for s in specs} & {s.name for s in own.tools})
         if clashes:
             raise _configuration_error(f"MCP tools clash with registered tools: {clashes}")
-        recorded = tool_catalog.schedules(own)
-        return recorded.model_copy(update={"tools": [*recorded.tools, *specs], "notices": notices})
+        return own.model_copy(update={"tools": [*own.tools, *specs], "notices": notices})
 
     @activity.defn(dynamic=True)
     async def call(self, args: Sequence[RawValue]) -> ToolActivityResult:

@@ -32,6 +32,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -392,6 +393,11 @@ _OPEN_STORES = 4
 _by_config_lock = threading.Lock()
 
 
+plugin_store: ContextVar[MessageStore | None] = ContextVar("plugin_message_store", default=None)
+"""The store of the plugin whose worker runs the current activity (AgentPlugin(stores=...)):
+set around each of its activities, so two plugins in one process use their own."""
+
+
 def use_message_store(store: MessageStore | None) -> None:
     """Replace the store the environment names (None goes back to it)."""
     global _store
@@ -400,7 +406,10 @@ def use_message_store(store: MessageStore | None) -> None:
 
 def message_store() -> MessageStore:
     """The store in use: the one given to use_message_store, else the PostgreSQL database of
-    `AGENT_STORE_URL`, else the SQLite file of `AGENT_MESSAGE_STORE` (or the default path)."""
+    `AGENT_STORE_URL`, else the SQLite file of `AGENT_MESSAGE_STORE` (or the default path).
+    Inside an activity of a plugin given stores of its own, that plugin's."""
+    if (own := plugin_store.get()) is not None:
+        return own
     if _store is not None:
         return _store
     url = store_url_from_env()

@@ -85,60 +85,73 @@ def _miss(what: str) -> ApplicationError:
     )
 
 
-@activity.defn(name="call_model")
-async def call_model(request: ModelRequest) -> ModelResponse:
-    """Make one model call. Errors a retry can fix are raised retryable; the rest end the run.
+def model_call(gates: admission.Gates) -> Callable[[ModelRequest], Awaitable[ModelResponse]]:
+    """The `call_model` activity, admitting each call at `gates` (a plugin's own)."""
 
-    The call's cost is priced here, from the run's own price or the price table, so that the
-    workflow only ever adds up figures recorded in its history.
-    """
-    await progress.report_retry(request.step, f"model call ({request.settings.model})")
-    named = request
-    request = _resolved(request)
-    message_store.remember(named, request)
-    settings = request.settings
-    provider = ADAPTERS.get(settings.provider)
-    if provider is None:
-        raise AgentConfigurationError(f"unknown model provider {settings.provider!r}")
-    attempt = activity.info().attempt
-    try:
-        with _streaming.publishing(request, attempt) as publisher:
-            beat_with = publisher.heartbeat if publisher is not None else None
-            async with (
-                heartbeating(beat_with),
-                admission.admitted(settings.provider, settings.model),
-            ):
-                with telemetry.chat_span(request) as span:
-                    response = await provider(request)
-                    span.record(response)
-    except Exception as error:
-        activity.logger.warning(
-            "step %d: %s call to %s failed (attempt %d): %s",
-            request.step,
-            settings.provider,
-            settings.model,
-            activity.info().attempt,
-            error,
+    @activity.defn(name="call_model")
+    async def call_model(request: ModelRequest) -> ModelResponse:
+        """Make one model call. Errors a retry can fix are raised retryable; the rest end the run.
+
+        The call's cost is priced here, from the run's own price or the price table, so that the
+        workflow only ever adds up figures recorded in its history.
+        """
+        await progress.report_retry(request.step, f"model call ({request.settings.model})")
+        named = request
+        request = _resolved(request)
+        message_store.remember(named, request)
+        settings = request.settings
+        provider = ADAPTERS.get(settings.provider)
+        if provider is None:
+            raise AgentConfigurationError(f"unknown model provider {settings.provider!r}")
+        attempt = activity.info().attempt
+        try:
+            with _streaming.publishing(request, attempt) as publisher:
+                beat_with = publisher.heartbeat if publisher is not None else None
+                async with (
+                    heartbeating(beat_with),
+                    gates.admitted(settings.provider, settings.model),
+                ):
+                    with telemetry.chat_span(request) as span:
+                        response = await provider(request)
+                        span.record(response)
+        except Exception as error:
+            activity.logger.warning(
+                "step %d: %s call to %s failed (attempt %d): %s",
+                request.step,
+                settings.provider,
+                settings.model,
+                activity.info().attempt,
+                error,
+            )
+            raise
+        if response.reasoning_left_out:
+            # Also in the step's record (StepRecord.reasoning_left_out): the trace says so.
+            activity.logger.info(
+                "step %d: %d reasoning parts of the transcript left out of the %s call: made by "
+                "another provider, or refused by this call's settings",
+                request.step,
+                response.reasoning_left_out,
+                settings.provider,
+            )
+        price = (
+            settings.price or pricing.price_for(response.model) or pricing.price_for(settings.model)
         )
-        raise
-    if response.reasoning_left_out:
-        # Also in the step's record (StepRecord.reasoning_left_out): the trace says so.
-        activity.logger.info(
-            "step %d: %d reasoning parts of the transcript left out of the %s call: made by "
-            "another provider, or refused by this call's settings",
-            request.step,
-            response.reasoning_left_out,
-            settings.provider,
+        usage = response.usage.model_copy(
+            update={"cost_usd": pricing.cost_usd(response.usage, price)}
         )
-    price = settings.price or pricing.price_for(response.model) or pricing.price_for(settings.model)
-    usage = response.usage.model_copy(update={"cost_usd": pricing.cost_usd(response.usage, price)})
-    # Paid for: a reply too large to report is cut to fit rather than failed and paid again.
-    reply = bounded_reply(
-        response.model_copy(update={"usage": usage, "attempt": activity.info().attempt})
-    )
-    text = reply.message.content or ""
-    if request.purpose == "step" and len(text) >= CONTENT_MIN_CHARS:
-        # The reply goes into the history as this activity's result; a run with linear
-        # history names its text in the next call (model_gateway), so it is kept here.
-        message_store.message_store().put_blob(content_ref(text), text)
-    return reply
+        # Paid for: a reply too large to report is cut to fit rather than failed and paid again.
+        reply = bounded_reply(
+            response.model_copy(update={"usage": usage, "attempt": activity.info().attempt})
+        )
+        text = reply.message.content or ""
+        if request.purpose == "step" and len(text) >= CONTENT_MIN_CHARS:
+            # The reply goes into the history as this activity's result; a run with linear
+            # history names its text in the next call (model_gateway), so it is kept here.
+            message_store.message_store().put_blob(content_ref(text), text)
+        return reply
+
+    return call_model
+
+
+call_model = model_call(admission.Gates())
+"""The activity with gates of its own: for a worker built without AgentPlugin, and tests."""

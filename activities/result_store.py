@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Protocol
 
@@ -96,6 +97,8 @@ class PostgresResultStore(_BlobResults):
 
 
 _store: ResultStore | None = None
+plugin_store: ContextVar[ResultStore | None] = ContextVar("plugin_result_store", default=None)
+"""The store of the plugin whose worker runs the current activity (AgentPlugin(stores=...))."""
 
 
 def use_result_store(store: ResultStore | None) -> None:
@@ -107,7 +110,10 @@ def use_result_store(store: ResultStore | None) -> None:
 
 def result_store() -> ResultStore:
     """The store in use: the one given to use_result_store, else the PostgreSQL database of
-    `AGENT_STORE_URL`, else the SQLite file of `AGENT_RESULT_STORE` (or the default path)."""
+    `AGENT_STORE_URL`, else the SQLite file of `AGENT_RESULT_STORE` (or the default path).
+    Inside an activity of a plugin given stores of its own, that plugin's."""
+    if (own := plugin_store.get()) is not None:
+        return own
     if _store is not None:
         return _store
     url = store_url_from_env()

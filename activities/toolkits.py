@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .tools import registered_tools, tool
+from .tools import DEFAULT_TOOLS, ToolRegistry, make_tool, modules_loading
 
 DEMO_TOOLS = "durable_agent.demo.tools"
 """The module of the demo's tools; `--tools demo` names it too."""
@@ -84,9 +84,9 @@ class Toolkit:
             raise ValueError(f"the toolkit has no method {', '.join(map(repr, unknown))}")
         return {name: fn for name, fn in found.items() if name in wanted}
 
-    def register(self) -> list[str]:
-        """Register every method as a tool; returns their tool names. Checks every name first,
-        so that a collision registers none of them."""
+    def register(self, into: ToolRegistry = DEFAULT_TOOLS) -> list[str]:
+        """Register every method as a tool, `into` the default registry or another; returns
+        their tool names. Checks every name first, so that a collision registers none."""
         functions = self.functions()
         planned = {
             name: {
@@ -97,7 +97,7 @@ class Toolkit:
             for name in functions
         }
         names = {m: o.get("name") or self.name_prefix + m for m, o in planned.items()}
-        registered = registered_tools()
+        registered = into.tools()
         for method, tool_name in names.items():
             known = registered.get(tool_name)
             if known is not None and known.function != functions[method]:
@@ -106,7 +106,7 @@ class Toolkit:
                     "name_prefix, or the method a name in options"
                 )
         for method, fn in functions.items():
-            tool(fn, **{**planned[method], "name": names[method]})
+            into.add(make_tool(fn, **{**planned[method], "name": names[method]}))
         return list(names.values())
 
 
@@ -169,19 +169,22 @@ def tools_from_env(environ: Mapping[str, str] | None = None) -> list[str]:
     return [name.strip() for name in value.split(",") if name.strip()]
 
 
-def load_tools(names: Iterable[str]) -> list[str]:
-    """Import each `MODULE` and register each `MODULE:ATTR` toolkit; from now on this process
-    serves only what it loaded (and the built-in tools). Returns the names of every tool it
-    serves. Raises ToolLoadError (one line) for the first that cannot be loaded."""
+def load_tools(names: Iterable[str], into: ToolRegistry | None = None) -> list[str]:
+    """Import each `MODULE` and register each `MODULE:ATTR` toolkit. Into the default registry
+    (None), from which this process then serves only what it loaded (and the built-in tools);
+    or `into` a registry of one's own (AgentPlugin(tools=...)), which gets exactly the tools
+    each module made and each toolkit. Returns the names of every tool served. Raises
+    ToolLoadError (one line) for the first that cannot be loaded."""
     global _chosen
-    _chosen = True
+    if into is None:
+        _chosen = True
     # As uvicorn does: a module beside where the worker was started is found, also from an
     # installed console script, whose sys.path starts with its own directory.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     for name in names:
-        _load(name)
-    return sorted(registered_tools())
+        _load(name, into)
+    return sorted((into or DEFAULT_TOOLS).tools())
 
 
 def load_default_tools() -> None:
@@ -190,33 +193,41 @@ def load_default_tools() -> None:
         importlib.import_module(DEMO_TOOLS)
 
 
-def _load(name: str) -> None:
+def _load(name: str, into: ToolRegistry | None) -> None:
     module_name, colon, attribute = _ALIASES.get(name, name).partition(":")
     if not module_name or (colon and not attribute):
         raise ToolLoadError(f"--tools {name!r}: expected MODULE or MODULE:ATTR")
+    modules_loading.append(module_name)
     try:
         module = importlib.import_module(module_name)
     except Exception as error:
         raise ToolLoadError(
             f"--tools {name}: cannot import {module_name}: {_one_line(error)}"
         ) from None
+    finally:
+        modules_loading.pop()
     if not attribute:
+        if into is not None:
+            for registered in DEFAULT_TOOLS.from_module(module_name):
+                into.add(registered)
         return
     try:
         found = operator.attrgetter(attribute)(module)
     except AttributeError:
         raise ToolLoadError(f"--tools {name}: {module_name} has no {attribute!r}") from None
     try:
-        _register(found, attribute)
+        _register(found, attribute, into or DEFAULT_TOOLS)
     except ToolLoadError as error:
         raise ToolLoadError(f"--tools {name}: {error}") from None
     except Exception as error:
         raise ToolLoadError(f"--tools {name}: {_one_line(error)}") from None
 
 
-def _register(found: Any, attribute: str) -> None:
-    if any(r.function == found for r in registered_tools().values()):
-        return  # a @tool function: importing its module registered it
+def _register(found: Any, attribute: str, into: ToolRegistry) -> None:
+    made = [r for r in DEFAULT_TOOLS.tools().values() if r.function == found]
+    if made:  # a @tool function: importing its module registered it
+        into.add(made[0])
+        return
     if inspect.isclass(found) or inspect.isfunction(found):
         required = [
             p
@@ -233,9 +244,9 @@ def _register(found: Any, attribute: str) -> None:
         except Exception as error:
             raise ToolLoadError(f"{attribute}() failed: {_one_line(error)}") from None
     if isinstance(found, Toolkit):
-        found.register()
+        found.register(into)
     else:
-        register_toolkit(found)
+        Toolkit(found).register(into)
 
 
 def _one_line(error: BaseException) -> str:

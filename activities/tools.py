@@ -73,6 +73,97 @@ class RegisteredTool:
     activity: Callable[[ToolActivityInput], Any]
     compensation_activity: Callable[[CompensationInput], Any] | None = None
     errors_to_model: tuple[type[Exception], ...] = DEFAULT_ERRORS_TO_MODEL
+    origin: str = ""
+    """The module that made it (the one being loaded when a toolkit registered it): what
+    `--tools MODULE` and `AgentPlugin(tools=["MODULE"])` select."""
+
+
+class ToolRegistry:
+    """Tools a worker serves, by name: their specs, their activities and their compensations'.
+
+    `DEFAULT_TOOLS`, which `@tool` and `register_toolkit` fill as the app's modules are imported,
+    is there for convenience; `AgentPlugin(tools=[...])` builds a registry of its own with
+    exactly what it is given, so two plugins in one process share no tool. The workflow never
+    reads a registry: a run's specs come from its worker's `resolve_tools` activity, recorded."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, RegisteredTool] = {}
+
+    def add(self, registered: RegisteredTool) -> None:
+        """Serve `registered`; a name already served by another function is refused."""
+        name = registered.spec.name
+        # == and not `is`: a bound method is a new object each time it is read.
+        if name in self._tools and self._tools[name].function != registered.function:
+            raise ValueError(
+                f"a tool named {name!r} is already registered: give one of them another "
+                "name (@tool(name=...), or register_toolkit's name_prefix)"
+            )
+        compensation = registered.spec.compensation
+        if compensation is not None and compensation in self._tools:
+            raise ValueError(f"compensation {compensation!r} has a tool's name")
+        self._tools[name] = registered
+
+    def tools(self) -> dict[str, RegisteredTool]:
+        return dict(self._tools)
+
+    def from_module(self, module: str) -> list[RegisteredTool]:
+        """The tools a module made, in the order it made them."""
+        return [r for r in self._tools.values() if r.origin == module]
+
+    def specs(self, names: list[str] | None = None) -> list[ToolSpec]:
+        """Specs of the named tools (every tool when None, by name), in a stable order.
+        Raises KeyError naming the tools that are not registered."""
+        if names is None:
+            return [self._tools[n].spec for n in sorted(self._tools)]
+        unknown = [n for n in names if n not in self._tools]
+        if unknown:
+            raise KeyError(f"not registered on this worker: {', '.join(unknown)}")
+        return [self._tools[n].spec for n in names]
+
+    def for_run(self, names: list[str] | None) -> RunTools:
+        """A run's tools, and read_result when the run did not ask for it (offered only once a
+        result was externalised). Raises KeyError as `specs` does."""
+        tools = self.specs(names)
+        if names is not None and READ_RESULT in names:
+            return RunTools(tools=tools)
+        tools = [spec for spec in tools if spec.name != READ_RESULT]
+        read_result = self._tools.get(READ_RESULT)
+        return RunTools(tools=tools, read_result=read_result.spec if read_result else None)
+
+    def activities(self) -> list[Callable[..., Any]]:
+        """Every tool's activity and every compensation's, for the worker to register."""
+        activities: list[Callable[..., Any]] = []
+        for registered in self._tools.values():
+            activities.append(registered.activity)
+            if registered.compensation_activity is not None:
+                activities.append(registered.compensation_activity)
+        return activities
+
+    def resolver(self) -> Callable[[ToolSelection], Any]:
+        """The `resolve_tools` activity over this registry."""
+
+        @activity.defn(name=tool_catalog.RESOLVE_TOOLS)
+        async def resolve_tools(selection: ToolSelection) -> RunTools:
+            """The specs of a run's tools, read from this worker's registry when the run starts
+            (a local activity: the workflow records the answer and replays from it, so a tool
+            redeployed with other specs cannot change what a run in flight replays)."""
+            try:
+                return self.for_run(selection.names)
+            except KeyError as error:
+                raise ApplicationError(
+                    f"the run asks for tools {error.args[0]}",
+                    type="AgentConfigurationError",
+                    non_retryable=True,
+                ) from None
+
+        return resolve_tools
+
+
+DEFAULT_TOOLS = ToolRegistry()
+"""What `@tool` and `register_toolkit` fill: what a worker serves when it is given no tools."""
+modules_loading: list[str] = []
+"""The modules being loaded by name (activities/toolkits.py): a toolkit registered while one
+is loading is that module's."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +181,6 @@ class ToolCallContext:
     """1 for the first attempt of this call, 2 for its first retry, and so on."""
 
 
-_registry: dict[str, RegisteredTool] = {}
 _current_call: ContextVar[ToolCallContext | None] = ContextVar("current_call", default=None)
 
 
@@ -140,6 +230,31 @@ def tool(
     workflow, recorded as one marker each (docs/tools.md#local-tools): for fast calls, since a
     local activity does not heartbeat.
     """
+    _check_options(compensation=compensation, side_effects=side_effects, local=local)
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        DEFAULT_TOOLS.add(
+            make_tool(
+                fn,
+                name=name,
+                side_effects=side_effects,
+                timeout_seconds=timeout_seconds,
+                retry=retry,
+                max_result_chars=max_result_chars,
+                compensation=compensation,
+                compensation_timeout_seconds=compensation_timeout_seconds,
+                compensation_retry=compensation_retry,
+                needs_approval=needs_approval,
+                errors_to_model=errors_to_model,
+                local=local,
+            )
+        )
+        return fn
+
+    return register(function) if function is not None else register
+
+
+def _check_options(*, compensation: Any, side_effects: bool, local: bool) -> None:
     if compensation is not None and not side_effects:
         raise ValueError("only a tool with side_effects=True has an effect to compensate")
     if local and side_effects:
@@ -148,97 +263,89 @@ def tool(
             "which the run can wait for on a cancel"
         )
 
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        tool_name = name or fn.__name__
-        if tool_name in RESERVED_TOOL_NAMES:
-            raise ValueError(f"{tool_name!r} is a built-in tool name")
-        if not TOOL_NAME.fullmatch(tool_name):
-            raise ValueError(
-                f"tool name {tool_name!r}: the providers take 1 to 64 letters, digits, _ and -"
-            )
-        # == and not `is`: a bound method is a new object each time it is read.
-        if tool_name in _registry and _registry[tool_name].function != fn:
-            raise ValueError(
-                f"a tool named {tool_name!r} is already registered: give one of them another "
-                "name (@tool(name=...), or register_toolkit's name_prefix)"
-            )
-        arguments_model = _arguments_model(tool_name, fn)
-        description, parameter_descriptions = describe(fn.__doc__)
-        spec = ToolSpec(
-            name=tool_name,
-            description=description or tool_name,
-            parameters=_described(
-                _without_titles(arguments_model.model_json_schema()), parameter_descriptions
-            ),
-            side_effects=side_effects,
-            timeout_seconds=timeout_seconds,
-            retry=retry or RetrySettings(),
-            max_result_chars=max_result_chars,
-            compensation=compensation.__name__ if compensation is not None else None,
-            compensation_timeout_seconds=compensation_timeout_seconds,
-            compensation_retry=compensation_retry or RetrySettings(maximum_attempts=5),
-            needs_approval=needs_approval,
-            local=local,
-        )
-        if compensation is not None and compensation.__name__ in _registry:
-            raise ValueError(f"compensation {compensation.__name__!r} has a tool's name")
-        _registry[tool_name] = RegisteredTool(
-            spec=spec,
-            function=fn,
-            arguments_model=arguments_model,
-            activity=_tool_activity(
-                tool_name,
-                fn,
-                arguments_model,
-                keep_value=bool(compensation),
-                errors_to_model=tuple(errors_to_model),
-                side_effects=side_effects,
-            ),
-            compensation_activity=_compensation_activity(compensation) if compensation else None,
-            errors_to_model=tuple(errors_to_model),
-        )
-        tool_catalog.register(spec)
-        return fn
 
-    return register(function) if function is not None else register
+def make_tool(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    side_effects: bool = False,
+    timeout_seconds: float = 30.0,
+    retry: RetrySettings | None = None,
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+    compensation: Callable[[CompensationInput], Any] | None = None,
+    compensation_timeout_seconds: float = 30.0,
+    compensation_retry: RetrySettings | None = None,
+    needs_approval: bool | None = None,
+    errors_to_model: tuple[type[Exception], ...] = DEFAULT_ERRORS_TO_MODEL,
+    local: bool = False,
+) -> RegisteredTool:
+    """A function as a tool, registered nowhere: `@tool`'s options (which it documents), for a
+    registry of one's own (`ToolRegistry.add`)."""
+    _check_options(compensation=compensation, side_effects=side_effects, local=local)
+    tool_name = name or fn.__name__
+    if tool_name in RESERVED_TOOL_NAMES:
+        raise ValueError(f"{tool_name!r} is a built-in tool name")
+    if not TOOL_NAME.fullmatch(tool_name):
+        raise ValueError(
+            f"tool name {tool_name!r}: the providers take 1 to 64 letters, digits, _ and -"
+        )
+    arguments_model = _arguments_model(tool_name, fn)
+    description, parameter_descriptions = describe(fn.__doc__)
+    spec = ToolSpec(
+        name=tool_name,
+        description=description or tool_name,
+        parameters=_described(
+            _without_titles(arguments_model.model_json_schema()), parameter_descriptions
+        ),
+        side_effects=side_effects,
+        timeout_seconds=timeout_seconds,
+        retry=retry or RetrySettings(),
+        max_result_chars=max_result_chars,
+        compensation=compensation.__name__ if compensation is not None else None,
+        compensation_timeout_seconds=compensation_timeout_seconds,
+        compensation_retry=compensation_retry or RetrySettings(maximum_attempts=5),
+        needs_approval=needs_approval,
+        local=local,
+    )
+    # The catalog the workflow reads a recorded spec's description from, for runs that recorded
+    # none (before 0.3.0: workflows/tool_catalog.py).
+    tool_catalog.register(spec)
+    return RegisteredTool(
+        spec=spec,
+        function=fn,
+        arguments_model=arguments_model,
+        activity=_tool_activity(
+            tool_name,
+            fn,
+            arguments_model,
+            keep_value=bool(compensation),
+            errors_to_model=tuple(errors_to_model),
+            side_effects=side_effects,
+        ),
+        compensation_activity=_compensation_activity(compensation) if compensation else None,
+        errors_to_model=tuple(errors_to_model),
+        origin=modules_loading[-1] if modules_loading else getattr(fn, "__module__", "") or "",
+    )
 
 
 def registered_tools() -> dict[str, RegisteredTool]:
-    return dict(_registry)
+    """The default registry's tools (`DEFAULT_TOOLS`)."""
+    return DEFAULT_TOOLS.tools()
 
 
 def tool_specs(names: list[str] | None = None) -> list[ToolSpec]:
-    """Specs of the named tools (all registered tools when None), in a stable order.
-
-    Raises KeyError naming the tools that are not registered.
-    """
-    return tool_catalog.specs(names)
-
-
-@activity.defn(name=tool_catalog.RESOLVE_TOOLS)
-async def resolve_tools(selection: ToolSelection) -> RunTools:
-    """The specs of a run's tools, read from this worker's registry when the run starts (a
-    local activity: the workflow records the answer and replays from it, so a tool redeployed
-    with other specs cannot change what a run in flight replays). Only what decides the run's
-    commands is recorded, not the descriptions and schemas the model reads (a few KB a tool)."""
-    try:
-        return tool_catalog.schedules(tool_catalog.for_run(selection.names))
-    except KeyError as error:
-        raise ApplicationError(
-            f"the run asks for tools {error.args[0]}",
-            type="AgentConfigurationError",
-            non_retryable=True,
-        ) from None
+    """Specs of the default registry's named tools (all when None), in a stable order. Raises
+    KeyError naming the tools that are not registered."""
+    return DEFAULT_TOOLS.specs(names)
 
 
 def tool_activities() -> list[Callable[..., Any]]:
-    """Every tool's activity and every compensation's, for the worker to register."""
-    activities: list[Callable[..., Any]] = []
-    for registered in _registry.values():
-        activities.append(registered.activity)
-        if registered.compensation_activity is not None:
-            activities.append(registered.compensation_activity)
-    return activities
+    """The default registry's activities (`ToolRegistry.activities`)."""
+    return DEFAULT_TOOLS.activities()
+
+
+resolve_tools = DEFAULT_TOOLS.resolver()
+"""The default registry's `resolve_tools` activity."""
 
 
 def truncate_middle(text: str, limit: int, read_more: str = "") -> tuple[str, int]:

@@ -44,17 +44,21 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerConfig, W
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from ..activities import (
-    read_result,  # noqa: F401  (registers the read_result tool)
+    message_store,
+    read_result,
+    result_store,
     telemetry,
     toolkits,
 )
 from ..activities.admission import (
     Admission,
-    install as install_admission,
+    Gates,
 )
 from ..activities.mcp_config import McpConfig, load_mcp_config, mcp_config_from
+from ..activities.message_store import MessageStore
+from ..activities.result_store import ResultStore
 from ..activities.store_check import check_stores
-from ..activities.tools import resolve_tools, tool_activities
+from ..activities.tools import DEFAULT_TOOLS, ToolRegistry
 from ..client.agent_client import ensure_search_attributes
 from ..encryption import payload_codec
 from ..workflows.agent import AgentWorkflow
@@ -88,9 +92,11 @@ class AgentPlugin(SimplePlugin):
     """Serve and start agent runs from an app's own Temporal client and worker.
 
     Args:
-        tools: More tools to serve, named as `--tools` names them (`"myapp.tools"`, whose
-            `@tool`s register when it is imported; `"retail:make_toolkit"`; `"demo"`), loaded
-            now. Tools the process registered before the worker is built are served too.
+        tools: The tools to serve, named as `--tools` names them (`"myapp.tools"`: the tools that
+            module makes; `"retail:make_toolkit"`; `"demo"`), loaded now: this plugin's workers
+            serve exactly these (and read_result), whatever else the process registered. Left
+            out: the default registry, every tool `@tool` and `register_toolkit` registered in
+            the process before the worker is built.
         mcp: The MCP servers whose tools runs may use: a config file's path, a loaded config, or
             an `McpTools` (default: $AGENT_MCP_CONFIG, read when the worker is built, else
             none; docs/mcp.md). Connected while a worker runs, closed after.
@@ -116,6 +122,7 @@ class AgentPlugin(SimplePlugin):
         admission: Admission | None = None,
         providers: Collection[str] = ADMITTED_PROVIDERS,
         sandbox: Sandbox = "passthrough",
+        stores: Stores | None = None,
     ) -> None:
         unknown = sorted(set(providers) - set(ADMITTED_PROVIDERS))
         if unknown:
@@ -124,8 +131,13 @@ class AgentPlugin(SimplePlugin):
                 f"(there is one for {', '.join(ADMITTED_PROVIDERS)})"
             )
         names = list(tools)
+        self.tools = DEFAULT_TOOLS
+        """What this plugin's workers serve: the default registry, which `@tool` and
+        `register_toolkit` fill, unless the plugin was given `tools`; then exactly those, and
+        read_result (a registry of its own: two plugins in one process share no tool)."""
         if names:
-            toolkits.load_tools(names)
+            self.tools = ToolRegistry()
+            toolkits.load_tools([read_result.__name__, *names], into=self.tools)
         if isinstance(mcp, str | Path):
             mcp = load_mcp_config(str(mcp))
         self._mcp_setting = mcp
@@ -134,6 +146,12 @@ class AgentPlugin(SimplePlugin):
         self.admission = admission
         """The model calls' limits; None: the AGENT_MODEL_* variables', read as a worker starts."""
         self.providers = tuple(p for p in ADMITTED_PROVIDERS if p in providers)
+        self.gates = Gates()
+        """The gates of this plugin's model calls, by queue and provider (admission.py)."""
+        self.stores = stores
+        """The message and result stores this plugin's activities use; None: the process's,
+        from the environment (AGENT_STORE_URL, AGENT_MESSAGE_STORE, AGENT_RESULT_STORE)."""
+        self._model_call: Callable[..., Any] | None = None
         self.sandbox = sandbox
         self._serving = 0
         """This plugin's workers running now: MCP connects with the first, closes after the last."""
@@ -186,18 +204,28 @@ class AgentPlugin(SimplePlugin):
         )
         if tracing:
             config["interceptors"] = [*tracing, *config.get("interceptors", ())]
+        if self.stores is not None:
+            # Its model-call queues' workers take the worker's interceptors, this one among them.
+            config["interceptors"] = [*config.get("interceptors", ()), _UsingStores(self.stores)]
         return config
 
     def _with_activities(self, existing: Sequence[Callable[..., Any]] | None) -> list[Any]:
-        from ..activities.model_call import call_model
-
         mcp = self.mcp
         served = [
-            call_model,
-            *(mcp.activities() if mcp is not None else [resolve_tools]),
-            *tool_activities(),
+            self._call_model(),
+            *(mcp.activities(self.tools) if mcp is not None else [self.tools.resolver()]),
+            *self.tools.activities(),
         ]
         return [*(existing or ()), *served]
+
+    def _call_model(self) -> Callable[..., Any]:
+        """The model-call activity over this plugin's gates, made when a worker first needs it:
+        the model call imports the providers' SDKs, which a client process must not load."""
+        if self._model_call is None:
+            from ..activities.model_call import model_call
+
+            self._model_call = model_call(self.gates)
+        return self._model_call
 
     def _runner(self, existing: WorkflowRunner | None) -> WorkflowRunner:
         existing = existing if existing is not None else SandboxedWorkflowRunner()
@@ -256,7 +284,7 @@ class AgentPlugin(SimplePlugin):
     async def _provider_queues(self, worker: Worker) -> AsyncIterator[asyncio.Future[None]]:
         """The workers of the providers' model-call queues, running while the block runs; the
         future it yields ends when one of them stops by itself (with its error)."""
-        from ..activities.model_call import STREAM_HEARTBEAT_THROTTLE, call_model
+        from ..activities.model_call import STREAM_HEARTBEAT_THROTTLE
 
         config = worker.config(active_config=True)
         # A client of the same connection without the plugins: the app's client plugins
@@ -268,12 +296,12 @@ class AgentPlugin(SimplePlugin):
         for provider in self.providers:
             own = limits.limits(provider)
             queue = model_task_queue(worker.task_queue, provider)
-            install_admission(queue, provider, own)
+            self.gates.install(queue, provider, own)
             workers.append(
                 Worker(
                     bare,
                     task_queue=queue,
-                    activities=[call_model],
+                    activities=[self._call_model()],
                     max_concurrent_activities=own.concurrency,
                     max_task_queue_activities_per_second=own.rate_per_second,
                     # A streaming call's progress rides on its heartbeats: sent this often at most.
@@ -302,6 +330,43 @@ class AgentPlugin(SimplePlugin):
                 stopped.exception()  # retrieved: it was raised, or the app's worker ended first
             else:
                 stopped.cancel()
+
+
+@dataclasses.dataclass(frozen=True)
+class Stores:
+    """The stores a plugin's activities use instead of the process's: what linear history's
+    references name (a MessageStore: activities/message_store.py) and externalised results (a
+    ResultStore: activities/result_store.py). `AgentPlugin(stores=Stores(...))`."""
+
+    messages: MessageStore
+    results: ResultStore
+
+
+class _UsingStores(temporalio.worker.Interceptor):
+    """Sets a plugin's stores around each activity its workers run."""
+
+    def __init__(self, stores: Stores) -> None:
+        self._stores = stores
+
+    def intercept_activity(
+        self, next: temporalio.worker.ActivityInboundInterceptor
+    ) -> temporalio.worker.ActivityInboundInterceptor:
+        return _StoresInbound(next, self._stores)
+
+
+class _StoresInbound(temporalio.worker.ActivityInboundInterceptor):
+    def __init__(self, next: temporalio.worker.ActivityInboundInterceptor, stores: Stores) -> None:
+        super().__init__(next)
+        self._stores = stores
+
+    async def execute_activity(self, input: temporalio.worker.ExecuteActivityInput) -> Any:
+        messages = message_store.plugin_store.set(self._stores.messages)
+        results = result_store.plugin_store.set(self._stores.results)
+        try:
+            return await super().execute_activity(input)
+        finally:
+            result_store.plugin_store.reset(results)
+            message_store.plugin_store.reset(messages)
 
 
 def agent_data_converter(existing: DataConverter | None) -> DataConverter:

@@ -23,6 +23,7 @@ from temporalio.exceptions import ApplicationError
 
 from durable_agent.activities import admission
 from durable_agent.activities.admission import Admission, Gate, ModelLimits, ProviderLimits
+from durable_agent.serving.plugin import AgentPlugin
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentConfigurationError
@@ -137,9 +138,11 @@ async def test_a_retry_after_holds_the_providers_next_calls_on_this_worker(
     pointed_at(fake, monkeypatch)
     queue = model_task_queue(task_queue, "openai")
     with fake:
-        async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS) as worker:
+            (plugin,) = [p for p in worker.config()["plugins"] if isinstance(p, AgentPlugin)]
+            gate = plugin.gates.gate(queue, "openai")
             first = await start(client, task_queue, "first")
-            await eventually(lambda: admission.gate(queue, "openai").holds == 1, what="the hold")
+            await eventually(lambda: gate.holds == 1, what="the hold")
             second = await start(client, task_queue, "second")
             assert (await first.result()).answer == (await second.result()).answer == "ok"
 

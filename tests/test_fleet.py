@@ -123,7 +123,7 @@ class Machines:
         """The result `ref` as a fresh process in `home` reads it (its own store, as a worker
         there would open it)."""
         code = (
-            "import sys\nfrom activities.result_store import result_store\n"
+            "import sys\nfrom durable_agent.activities.result_store import result_store\n"
             "text = result_store().get(sys.argv[1])\n"
             "print('' if text is None else len(text))\n"
         )

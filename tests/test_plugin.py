@@ -7,28 +7,36 @@ plugin's rules one by one against the session's dev server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import os
+import sqlite3
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
     DataConverter,
     DefaultPayloadConverter,
     PayloadCodec,
 )
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_agent import AgentClient, AgentConfigurationError, AgentPlugin
+from durable_agent.activities.message_store import SqliteMessageStore
+from durable_agent.activities.result_store import SqliteResultStore
 from durable_agent.encryption import payload_codec
 from durable_agent.serving import sandbox_runner
-from durable_agent.serving.plugin import agent_data_converter
+from durable_agent.serving.plugin import Stores, agent_data_converter
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.inputs import ModelSettings
 from tests import fake_openai
@@ -237,3 +245,77 @@ async def test_a_model_queue_worker_that_stops_stops_the_apps_worker_with_its_re
     with pytest.raises(RuntimeError, match="gone-"):
         await asyncio.wait_for(worker.run(), 30)
     assert worker.is_shutdown
+
+
+async def test_two_plugins_in_one_process_serve_only_what_each_was_given(
+    client: Client, task_queue: str
+) -> None:
+    """Each plugin's registry holds exactly its tools: a run on A cannot call B's, and each
+    serves its own `search` though both are named so (the default registry could hold one)."""
+    plugin_a = AgentPlugin(tools=["tests.plugin_tools_a", "tests.plugin_tools_a:SEARCH"])
+    plugin_b = AgentPlugin(tools=["tests.plugin_tools_b", "tests.plugin_tools_b:SEARCH"])
+    queue_a, queue_b = f"{task_queue}-a", f"{task_queue}-b"
+    assert set(plugin_a.tools.tools()) == {"alpha_lookup", "search", "read_result"}
+    assert set(plugin_b.tools.tools()) == {"beta_lookup", "search", "read_result"}
+
+    def run_on(queue: str, tools: list[str] | None, *calls: Any) -> Any:
+        script = [turn(*calls), turn(text="{last_tool_result}")]
+        return client.execute_workflow(
+            AgentWorkflow.run,
+            scripted_input(script, tools=tools),
+            id=f"test-{uuid.uuid4()}",
+            task_queue=queue,
+        )
+
+    worker_a = Worker(client, task_queue=queue_a, plugins=[plugin_a], **TEST_WORKER_OPTIONS)
+    worker_b = Worker(client, task_queue=queue_b, plugins=[plugin_b], **TEST_WORKER_OPTIONS)
+    async with worker_a, worker_b:
+        assert (await run_on(queue_a, None, call("search", term="x"))).answer == "A found x"
+        assert (await run_on(queue_b, None, call("search", term="x"))).answer == "B found x"
+        assert (await run_on(queue_a, None, call("alpha_lookup", key="k"))).answer == "A has k"
+        with pytest.raises(WorkflowFailureError) as refused:
+            await run_on(queue_a, ["beta_lookup"], call("beta_lookup", key="k"))
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "AgentConfigurationError"
+    assert "beta_lookup" in cause.message
+
+
+async def test_a_plugin_given_stores_keeps_its_runs_in_them(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Two plugins, each with stores of its own: each run's linear-history links go to its
+    plugin's message store, and neither touches the process's (the environment's)."""
+    workers = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        stores = Stores(
+            messages=SqliteMessageStore(tmp_path / name / "messages.db"),
+            results=SqliteResultStore(tmp_path / name / "results.db"),
+        )
+        plugin = AgentPlugin(tools=["tests.plugin_tools_a"], stores=stores)
+        queue = f"{task_queue}-{name}"
+        workers.append(Worker(client, task_queue=queue, plugins=[plugin], **TEST_WORKER_OPTIONS))
+    script = [
+        turn(call("alpha_lookup", key="k")),
+        turn(call("alpha_lookup", key="j")),
+        turn(text="done"),
+    ]
+    async with workers[0], workers[1]:
+        for name in ("a", "b"):
+            await client.execute_workflow(
+                AgentWorkflow.run,
+                scripted_input(script, prompt=f"a question for {name}", tools=["alpha_lookup"]),
+                id=f"test-{uuid.uuid4()}",
+                task_queue=f"{task_queue}-{name}",
+            )
+
+    def links(path: Path) -> set[str]:
+        """The links a message store file holds (none: no file, or one the worker's start-up
+        check only touched)."""
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            made = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'links'").fetchone()
+            return {row[0] for row in db.execute("SELECT ref FROM links")} if made else set()
+
+    in_a, in_b = links(tmp_path / "a" / "messages.db"), links(tmp_path / "b" / "messages.db")
+    assert in_a and in_b and not in_a & in_b  # the prompts differ, so every link does
+    assert links(Path(os.environ["AGENT_MESSAGE_STORE"])) == set()

@@ -598,9 +598,13 @@ WITH_THE_SDKS_PLUGIN = """
                 )
             names[setup] = [s.name for s in memory.get_finished_spans()]
             memory.clear()
-        print(json.dumps(names))
+        print(json.dumps(names), flush=True)
 
     asyncio.run(main())
+    # Skip the interpreter's teardown, as the CLI does (cli.plumbing.exit_now): the SDK's Rust
+    # threads can abort it with "PyGILState_Release ... finalizing" (temporalio/sdk-python#300),
+    # turning a run that printed its spans into status -6.
+    os._exit(0)
 """
 
 

@@ -25,13 +25,13 @@ class CallIds:
     """The ids of a run's calls so far, over `state.call_ids` (newest) and
     `state.older_call_ids` (the filter, base64), which continue-as-new carries."""
 
-    def __init__(self, state: RunState) -> None:
+    def __init__(self, state: RunState, *, bounded: bool = False) -> None:
         self._state = state
         self._exact = set(state.call_ids)
         self._filter = (
             bytearray(base64.b64decode(state.older_call_ids)) if state.older_call_ids else None
         )
-        self.bounded = False
+        self.bounded = bounded
         """Move ids past MAX_EXACT_CALL_IDS into the filter (set by the run from its history:
         see versioning.Behaviours.bounded_state)."""
 

@@ -13,25 +13,24 @@ from temporalio import workflow
 from . import compaction
 from .activity_io import ModelResponse
 from .budget import Budget, estimate_message_tokens
-from .inputs import AgentInput
+from .context import RunContext
 from .model_gateway import ModelGateway
 from .reporting import Reporter
 from .specs import ToolSpec
-from .state import CompactionRecord, RunState
+from .state import CompactionRecord
 from .transcript import Message, UserMessage
 
 
 class ContextWindow:
     def __init__(
         self,
-        agent_input: AgentInput,
-        state: RunState,
+        ctx: RunContext,
         budget: Budget,
         gateway: ModelGateway,
         reporter: Reporter,
     ) -> None:
-        self._input = agent_input
-        self._state = state
+        self._input = ctx.input
+        self._state = ctx.state
         self._budget = budget
         self._gateway = gateway
         self._reporter = reporter

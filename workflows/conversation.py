@@ -27,15 +27,14 @@ from temporalio import workflow
 
 from . import versioning
 from .budget import Budget
+from .context import RunContext
 from .input_limits import check_message, check_queue
-from .inputs import AgentInput
 from .interruption import Interruption
 from .outcomes import bounded
 from .reporting import Reporter
 from .state import (
     ConversationState,
     QueuedMessage,
-    RunState,
     TurnOutcome,
     TurnRecord,
     Usage,
@@ -59,12 +58,12 @@ NextTurn = Literal["turn", "ended", "continue_as_new"]
 class Conversation:
     def __init__(
         self,
-        agent_input: AgentInput,
-        state: RunState,
+        ctx: RunContext,
         reporter: Reporter,
         budget: Budget,
         signals: UnknownSignals,
     ) -> None:
+        agent_input, state = ctx.input, ctx.state
         self.on = agent_input.conversation
         if self.on and state.conversation is None:
             state.conversation = ConversationState()

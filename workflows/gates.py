@@ -23,6 +23,7 @@ from temporalio.exceptions import ApplicationError, FailureError
 
 from . import shown_arguments, versioning
 from .budget import Budget
+from .context import RunContext
 from .dispatch import PlannedCall, Run
 from .errors import AgentApprovalTimeout
 from .input_limits import (
@@ -34,7 +35,7 @@ from .input_limits import (
 )
 from .outcomes import count
 from .reporting import Explained, Reporter, calls_markdown, plan_markdown
-from .state import DecidedBy, PlanDecision, PlanState, RunState, ToolApproval, ToolCallDecision
+from .state import DecidedBy, PlanDecision, PlanState, ToolApproval, ToolCallDecision
 from .status import SUB_AGENT_APPROVALS_SIGNAL, SubAgentApproval, SubAgentReport
 from .transcript import ToolCall
 from .unknown_signals import UnknownSignals
@@ -81,17 +82,12 @@ class PlanGate:
     """Plan mode: the run waits for a person to approve or reject the submitted plan."""
 
     def __init__(
-        self,
-        state: RunState,
-        reporter: Reporter,
-        budget: Budget,
-        timeout: float,
-        signals: UnknownSignals,
+        self, ctx: RunContext, reporter: Reporter, budget: Budget, signals: UnknownSignals
     ):
-        self._state = state
+        self._state = ctx.state
         self._reporter = reporter
         self._budget = budget
-        self._timeout = timeout
+        self._timeout = ctx.input.approval_timeout_seconds
         self._signals = signals
         self._decision: PlanDecision | None = None
 
@@ -184,19 +180,15 @@ class ToolCallGate:
     """Per-call approval: the calls the dispatch plan marks wait for their own decision."""
 
     def __init__(
-        self,
-        state: RunState,
-        reporter: Reporter,
-        budget: Budget,
-        timeout: float,
-        signals: UnknownSignals,
+        self, ctx: RunContext, reporter: Reporter, budget: Budget, signals: UnknownSignals
     ):
-        self._state = state
+        self._ctx = ctx
+        self._state = ctx.state
         self._reporter = reporter
         self._budget = budget
-        self._timeout = timeout
+        self._timeout = ctx.input.approval_timeout_seconds
         self._signals = signals
-        self._by_call = {a.call_id: a for a in state.approvals}
+        self._by_call = {a.call_id: a for a in ctx.state.approvals}
         """An index of state.approvals (the same objects)."""
         self._waiting_for_people = 0
         self._sub_agents: dict[str, dict[str, SubAgentApproval]] = {}
@@ -379,7 +371,7 @@ class ToolCallGate:
     def take_report(self, report: SubAgentReport) -> None:
         """A sub-agent's report (the sub_agent_approvals signal): show its calls that wait,
         as this run's own would be, until they are decided."""
-        if not self._reporter.behaviours.sub_agent_approvals_reach_the_parent:
+        if not self._ctx.behaviours.sub_agent_approvals_reach_the_parent:
             workflow.logger.warning("sub-agent report ignored: this run predates them")
             return
         prefix = f"{workflow.info().workflow_id}/"

@@ -31,7 +31,7 @@ def _hashed(plain_key: str) -> str:
 
 
 class LoopDetector:
-    def __init__(self, counts: dict[str, int] | None = None) -> None:
+    def __init__(self, counts: dict[str, int] | None = None, *, bounded: bool = False) -> None:
         self.counts: dict[str, int] = {} if counts is None else counts
         """By call_key, least recently made first; the run's state holds it, so it goes along
         on continue-as-new."""
@@ -43,7 +43,7 @@ class LoopDetector:
             for key, times in carried:
                 hashed = _hashed(key) if "\n" in key else key
                 self.counts[hashed] = self.counts.get(hashed, 0) + times
-        self.bounded = False
+        self.bounded = bounded
         """Forget the least recently made calls past MAX_REMEMBERED_CALLS (set by the run from
         its history: see versioning.Behaviours.bounded_state)."""
 

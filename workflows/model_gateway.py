@@ -24,9 +24,10 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, RetryState
 
-from . import history, versioning
+from . import history
 from .activity_io import ModelRequest, ModelResponse
 from .budget import Budget
+from .context import RunContext
 from .errors import (
     FATAL_ERROR_TYPES,
     AgentBudgetExceeded,
@@ -34,7 +35,7 @@ from .errors import (
     describe_failure,
     error_class,
 )
-from .inputs import AgentInput, ScriptedTurn
+from .inputs import ScriptedTurn
 from .specs import ToolSpec
 from .transcript import AssistantMessage, Message, ToolResult
 
@@ -53,8 +54,8 @@ class _StoreMiss(Exception):
 
 
 class ModelGateway:
-    def __init__(self, agent_input: AgentInput, budget: Budget) -> None:
-        self._input = agent_input
+    def __init__(self, ctx: RunContext, budget: Budget) -> None:
+        self._input = ctx.input
         self._budget = budget
         # Linear history: what the last call sent, and the chain reference naming it.
         self._last_sent: list[Message] = []
@@ -65,7 +66,7 @@ class ModelGateway:
         self._stored_contents: set[str] = set()
         """Tool results and replies the workers were asked to keep (the next call names them)."""
         self._script_digest: str | None = None
-        self.behaviours = versioning.LEGACY
+        self.behaviours = ctx.behaviours
         """Set by the run from its history (see versioning)."""
 
     def keep_reference(self, content_ref: str) -> None:

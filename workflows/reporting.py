@@ -27,11 +27,13 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
 from temporalio.contrib.workflow_streams import WorkflowStream
 
-from . import shown_arguments, versioning
+from . import shown_arguments
+from .activity_io import ModelResponse
+from .context import RunContext
 from .events import EVENTS_TOPIC, AgentEvent, AgentEventKind
 from .inputs import AgentInput
 from .outcomes import Outcome, count
-from .state import RunState, ToolApproval, Usage
+from .state import StepRecord, ToolApproval, Usage
 from .status import AGENT_COST_USD, AGENT_ERROR, AGENT_STATUS, AGENT_STEP, AgentStatus
 
 AGENT_STEP_EVERY = 10
@@ -73,11 +75,10 @@ and the Markdown below the step and cost (what to decide, and how)."""
 
 
 class Reporter:
-    def __init__(self, state: RunState, stream: WorkflowStream) -> None:
-        self._state = state
+    def __init__(self, ctx: RunContext, stream: WorkflowStream) -> None:
+        self._ctx = ctx
+        self._state = ctx.state
         self._events = stream.topic(EVENTS_TOPIC, type=AgentEvent)
-        self.behaviours = versioning.LEGACY
-        """Set by the run from its history before the first status (see versioning)."""
         self.status: AgentStatus = "running"
         self.details = "starting"
         self._step_reported = 0
@@ -107,16 +108,16 @@ class Reporter:
         error a failed run ends with (AgentError)."""
         steps = self._state.steps
         cost = self._state.usage.cost_usd
-        if self.behaviours.coarse_step_attribute:
+        if self._ctx.behaviours.coarse_step_attribute:
             step_due = steps - self._step_reported >= AGENT_STEP_EVERY
         else:
             step_due = status == self.status == "running"
         changed = status != self.status or details == "starting" or step_due
-        operators = self.behaviours.reports_for_operators
+        operators = self._ctx.behaviours.reports_for_operators
         if operators and status != "running":
             # Waiting or ended: the list shows the step and cost of this moment.
             changed = changed or (steps, cost) != (self._step_reported, self._cost_reported)
-        if self.behaviours.reports_status and changed:
+        if self._ctx.behaviours.reports_status and changed:
             updates: list[SearchAttributeUpdate[Any]] = [
                 AGENT_STATUS.value_set(status),
                 AGENT_STEP.value_set(steps),
@@ -152,6 +153,27 @@ class Reporter:
                 self._state.usage,
                 self._ignored,
             )
+        )
+
+    def step_finished(self, response: ModelResponse, record: StepRecord) -> None:
+        """A model call answered: the stream's event and the worker's log line."""
+        calls = response.message.tool_calls
+        self.publish(
+            "step_finished",
+            model=response.model,
+            usage=response.usage,
+            latency_ms=record.model_latency_ms,
+            attempts=response.attempt,
+            outcome=response.finish_reason,
+            text=", ".join(c.name for c in calls) or None,
+        )
+        workflow.logger.info(
+            "step %d: %s replied (%s) with %d tool calls: %s",
+            record.step,
+            response.model,
+            response.finish_reason,
+            len(calls),
+            ", ".join(f"{c.name} {c.id}" for c in calls) or "-",
         )
 
     def call_finished(self, outcome: Outcome) -> None:

@@ -19,11 +19,12 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 from . import effect_log, paging, tool_catalog
+from .context import RunContext
 from .errors import FATAL_ERROR_TYPES, AgentError, describe_failure
 from .outcomes import count
 from .paging import EffectsPage, EffectsPageRequest
 from .reporting import Reporter
-from .state import AppliedEffect, CompensationRecord, CompensationStatus, RunState
+from .state import AppliedEffect, CompensationRecord, CompensationStatus
 
 MAX_REPORTED_COMPENSATIONS = 1_000
 """The failure's details list the first this many compensations, and count the rest by status
@@ -34,17 +35,12 @@ MAX_NAMED_COMPENSATIONS = 20
 
 
 class Saga:
-    def __init__(
-        self,
-        state: RunState,
-        reporter: Reporter,
-        heartbeat: timedelta | None,
-        room: int | None = None,
-    ):
+    def __init__(self, ctx: RunContext, reporter: Reporter):
+        state = ctx.state
         self._state = state
         self._reporter = reporter
-        self._heartbeat = heartbeat
-        self._room = room
+        self._heartbeat = ctx.input.heartbeat_timeout
+        room = self._room = ctx.input.effect_log_room
         """A sub-agent's: what its parent's log has left (AgentInput.effect_log_room)."""
         self.compensations: list[CompensationRecord] = []
         """What undoing did, newest effect first (filled when the run fails)."""

@@ -1,10 +1,10 @@
-"""The tools a worker serves, as data: the specs the workflow offers and dispatches on.
+"""The tools' specs as the workflow reads them beside what a run recorded.
 
-`activities.tools.tool` registers each tool's `ToolSpec` here when the tool is defined, so the
-workflow reads specs without importing any activity code. The catalog itself is kept in
-registry.py, which the sandbox passes through, so the catalog the worker fills is the one a run
-reads; this module, like the rest of the loop, is imported afresh for each run. Deterministic:
-data, no I/O.
+A run gets its specs from its worker's `resolve_tools` activity (the worker's own registry:
+activities/tools.py) and records them. This catalog, which every made tool's spec is copied
+into (registry.py keeps it, passed through the sandbox), serves only runs that recorded less:
+those recorded before 0.3.0, which recorded no descriptions, and the oldest, which recorded no
+specs at all. Deterministic: data, no I/O.
 """
 
 from __future__ import annotations
@@ -49,29 +49,14 @@ def get(name: str) -> ToolSpec | None:
     return _spec(name) if name in _registered else None
 
 
-def schedules(run_tools: RunTools) -> RunTools:
-    """The specs without what only the model reads (description, parameters): what decides
-    the run's commands (side effects, approval, timeouts, retries, compensation), which a run
-    records when it starts."""
-
-    def bare(spec: ToolSpec) -> ToolSpec:
-        return spec.model_copy(update={"description": "", "parameters": {}})
-
-    read_result = run_tools.read_result
-    return run_tools.model_copy(
-        update={
-            "tools": [bare(s) for s in run_tools.tools],
-            "read_result": bare(read_result) if read_result else None,
-        }
-    )
-
-
 def described(run_tools: RunTools) -> RunTools:
-    """Recorded specs with the descriptions and parameters this worker has for them: they shape
-    only what the model is told, never the run's commands, so they may come from the registry
-    (and improve with a redeploy)."""
+    """Recorded specs with descriptions: a run recorded since 0.3.0 recorded them whole, from
+    its worker's own registry; an older run recorded only what decides its commands, and gets
+    the descriptions and parameters this worker has (they shape only what the model is told)."""
 
     def full(spec: ToolSpec) -> ToolSpec:
+        if spec.description or spec.parameters:
+            return spec  # recorded whole, by its worker's registry (0.3.0 and later)
         known = _registered.get(spec.name)
         if known is None:
             return spec

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,6 +33,7 @@ from . import json_schema, versioning
 from .activity_io import ToolActivityInput, ToolActivityResult
 from .budget import Budget
 from .builtin_tools import DELEGATE, DELEGATE_PARAMETERS, READ_RESULT
+from .context import RunContext
 from .dispatch import (
     AFTER_FINISH,
     Finish,
@@ -54,7 +56,7 @@ from .outcomes import MAY_HAVE_TAKEN_EFFECT, Outcome
 from .reporting import Reporter
 from .saga import Saga
 from .specs import ToolSpec
-from .state import AppliedEffect, CompensationInput, FailureDetails, RunState, ToolCallRecord
+from .state import AppliedEffect, CompensationInput, FailureDetails, ToolCallRecord
 from .transcript import ToolCall
 
 ANSWER_RECORDED = "Answer recorded; the run ends here."
@@ -95,24 +97,26 @@ def not_run_because(call: ToolCall, reason: str) -> Outcome:
 class ToolRunner:
     def __init__(
         self,
-        agent_input: AgentInput,
-        state: RunState,
+        ctx: RunContext,
         budget: Budget,
         gate: ToolCallGate,
         gateway: ModelGateway,
         saga: Saga,
         reporter: Reporter,
+        tools: Mapping[str, ToolSpec],
+        interruption: Interruption | None,
     ) -> None:
-        self._input = agent_input
-        self._state = state
+        self._input = ctx.input
+        self._state = ctx.state
+        self._behaviours = ctx.behaviours
         self._budget = budget
         self._gate = gate
         self._gateway = gateway
         self._saga = saga
         self._reporter = reporter
-        self.tools: dict[str, ToolSpec] = {}
-        """The run's own tools, by name (set when the run resolves them)."""
-        self.interruption: Interruption | None = None
+        self.tools = tools
+        """The run's own tools, by name (filled when the run resolves them, before any call)."""
+        self.interruption = interruption
         """A conversation's: an interrupt stops the calls that may stop (interruption.py)."""
 
     def _interrupted(self) -> bool:
@@ -175,7 +179,7 @@ class ToolRunner:
                     if self._interrupted():
                         reply.outcomes[call.id] = Outcome.not_run(call, NOT_RUN)
                         continue
-                    if self._reporter.behaviours.cancels_end_the_run:
+                    if self._behaviours.cancels_end_the_run:
                         batch.append((call, run))
                         await run_batch()
                     else:
@@ -213,7 +217,7 @@ class ToolRunner:
 
     async def _execute(self, call: ToolCall, run: Run) -> Outcome:
         spec = run.spec
-        behaviours = self._reporter.behaviours
+        behaviours = self._behaviours
         if (
             spec.side_effects
             and (full := self._saga.full())
@@ -364,7 +368,7 @@ class ToolRunner:
         problem = json_schema.problems(DELEGATE_PARAMETERS, arguments)
         if problem:
             return Outcome.error(call, f"Error: invalid arguments for delegate: {problem}.")
-        if self._reporter.behaviours.bounded_sub_agents:
+        if self._behaviours.bounded_sub_agents:
             refusal = self._out_of_bounds(arguments)
             if refusal is not None:
                 return Outcome.error(call, refusal)
@@ -392,7 +396,7 @@ class ToolRunner:
             )
         except ChildWorkflowError as error:
             cause = error.cause
-            if isinstance(cause, CancelledError) and self._reporter.behaviours.cancels_end_the_run:
+            if isinstance(cause, CancelledError) and self._behaviours.cancels_end_the_run:
                 raise asyncio.CancelledError(
                     "the sub-agent was cancelled with its parent"
                 ) from None
@@ -425,7 +429,7 @@ class ToolRunner:
         parent = self._input
         limits = parent.limits
         max_steps = limits.max_steps
-        if self._reporter.behaviours.bounded_sub_agents:
+        if self._behaviours.bounded_sub_agents:
             max_steps = self._budget.steps_left
         used = self._budget.usage
         remaining_wall = self._budget.remaining_seconds(workflow.now())
