@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 import click
 from temporalio.client import WorkflowUpdateFailedError
-from temporalio.service import RPCError
 
 from ..client.agent_client import AgentRun, AgentRunFailed, AgentUpdateNotDelivered
 from ..workflows.input_limits import check_message
@@ -229,19 +228,23 @@ async def _line_or_ctrl_c(stdin: decide.Lines, ctrl_c: CtrlC) -> str | None:
     return None
 
 
-async def _end(agent_run: AgentRun, following: Following) -> int:
+async def _end(agent_run: AgentRun, following: Following, *, chat: bool = True) -> int:
+    """End the conversation and print its turns. A conversation that had ended already when a
+    chat ends is reported by its result; the `end` subcommand says that the run refused."""
     try:
-        result = await agent_run.end()
-    except WorkflowUpdateFailedError:  # it had ended already: its result says how
         try:
+            result = await agent_run.end()
+        except WorkflowUpdateFailedError as refused:
+            if not chat:
+                say(f"cannot end {agent_run.id}: {decide.refusal(refused)}")
+                return 1
             result = await agent_run.result()
-        except AgentRunFailed as failure:
-            say(str(failure))
-            return 1
     except AgentRunFailed as failure:
         say(str(failure))
         return 1
     except AgentUpdateNotDelivered as busy:
+        if not chat:
+            raise  # reported by the subcommands' dispatch, as every server's refusal is
         say(f"not ended: {decide.refusal(busy)}")
         return 1
     _print_end(agent_run.id, result, json_out=following.json)
@@ -303,16 +306,4 @@ async def interrupt(agent_run: AgentRun, following: Following) -> int:
 
 @subcommand("End a conversation; prints its turns.")
 async def end(agent_run: AgentRun, following: Following) -> int:
-    try:
-        result = await agent_run.end()
-    except WorkflowUpdateFailedError as refused:
-        say(f"cannot end {agent_run.id}: {decide.refusal(refused)}")
-        return 1
-    except AgentRunFailed as failure:
-        say(str(failure))
-        return 1
-    except RPCError as error:
-        say(f"end {agent_run.id}: {decide.refusal(error)}")
-        return 1
-    _print_end(agent_run.id, result, json_out=following.json)
-    return 0
+    return await _end(agent_run, following, chat=False)

@@ -4,26 +4,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
-from collections import Counter, defaultdict
 from typing import Any
 
 import click
-from temporalio.client import WorkflowQueryFailedError
-from temporalio.service import RPCError
 
-from ..client.agent_client import AgentClient, AgentRun, step_stats
+from ..client import overview
+from ..client.agent_client import AgentClient, AgentRun
 from ..workflows.events import AgentEvent
-from ..workflows.inputs import AgentResult
 from .args import COUNT, POSITIVE, Following, subcommand
-from .plumbing import one_line, say
+from .plumbing import say
 from .tables import event_line, stats_table, trace_table, waiting_calls_table
 
-LIST_QUERY_TIMEOUT_SECONDS = 5.0
-"""`list` asks each waiting run for its plan; a run whose worker is gone does not answer."""
-NO_LABEL = "(no label)"
 DEFAULT_STATS_LIMIT = 500
 
 
@@ -73,39 +66,18 @@ async def calls(agent_run: AgentRun, following: Following) -> int:
 async def list_(client: AgentClient, following: Following, awaiting_approval: bool) -> int:
     """One line (or JSON object) per run that waits for a person, with its plan or its tool
     calls from its status query."""
-    rows: list[dict[str, Any]] = []
-    async for agent_run in client.awaiting_approval():
-        row: dict[str, Any] = {"workflow_id": agent_run.id, "plan": None, "calls": []}
-        row["error"] = None
-        try:
-            answer = await asyncio.wait_for(agent_run.status(), LIST_QUERY_TIMEOUT_SECONDS)
-        except (RPCError, WorkflowQueryFailedError, TimeoutError) as error:
-            row["error"] = one_line(error) or "no worker answered the status query"
-        else:
-            plan = (
-                answer.plan if answer.plan and answer.plan.status == "awaiting_approval" else None
-            )
-            calls = [*answer.approvals, *answer.sub_agent_approvals]
-            if answer.status != "awaiting_approval" or (plan is None and not calls):
-                continue  # decided since the list was indexed
-            row["plan"] = plan and plan.model_dump(mode="json")
-            row["calls"] = [c.model_dump(mode="json") for c in calls]
-        rows.append(row)
-    # A sub-agent that waits is listed by its parent, with the ids that decide through it.
-    shown_by_parents = {c.get("workflow_id") for row in rows for c in row["calls"]}
-    rows = [row for row in rows if not (row["calls"] and row["workflow_id"] in shown_by_parents)]
+    waiting = await overview.waiting_runs(client)
     if following.json:
-        print(json.dumps(rows))
+        print(json.dumps([run.as_json() for run in waiting]))
         return 0
-    for row in rows:
-        plan, waits = row["plan"], f"{row['workflow_id']} "
-        if row["error"] is not None:
-            print(f"{waits} unknown: {row['error']}")
-        if plan is not None:
-            print(f"{waits} plan v{plan['version']}: " + " | ".join(plan["steps"]))
-        for call in row["calls"]:
-            print(f"{waits} tool call {call['call_id']}: {call['tool']} {call['arguments']}")
-    if not rows:
+    for run in waiting:
+        if run.error is not None:
+            print(f"{run.workflow_id}  unknown: {run.error}")
+        if run.plan is not None:
+            print(f"{run.workflow_id}  plan v{run.plan.version}: " + " | ".join(run.plan.steps))
+        for call in run.calls:
+            print(f"{run.workflow_id}  tool call {call.call_id}: {call.tool} {call.arguments}")
+    if not waiting:
         say("no run is waiting for approval")
     return 0
 
@@ -139,27 +111,16 @@ async def trace(agent_run: AgentRun, following: Following) -> int:
 @click.option("--label", help="only the runs started with this --label")
 @click.option("--limit", type=POSITIVE, default=DEFAULT_STATS_LIMIT, help="read the N newest runs")
 async def stats(client: AgentClient, following: Following, label: str | None, limit: int) -> int:
-    completed: defaultdict[str, list[AgentResult]] = defaultdict(list)
-    failed: Counter[str] = Counter()
-    unreadable = 0
-    async for closed in client.closed_runs(limit, label=label):
-        group = closed.label if closed.label is not None else NO_LABEL
-        if closed.result is not None:
-            completed[group].append(closed.result)
-        elif closed.failure is not None:
-            failed[group] += 1
-        else:
-            unreadable += 1
-            say(f"{closed.workflow_id}: its outcome could not be read: {closed.error}")
-    labels = sorted({*completed, *failed}, key=lambda g: (g == NO_LABEL, g))
-    groups = [step_stats(group, completed[group], failed[group]) for group in labels]
+    read = await overview.label_stats(client, limit, label)
+    for closed in read.unreadable:
+        say(f"{closed.workflow_id}: its outcome could not be read: {closed.error}")
     if following.json:
-        asked = {"label": label, "limit": limit, "unreadable": unreadable}
-        print(json.dumps({**asked, "groups": [dataclasses.asdict(g) for g in groups]}))
+        asked = {"label": label, "limit": limit, "unreadable": len(read.unreadable)}
+        print(json.dumps({**asked, "groups": [dataclasses.asdict(g) for g in read.groups]}))
         return 0
-    if not groups:
+    if not read.groups:
         where = f" with label {label!r}" if label is not None else ""
         say(f"no agent run{where} has completed or failed yet")
         return 0
-    print(stats_table(groups))
+    print(stats_table(read.groups))
     return 0

@@ -1,0 +1,93 @@
+"""What a person reads across runs, rather than of one: the runs that wait for a person, each
+with what it waits on, and each label's completed runs as step statistics. The CLI's `list
+--awaiting-approval` and `stats` print these; code calls them as they do.
+
+    for waiting in await waiting_runs(agents):
+        print(waiting.workflow_id, waiting.plan, [c.call_id for c in waiting.calls])
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio.client import WorkflowQueryFailedError
+from temporalio.service import RPCError
+
+from ..workflows.inputs import AgentResult
+from ..workflows.state import PlanState, ToolApproval
+from .agent_client import AgentClient, ClosedRun, StepStats, step_stats
+
+STATUS_TIMEOUT_SECONDS = 5.0
+"""Each waiting run is asked for its status; a run whose worker is gone does not answer."""
+NO_ANSWER = "no worker answered the status query"
+NO_LABEL = "(no label)"
+
+
+@dataclass(frozen=True)
+class WaitingRun:
+    """A run that waits for a person: the plan that waits, and the tool calls (its own, then
+    its sub-agents', by the qualified ids that decide them through it); `error` when its status
+    could not be read."""
+
+    workflow_id: str
+    plan: PlanState | None = None
+    calls: list[ToolApproval] = field(default_factory=list)
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "workflow_id": self.workflow_id,
+            "plan": None if self.plan is None else self.plan.model_dump(mode="json"),
+            "calls": [call.model_dump(mode="json") for call in self.calls],
+            "error": self.error,
+        }
+
+
+async def waiting_runs(client: AgentClient) -> list[WaitingRun]:
+    """The runs that wait for a person now (found through visibility, then asked for their
+    status: one decided since it was indexed is left out). A sub-agent that waits is listed by
+    its parent, with the ids that decide through it, and not again on its own."""
+    found: list[WaitingRun] = []
+    async for agent_run in client.awaiting_approval():
+        try:
+            status = await asyncio.wait_for(agent_run.status(), STATUS_TIMEOUT_SECONDS)
+        except (RPCError, WorkflowQueryFailedError, TimeoutError) as error:
+            reason = str(getattr(error, "message", "") or error).strip().splitlines()
+            found.append(WaitingRun(agent_run.id, error=next(iter(reason), "") or NO_ANSWER))
+            continue
+        plan = status.plan if status.plan and status.plan.status == "awaiting_approval" else None
+        calls = [*status.approvals, *status.sub_agent_approvals]
+        if status.status == "awaiting_approval" and (plan is not None or calls):
+            found.append(WaitingRun(agent_run.id, plan, calls))
+    asked_by_parents = {getattr(c, "workflow_id", None) for run in found for c in run.calls}
+    return [run for run in found if not (run.calls and run.workflow_id in asked_by_parents)]
+
+
+@dataclass(frozen=True)
+class LabelStats:
+    """Each label's step statistics, labels in order (runs without one last), and the runs
+    whose outcome could not be read (not counted)."""
+
+    groups: list[StepStats]
+    unreadable: list[ClosedRun]
+
+
+async def label_stats(client: AgentClient, limit: int, label: str | None = None) -> LabelStats:
+    """The statistics of the newest `limit` closed runs (of `label` only, when given)."""
+    completed: defaultdict[str, list[AgentResult]] = defaultdict(list)
+    failed: Counter[str] = Counter()
+    unreadable: list[ClosedRun] = []
+    async for closed in client.closed_runs(limit, label=label):
+        group = closed.label if closed.label is not None else NO_LABEL
+        if closed.result is not None:
+            completed[group].append(closed.result)
+        elif closed.failure is not None:
+            failed[group] += 1
+        else:
+            unreadable.append(closed)
+    labels = sorted({*completed, *failed}, key=lambda g: (g == NO_LABEL, g))
+    groups = [step_stats(group, completed[group], failed[group]) for group in labels]
+    return LabelStats(groups, unreadable)
