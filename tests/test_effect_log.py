@@ -164,7 +164,9 @@ async def test_five_thousand_effects_in_one_chain_complete_and_stay_small(
     # (the script of 5,000 calls, the transcript, the trace and the events are most of it).
     assert len(inputs[-1]["carried"]["effects"]["entries"]) > 4_000
     assert max(logs) < 400_000, logs
-    assert max(sizes) < MAX_CARRIED_BYTES - 200_000, sizes
+    # 1.60 MB measured on 2026-12-04 (the scripted model's 5,000 calls are 283 KB of it), a
+    # kilobyte more or less with the latencies' digits: 200 KB of room held only to within 2 KB.
+    assert max(sizes) < MAX_CARRIED_BYTES - 150_000, sizes
     result_log = len(compact(result.model_dump(mode="json")["side_effects"]))
     assert result_log < 400_000
     assert len(result.model_dump_json()) < 700_000
