@@ -52,7 +52,7 @@ from ..workflows.inputs import (
 from ..workflows.model_gateway import MODEL_ACTIVITY
 from ..workflows.specs import ToolSpec
 from ..workflows.state import AppliedEffect, CompensationInput, FailureDetails, PlanState, Usage
-from ..workflows.transcript import AssistantMessage, Message, ToolResult, UserMessage
+from ..workflows.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
 
 AGENT_FORKED_FROM = SearchAttributeKey.for_keyword("AgentForkedFrom")
 """Set when a fork starts, to the workflow id it was forked from: list the forks of a run with
@@ -156,14 +156,7 @@ class RecordedRun:
                     f"({call.name}) in the history (an answer, a refused or failed call): fork at "
                     f"step {k - 1} or earlier"
                 )
-            messages.append(
-                ToolResult(
-                    tool_call_id=call.id,
-                    tool_name=call.name,
-                    content=recorded.result.content,
-                    is_error=recorded.result.is_error,
-                )
-            )
+            messages.append(_result_message(call, recorded.result))
         return messages
 
     def transcript(self) -> list[Message]:
@@ -178,14 +171,7 @@ class RecordedRun:
             for call in last.reply.message.tool_calls:
                 recorded = last.calls.get(call.id)
                 if recorded is not None and recorded.result is not None:
-                    messages.append(
-                        ToolResult(
-                            tool_call_id=call.id,
-                            tool_name=call.name,
-                            content=recorded.result.content,
-                            is_error=recorded.result.is_error,
-                        )
-                    )
+                    messages.append(_result_message(call, recorded.result))
         return messages
 
     def usage_through(self, k: int) -> Usage:
@@ -323,6 +309,13 @@ class RecordedRun:
         if self.input.fork is not None:
             return list(self.input.fork.messages)
         return [UserMessage(content=self.input.prompt)]
+
+
+def _result_message(call: ToolCall, result: ToolActivityResult) -> ToolResult:
+    """A recorded call's result as the transcript has it."""
+    return ToolResult(
+        tool_call_id=call.id, tool_name=call.name, content=result.content, is_error=result.is_error
+    )
 
 
 def _submitted_plan(reply: ModelResponse | None) -> list[str] | None:
