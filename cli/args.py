@@ -72,6 +72,8 @@ class RunArgs:
     thinking_budget: int | None = None
     reasoning_effort: ReasoningEffort | None = None
     stream: bool = False
+    print_input: bool = False
+    """Print the workflow input this command would start, and start nothing."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +170,7 @@ _RUN_OPTIONS = [
     option("--task-queue", "the workers' task queue", default=DEFAULT_TASK_QUEUE),
     flag("--no-wait", "print the workflow id and return"),
     flag("--json", "print one JSON object on stdout"),
+    flag("--print-input", "print the workflow input this would start, as JSON; start nothing"),
     option("--stream/--no-stream", "print the model's text as it comes", show_default=TTY),
     flag("--trace", "once the run has ended, print its steps as a table on stderr"),
     flag("--linger", "self-contained: keep the server and its Web UI up after the run"),

@@ -106,6 +106,9 @@ async def _run(args: RunArgs) -> int:
     except InputTooLarge as refused:
         say(f"starter.py: error: {refused}")
         return 2
+    if args.print_input:  # for a client in another language (docs/contract.md)
+        print(agent_input.model_dump_json())
+        return 0
     shown = {key: getattr(args, key) for key in ("json", "trace", "address", "namespace", "stream")}
     following = Following(ask=args.address is None, **shown)
     if args.provider == "scripted" and args.script is None and not args.json:

@@ -5,6 +5,7 @@ its answer, or decide on and follow runs already going, or serve them (`worker`)
     durable-agent chat [PROMPT] [options]                         a conversation at the terminal
     durable-agent COMMAND ... --address HOST:PORT                 approve, calls, watch, fork, ...
     durable-agent worker [options]                                serve runs, as worker.py does
+    durable-agent contract [--example]                            the wire contract, as JSON
 
 Each command's --help, and docs/cli.md, say the rest. A prompt that is a command's name goes
 after `--`. Exit status: 0 completed (or started, with --no-wait; or done, for a subcommand); 1
@@ -30,7 +31,7 @@ from ..client.agent_client import (
     SearchAttributesNotRegistered,
 )
 from ..encryption import payload_codec
-from . import conversation, decide, fork, read, run, worker
+from . import contract, conversation, decide, fork, read, run, worker
 from .args import CHAT, RUN, RunArgs, Subcommand, parse_run
 from .plumbing import Command, CommandLineError, exit_now, one_line, parse, say
 
@@ -43,7 +44,11 @@ SUBCOMMANDS = {
 """Each module's subcommands, in the order of --help."""
 SERVE = "worker"
 """The first word that serves runs instead (`durable-agent worker`, `starter.py worker`)."""
-RUN.epilog = f"Commands, each with --help: {CHAT.name}, {', '.join(SUBCOMMANDS)}, {SERVE}."
+CONTRACT = "contract"
+"""The first word that prints the wire contract, and needs no server."""
+RUN.epilog = (
+    f"Commands, each with --help: {CHAT.name}, {', '.join(SUBCOMMANDS)}, {SERVE}, {CONTRACT}."
+)
 
 
 def parse_command_line(argv: Sequence[str] | None = None) -> RunArgs | Subcommand:
@@ -68,6 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == [SERVE]:
         return worker.main(words[1:], prog=f"starter.py {SERVE}")
+    if words[:1] == [CONTRACT]:
+        return contract.main(words[1:])
     try:
         return asyncio.run(dispatch(parse_command_line(words)))
     except CommandLineError as stop:
@@ -82,6 +89,8 @@ async def main_async(argv: Sequence[str]) -> int:
     if argv[:1] == [SERVE]:
         say(f"starter.py {SERVE}: error: a worker runs its own event loop: use main()")
         return 2
+    if argv[:1] == [CONTRACT]:
+        return contract.main(argv[1:])
     try:
         return await dispatch(parse_command_line(argv))
     except CommandLineError as stop:

@@ -1,0 +1,36 @@
+"""`durable-agent contract`: the wire contract as JSON on stdout (client/contract.py), or with
+--example a minimal workflow input that runs the scripted demo. Needs no server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from ..client.contract import contract, example_input
+from ..workflows.inputs import DEFAULT_TASK_QUEUE
+from .plumbing import Command, CommandLineError, parse
+
+
+@click.command(
+    "contract",
+    cls=Command,
+    help="Print the wire contract: the workflow's input and result, and each update, signal "
+    "and query, as JSON Schemas (docs/contract.md).",
+)
+@click.option("--example", is_flag=True, help="print a minimal input that runs the scripted demo")
+@click.option("--task-queue", default=DEFAULT_TASK_QUEUE, help="the runs' task queue")
+def command(**options: Any) -> dict[str, Any]:
+    return options
+
+
+def main(argv: Sequence[str], *, prog: str = "starter.py contract") -> int:
+    try:
+        options = parse(command, prog, argv)
+    except CommandLineError as stop:
+        return int(stop.code or 0)
+    shown = example_input() if options["example"] else contract(options["task_queue"])
+    print(json.dumps(shown))
+    return 0
