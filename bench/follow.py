@@ -32,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
@@ -51,6 +52,12 @@ from durable_agent.workflows.inputs import (
 )
 
 WAYS = ("not followed", "followed by query", "followed by update")
+UPDATE_EVENTS = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ADMITTED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED,
+}
+"""What an update writes to a run's history (a poll of the update-based subscriber)."""
 
 
 def agent_input(steps: int, reply_chars: int) -> AgentInput:
@@ -99,6 +106,7 @@ async def measure(client: Client, task_queue: str, args: argparse.Namespace, way
     return {
         "way": way,
         "events": len(events),
+        "update_events": sum(1 for event in events if event.event_type in UPDATE_EVENTS),
         "history_bytes": sum(event.ByteSize() for event in events),
         "lag_median_ms": round(statistics.median(lags) * 1000) if lags else None,
         "lag_p95_ms": round(statistics.quantiles(lags, n=20)[-1] * 1000) if len(lags) > 1 else None,
@@ -107,7 +115,7 @@ async def measure(client: Client, task_queue: str, args: argparse.Namespace, way
 
 def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"way": rows[0]["way"], "samples": len(rows)}
-    for key in ("events", "history_bytes", "lag_median_ms", "lag_p95_ms"):
+    for key in ("events", "update_events", "history_bytes", "lag_median_ms", "lag_p95_ms"):
         values = [r[key] for r in rows if r[key] is not None]
         out[key] = round(statistics.median(values)) if values else None
     return out
