@@ -3,7 +3,7 @@ click, its tables laid out by rich. Imports point one way, from the entries down
 `plumbing`, and out to the library, which never imports this package.
 
 - `starter`: the entry, which parses and hands each command over; `worker`: the worker command;
-  `contract`: the wire contract.
+  `contract`: the wire contract; `serve`: the HTTP API.
 - `args`: the run's options and their rules (`RunArgs`), and `@subcommand`.
 - `run`: start a run, follow it and report it; `result`.
 - `conversation`: a conversation at the terminal (`chat`), and send, interrupt, end.

@@ -6,6 +6,7 @@ its answer, or decide on and follow runs already going, or serve them (`worker`)
     durable-agent COMMAND ... --address HOST:PORT                 approve, calls, watch, fork, ...
     durable-agent worker [options]                                serve runs, as worker.py does
     durable-agent contract [--example]                            the wire contract, as JSON
+    durable-agent serve [--address HOST:PORT] [--port N]          the HTTP API
 
 Each command's --help, and docs/cli.md, say the rest. A prompt that is a command's name goes
 after `--`. Exit status: 0 completed (or started, with --no-wait; or done, for a subcommand); 1
@@ -31,7 +32,7 @@ from ..client.agent_client import (
     SearchAttributesNotRegistered,
 )
 from ..encryption import payload_codec
-from . import contract, conversation, decide, fork, read, run, worker
+from . import contract, conversation, decide, fork, read, run, serve, worker
 from .args import CHAT, RUN, RunArgs, Subcommand, parse_run
 from .plumbing import Command, CommandLineError, exit_now, one_line, parse, say
 
@@ -46,8 +47,11 @@ SERVE = "worker"
 """The first word that serves runs instead (`durable-agent worker`, `starter.py worker`)."""
 CONTRACT = "contract"
 """The first word that prints the wire contract, and needs no server."""
+API = "serve"
+"""The first word that serves the HTTP API, with its own event loop as a worker has."""
 RUN.epilog = (
-    f"Commands, each with --help: {CHAT.name}, {', '.join(SUBCOMMANDS)}, {SERVE}, {CONTRACT}."
+    f"Commands, each with --help: {CHAT.name}, {', '.join(SUBCOMMANDS)}, {SERVE}, {CONTRACT}, "
+    f"{API}."
 )
 
 
@@ -75,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return worker.main(words[1:], prog=f"starter.py {SERVE}")
     if words[:1] == [CONTRACT]:
         return contract.main(words[1:])
+    if words[:1] == [API]:
+        return serve.main(words[1:])
     try:
         return asyncio.run(dispatch(parse_command_line(words)))
     except CommandLineError as stop:

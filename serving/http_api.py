@@ -1,0 +1,334 @@
+"""The HTTP API: JSON and Server-Sent Events over `AgentClient`, for product teams whose front
+end is not Python (`durable-agent serve`, docs/http-api.md). It adds no rule of its own: each
+route is one call of the client, and the workflow's own refusals come back as 409 with its
+reason.
+
+    app = http_api.create_app(agents, token="...")   # a FastAPI app; uvicorn serves it
+
+Every route needs `Authorization: Bearer <token>` (compared in constant time; 401 otherwise),
+the OpenAPI document included. A run's events stream as SSE, each with its offset as `id:`;
+a client that reconnects with `Last-Event-ID` gets every later event once, also after the run
+ended, and the stream ends with an event named `done` carrying the result or the error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import os
+import secrets
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, Field
+from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from ..client import overview
+from ..client.agent_client import (
+    AgentClient,
+    AgentInputTooLarge,
+    AgentRun,
+    AgentRunFailed,
+    AgentUpdateNotDelivered,
+)
+from ..workflows.errors import AgentConfigurationError
+from ..workflows.inputs import AgentInput
+from ..workflows.paging import TracePage, TracePageRequest, TranscriptPage, TranscriptPageRequest
+from ..workflows.state import PlanState, ToolApproval
+from ..workflows.status import AGENT_STATUS, RunStatus
+
+API_TOKEN_VARIABLE = "AGENT_API_TOKEN"
+MIN_TOKEN_CHARS = 16
+LIST_LIMIT = 50
+RUNS_QUERY = "WorkflowType='AgentWorkflow'"
+
+
+@dataclass(frozen=True)
+class Token:
+    """The API's token: $AGENT_API_TOKEN, or one made for this server (`made`)."""
+
+    value: str
+    made: bool
+
+    def announcement(self) -> str:
+        """What the server says of it once, as it starts: a made token in full (nobody else
+        knows it), a given one only by its variable."""
+        if self.made:
+            return f"token (printed once; set {API_TOKEN_VARIABLE} to choose one): {self.value}"
+        return f"token: ${API_TOKEN_VARIABLE}"
+
+
+def api_token(environ: Mapping[str, str] = os.environ) -> Token:
+    """$AGENT_API_TOKEN, else a new random one. AgentConfigurationError for a given token too
+    short to guard anything."""
+    given = environ.get(API_TOKEN_VARIABLE, "").strip()
+    if not given:
+        return Token(secrets.token_urlsafe(32), made=True)
+    if len(given) < MIN_TOKEN_CHARS:
+        raise AgentConfigurationError(
+            f"{API_TOKEN_VARIABLE} has {len(given)} characters: give at least {MIN_TOKEN_CHARS}"
+        )
+    return Token(given, made=False)
+
+
+class StartRun(AgentInput):
+    """The contract's workflow input (`durable-agent contract`), and the run's id if the caller
+    chooses it."""
+
+    workflow_id: str | None = Field(default=None, min_length=1, max_length=400)
+
+
+class Started(BaseModel):
+    workflow_id: str
+
+
+class RunListed(BaseModel):
+    """A run: `status` is its AgentStatus search attribute; `waiting` what it waits on, for a
+    run that waits for a person (its plan, its tool calls), or why that could not be read."""
+
+    workflow_id: str
+    status: str | None
+    waiting: dict[str, Any] | None = None
+
+
+class Message(BaseModel):
+    text: str = Field(min_length=1)
+
+
+class Decision(BaseModel):
+    """A person's decision: on the plan that waits (`kind: plan`, approve or reject with a
+    reason, `version` to decide only that one) or on a tool call (`kind: tool_call`, `call_id`;
+    `remember` decides the tool's later calls too)."""
+
+    kind: Literal["plan", "tool_call"]
+    approve: bool
+    reason: str | None = None
+    call_id: str | None = None
+    version: int | None = Field(default=None, ge=1)
+    remember: bool = False
+
+
+class Turn(BaseModel):
+    turn: int
+
+
+def create_app(agents: AgentClient, *, token: str) -> FastAPI:
+    """The API over `agents`, guarded by `token`."""
+    if not token:
+        raise ValueError("the API needs a token")
+
+    def authorized(authorization: Annotated[str | None, Header()] = None) -> None:
+        scheme, _, given = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
+            raise HTTPException(
+                401, "Authorization: Bearer <token> is needed", {"WWW-Authenticate": "Bearer"}
+            )
+
+    app = FastAPI(
+        title="durable-agent",
+        summary="Start, follow, steer and decide agent runs.",
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
+    api = APIRouter(prefix="/api", dependencies=[Depends(authorized)])
+
+    @app.get("/openapi.json", dependencies=[Depends(authorized)], include_in_schema=False)
+    def openapi() -> dict[str, Any]:
+        return app.openapi()
+
+    @app.exception_handler(RPCError)
+    async def server_refused(request: Request, error: RPCError) -> JSONResponse:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return JSONResponse({"detail": "no such run"}, status_code=404)
+        if error.status == RPCStatusCode.ALREADY_EXISTS:
+            return JSONResponse({"detail": error.message}, status_code=409)
+        return JSONResponse({"detail": error.message}, status_code=502)
+
+    @app.exception_handler(WorkflowAlreadyStartedError)
+    async def taken(request: Request, error: WorkflowAlreadyStartedError) -> JSONResponse:
+        return JSONResponse({"detail": f"a run {error.workflow_id} exists already"}, 409)
+
+    @app.exception_handler(WorkflowQueryFailedError)
+    async def query_failed(request: Request, error: WorkflowQueryFailedError) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=409)
+
+    @app.exception_handler(WorkflowUpdateFailedError)
+    async def refused(request: Request, error: WorkflowUpdateFailedError) -> JSONResponse:
+        cause = error.cause
+        reason = getattr(cause, "message", None) or str(cause)
+        return JSONResponse({"detail": reason, "type": getattr(cause, "type", None)}, 409)
+
+    @app.exception_handler(AgentUpdateNotDelivered)
+    async def busy(request: Request, error: AgentUpdateNotDelivered) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=503)
+
+    @app.exception_handler(AgentInputTooLarge)
+    async def too_large(request: Request, error: AgentInputTooLarge) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=413)
+
+    @api.post("/runs", status_code=201)
+    async def start(body: StartRun) -> Started:
+        """Start a run or a conversation; answers its id."""
+        agent_input = AgentInput.model_validate(body.model_dump(exclude={"workflow_id"}))
+        started = await agents.start(agent_input, workflow_id=body.workflow_id)
+        return Started(workflow_id=started.id)
+
+    @api.get("/runs")
+    async def runs(limit: Annotated[int, Query(ge=1, le=1000)] = LIST_LIMIT) -> list[RunListed]:
+        """The runs that wait for a person first, each with what it waits on, then the newest
+        others (at most `limit` in all)."""
+        waiting = await overview.waiting_runs(agents)
+        listed = [
+            RunListed(
+                workflow_id=run.workflow_id,
+                status="awaiting_approval",
+                waiting=run.as_json(),
+            )
+            for run in waiting
+        ][:limit]
+        seen = {run.workflow_id for run in listed}
+        async for execution in agents.client.list_workflows(RUNS_QUERY, limit=limit):
+            if len(listed) >= limit:
+                break
+            if execution.id in seen:
+                continue
+            seen.add(execution.id)
+            status = execution.typed_search_attributes.get(AGENT_STATUS)
+            listed.append(RunListed(workflow_id=execution.id, status=status))
+        return listed
+
+    @api.get("/runs/{workflow_id}")
+    async def status(workflow_id: str) -> RunStatus:
+        """The run's `status` query: its step, cost, limits, plan and pending decisions."""
+        return await agents.run(workflow_id).status()
+
+    @api.get("/runs/{workflow_id}/transcript")
+    async def transcript(
+        workflow_id: str,
+        start: Annotated[int, Query(ge=0)] = 0,
+        max_bytes: Annotated[int, Query(ge=1, le=1_000_000)] = 1_000_000,
+    ) -> TranscriptPage:
+        """The transcript, a page at a time."""
+        request = TranscriptPageRequest(start=start, max_bytes=max_bytes)
+        handle = agents.run(workflow_id).handle
+        return await handle.query("transcript_page", request, result_type=TranscriptPage)
+
+    @api.get("/runs/{workflow_id}/trace")
+    async def trace(
+        workflow_id: str,
+        start: Annotated[int, Query(ge=0)] = 0,
+        max_bytes: Annotated[int, Query(ge=1, le=1_000_000)] = 1_000_000,
+    ) -> TracePage:
+        """The step records, a page at a time."""
+        request = TracePageRequest(start=start, max_bytes=max_bytes)
+        handle = agents.run(workflow_id).handle
+        return await handle.query("trace_page", request, result_type=TracePage)
+
+    @api.post("/runs/{workflow_id}/messages")
+    async def message(workflow_id: str, body: Message) -> Turn:
+        """A message to a conversation: it starts the next turn or steers the working one."""
+        return Turn(turn=await agents.run(workflow_id).post(body.text))
+
+    @api.post("/runs/{workflow_id}/decisions")
+    async def decide(workflow_id: str, body: Decision) -> PlanState | ToolApproval:
+        """Approve or reject what waits for a person; 409 with the run's reason when it
+        refuses (decided already, another version, an unknown call)."""
+        run = agents.run(workflow_id)
+        if body.kind == "plan":
+            if body.approve:
+                return await run.approve_plan(body.reason, version=body.version)
+            if not body.reason:
+                raise HTTPException(422, "reason: rejecting a plan needs one, for the model")
+            return await run.reject_plan(body.reason, version=body.version)
+        if not body.call_id:
+            raise HTTPException(422, "call_id: a decision on a tool call names the call")
+        return await run.decide_tool_call(
+            body.call_id, body.approve, body.reason, remember=body.remember
+        )
+
+    @api.post("/runs/{workflow_id}/interrupt")
+    async def interrupt(workflow_id: str) -> Turn:
+        """Stop a conversation's working turn."""
+        return Turn(turn=await agents.run(workflow_id).interrupt())
+
+    @api.post("/runs/{workflow_id}/cancel", status_code=202)
+    async def cancel(workflow_id: str) -> dict[str, str]:
+        """Ask the run to stop: it fails as cancelled, undoing what it changed."""
+        await agents.run(workflow_id).handle.cancel()
+        return {"workflow_id": workflow_id, "status": "cancelling"}
+
+    @api.get("/runs/{workflow_id}/events", response_class=StreamingResponse)
+    async def events(
+        workflow_id: str, last_event_id: Annotated[str | None, Header()] = None
+    ) -> StreamingResponse:
+        """The run's events as Server-Sent Events, from the one after `Last-Event-ID`."""
+        try:
+            offset = 0 if last_event_id is None else int(last_event_id) + 1
+        except ValueError:
+            raise HTTPException(422, "Last-Event-ID: an event's id, a whole number") from None
+        if offset < 0:
+            raise HTTPException(422, "Last-Event-ID: an event's id, 0 or more")
+        run = agents.run(workflow_id)
+        await run.handle.describe()  # 404 now, rather than an empty stream, for an unknown id
+        return StreamingResponse(
+            _sse(run, offset),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
+
+    app.include_router(api)
+    return app
+
+
+async def _sse(run: AgentRun, offset: int) -> AsyncIterator[str]:
+    """Each event as `id: OFFSET`, `event: KIND`; the model's streamed text as `event: delta`
+    (no id: it is a live view, not resumed); then `done`."""
+    queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+    async def deltas() -> None:
+        with contextlib.suppress(RPCError):
+            async for delta in run.deltas():
+                await queue.put(_event("delta", delta.model_dump_json()))
+
+    async def progress() -> None:
+        try:
+            async for item in run.events(offset):
+                event = item.data
+                await queue.put(_event(event.kind, event.model_dump_json(), item.offset))
+        finally:
+            await queue.put(None)
+
+    readers = [asyncio.create_task(progress()), asyncio.create_task(deltas())]
+    try:
+        while (chunk := await queue.get()) is not None:
+            yield chunk
+        yield _event("done", json.dumps(await _outcome(run)))
+    finally:
+        for reader in readers:
+            reader.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
+
+
+async def _outcome(run: AgentRun) -> dict[str, Any]:
+    try:
+        result = await run.result()
+    except AgentRunFailed as failure:
+        details = failure.details.model_dump(mode="json")
+        error = {"type": failure.type, "message": failure.message}
+        return {"status": "failed", "error": error, "details": details}
+    except RPCError as error:
+        return {"status": "unknown", "error": {"type": "RPCError", "message": error.message}}
+    return {"status": "completed", "result": result.model_dump(mode="json")}
+
+
+def _event(name: str, data: str, event_id: int | None = None) -> str:
+    head = "" if event_id is None else f"id: {event_id}\n"
+    return f"{head}event: {name}\ndata: {data}\n\n"

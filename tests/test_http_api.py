@@ -1,0 +1,217 @@
+"""The HTTP API as its users meet it: `durable-agent serve` in a subprocess, on a real dev
+server, asked over HTTP (serving/http_api.py, docs/http-api.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sysconfig
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+from temporalio.client import Client
+
+from durable_agent.activities.pricing import DEMO_PRICE
+from durable_agent.client.contract import example_input
+from durable_agent.demo import script as demo
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.inputs import AgentInput, ModelSettings
+from tests.helpers import TEST_WORKER_OPTIONS
+
+CLI = str(Path(sysconfig.get_path("scripts")) / "durable-agent")
+TOKEN = "test-token-" + uuid.uuid4().hex
+LISTENING = re.compile(r"HTTP API on (http://\S+)/api")
+
+
+@asynccontextmanager
+async def serving(*words: str, token: str | None = TOKEN) -> AsyncIterator[httpx.AsyncClient]:
+    """`durable-agent serve WORDS --port 0`, and a client of it that sends the token."""
+    env = {k: v for k, v in os.environ.items() if k != "AGENT_API_TOKEN"}
+    if token is not None:
+        env["AGENT_API_TOKEN"] = token
+    server = await asyncio.create_subprocess_exec(
+        CLI, "serve", *words, "--port", "0", env=env, stderr=asyncio.subprocess.PIPE
+    )
+    assert server.stderr is not None
+    said: list[str] = []
+    try:
+        async with asyncio.timeout(60):
+            while not (found := LISTENING.search("".join(said))):
+                line = await server.stderr.readline()
+                assert line, "".join(said)
+                said.append(line.decode())
+        said.append((await server.stderr.readline()).decode())  # the token's line
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with httpx.AsyncClient(base_url=found.group(1), headers=headers) as http:
+            http.said = said  # type: ignore[attr-defined]
+            yield http
+    finally:
+        server.terminate()
+        await server.communicate()  # to its end, closing the pipe
+    # SIGTERM stops it as a deploy does: cleanly, its worker and embedded dev server with it
+    # (raised again by uvicorn, it would leave the dev server running: status -15).
+    assert server.returncode == 0, "".join(said)
+
+
+async def sse(http: httpx.AsyncClient, workflow_id: str, last: int | None = None) -> list[dict]:
+    """The run's events as the stream sends them, to its `done`."""
+    headers = {} if last is None else {"Last-Event-ID": str(last)}
+    events: list[dict[str, Any]] = []
+    async with http.stream(
+        "GET", f"/api/runs/{workflow_id}/events", headers=headers, timeout=60
+    ) as stream:
+        assert stream.status_code == 200, await stream.aread()
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        fields: dict[str, Any] = {}
+        async for line in stream.aiter_lines():
+            if line:
+                name, _, value = line.partition(": ")
+                fields[name] = value
+                continue
+            if fields:
+                events.append(fields)
+                fields = {}
+    return events
+
+
+def plan_input() -> dict[str, Any]:
+    model = ModelSettings(provider="scripted", script=demo.demo_plan_script(), price=DEMO_PRICE)
+    agent_input = AgentInput(prompt="Where is my order?", plan=True, model=model)
+    return agent_input.model_dump(mode="json", exclude_defaults=True)
+
+
+@pytest.fixture
+async def api(client: Client, task_queue: str) -> AsyncIterator[httpx.AsyncClient]:
+    address = client.service_client.config.target_host
+    worker = build_worker(client, task_queue, **TEST_WORKER_OPTIONS)
+    async with worker, serving("--address", address, "--task-queue", task_queue) as http:
+        yield http
+
+
+async def test_every_request_needs_the_token(api: httpx.AsyncClient) -> None:
+    for path in ("/api/runs", "/openapi.json", "/api/runs/x/events"):
+        for headers in ({"Authorization": ""}, {"Authorization": "Bearer wrong"}):
+            refused = await api.get(path, headers=headers)
+            assert refused.status_code == 401, (path, refused.text)
+            assert refused.headers["www-authenticate"] == "Bearer"
+    schema = (await api.get("/openapi.json")).json()
+    assert {"/api/runs", "/api/runs/{workflow_id}/decisions"} <= set(schema["paths"])
+    # A given token is not printed; the server says where it listens, on 127.0.0.1.
+    said = "".join(api.said)  # type: ignore[attr-defined]
+    assert TOKEN not in said and "http://127.0.0.1:" in said
+
+
+async def test_a_run_started_over_http_streams_its_events_and_resumes_without_gap_or_repeat(
+    api: httpx.AsyncClient,
+) -> None:
+    workflow_id = f"http-{uuid.uuid4()}"
+    started = await api.post("/api/runs", json={**example_input(), "workflow_id": workflow_id})
+    assert started.status_code == 201, started.text
+    assert started.json() == {"workflow_id": workflow_id}
+    again = await api.post("/api/runs", json={**example_input(), "workflow_id": workflow_id})
+    assert again.status_code == 409 and "exists already" in again.text
+
+    whole = await sse(api, workflow_id)
+    *progress, done = whole
+    assert done["event"] == "done" and "id" not in done
+    outcome = json.loads(done["data"])
+    assert outcome["status"] == "completed" and "UPS" in outcome["result"]["answer"]
+    ids = [int(event["id"]) for event in progress if "id" in event]
+    assert ids == list(range(len(ids))) and len(ids) > 4
+    kinds = [event["event"] for event in progress if "id" in event]
+    assert kinds[-1] == "completed" and "step_finished" in kinds
+    # Reconnecting after event 2, once the run has ended: every later event, once.
+    resumed = await sse(api, workflow_id, last=2)
+    assert [e for e in resumed if "id" in e] == [e for e in progress if "id" in e][3:]
+    assert resumed[-1]["event"] == "done"
+
+    status = (await api.get(f"/api/runs/{workflow_id}")).json()
+    assert status["status"] == "completed" and status["step"] == 3
+    page = (await api.get(f"/api/runs/{workflow_id}/transcript", params={"max_bytes": 300})).json()
+    assert page["total"] > len(page["messages"]) >= 1
+    trace = (await api.get(f"/api/runs/{workflow_id}/trace")).json()
+    assert len(trace["step_records"]) == 3
+
+
+async def test_a_plan_waits_first_in_the_list_and_a_refused_decision_is_409_with_the_reason(
+    api: httpx.AsyncClient,
+) -> None:
+    workflow_id = (await api.post("/api/runs", json=plan_input())).json()["workflow_id"]
+    await api.post("/api/runs", json={**example_input(), "workflow_id": f"other-{uuid.uuid4()}"})
+
+    async def listed() -> list[dict[str, Any]]:
+        while True:
+            runs = (await api.get("/api/runs")).json()
+            if runs and runs[0]["workflow_id"] == workflow_id:
+                return runs
+            await asyncio.sleep(0.2)
+
+    runs = await asyncio.wait_for(listed(), 30)
+    waiting = runs[0]["waiting"]
+    assert runs[0]["status"] == "awaiting_approval" and waiting["plan"]["steps"]
+    version = waiting["plan"]["version"]
+
+    wrong = await api.post(
+        f"/api/runs/{workflow_id}/decisions",
+        json={"kind": "plan", "approve": True, "version": version + 1},
+    )
+    assert wrong.status_code == 409
+    assert f"v{version}" in wrong.json()["detail"] or str(version) in wrong.json()["detail"]
+    no_reason = await api.post(
+        f"/api/runs/{workflow_id}/decisions", json={"kind": "plan", "approve": False}
+    )
+    assert no_reason.status_code == 422 and "reason" in no_reason.text
+
+    approved = await api.post(
+        f"/api/runs/{workflow_id}/decisions",
+        json={"kind": "plan", "approve": True, "version": version},
+    )
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["status"] == "approved"
+    done = (await sse(api, workflow_id))[-1]
+    assert json.loads(done["data"])["status"] == "completed"
+
+
+async def test_bad_input_is_a_4xx_that_names_the_field_and_starts_nothing(
+    api: httpx.AsyncClient, client: Client
+) -> None:
+    bad = [f"bad-{uuid.uuid4()}" for _ in range(2)]
+    missing = await api.post("/api/runs", json={"plan": True, "workflow_id": bad[0]})
+    assert missing.status_code == 422
+    assert any(error["loc"][-1] == "prompt" for error in missing.json()["detail"])
+    wrong_type = await api.post(
+        "/api/runs", json={"prompt": "x", "limits": {"max_steps": 0}, "workflow_id": bad[1]}
+    )
+    assert wrong_type.status_code == 422 and "max_steps" in wrong_type.text
+    for workflow_id in bad:
+        assert [w async for w in client.list_workflows(f"WorkflowId='{workflow_id}'")] == []
+
+    huge = await api.post("/api/runs", json={"prompt": "x" * 1_900_000, "workflow_id": bad[0]})
+    assert huge.status_code == 413 and "1,800,000" in huge.text, huge.text[:300]
+    assert [w async for w in client.list_workflows(f"WorkflowId='{bad[0]}'")] == []
+
+    assert (await api.get("/api/runs/no-such-run")).status_code == 404
+    assert (await api.get("/api/runs/no-such-run/events")).status_code == 404
+    assert (await api.post("/api/runs/no-such-run/interrupt")).status_code == 404
+    bad_id = await api.get("/api/runs/x/events", headers={"Last-Event-ID": "seven"})
+    assert bad_id.status_code == 422
+
+
+async def test_serve_without_an_address_is_a_working_api_offline() -> None:
+    async with serving(token=None) as http:
+        said = "".join(http.said)  # type: ignore[attr-defined]
+        made = re.search(r"printed once; set AGENT_API_TOKEN to choose one\): (\S+)", said)
+        assert made is not None, said
+        assert (await http.get("/api/runs")).status_code == 401
+        http.headers["Authorization"] = f"Bearer {made.group(1)}"
+        started = await http.post("/api/runs", json=example_input())
+        assert started.status_code == 201, started.text
+        done = (await sse(http, started.json()["workflow_id"]))[-1]
+        assert "UPS" in json.loads(done["data"])["result"]["answer"]
