@@ -16,8 +16,13 @@ def test_the_http_benchmark_measures_starts_both_ways_and_every_events_lag(
 ) -> None:
     out = tmp_path / "http.json"
     subprocess.run(
-        [sys.executable, "bench/http_api.py", "--starts", "5", "--runs", "2", "--steps", "3"]
-        + ["--json", str(out)],
+        [
+            sys.executable,
+            "bench/http_api.py",
+            *("--starts", "5", "--runs", "2", "--steps", "3"),
+            "--json",
+            str(out),
+        ],
         cwd=REPO,
         check=True,
         capture_output=True,
