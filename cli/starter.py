@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import sys
 from collections.abc import Sequence
 
@@ -74,7 +75,16 @@ def parse_command_line(argv: Sequence[str] | None = None) -> RunArgs | Subcomman
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    words = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:
+        # Whoever read stdout has gone (`durable-agent contract | head`): nothing more can be
+        # said there, and the interpreter must not try again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(words: list[str]) -> int:
     if words[:1] == [SERVE]:
         return worker.main(words[1:], prog=f"starter.py {SERVE}")
     if words[:1] == [CONTRACT]:

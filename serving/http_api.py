@@ -47,6 +47,9 @@ from ..workflows.status import AGENT_STATUS, RunStatus
 API_TOKEN_VARIABLE = "AGENT_API_TOKEN"
 MIN_TOKEN_CHARS = 16
 LIST_LIMIT = 50
+MAX_BODY_BYTES = 4_000_000
+"""A request body over this is refused (413) before it is read: a run's input may have
+1,800,000 bytes of JSON (workflows/input_limits.py), with room for how a client writes it."""
 RUNS_QUERY = "WorkflowType='AgentWorkflow'"
 
 
@@ -285,7 +288,31 @@ def create_app(agents: AgentClient, *, token: str) -> FastAPI:
         )
 
     app.include_router(api)
+    app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
     return app
+
+
+class _BodyLimit:
+    """Refuses a request whose body is over `limit` bytes (413), or of no declared length
+    (411), before any of it is read: a body is read whole before it is validated."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
+            headers = dict(scope["headers"])
+            length = headers.get(b"content-length", b"")
+            refusal = None
+            if not length.isdigit():
+                if headers.get(b"transfer-encoding"):
+                    refusal = (411, "send the body with a Content-Length")
+            elif int(length) > self.limit:
+                refusal = (413, f"the body has {int(length):,} bytes: at most {self.limit:,}")
+            if refusal is not None:
+                status, detail = refusal
+                return await JSONResponse({"detail": detail}, status)(scope, receive, send)
+        await self.app(scope, receive, send)
 
 
 async def _sse(run: AgentRun, offset: int) -> AsyncIterator[str]:

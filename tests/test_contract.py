@@ -112,6 +112,12 @@ def test_the_cli_prints_the_contract_the_example_and_a_runs_input_and_starts_not
     assert (agent_input.prompt, agent_input.plan) == ("Cancel order 1042", True)
     assert agent_input.limits.max_steps == 7
 
+    # Its reader gone early (`| head`), it stops without a traceback.
+    piped = subprocess.run(
+        f"'{CLI[0]}' contract | head -c 10", shell=True, capture_output=True, text=True, timeout=60
+    )
+    assert piped.stdout == '{"workflow' and piped.stderr == "", piped.stderr
+
     bad = run_cli("contract", "--examples")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [

@@ -28,6 +28,7 @@ from tests.helpers import TEST_WORKER_OPTIONS
 CLI = str(Path(sysconfig.get_path("scripts")) / "durable-agent")
 TOKEN = "test-token-" + uuid.uuid4().hex
 LISTENING = re.compile(r"HTTP API on (http://\S+)/api")
+JSON_BODY = {"content-type": "application/json"}
 
 
 @asynccontextmanager
@@ -192,6 +193,10 @@ async def test_bad_input_is_a_4xx_that_names_the_field_and_starts_nothing(
     assert wrong_type.status_code == 422 and "max_steps" in wrong_type.text
     for workflow_id in bad:
         assert [w async for w in client.list_workflows(f"WorkflowId='{workflow_id}'")] == []
+
+    # A body far over any input is refused before it is read.
+    over = await api.post("/api/runs", content=b" " * 5_000_000, headers=JSON_BODY)
+    assert over.status_code == 413 and "at most 4,000,000" in over.text
 
     huge = await api.post("/api/runs", json={"prompt": "x" * 1_900_000, "workflow_id": bad[0]})
     assert huge.status_code == 413 and "1,800,000" in huge.text, huge.text[:300]
