@@ -208,11 +208,18 @@ def percentile(values: list[float], share: float) -> float:
 
 
 def environment_of(pid: int) -> dict[str, str]:
-    """A process's environment as it started, from /proc."""
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
+    """A process's environment as it started, from /proc. A process just started reads empty
+    there for a moment (Popen returns once exec has begun, before the kernel has set the new
+    program's environment up; CI once read it so): read again, for up to a second."""
+    raw = b""
+    for _ in range(50):
+        try:
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            return {}
+        if raw:
+            break
+        time.sleep(0.02)
     pairs = (entry.decode(errors="replace").partition("=") for entry in raw.split(b"\0") if entry)
     return {name: value for name, _, value in pairs}
 
