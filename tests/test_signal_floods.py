@@ -70,6 +70,9 @@ async def test_a_waiting_conversation_takes_a_message_after_a_flood_of_unknown_s
     assert answered.answer == "two"
     assert len(histories) >= 2, "the conversation never handed on while it waited"
     ignored = [r for r in caplog.records if "this run has no such signal" in r.getMessage()]
-    # A line a tenfold of each run's count (1st, 10th, 100th...), never one a signal.
+    # A line a tenfold of each run's count (1st, 10th, 100th...), never one a signal. A workflow
+    # task the server refused under the flood (new signals while it completed) is run again, and
+    # logs its lines again: at most twice each, still nowhere near one a signal (CI saw 13 of 12).
     per_run = len(str(flood)) if LOG_GROWTH == 10 else flood
-    assert 1 <= len(ignored) <= per_run * len(histories), len(ignored)
+    assert 1 <= len(ignored) <= 2 * per_run * len(histories), len(ignored)
+    assert len(ignored) < flood // 10, len(ignored)
