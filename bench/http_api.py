@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
 from durable_agent.cli.plumbing import exit_now
-from durable_agent.client.agent_client import AgentClient, AgentRun
+from durable_agent.client.agent_client import AgentClient, AgentRun, percentile
 from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.inputs import (
@@ -62,11 +62,6 @@ def run_input(steps: int) -> AgentInput:
         model=ModelSettings(script=[*turns, ScriptedTurn(text="done")]),
         limits=Limits(max_steps=steps),
     )
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, round(p / 100 * len(ordered)) - 1))]
 
 
 async def serve(address: str, task_queue: str, token: str) -> tuple[Any, str]:

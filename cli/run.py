@@ -22,10 +22,8 @@ import click
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from ..activities import pricing, telemetry, toolkits
-from ..activities.admission import Admission
+from ..activities import pricing, telemetry
 from ..activities.mcp_tools import McpTools
-from ..activities.store_check import StoreNotWritable, check_stores
 from ..client.agent_client import (
     AgentClient,
     AgentRun,
@@ -33,9 +31,7 @@ from ..client.agent_client import (
     SearchAttributesNotRegistered,
 )
 from ..demo import script as demo
-from ..serving.dev_server import detached_dev_server, embedded_dev_server, free_port
-from ..serving.worker import build_worker
-from ..workflows.errors import AgentConfigurationError
+from ..serving.self_contained import SETUP_ERRORS, check_self_contained, self_contained, setup_error
 from ..workflows.input_limits import InputTooLarge, check_input, json_bytes
 from ..workflows.inputs import AgentInput, AgentResult, Limits, ModelSettings, ToolApprovalPolicy
 from ..workflows.providers import STREAMING_PROVIDERS
@@ -127,29 +123,22 @@ async def _run(args: RunArgs) -> int:
             return unreachable(args.address, error, None, following)
         return await _start(client, agent_input, args, following)
     try:
-        toolkits.load_tools(args.tools or [toolkits.DEMO_TOOLS])
-        check_stores()  # before the server starts and long before a model is paid for
-        Admission.from_env()  # the embedded worker's limits on model calls
-    except (toolkits.ToolLoadError, StoreNotWritable, AgentConfigurationError) as error:
-        reason = error.message if isinstance(error, AgentConfigurationError) else error
-        say(f"starter.py: error: {reason}")
+        check_self_contained(args.tools)
+    except SETUP_ERRORS as error:
+        say(f"starter.py: error: {setup_error(error)}")
         return 2
-    ui_port = free_port()
+    mcp = McpTools(args.mcp_config) if args.mcp_config is not None else None
     # A conversation takes Ctrl-C as an interrupt: its server must not get the terminal's SIGINT.
-    dev_server = detached_dev_server if args.conversation else embedded_dev_server
-    async with dev_server(ui_port=ui_port) as env:
-        say(f"embedded Temporal dev server; Web UI: http://127.0.0.1:{ui_port}")
-        mcp = McpTools(args.mcp_config) if args.mcp_config is not None else None
-        async with build_worker(env.client, args.task_queue, mcp=mcp):  # connects MCP, closes it
-            client = AgentClient(env.client, args.task_queue)
-            status = await _start(client, agent_input, args, following)
-            if args.linger:
-                say(f"the run is in the Web UI at http://127.0.0.1:{ui_port}; Ctrl-C to stop")
-                stop, loop = asyncio.Event(), asyncio.get_running_loop()
-                for signum in (signal.SIGINT, signal.SIGTERM):
-                    loop.add_signal_handler(signum, stop.set)
-                await stop.wait()
-            return status
+    async with self_contained(args.task_queue, detached=args.conversation, mcp=mcp) as backend:
+        say(f"embedded Temporal dev server; Web UI: {backend.web_ui}")
+        status = await _start(backend.agents, agent_input, args, following)
+        if args.linger:
+            say(f"the run is in the Web UI at {backend.web_ui}; Ctrl-C to stop")
+            stop, loop = asyncio.Event(), asyncio.get_running_loop()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, stop.set)
+            await stop.wait()
+        return status
 
 
 def unreachable(

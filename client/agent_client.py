@@ -76,6 +76,7 @@ from ..workflows.paging import (
     EffectsPageRequest,
     TracePage,
     TracePageRequest,
+    TranscriptPage,
     TranscriptPageRequest,
 )
 from ..workflows.reporting import run_details, run_summary
@@ -344,6 +345,20 @@ class AgentRun:
             AgentWorkflow.transcript_page, TranscriptPageRequest, lambda page: page.messages
         )
         return messages
+
+    async def transcript_page(
+        self, start: int = 0, max_bytes: int = TRANSCRIPT_PAGE_BYTES
+    ) -> TranscriptPage:
+        """The transcript's messages from `start`, as many as fit in `max_bytes` of JSON (at
+        least one), and how many there are: for a screen that shows a page at a time."""
+        request = TranscriptPageRequest(start=start, max_bytes=max_bytes)
+        return await self.handle.query(AgentWorkflow.transcript_page, request)
+
+    async def trace_page(self, start: int = 0, max_bytes: int = TRANSCRIPT_PAGE_BYTES) -> TracePage:
+        """The kept step records from `start`, a page as transcript_page's; a worker answers it,
+        whatever the run's state (`full_trace` reads an ended run's from its result)."""
+        request = TracePageRequest(start=start, max_bytes=max_bytes)
+        return await self.handle.query(AgentWorkflow.trace_page, request)
 
     async def trace(self) -> list[StepRecord]:
         """One record per step kept (a long run adds its oldest steps up: see full_trace). A

@@ -1,0 +1,61 @@
+"""A whole backend in this process, for the CLI's self-contained commands (`run` and `chat`
+without --address, `serve` without --address): the embedded dev server with its Web UI and a
+worker on it, checked before anything starts.
+
+    check_self_contained(tools)                 # a bad toolkit or store: an error, nothing started
+    async with self_contained(task_queue) as backend:
+        run = await backend.agents.start(agent_input)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from ..activities import toolkits
+from ..activities.admission import Admission
+from ..activities.mcp_tools import McpTools
+from ..activities.store_check import StoreNotWritable, check_stores
+from ..client.agent_client import AgentClient
+from ..workflows.errors import AgentConfigurationError
+from .dev_server import detached_dev_server, embedded_dev_server, free_port
+from .worker import build_worker
+
+SETUP_ERRORS = (toolkits.ToolLoadError, StoreNotWritable, AgentConfigurationError)
+"""What check_self_contained raises: each a usage error, said in one line (`setup_error`)."""
+
+
+def check_self_contained(tools: Sequence[str]) -> None:
+    """Load the worker's tools (the demo's when none are named), and check what it would fail
+    on later: the stores can be written, the model calls' admission limits parse. Before the
+    server starts, and long before a model is paid for."""
+    toolkits.load_tools(list(tools) or [toolkits.DEMO_TOOLS])
+    check_stores()
+    Admission.from_env()
+
+
+def setup_error(error: BaseException) -> str:
+    """One of SETUP_ERRORS as the line a person is shown."""
+    return str(getattr(error, "message", None) or error)
+
+
+@dataclass(frozen=True)
+class SelfContained:
+    agents: AgentClient
+    web_ui: str
+    """The embedded server's Web UI, http://127.0.0.1:PORT."""
+
+
+@asynccontextmanager
+async def self_contained(
+    task_queue: str, *, detached: bool = False, mcp: McpTools | None = None
+) -> AsyncIterator[SelfContained]:
+    """The embedded dev server (with its Web UI) and a worker on `task_queue`, until the block
+    ends. `detached`: the server in a session of its own, which a terminal's Ctrl-C does not
+    reach (a conversation takes Ctrl-C as an interrupt). `mcp` is connected by the worker and
+    closed with it."""
+    ui_port = free_port()
+    dev_server = detached_dev_server if detached else embedded_dev_server
+    async with dev_server(ui_port=ui_port) as env, build_worker(env.client, task_queue, mcp=mcp):
+        yield SelfContained(AgentClient(env.client, task_queue), f"http://127.0.0.1:{ui_port}")
