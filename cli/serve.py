@@ -1,37 +1,44 @@
-"""`durable-agent serve`: the HTTP API (serving/http_api.py) on uvicorn. With --address it
-serves that cluster's runs; without, it starts the embedded dev server and a worker as a
-self-contained run does, so one command gives a working API offline. It binds 127.0.0.1 unless
-told otherwise, and every request needs the token: $AGENT_API_TOKEN, or one made here and
-printed once."""
+"""`durable-agent serve`: the HTTP API (serving/http_api.py) and its browser console
+(serving/console.py) on uvicorn. With --address it serves that cluster's runs; without, it starts
+the embedded dev server and a worker as a self-contained run does, so one command gives a working
+API and console offline. It binds 127.0.0.1 unless told otherwise, and every request needs the
+token: $AGENT_API_TOKEN, or one made here and printed once, with a console link that carries it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import click
 import uvicorn
 
-from ..activities import toolkits
-from ..activities.admission import Admission
-from ..activities.store_check import StoreNotWritable, check_stores
 from ..client.agent_client import AgentClient
 from ..serving import http_api
-from ..serving.dev_server import embedded_dev_server, free_port
-from ..serving.worker import build_worker
-from ..workflows.errors import AgentConfigurationError
+from ..serving.self_contained import SETUP_ERRORS, check_self_contained, self_contained, setup_error
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
 from .plumbing import Command, CommandLineError, parse, say
 
 DEFAULT_PORT = 8000
+STOP_SECONDS = 10
+"""How long a stopping server waits for the requests still being answered, then cancels them."""
 
 
 class _Server(uvicorn.Server):
     """uvicorn's server, except that the SIGTERM or Ctrl-C that stops it is not raised again
     once it has stopped: uvicorn would end the process there, before the worker and the
-    embedded dev server stop, and leave the dev server running without its parent."""
+    embedded dev server stop, and leave the dev server running without its parent. And it ends
+    the open event streams as it stops, which uvicorn would wait for forever."""
+
+    def __init__(self, config: uvicorn.Config, streams: http_api.Streams) -> None:
+        super().__init__(config)
+        self.streams = streams
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.streams.end_all()
+        await super().shutdown(sockets)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -62,13 +69,11 @@ def main(argv: Sequence[str], *, prog: str = "starter.py serve") -> int:
         options = parse(command, prog, argv)
         token = http_api.api_token()
         if options["address"] is None:
-            toolkits.load_tools(options["tools"] or [toolkits.DEMO_TOOLS])
-            check_stores()
-            Admission.from_env()
+            check_self_contained(options["tools"])
     except CommandLineError as stop:
         return int(stop.code or 0)
-    except (toolkits.ToolLoadError, StoreNotWritable, AgentConfigurationError) as error:
-        say(f"{prog}: error: {getattr(error, 'message', None) or error}")
+    except SETUP_ERRORS as error:
+        say(f"{prog}: error: {setup_error(error)}")
         return 2
     try:
         asyncio.run(_serve(options, token))
@@ -82,19 +87,33 @@ def main(argv: Sequence[str], *, prog: str = "starter.py serve") -> int:
 
 async def _serve(options: dict[str, Any], token: http_api.Token) -> None:
     async with _agents(options) as agents:
-        app = http_api.create_app(agents, token=token.value)
+        streams = http_api.Streams()
+        app = http_api.create_app(agents, token=token.value, streams=streams)
         config = uvicorn.Config(
-            app, host=options["host"], port=options["port"], log_level="warning", lifespan="off"
+            app,
+            host=options["host"],
+            port=options["port"],
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=STOP_SECONDS,
         )
-        server = _Server(config)
+        server = _Server(config, streams)
         serving = asyncio.create_task(server.serve())
         while not server.started and not serving.done():
             await asyncio.sleep(0.05)
         if server.started:
             port = server.servers[0].sockets[0].getsockname()[1]
             say(f"HTTP API on http://{options['host']}:{port}/api (OpenAPI: /openapi.json)")
-            say(token.announcement())
+            for line in token.announcement(f"http://{_reachable(options['host'])}:{port}/"):
+                say(line)
         await serving
+
+
+def _reachable(host: str) -> str:
+    """The host a browser on this machine opens for a server bound to `host`."""
+    if host in ("0.0.0.0", "::", ""):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
 
 
 @contextlib.asynccontextmanager
@@ -104,8 +123,6 @@ async def _agents(options: dict[str, Any]) -> AsyncIterator[AgentClient]:
             options["address"], namespace=options["namespace"], task_queue=options["task_queue"]
         )
         return
-    ui_port = free_port()
-    async with embedded_dev_server(ui_port=ui_port) as env:
-        say(f"embedded Temporal dev server; Web UI: http://127.0.0.1:{ui_port}")
-        async with build_worker(env.client, options["task_queue"]):
-            yield AgentClient(env.client, options["task_queue"])
+    async with self_contained(options["task_queue"]) as backend:
+        say(f"embedded Temporal dev server; Web UI: {backend.web_ui}")
+        yield backend.agents

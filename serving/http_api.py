@@ -19,7 +19,7 @@ import hmac
 import json
 import os
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -40,9 +40,10 @@ from ..client.agent_client import (
 )
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.inputs import AgentInput
-from ..workflows.paging import TracePage, TracePageRequest, TranscriptPage, TranscriptPageRequest
+from ..workflows.paging import TracePage, TranscriptPage
 from ..workflows.state import PlanState, ToolApproval
 from ..workflows.status import AGENT_STATUS, RunStatus
+from .console import add_console
 
 API_TOKEN_VARIABLE = "AGENT_API_TOKEN"
 MIN_TOKEN_CHARS = 16
@@ -60,12 +61,19 @@ class Token:
     value: str
     made: bool
 
-    def announcement(self) -> str:
-        """What the server says of it once, as it starts: a made token in full (nobody else
-        knows it), a given one only by its variable."""
+    def announcement(self, console: str) -> list[str]:
+        """What the server says of it once, as it starts, with the link to the `console` (its
+        URL): a made token in full (nobody else knows it) and a link that carries it, ready to
+        open; a given one only by its variable."""
         if self.made:
-            return f"token (printed once; set {API_TOKEN_VARIABLE} to choose one): {self.value}"
-        return f"token: ${API_TOKEN_VARIABLE}"
+            return [
+                f"token (printed once; set {API_TOKEN_VARIABLE} to choose one): {self.value}",
+                f"console: {console}#token={self.value}",
+            ]
+        return [
+            f"token: ${API_TOKEN_VARIABLE}",
+            f"console: {console}#token=<${API_TOKEN_VARIABLE}>",
+        ]
 
 
 def api_token(environ: Mapping[str, str] = os.environ) -> Token:
@@ -122,8 +130,10 @@ class Turn(BaseModel):
     turn: int
 
 
-def create_app(agents: AgentClient, *, token: str) -> FastAPI:
-    """The API over `agents`, guarded by `token`."""
+def create_app(agents: AgentClient, *, token: str, streams: Streams | None = None) -> FastAPI:
+    """The API over `agents`, guarded by `token`; its event streams are in `streams` (for a
+    server that ends them as it stops)."""
+    streams = Streams() if streams is None else streams
     if not token:
         raise ValueError("the API needs a token")
 
@@ -208,39 +218,30 @@ def create_app(agents: AgentClient, *, token: str) -> FastAPI:
             listed.append(RunListed(workflow_id=execution.id, status=status))
         return listed
 
-    @api.get("/runs/{workflow_id}")
-    async def status(workflow_id: str) -> RunStatus:
-        """The run's `status` query: its step, cost, limits, plan and pending decisions."""
-        return await agents.run(workflow_id).status()
-
-    @api.get("/runs/{workflow_id}/transcript")
+    @api.get("/runs/{workflow_id:path}/transcript")
     async def transcript(
         workflow_id: str,
         start: Annotated[int, Query(ge=0)] = 0,
         max_bytes: Annotated[int, Query(ge=1, le=1_000_000)] = 1_000_000,
     ) -> TranscriptPage:
         """The transcript, a page at a time."""
-        request = TranscriptPageRequest(start=start, max_bytes=max_bytes)
-        handle = agents.run(workflow_id).handle
-        return await handle.query("transcript_page", request, result_type=TranscriptPage)
+        return await agents.run(workflow_id).transcript_page(start, max_bytes)
 
-    @api.get("/runs/{workflow_id}/trace")
+    @api.get("/runs/{workflow_id:path}/trace")
     async def trace(
         workflow_id: str,
         start: Annotated[int, Query(ge=0)] = 0,
         max_bytes: Annotated[int, Query(ge=1, le=1_000_000)] = 1_000_000,
     ) -> TracePage:
         """The step records, a page at a time."""
-        request = TracePageRequest(start=start, max_bytes=max_bytes)
-        handle = agents.run(workflow_id).handle
-        return await handle.query("trace_page", request, result_type=TracePage)
+        return await agents.run(workflow_id).trace_page(start, max_bytes)
 
-    @api.post("/runs/{workflow_id}/messages")
+    @api.post("/runs/{workflow_id:path}/messages")
     async def message(workflow_id: str, body: Message) -> Turn:
         """A message to a conversation: it starts the next turn or steers the working one."""
         return Turn(turn=await agents.run(workflow_id).post(body.text))
 
-    @api.post("/runs/{workflow_id}/decisions")
+    @api.post("/runs/{workflow_id:path}/decisions")
     async def decide(workflow_id: str, body: Decision) -> PlanState | ToolApproval:
         """Approve or reject what waits for a person; 409 with the run's reason when it
         refuses (decided already, another version, an unknown call)."""
@@ -257,18 +258,18 @@ def create_app(agents: AgentClient, *, token: str) -> FastAPI:
             body.call_id, body.approve, body.reason, remember=body.remember
         )
 
-    @api.post("/runs/{workflow_id}/interrupt")
+    @api.post("/runs/{workflow_id:path}/interrupt")
     async def interrupt(workflow_id: str) -> Turn:
         """Stop a conversation's working turn."""
         return Turn(turn=await agents.run(workflow_id).interrupt())
 
-    @api.post("/runs/{workflow_id}/cancel", status_code=202)
+    @api.post("/runs/{workflow_id:path}/cancel", status_code=202)
     async def cancel(workflow_id: str) -> dict[str, str]:
         """Ask the run to stop: it fails as cancelled, undoing what it changed."""
         await agents.run(workflow_id).handle.cancel()
         return {"workflow_id": workflow_id, "status": "cancelling"}
 
-    @api.get("/runs/{workflow_id}/events", response_class=StreamingResponse)
+    @api.get("/runs/{workflow_id:path}/events", response_class=StreamingResponse)
     async def events(
         workflow_id: str, last_event_id: Annotated[str | None, Header()] = None
     ) -> StreamingResponse:
@@ -282,12 +283,20 @@ def create_app(agents: AgentClient, *, token: str) -> FastAPI:
         run = agents.run(workflow_id)
         await run.handle.describe()  # 404 now, rather than an empty stream, for an unknown id
         return StreamingResponse(
-            _sse(run, offset),
+            _sse(run, offset, streams),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
+    # Last: a run's id may hold a slash (a sub-agent's does), and this path would match the
+    # others' too.
+    @api.get("/runs/{workflow_id:path}")
+    async def status(workflow_id: str) -> RunStatus:
+        """The run's `status` query: its step, cost, limits, plan and pending decisions."""
+        return await agents.run(workflow_id).status()
+
     app.include_router(api)
+    add_console(app)
     app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
     return app
 
@@ -315,10 +324,42 @@ class _BodyLimit:
         await self.app(scope, receive, send)
 
 
-async def _sse(run: AgentRun, offset: int) -> AsyncIterator[str]:
+class Streams:
+    """The event streams open now, so that a server that stops can end them: a stream is
+    endless while its run works, and uvicorn waits for every open response before it stops. An
+    ended stream has no `done`; its client reconnects with Last-Event-ID (to the next server)."""
+
+    def __init__(self) -> None:
+        self._open: set[asyncio.Queue[str | None]] = set()
+
+    def end_all(self) -> None:
+        for queue in self._open:
+            queue.put_nowait(_STOPPING)
+
+    @contextlib.contextmanager
+    def opened(self) -> Iterator[asyncio.Queue[str | None]]:
+        queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._open.add(queue)
+        try:
+            yield queue
+        finally:
+            self._open.discard(queue)
+
+
+_STOPPING = "stopping"
+
+
+async def _sse(run: AgentRun, offset: int, streams: Streams) -> AsyncIterator[str]:
     """Each event as `id: OFFSET`, `event: KIND`; the model's streamed text as `event: delta`
     (no id: it is a live view, not resumed); then `done`."""
-    queue: asyncio.Queue[str | None] = asyncio.Queue()
+    with streams.opened() as queue:
+        async for chunk in _stream(run, offset, queue):
+            yield chunk
+
+
+async def _stream(
+    run: AgentRun, offset: int, queue: asyncio.Queue[str | None]
+) -> AsyncIterator[str]:
 
     async def deltas() -> None:
         with contextlib.suppress(RPCError):
@@ -336,6 +377,8 @@ async def _sse(run: AgentRun, offset: int) -> AsyncIterator[str]:
     readers = [asyncio.create_task(progress()), asyncio.create_task(deltas())]
     try:
         while (chunk := await queue.get()) is not None:
+            if chunk is _STOPPING:
+                return
             yield chunk
         yield _event("done", json.dumps(await _outcome(run)))
     finally:

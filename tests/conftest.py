@@ -18,6 +18,8 @@ import tests.tools_for_tests  # noqa: F401  (registers the test tools)
 from durable_agent.activities import pg_store
 from durable_agent.activities.providers import scripted
 from durable_agent.serving.dev_server import embedded_dev_server
+from tests import fake_anthropic
+from tests.browser import Browser, headless_chromium
 from tests.postgres import PostgresServer, postgres_server
 
 _LOCAL_HOSTS = {"127.0.0.1", "::1", "localhost"}
@@ -27,6 +29,22 @@ _LOCAL_HOSTS = {"127.0.0.1", "::1", "localhost"}
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     async with embedded_dev_server() as env:
         yield env
+
+
+@pytest.fixture
+def claude(monkeypatch: pytest.MonkeyPatch) -> Iterator[fake_anthropic.FakeAnthropic]:
+    """The fake Anthropic API (tests/fake_anthropic.py), where this process's SDK calls go."""
+    with fake_anthropic.FakeAnthropic() as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", server.api_key)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        yield server
+
+
+@pytest.fixture(scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    """Headless Chromium (tests/browser.py), one a module."""
+    async with headless_chromium() as driven:
+        yield driven
 
 
 @pytest.fixture(scope="session")

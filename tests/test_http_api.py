@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import sysconfig
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx2 as httpx
 import pytest
@@ -24,41 +21,9 @@ from durable_agent.demo import script as demo
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.inputs import AgentInput, ModelSettings
 from tests.helpers import TEST_WORKER_OPTIONS
+from tests.serve_process import TOKEN, serving
 
-CLI = str(Path(sysconfig.get_path("scripts")) / "durable-agent")
-TOKEN = "test-token-" + uuid.uuid4().hex
-LISTENING = re.compile(r"HTTP API on (http://\S+)/api")
 JSON_BODY = {"content-type": "application/json"}
-
-
-@asynccontextmanager
-async def serving(*words: str, token: str | None = TOKEN) -> AsyncIterator[httpx.AsyncClient]:
-    """`durable-agent serve WORDS --port 0`, and a client of it that sends the token."""
-    env = {k: v for k, v in os.environ.items() if k != "AGENT_API_TOKEN"}
-    if token is not None:
-        env["AGENT_API_TOKEN"] = token
-    server = await asyncio.create_subprocess_exec(
-        CLI, "serve", *words, "--port", "0", env=env, stderr=asyncio.subprocess.PIPE
-    )
-    assert server.stderr is not None
-    said: list[str] = []
-    try:
-        async with asyncio.timeout(60):
-            while not (found := LISTENING.search("".join(said))):
-                line = await server.stderr.readline()
-                assert line, "".join(said)
-                said.append(line.decode())
-        said.append((await server.stderr.readline()).decode())  # the token's line
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        async with httpx.AsyncClient(base_url=found.group(1), headers=headers) as http:
-            http.said = said  # type: ignore[attr-defined]
-            yield http
-    finally:
-        server.terminate()
-        await server.communicate()  # to its end, closing the pipe
-    # SIGTERM stops it as a deploy does: cleanly, its worker and embedded dev server with it
-    # (raised again by uvicorn, it would leave the dev server running: status -15).
-    assert server.returncode == 0, "".join(said)
 
 
 async def sse(http: httpx.AsyncClient, workflow_id: str, last: int | None = None) -> list[dict]:
@@ -107,6 +72,7 @@ async def test_every_request_needs_the_token(api: httpx.AsyncClient) -> None:
     # A given token is not printed; the server says where it listens, on 127.0.0.1.
     said = "".join(api.said)  # type: ignore[attr-defined]
     assert TOKEN not in said and "http://127.0.0.1:" in said
+    assert f"console: {api.base_url}/#token=<$AGENT_API_TOKEN>" in said
 
 
 async def test_a_run_started_over_http_streams_its_events_and_resumes_without_gap_or_repeat(
@@ -214,9 +180,51 @@ async def test_serve_without_an_address_is_a_working_api_offline() -> None:
         said = "".join(http.said)  # type: ignore[attr-defined]
         made = re.search(r"printed once; set AGENT_API_TOKEN to choose one\): (\S+)", said)
         assert made is not None, said
+        # The console's link carries the made token, ready to open.
+        assert f"console: {http.base_url}/#token={made.group(1)}\n" in said
         assert (await http.get("/api/runs")).status_code == 401
         http.headers["Authorization"] = f"Bearer {made.group(1)}"
         started = await http.post("/api/runs", json=example_input())
         assert started.status_code == 201, started.text
         done = (await sse(http, started.json()["workflow_id"]))[-1]
         assert "UPS" in json.loads(done["data"])["result"]["answer"]
+
+
+async def test_a_run_whose_id_holds_a_slash_is_reached_as_any_other(
+    api: httpx.AsyncClient,
+) -> None:
+    # A sub-agent's id is `<parent>/<call id>`: each route takes it percent-encoded.
+    workflow_id = f"http-{uuid.uuid4()}/call_1_1"
+    started = await api.post("/api/runs", json={**example_input(), "workflow_id": workflow_id})
+    assert started.status_code == 201, started.text
+    path = quote(workflow_id, safe="")
+    assert json.loads((await sse(api, path))[-1]["data"])["status"] == "completed"
+    status = await api.get(f"/api/runs/{path}")
+    assert status.status_code == 200 and status.json()["status"] == "completed"
+    page = await api.get(f"/api/runs/{path}/transcript")
+    assert page.status_code == 200 and page.json()["messages"][0]["role"] == "user"
+    # The console's page of that run is the console (its script reads the id from the path).
+    console = await api.get(f"/runs/{path}", headers={"Authorization": ""})
+    assert console.status_code == 200 and '<main id="app">' in console.text
+
+
+async def test_serve_stops_at_once_while_a_client_follows_a_waiting_run(
+    client: Client, task_queue: str
+) -> None:
+    address = client.service_client.config.target_host
+    worker = build_worker(client, task_queue, **TEST_WORKER_OPTIONS)
+    async with worker, serving("--address", address, "--task-queue", task_queue) as http:
+        workflow_id = (await http.post("/api/runs", json=plan_input())).json()["workflow_id"]
+        path = f"/api/runs/{workflow_id}/events"
+        async with http.stream("GET", path, timeout=60) as stream:
+            lines = stream.aiter_lines()
+            while await anext(lines) != "event: plan_submitted":
+                pass
+            # The run waits for a person, and its stream with it: a deploy stops serve now.
+            server = http.process  # type: ignore[attr-defined]
+            server.terminate()
+            rest = [line async for line in lines]
+            # Before uvicorn's own backstop (serve's STOP_SECONDS, 10 s) would cancel it.
+            assert await asyncio.wait_for(server.wait(), 8) == 0
+    # The stream ended without `done` (the run goes on): its client resumes elsewhere.
+    assert "event: done" not in rest

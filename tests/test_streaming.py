@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -27,14 +27,6 @@ SEARCH = ("toolu_search", "search_orders", {"email": "a@b.com"})
 CUSTOMER = ("toolu_cust", "get_customer", {"email": "a@b.com"})
 TRACKING = ("toolu_track", "get_tracking", {"order_id": 1042})
 ANSWER = "Ada, your order #1042 was delivered yesterday at 14:20 UTC, to the front desk."
-
-
-@pytest.fixture
-def claude(monkeypatch: pytest.MonkeyPatch) -> Iterator[fake_anthropic.FakeAnthropic]:
-    with fake_anthropic.FakeAnthropic() as server:
-        monkeypatch.setenv("ANTHROPIC_API_KEY", server.api_key)
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
-        yield server
 
 
 def anthropic_input(stream: bool, **settings: Any) -> AgentInput:

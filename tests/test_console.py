@@ -1,0 +1,178 @@
+"""The console (serving/console.py, docs/console.md) as the people who decide runs meet it:
+`durable-agent serve` in a subprocess, its link opened in a real headless Chromium
+(tests/browser.py), the buttons pressed in the page. A person approves a waiting plan and sees
+the run complete; rejects a waiting call, with a reason, field by field; follows a conversation's
+answer while the model writes it and sends the next message. Text from the prompt, the model and
+the tools (HTML, a script, Markdown) is shown as text and never runs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+from temporalio.client import Client
+
+from durable_agent.activities.pricing import DEMO_PRICE
+from durable_agent.client.agent_client import AgentClient
+from durable_agent.demo import script as demo
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.inputs import AgentInput, ModelSettings
+from tests import fake_anthropic
+from tests.browser import Browser
+from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, eventually, turn
+from tests.serve_process import TOKEN, serving
+
+pytestmark = pytest.mark.browser
+
+INJECTED = (
+    '<script>window.injected = "script"</script>'
+    "<img src=x onerror=\"window.injected = 'img'\"> **bold** [link](javascript:void(0))"
+)
+"""What a prompt injection writes, in the prompt, in a tool's arguments and in an answer."""
+
+NOTHING_RAN = """(() => JSON.stringify({
+  injected: typeof window.injected,
+  elements: document.querySelectorAll('#app script, #app img, #app a[href^="javascript"]').length,
+}))()"""
+
+
+@pytest.fixture
+async def api(client: Client, task_queue: str) -> AsyncIterator[httpx.AsyncClient]:
+    address = client.service_client.config.target_host
+    worker = build_worker(client, task_queue, **TEST_WORKER_OPTIONS)
+    async with worker, serving("--address", address, "--task-queue", task_queue) as http:
+        yield http
+
+
+async def start(api: httpx.AsyncClient, agent_input: AgentInput) -> str:
+    body = agent_input.model_dump(mode="json", exclude_defaults=True)
+    started = await api.post("/api/runs", json=body)
+    assert started.status_code == 201, started.text
+    return str(started.json()["workflow_id"])
+
+
+async def click(browser: Browser, selector: str) -> None:
+    found = await browser.evaluate(
+        f"(() => {{ const b = document.querySelector({json.dumps(selector)});"
+        " if (!b) return false; b.click(); return true; })()"
+    )
+    assert found, f"nothing on the page matches {selector}"
+
+
+async def type_into(browser: Browser, selector: str, text: str) -> None:
+    found = await browser.evaluate(
+        f"(() => {{ const field = document.querySelector({json.dumps(selector)});"
+        f" if (!field) return false; field.value = {json.dumps(text)}; return true; }})()"
+    )
+    assert found, f"nothing on the page matches {selector}"
+
+
+async def nothing_ran(browser: Browser) -> None:
+    ran = json.loads(await browser.evaluate(NOTHING_RAN))
+    assert ran == {"injected": "undefined", "elements": 0}
+
+
+async def test_a_person_approves_a_waiting_plan_on_its_page_and_sees_the_run_complete(
+    api: httpx.AsyncClient, browser: Browser, client: Client, task_queue: str
+) -> None:
+    model = ModelSettings(provider="scripted", script=demo.demo_plan_script(), price=DEMO_PRICE)
+    workflow_id = await start(
+        api, AgentInput(prompt=f"Where is my order? {INJECTED}", plan=True, model=model)
+    )
+
+    # The link serve prints: the list, the run on top with why it waits.
+    await browser.open(f"{api.base_url}/#token={TOKEN}", workflow_id, "plan v1 waits")
+    text, _ = await browser.shows("Waiting for a person", f"{len(demo.DEMO_PLAN)} steps")
+    assert text.index("Waiting for a person") < text.index(workflow_id) < text.index("Other runs")
+    # The token leaves the address bar (and the history), and stays for the tab.
+    assert await browser.evaluate("location.href") == f"{api.base_url}/"
+
+    await click(browser, f'#waiting a[href="/runs/{workflow_id}"]')
+    text, _ = await browser.shows("Plan v1 waits for approval", demo.DEMO_PLAN[-1], INJECTED)
+    assert "awaiting_approval" in text and "step 1 of 20" in text, text
+    assert await browser.evaluate("location.pathname") == f"/runs/{workflow_id}"
+    await nothing_ran(browser)
+
+    await click(browser, "#plan button.approve")
+    run = AgentClient(client, task_queue).run(workflow_id)
+    answer, status = (await run.result()).answer, await run.status()
+    text, _ = await browser.shows("Answer", answer, "completed —", f"step {status.step} of 20")
+    assert "UPS" in answer and "plan_decided approved" in text
+    assert "Plan v1 waits" not in text and text.count("USER") == 1, text
+    assert status.plan is not None and status.plan.status == "approved"
+    await nothing_ran(browser)
+
+
+async def test_a_waiting_call_is_shown_field_by_field_and_rejected_with_a_reason(
+    api: httpx.AsyncClient, browser: Browser, client: Client, task_queue: str
+) -> None:
+    script = [
+        turn(call("cancel_order", order_id=1042, reason=INJECTED)),
+        turn(text=f"I could not cancel it. {INJECTED}"),
+    ]
+    workflow_id = await start(
+        api,
+        AgentInput(
+            prompt="Cancel order 1042.",
+            tools=["cancel_order"],
+            model=ModelSettings(provider="scripted", script=script, price=DEMO_PRICE),
+        ),
+    )
+    await browser.open(f"{api.base_url}/runs/{workflow_id}#token={TOKEN}", "Tool call cancel_order")
+    text, _ = await browser.shows("order_id", "1042", json.dumps(INJECTED))
+    await nothing_ran(browser)
+
+    await type_into(browser, ".call input[type=text]", "not without the customer's word")
+    await click(browser, ".call button.reject")
+    text, _ = await browser.shows("Answer", "I could not cancel it.")
+    assert text.count(INJECTED) >= 2  # the answer's, and the call's arguments in the transcript
+    await nothing_ran(browser)
+    # The person's reason reached the model, as the call's refusal.
+    transcript = await AgentClient(client, task_queue).run(workflow_id).transcript()
+    refusal = next(m for m in transcript if m.role == "tool")
+    assert refusal.is_error and "not without the customer's word" in refusal.content
+
+
+async def test_a_conversation_streams_its_answer_as_it_is_written_and_takes_the_next_message(
+    api: httpx.AsyncClient,
+    browser: Browser,
+    client: Client,
+    task_queue: str,
+    claude: fake_anthropic.FakeAnthropic,
+) -> None:
+    first = "Your order 1042 left the warehouse yesterday; it arrives on Friday morning."
+    second = "You are welcome."
+    # The first answer stops after its 4th text delta (events 0-5), until the test has seen it.
+    claude.script += [
+        fake_anthropic.Reply(first, pause_after=6),
+        fake_anthropic.Reply(second),
+    ]
+    model: dict[str, Any] = {"provider": "anthropic", "model": "claude-fake-sonnet"}
+    settings = ModelSettings(**model, stream=True, retry=FAST_MODEL_RETRY)
+    workflow_id = await start(
+        api, AgentInput(prompt="Where is order 1042?", conversation=True, model=settings)
+    )
+    run = AgentClient(client, task_queue).run(workflow_id)
+    try:
+        await browser.open(f"{api.base_url}/runs/{workflow_id}#token={TOKEN}", "Conversation")
+        # The answer's first words, while the model is still writing it.
+        text, _ = await browser.shows(first[:32])
+        assert first not in text
+        assert await browser.evaluate("document.querySelector('#writing').hidden") is False
+        claude.hold.set()
+        await browser.shows(first, "waiting for a message")
+
+        await type_into(browser, "#talking textarea", "Thanks!")
+        await click(browser, "#talking button")
+        text, _ = await browser.shows("Thanks!", second, "turn 2")
+        assert await browser.evaluate("document.querySelector('#writing').hidden") is True
+    finally:
+        await run.end()
+
+    async def ended() -> bool:
+        return (await run.status()).status == "completed"
+
+    await eventually(ended, what="the conversation ended")
