@@ -21,6 +21,7 @@ import os
 import secrets
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request
@@ -51,6 +52,7 @@ LIST_LIMIT = 50
 MAX_BODY_BYTES = 4_000_000
 """A request body over this is refused (413) before it is read: a run's input may have
 1,800,000 bytes of JSON (workflows/input_limits.py), with room for how a client writes it."""
+SSE_POLL_COOLDOWN = timedelta(milliseconds=50)
 RUNS_QUERY = "WorkflowType='AgentWorkflow'"
 
 
@@ -368,7 +370,7 @@ async def _stream(
 
     async def progress() -> None:
         try:
-            async for item in run.events(offset):
+            async for item in run.events(offset, poll_cooldown=SSE_POLL_COOLDOWN):
                 event = item.data
                 await queue.put(_event(event.kind, event.model_dump_json(), item.offset))
         finally:
