@@ -8,8 +8,8 @@ of its own, as it is deployed. Starts alternate between the two ways (so that th
 warming and any drift fall on both alike), over one kept-alive HTTP connection; each start is
 timed from the call to its answer. Event lag is the time from an event's `at` (the workflow's
 time when it published it) to its arrival, for every event of `--runs` runs of `--steps`
-steps followed by SSE, and as many followed by `AgentRun.events()` (`--together`: each run
-followed both ways at once).
+steps followed by SSE, and as many followed by `AgentRun.events()` (`--together`: two SSE
+clients follow each run at once, sharing serve's one follower of it).
 """
 
 from __future__ import annotations
@@ -125,7 +125,8 @@ async def direct_lags(agent_run: AgentRun) -> list[float]:
 async def event_lags(
     agents: AgentClient, http: httpx.AsyncClient, runs: int, steps: int, together: bool = False
 ) -> dict[str, Any]:
-    """One follower a run, each way in turn; `together`: both ways follow each run at once."""
+    """One follower a run, each way in turn; `together`: two SSE clients follow each run at
+    once (serve shares one follower between them), then the client alone."""
     by_sse: list[float] = []
     by_client: list[float] = []
 
@@ -134,8 +135,11 @@ async def event_lags(
 
     for _ in range(runs):
         if together:
-            agent_run = await started()
-            sse, direct = await asyncio.gather(sse_lags(http, agent_run.id), direct_lags(agent_run))
+            workflow_id = (await started()).id
+            first, second = await asyncio.gather(
+                sse_lags(http, workflow_id), sse_lags(http, workflow_id)
+            )
+            sse, direct = first + second, await direct_lags(await started())
         else:
             sse = await sse_lags(http, (await started()).id)
             direct = await direct_lags(await started())
@@ -157,7 +161,7 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--starts", type=int, default=100)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--together", action="store_true", help="follow each run both ways at once")
+    parser.add_argument("--together", action="store_true", help="two SSE clients a run")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     token = uuid.uuid4().hex
@@ -191,7 +195,7 @@ async def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"event lag, {lags['events']} events of {lags['runs']} runs"
-        f"{', both ways at once' if lags['together'] else ''}: SSE median "
+        f"{', two SSE clients a run' if lags['together'] else ''}: SSE median "
         f"{lags['sse_median_ms']} ms, p95 {lags['sse_p95_ms']} ms; AgentRun.events() median "
         f"{lags['client_median_ms']} ms, p95 {lags['client_p95_ms']} ms"
     )

@@ -18,6 +18,7 @@ import uvicorn
 from ..client.agent_client import AgentClient
 from ..serving import http_api
 from ..serving.self_contained import SETUP_ERRORS, check_self_contained, self_contained, setup_error
+from ..serving.streams import Streams
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
 from .plumbing import Command, CommandLineError, parse, say
 
@@ -32,7 +33,7 @@ class _Server(uvicorn.Server):
     embedded dev server stop, and leave the dev server running without its parent. And it ends
     the open event streams as it stops, which uvicorn would wait for forever."""
 
-    def __init__(self, config: uvicorn.Config, streams: http_api.Streams) -> None:
+    def __init__(self, config: uvicorn.Config, streams: Streams) -> None:
         super().__init__(config)
         self.streams = streams
 
@@ -87,7 +88,7 @@ def main(argv: Sequence[str], *, prog: str = "starter.py serve") -> int:
 
 async def _serve(options: dict[str, Any], token: http_api.Token) -> None:
     async with _agents(options) as agents:
-        streams = http_api.Streams()
+        streams = Streams()
         app = http_api.create_app(agents, token=token.value, streams=streams)
         config = uvicorn.Config(
             app,

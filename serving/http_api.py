@@ -8,20 +8,16 @@ reason.
 Every route needs `Authorization: Bearer <token>` (compared in constant time; 401 otherwise),
 the OpenAPI document included. A run's events stream as SSE, each with its offset as `id:`;
 a client that reconnects with `Last-Event-ID` gets every later event once, also after the run
-ended, and the stream ends with an event named `done` carrying the result or the error.
-"""
+ended, and the stream ends with an event named `done` carrying the result or the error
+(serving/streams.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hmac
-import json
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request
@@ -35,8 +31,6 @@ from ..client import overview
 from ..client.agent_client import (
     AgentClient,
     AgentInputTooLarge,
-    AgentRun,
-    AgentRunFailed,
     AgentUpdateNotDelivered,
 )
 from ..workflows.errors import AgentConfigurationError
@@ -45,6 +39,7 @@ from ..workflows.paging import TracePage, TranscriptPage
 from ..workflows.state import PlanState, ToolApproval
 from ..workflows.status import AGENT_STATUS, RunStatus
 from .console import add_console
+from .streams import Streams
 
 API_TOKEN_VARIABLE = "AGENT_API_TOKEN"
 MIN_TOKEN_CHARS = 16
@@ -52,7 +47,6 @@ LIST_LIMIT = 50
 MAX_BODY_BYTES = 4_000_000
 """A request body over this is refused (413) before it is read: a run's input may have
 1,800,000 bytes of JSON (workflows/input_limits.py), with room for how a client writes it."""
-SSE_POLL_COOLDOWN = timedelta(milliseconds=50)
 RUNS_QUERY = "WorkflowType='AgentWorkflow'"
 
 
@@ -285,7 +279,7 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
         run = agents.run(workflow_id)
         await run.handle.describe()  # 404 now, rather than an empty stream, for an unknown id
         return StreamingResponse(
-            _sse(run, offset, streams),
+            streams.sse(run, offset),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
@@ -324,83 +318,3 @@ class _BodyLimit:
                 status, detail = refusal
                 return await JSONResponse({"detail": detail}, status)(scope, receive, send)
         await self.app(scope, receive, send)
-
-
-class Streams:
-    """The event streams open now, so that a server that stops can end them: a stream is
-    endless while its run works, and uvicorn waits for every open response before it stops. An
-    ended stream has no `done`; its client reconnects with Last-Event-ID (to the next server)."""
-
-    def __init__(self) -> None:
-        self._open: set[asyncio.Queue[str | None]] = set()
-
-    def end_all(self) -> None:
-        for queue in self._open:
-            queue.put_nowait(_STOPPING)
-
-    @contextlib.contextmanager
-    def opened(self) -> Iterator[asyncio.Queue[str | None]]:
-        queue: asyncio.Queue[str | None] = asyncio.Queue()
-        self._open.add(queue)
-        try:
-            yield queue
-        finally:
-            self._open.discard(queue)
-
-
-_STOPPING = "stopping"
-
-
-async def _sse(run: AgentRun, offset: int, streams: Streams) -> AsyncIterator[str]:
-    """Each event as `id: OFFSET`, `event: KIND`; the model's streamed text as `event: delta`
-    (no id: it is a live view, not resumed); then `done`."""
-    with streams.opened() as queue:
-        async for chunk in _stream(run, offset, queue):
-            yield chunk
-
-
-async def _stream(
-    run: AgentRun, offset: int, queue: asyncio.Queue[str | None]
-) -> AsyncIterator[str]:
-
-    async def deltas() -> None:
-        with contextlib.suppress(RPCError):
-            async for delta in run.deltas():
-                await queue.put(_event("delta", delta.model_dump_json()))
-
-    async def progress() -> None:
-        try:
-            async for item in run.events(offset, poll_cooldown=SSE_POLL_COOLDOWN):
-                event = item.data
-                await queue.put(_event(event.kind, event.model_dump_json(), item.offset))
-        finally:
-            await queue.put(None)
-
-    readers = [asyncio.create_task(progress()), asyncio.create_task(deltas())]
-    try:
-        while (chunk := await queue.get()) is not None:
-            if chunk is _STOPPING:
-                return
-            yield chunk
-        yield _event("done", json.dumps(await _outcome(run)))
-    finally:
-        for reader in readers:
-            reader.cancel()
-        await asyncio.gather(*readers, return_exceptions=True)
-
-
-async def _outcome(run: AgentRun) -> dict[str, Any]:
-    try:
-        result = await run.result()
-    except AgentRunFailed as failure:
-        details = failure.details.model_dump(mode="json")
-        error = {"type": failure.type, "message": failure.message}
-        return {"status": "failed", "error": error, "details": details}
-    except RPCError as error:
-        return {"status": "unknown", "error": {"type": "RPCError", "message": error.message}}
-    return {"status": "completed", "result": result.model_dump(mode="json")}
-
-
-def _event(name: str, data: str, event_id: int | None = None) -> str:
-    head = "" if event_id is None else f"id: {event_id}\n"
-    return f"{head}event: {name}\ndata: {data}\n\n"

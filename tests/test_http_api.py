@@ -228,3 +228,54 @@ async def test_serve_stops_at_once_while_a_client_follows_a_waiting_run(
             assert await asyncio.wait_for(server.wait(), 8) == 0
     # The stream ended without `done` (the run goes on): its client resumes elsewhere.
     assert "event: done" not in rest
+
+
+async def test_streams_of_one_run_share_its_events_from_wherever_each_resumes(
+    api: httpx.AsyncClient,
+) -> None:
+    """serve gives the streams of one run one follower (serving/streams.py): each stream still
+    gets every event after its own Last-Event-ID once, in order, to `done`, whether it joins the
+    shared follower (resuming from after where it began) or needs its own (from before)."""
+    workflow_id = (await api.post("/api/runs", json=plan_input())).json()["workflow_id"]
+
+    async def follow(last: int | None, caught_up: asyncio.Event) -> list[dict[str, Any]]:
+        headers = {} if last is None else {"Last-Event-ID": str(last)}
+        events: list[dict[str, Any]] = []
+        path = f"/api/runs/{workflow_id}/events"
+        async with api.stream("GET", path, headers=headers, timeout=60) as stream:
+            fields: dict[str, Any] = {}
+            async for line in stream.aiter_lines():
+                if line:
+                    name, _, value = line.partition(": ")
+                    fields[name] = value
+                    continue
+                events.append(fields)
+                if fields.get("event") == "plan_submitted":
+                    caught_up.set()
+                fields = {}
+        return events
+
+    # The first stream begins the run's follower at offset 1 (after event 0); the second joins
+    # it from offset 2; the third reads from 0, before it, with a follower of its own.
+    caught_up = [asyncio.Event() for _ in range(3)]
+    first = asyncio.create_task(follow(0, caught_up[0]))
+    await asyncio.wait_for(caught_up[0].wait(), 30)
+    others = [
+        asyncio.create_task(follow(1, caught_up[1])),
+        asyncio.create_task(follow(None, caught_up[2])),
+    ]
+    await asyncio.wait_for(asyncio.gather(*(event.wait() for event in caught_up[1:])), 30)
+    decided = await api.post(
+        f"/api/runs/{workflow_id}/decisions", json={"kind": "plan", "approve": True}
+    )
+    assert decided.status_code == 200, decided.text
+    streams = await asyncio.wait_for(asyncio.gather(first, *others), 60)
+
+    whole = [e for e in streams[2] if "id" in e]
+    assert [int(e["id"]) for e in whole] == list(range(len(whole)))
+    assert whole[-1]["event"] == "completed"
+    for resumed_after, stream in zip((0, 1), streams[:2], strict=True):
+        assert [e for e in stream if "id" in e] == whole[resumed_after + 1 :]
+    for stream in streams:
+        assert stream[-1]["event"] == "done"
+        assert json.loads(stream[-1]["data"])["status"] == "completed"
