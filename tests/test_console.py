@@ -2,7 +2,8 @@
 `durable-agent serve` in a subprocess, its link opened in a real headless Chromium
 (tests/browser.py), the buttons pressed in the page. A person approves a waiting plan and sees
 the run complete; rejects a waiting call, with a reason, field by field; follows a conversation's
-answer while the model writes it and sends the next message. Text from the prompt, the model and
+answer while the model writes it and sends the next message; decides a sub-agent's calls on its
+parent's page and follows the link to the sub-agent's own run. Text from the prompt, the model and
 the tools (HTML, a script, Markdown) is shown as text and never runs."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx2 as httpx
 import pytest
@@ -24,6 +26,7 @@ from tests import fake_anthropic
 from tests.browser import Browser
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, eventually, turn
 from tests.serve_process import TOKEN, serving
+from tests.test_sub_agent_approvals import CANCEL, REFUND, delegating_input
 
 pytestmark = pytest.mark.browser
 
@@ -176,3 +179,27 @@ async def test_a_conversation_streams_its_answer_as_it_is_written_and_takes_the_
         return (await run.status()).status == "completed"
 
     await eventually(ended, what="the conversation ended")
+
+
+async def test_a_sub_agents_calls_are_decided_on_its_parents_page_and_its_run_is_a_link_away(
+    api: httpx.AsyncClient, browser: Browser
+) -> None:
+    # The parent hands the job to a sub-agent, whose two calls wait for a person.
+    workflow_id = await start(api, delegating_input())
+    await browser.open(
+        f"{api.base_url}/runs/{workflow_id}#token={TOKEN}",
+        "Tool call cancel_order waits for approval",
+        "its sub-agent's run",
+    )
+    await click(browser, f'.call[data-call-id="{CANCEL}"] button.approve')
+    await browser.shows("Tool call issue_refund waits for approval")
+    await type_into(browser, f'.call[data-call-id="{REFUND}"] input[type=text]', "no refunds today")
+    await click(browser, f'.call[data-call-id="{REFUND}"] button.reject')
+    await browser.shows("Answer", "The sub-agent cancelled it; no refund.")
+
+    # The sub-agent's own page: its id holds a slash, and its steps are its own.
+    child = f"{workflow_id}/call_1_1"
+    await click(browser, f'#progress a[href="/runs/{quote(child, safe="")}"]')
+    text, _ = await browser.shows("Cancelled 104999; the refund was refused.", "completed —")
+    assert child in text and "The sub-agent cancelled it; no refund." not in text
+    assert await browser.evaluate("location.pathname") == f"/runs/{quote(child, safe='')}"

@@ -10,6 +10,7 @@
 const TOKEN_KEY = "durable-agent-token";
 const LIST_REFRESH_MS = 3000;
 const MAX_PROGRESS_LINES = 300;
+const DELEGATE = "delegate";
 
 // ---------------------------------------------------------------------------------------------
 // The token, the API and the page's notice line
@@ -576,7 +577,11 @@ function showRun(app, workflowId) {
     const line = [`#${data.step}`, name, data.tool, data.outcome, data.text]
       .filter((part) => part !== null && part !== undefined && part !== "")
       .join(" ");
-    progress.append(el("div", {}, line));
+    // A sub-agent is a run of its own, `<this run>/<the delegate call>`: its events are its own.
+    const subAgent = data.tool === DELEGATE && name === "tool_call_started" && data.call_id
+      ? [" ", link(runPath(`${workflowId}/${data.call_id}`), "its sub-agent's run")]
+      : [];
+    progress.append(el("div", {}, line, ...subAgent));
     while (progress.childElementCount > MAX_PROGRESS_LINES) progress.firstElementChild.remove();
     progress.scrollTop = progress.scrollHeight;
     refreshSoon();
