@@ -15,6 +15,7 @@ any other exception leaves the call's outcome unknown, and the run logs it for c
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import logging
@@ -25,14 +26,17 @@ from dataclasses import dataclass
 from typing import Any, get_type_hints
 
 import docstring_parser
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 from pydantic_core import to_jsonable_python
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ..workflows import tool_catalog
 from ..workflows.activity_io import ToolActivityInput, ToolActivityResult
-from ..workflows.builtin_tools import DELEGATE, FINISH, READ_RESULT, SUBMIT_PLAN
+from ..workflows.builtin_tools import (
+    READ_RESULT,
+    RESERVED_TOOL_NAMES,
+)
 from ..workflows.effect_log import MAX_KEPT_RESULT_CHARS
 from ..workflows.errors import AgentError
 from ..workflows.history import CONTENT_MIN_CHARS, content_ref
@@ -46,7 +50,6 @@ from .result_store import result_store, worker_local
 
 logger = logging.getLogger(__name__)
 
-RESERVED_TOOL_NAMES = frozenset({FINISH, SUBMIT_PLAN, DELEGATE})
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 """What OpenAI and Anthropic accept as a tool's name."""
 DEFAULT_ERRORS_TO_MODEL: tuple[type[Exception], ...] = (ValueError, TypeError)
@@ -70,7 +73,8 @@ class RegisteredTool:
     spec: ToolSpec
     function: Callable[..., Any]
     arguments_model: type[BaseModel]
-    activity: Callable[[ToolActivityInput], Any]
+    activity: Callable[[ToolActivityInput], Any] | None
+    """None for a callback tool, whose body runs on a client (`callback_tool`)."""
     compensation_activity: Callable[[CompensationInput], Any] | None = None
     errors_to_model: tuple[type[Exception], ...] = DEFAULT_ERRORS_TO_MODEL
     origin: str = ""
@@ -134,7 +138,8 @@ class ToolRegistry:
         """Every tool's activity and every compensation's, for the worker to register."""
         activities: list[Callable[..., Any]] = []
         for registered in self._tools.values():
-            activities.append(registered.activity)
+            if registered.activity is not None:
+                activities.append(registered.activity)
             if registered.compensation_activity is not None:
                 activities.append(registered.compensation_activity)
         return activities
@@ -252,6 +257,85 @@ def tool(
         return fn
 
     return register(function) if function is not None else register
+
+
+def callback_tool(
+    function: Callable[..., Any] | None = None,
+    *,
+    timeout_seconds: float = 300.0,
+    name: str | None = None,
+    side_effects: bool = False,
+    needs_approval: bool | None = None,
+    compensation: Callable[[CompensationInput], Any] | None = None,
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+) -> Any:
+    """Declare a tool whose body runs on a client, not on a worker (docs/tools.md#callback-
+    tools): a typed signature, a docstring, and `...` for a body.
+
+        @callback_tool(timeout_seconds=120)
+        def user_location() -> Location:
+            '''Where the user's browser is.'''
+            ...
+
+    The model is told it as any tool (its docstring's Args too). At a call the run waits,
+    spending nothing, until a client answers it with `AgentRun.answer_callback(call_id,
+    result)`, at most `timeout_seconds`; the return annotation is the result's schema, and an
+    answer that does not match it is refused to its sender. Unanswered in time, the model is told
+    it timed out. `side_effects`, `needs_approval`, `compensation` (run on a worker, with the
+    answer as the call's result) and `max_result_chars` are `@tool`'s."""
+    _check_options(compensation=compensation, side_effects=side_effects, local=False)
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        DEFAULT_TOOLS.add(
+            make_callback_tool(
+                fn,
+                name=name,
+                timeout_seconds=timeout_seconds,
+                side_effects=side_effects,
+                needs_approval=needs_approval,
+                compensation=compensation,
+                max_result_chars=max_result_chars,
+            )
+        )
+        return fn
+
+    return register(function) if function is not None else register
+
+
+def make_callback_tool(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    timeout_seconds: float = 300.0,
+    side_effects: bool = False,
+    needs_approval: bool | None = None,
+    compensation: Callable[[CompensationInput], Any] | None = None,
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+) -> RegisteredTool:
+    """A function's signature as a callback tool, registered nowhere (`callback_tool`'s
+    options), for a registry of one's own."""
+    if timeout_seconds <= 0:
+        raise ValueError("a callback tool's timeout_seconds must be over 0")
+    made = make_tool(
+        fn,
+        name=name,
+        side_effects=side_effects,
+        timeout_seconds=timeout_seconds,
+        max_result_chars=max_result_chars,
+        compensation=compensation,
+        needs_approval=needs_approval,
+    )
+    spec = made.spec.model_copy(update={"callback": True, "result": _result_schema(fn)})
+    tool_catalog.register(spec)
+    return dataclasses.replace(made, spec=spec, activity=None)
+
+
+def _result_schema(fn: Callable[..., Any]) -> dict[str, Any] | None:
+    """The JSON Schema of `fn`'s return annotation; None when it has none (or says Any)."""
+    returns = get_type_hints(fn).get("return", Any)
+    if returns is Any:
+        return None
+    return _without_titles(TypeAdapter(returns).json_schema())
 
 
 def _check_options(*, compensation: Any, side_effects: bool, local: bool) -> None:

@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import click
 from temporalio.client import WorkflowUpdateFailedError
@@ -236,6 +236,40 @@ async def deny_call(
 ) -> int:
     decision = run.decide_tool_call(call_id, False, reason, remember=remember)
     return await _decide(run, following, f"deny {call_id}", decision, "call")
+
+
+class JsonText(click.ParamType):
+    """A JSON value given on the command line."""
+
+    name = "JSON"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as error:
+            self.fail(f"not JSON: {error}", param, ctx)
+
+
+@subcommand(
+    "Answer a callback tool's call that waits (`callbacks` lists them) with the result the "
+    "client computed, as JSON; refused, with the reason, when it does not match the tool's "
+    "result schema."
+)
+@CALL_ID
+@click.option("--result", type=JsonText(), required=True, help="the result, as JSON")
+async def answer_callback(run: AgentRun, following: Following, call_id: str, result: Any) -> int:
+    try:
+        answered = await run.answer_callback(call_id, result)
+    except WorkflowUpdateFailedError as refused:
+        say(f"cannot answer {call_id} of {run.id}: {refusal(refused)}")
+        return 1
+    if following.json:
+        print(json.dumps({"workflow_id": run.id, "callback": answered.model_dump(mode="json")}))
+    else:
+        print(f"{run.id}: {answered.call_id} ({answered.tool}) answered")
+    return 0
 
 
 async def _decide(

@@ -124,3 +124,22 @@ async def stats(client: AgentClient, following: Following, label: str | None, li
         return 0
     print(stats_table(read.groups))
     return 0
+
+
+@subcommand(
+    "List the run's callback-tool calls that wait for a client's answer (`answer-callback` "
+    "sends one)."
+)
+async def callbacks(agent_run: AgentRun, following: Following) -> int:
+    waiting = await agent_run.pending_callbacks()
+    if following.json:
+        print(json.dumps([c.model_dump(mode="json") for c in waiting]))
+        return 0
+    for pending in waiting:
+        arguments = json.dumps(pending.arguments, ensure_ascii=False)
+        print(
+            f"{pending.call_id}  {pending.tool} {arguments}  (waits {pending.timeout_seconds:g} s)"
+        )
+    if not waiting:
+        say(f"no callback of {agent_run.id} waits for an answer")
+    return 0

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
+from pydantic_core import to_jsonable_python
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.errordetails.v1 import WorkflowNotReadyFailure
@@ -82,8 +83,10 @@ from ..workflows.paging import (
 from ..workflows.reporting import run_details, run_summary
 from ..workflows.state import (
     AppliedEffect,
+    CallbackAnswer,
     EarlierSteps,
     FailureDetails,
+    PendingCallback,
     PlanDecision,
     PlanState,
     StepRecord,
@@ -467,6 +470,19 @@ class AgentRun:
             call_id=call_id, approve=approve, reason=reason, remember=remember
         )
         return await self._update("decide_tool_call", decision, result_type=ToolApproval)
+
+    async def pending_callbacks(self) -> list[PendingCallback]:
+        """The run's callback-tool calls that wait for a client's answer (docs/tools.md#callback-
+        tools): each with its `call_id`, tool name and arguments."""
+        return (await self.status()).pending_callbacks
+
+    async def answer_callback(self, call_id: str, result: Any) -> PendingCallback:
+        """Answer a callback tool's call with the result the client computed (JSON); answers
+        the call as it was asked. Raises temporalio.client.WorkflowUpdateFailedError, saying
+        why, when the result does not match the tool's result schema (the call keeps waiting)
+        or the call does not wait (answered already, timed out, never asked)."""
+        answer = CallbackAnswer(call_id=call_id, result=to_jsonable_python(result))
+        return await self._update("answer_callback", answer, result_type=PendingCallback)
 
     async def _update(self, name: str, *args: Any, result_type: type) -> Any:
         """Every update the client sends: to the latest run of the chain, so that one sent

@@ -1,7 +1,12 @@
 """The public names of durable_agent, each from its one home (see __init__.py)."""
 
 from .activities.toolkits import Toolkit as Toolkit, register_toolkit as register_toolkit
-from .activities.tools import ToolError as ToolError, current_call as current_call, tool as tool
+from .activities.tools import (
+    ToolError as ToolError,
+    callback_tool as callback_tool,
+    current_call as current_call,
+    tool as tool,
+)
 from .client.agent_client import (
     AgentClient as AgentClient,
     AgentRun as AgentRun,
@@ -23,6 +28,7 @@ from .workflows.errors import (
 from .workflows.inputs import (
     AgentInput as AgentInput,
     AgentResult as AgentResult,
+    CallbackTool as CallbackTool,
     Limits as Limits,
     ModelSettings as ModelSettings,
     ScriptedCall as ScriptedCall,

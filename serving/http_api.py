@@ -36,7 +36,7 @@ from ..client.agent_client import (
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.inputs import AgentInput
 from ..workflows.paging import TracePage, TranscriptPage
-from ..workflows.state import PlanState, ToolApproval
+from ..workflows.state import PendingCallback, PlanState, ToolApproval
 from ..workflows.status import AGENT_STATUS, RunStatus
 from .console import add_console
 from .streams import Streams
@@ -124,6 +124,13 @@ class Decision(BaseModel):
 
 class Turn(BaseModel):
     turn: int
+
+
+class Answer(BaseModel):
+    """A callback tool's result, computed by the client (docs/tools.md#callback-tools)."""
+
+    call_id: str = Field(min_length=1)
+    result: Any = None
 
 
 def create_app(agents: AgentClient, *, token: str, streams: Streams | None = None) -> FastAPI:
@@ -253,6 +260,13 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
         return await run.decide_tool_call(
             body.call_id, body.approve, body.reason, remember=body.remember
         )
+
+    @api.post("/runs/{workflow_id:path}/callbacks")
+    async def answer_callback(workflow_id: str, body: Answer) -> PendingCallback:
+        """Answer a callback tool's call that waits (the status's `pending_callbacks`); 409
+        with the run's reason when the result does not match the tool's result schema or the
+        call does not wait."""
+        return await agents.run(workflow_id).answer_callback(body.call_id, body.result)
 
     @api.post("/runs/{workflow_id:path}/interrupt")
     async def interrupt(workflow_id: str) -> Turn:

@@ -21,7 +21,7 @@ from durable_agent.activities.pricing import DEMO_PRICE
 from durable_agent.client.agent_client import AgentClient
 from durable_agent.demo import script as demo
 from durable_agent.serving.worker import build_worker
-from durable_agent.workflows.inputs import AgentInput, ModelSettings
+from durable_agent.workflows.inputs import AgentInput, CallbackTool, ModelSettings
 from tests import fake_anthropic
 from tests.browser import Browser
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, eventually, turn
@@ -203,3 +203,37 @@ async def test_a_sub_agents_calls_are_decided_on_its_parents_page_and_its_run_is
     text, _ = await browser.shows("Cancelled 104999; the refund was refused.", "completed —")
     assert child in text and "The sub-agent cancelled it; no refund." not in text
     assert await browser.evaluate("location.pathname") == f"/runs/{quote(child, safe='')}"
+
+
+async def test_a_callback_that_waits_for_its_client_is_shown_with_its_arguments(
+    api: httpx.AsyncClient, browser: Browser
+) -> None:
+    tool = CallbackTool(
+        name="read_local_file",
+        description="Read a file on the user's laptop.",
+        parameters={"type": "object", "properties": {"path": {"type": "string"}}},
+    )
+    script = [turn(call("read_local_file", path=INJECTED)), turn(text="Read it.")]
+    workflow_id = await start(
+        api,
+        AgentInput(
+            prompt="Read my file.",
+            tools=[],
+            callback_tools=[tool],
+            model=ModelSettings(provider="scripted", script=script, price=DEMO_PRICE),
+        ),
+    )
+    await browser.open(
+        f"{api.base_url}/runs/{workflow_id}#token={TOKEN}",
+        "Tool call read_local_file waits for its client",
+        json.dumps(INJECTED),
+    )
+    await nothing_ran(browser)
+    status = (await api.get(f"/api/runs/{workflow_id}")).json()
+    call_id = status["pending_callbacks"][0]["call_id"]
+    answered = await api.post(
+        f"/api/runs/{workflow_id}/callbacks", json={"call_id": call_id, "result": "the text"}
+    )
+    assert answered.status_code == 200, answered.text
+    text, _ = await browser.shows("Answer", "Read it.", "completed —")
+    assert "waits for its client" not in text

@@ -279,3 +279,41 @@ async def test_streams_of_one_run_share_its_events_from_wherever_each_resumes(
     for stream in streams:
         assert stream[-1]["event"] == "done"
         assert json.loads(stream[-1]["data"])["status"] == "completed"
+
+
+async def test_a_callback_is_published_and_answered_over_http(api: httpx.AsyncClient) -> None:
+    tool = {
+        "name": "read_local_file",
+        "description": "Read a file on the user's laptop.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        "result": {"type": "object", "required": ["text"]},
+    }
+    script = [
+        {"calls": [{"name": "read_local_file", "arguments": {"path": "a.txt"}}]},
+        {"text": "It says {last_tool_result.text}."},
+    ]
+    body = {
+        "prompt": "read a.txt",
+        "tools": [],
+        "callback_tools": [tool],
+        "model": {"provider": "scripted", "script": script},
+    }
+    workflow_id = (await api.post("/api/runs", json=body)).json()["workflow_id"]
+
+    async def published() -> dict[str, Any]:
+        while not (
+            waiting := (await api.get(f"/api/runs/{workflow_id}")).json()["pending_callbacks"]
+        ):
+            await asyncio.sleep(0.1)
+        return dict(waiting[0])
+
+    pending = await asyncio.wait_for(published(), 30)
+    assert pending["arguments"] == {"path": "a.txt"}
+    path = f"/api/runs/{workflow_id}/callbacks"
+    wrong = await api.post(path, json={"call_id": pending["call_id"], "result": {"txt": 1}})
+    assert wrong.status_code == 409 and "does not match" in wrong.json()["detail"]
+    right = await api.post(path, json={"call_id": pending["call_id"], "result": {"text": "hi"}})
+    assert right.status_code == 200 and right.json()["call_id"] == pending["call_id"]
+    events = await sse(api, workflow_id)
+    assert "callback_requested" in [e.get("event") for e in events]
+    assert json.loads(events[-1]["data"])["result"]["answer"] == "It says hi."

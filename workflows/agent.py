@@ -27,6 +27,7 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from . import continuation, dispatch, fork, run_setup, versioning
 from .budget import Budget
 from .call_ids import CallIds
+from .callbacks import CallbackGate
 from .context import RunContext
 from .context_window import ContextWindow
 from .conversation import Conversation
@@ -116,6 +117,7 @@ class AgentWorkflow(AgentHandlers):
         signals = UnknownSignals()
         self._plan_gate = PlanGate(ctx, self._reporter, self._budget, signals)
         self._tool_gate = ToolCallGate(ctx, self._reporter, self._budget, signals)
+        self._callbacks = CallbackGate(self._state, self._reporter)
         self._saga = Saga(ctx, self._reporter)
         self._conversation = Conversation(ctx, self._reporter, self._budget, signals)
         self._tools: dict[str, ToolSpec] = {}
@@ -194,6 +196,7 @@ class AgentWorkflow(AgentHandlers):
             ctx,
             self._budget,
             self._tool_gate,
+            self._callbacks,
             self._gateway,
             self._saga,
             self._reporter,

@@ -16,6 +16,8 @@ FINISH = "finish"
 SUBMIT_PLAN = "submit_plan"
 DELEGATE = "delegate"
 READ_RESULT = "read_result"
+RESERVED_TOOL_NAMES = frozenset({FINISH, SUBMIT_PLAN, DELEGATE})
+"""Names no app's tool may take (read_result is the worker's own tool, registered as any)."""
 LOOP_TOOLS = (FINISH, SUBMIT_PLAN)
 """Answered by the loop itself, never by an activity."""
 

@@ -334,7 +334,13 @@ def _dispose(call: ToolCall, facts: RunFacts, loops: LoopDetector) -> Action:
     times = loops.record(call.name, call.arguments)
     if loops.is_loop(times):
         return Refuse(Outcome.loop(call, loops.feedback(call.name, times)))
-    return Run(specs[call.name], arguments)
+    spec = specs[call.name]
+    if spec.callback and (problem := json_schema.problems(spec.parameters, arguments)):
+        # No activity checks a callback's arguments: the client must get valid ones.
+        return Refuse(
+            Outcome.error(call, f"Error: invalid arguments for {call.name}: {bounded(problem)}.")
+        )
+    return Run(spec, arguments)
 
 
 def _asks(call: ToolCall, action: Action, facts: RunFacts) -> Ask | None:

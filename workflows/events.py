@@ -22,6 +22,8 @@ AgentEventKind = Literal[
     "retry",
     "approval_requested",
     "approval_decided",
+    "callback_requested",
+    "callback_answered",
     "plan_submitted",
     "plan_decided",
     "compaction",

@@ -17,6 +17,7 @@ from typing import ParamSpec
 from temporalio import workflow
 
 from . import paging
+from .callbacks import CallbackGate
 from .conversation import Conversation
 from .gates import PlanGate, ToolCallGate, ignored_by_signal, validator_refusal
 from .inputs import AgentInput
@@ -30,7 +31,16 @@ from .paging import (
 )
 from .reporting import Reporter
 from .saga import Saga
-from .state import PlanDecision, PlanState, RunState, StepRecord, ToolApproval, ToolCallDecision
+from .state import (
+    CallbackAnswer,
+    PendingCallback,
+    PlanDecision,
+    PlanState,
+    RunState,
+    StepRecord,
+    ToolApproval,
+    ToolCallDecision,
+)
 from .status import STATUS_STEP_RECORDS, SUB_AGENT_APPROVALS_SIGNAL, RunStatus, SubAgentReport
 from .trace import Trace
 from .transcript import Message, Transcript
@@ -70,6 +80,7 @@ class AgentHandlers:
     _reporter: Reporter
     _plan_gate: PlanGate
     _tool_gate: ToolCallGate
+    _callbacks: CallbackGate
     _conversation: Conversation
 
     # --- queries -------------------------------------------------------------------------------
@@ -139,6 +150,7 @@ class AgentHandlers:
             plan=state.plan,
             approvals=self._tool_gate.awaiting(),
             sub_agent_approvals=self._tool_gate.sub_agent_awaiting(),
+            pending_callbacks=self._callbacks.pending(),
             tool_notices=self._tool_notices(),
             conversation=self._conversation.status(),
         )
@@ -214,6 +226,25 @@ class AgentHandlers:
     async def decide_tool_call_by_signal(self, decision: ToolCallDecision) -> None:
         # The gate says why on the run's page, and forwards a sub-agent's call by signal.
         await self._tool_gate.decide_by_signal(decision)
+
+    @workflow.update(
+        description=(
+            "Answer a callback tool's call that waits (status: pending_callbacks), with the "
+            'result the client computed. Input: {"call_id": "call_2_1", "result": ...}. Refused '
+            "with the reason when the result does not match the tool's result schema, or the "
+            "call does not wait (answered already, timed out)."
+        )
+    )
+    def answer_callback(self, answer: CallbackAnswer) -> PendingCallback:
+        """Answer a callback tool's call; answers the call as it was asked."""
+        try:
+            return self._callbacks.take(answer)
+        except ValueError as refusal:  # answered by an update validated beside this one
+            raise validator_refusal(refusal) from None
+
+    @answer_callback.validator
+    def _check_callback_answer(self, answer: CallbackAnswer) -> None:
+        refused(self._callbacks.validate, answer)
 
     @workflow.signal(
         name=SUB_AGENT_APPROVALS_SIGNAL,

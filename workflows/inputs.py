@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .providers import REASONING_EFFORTS, Provider
-from .specs import RetrySettings
+from .specs import DEFAULT_MAX_RESULT_CHARS, RetrySettings, ToolSpec
 from .state import (
     CompactionRecord,
     EarlierSteps,
@@ -208,6 +208,39 @@ class ForkSeed(BaseModel):
     decided there. Only an approved one lets the fork change data without planning first."""
 
 
+class CallbackTool(BaseModel):
+    """A callback tool declared in a run's input, by an app in any language: its body runs on
+    the app's client, which answers each call with `answer_callback` (workflows/callbacks.py).
+    The same as a Python app's `@callback_tool`."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str = Field(min_length=1, max_length=4_000)
+    parameters: dict[str, Any] = {"type": "object", "properties": {}}
+    """JSON Schema of the arguments object: the model is told it, and a call whose arguments do
+    not match it goes back to the model as an error, never to the client."""
+    result: dict[str, Any] | None = None
+    """JSON Schema of the answer: an answer that does not match is refused to its sender."""
+    timeout_seconds: float = Field(default=300.0, gt=0, le=31 * 86_400)
+    """How long a call waits for its answer; then the model is told it timed out."""
+    side_effects: bool = False
+    needs_approval: bool | None = None
+    """As a tool's: by default a call with side effects waits for a person first."""
+    max_result_chars: int = Field(default=DEFAULT_MAX_RESULT_CHARS, gt=0)
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            parameters=self.parameters,
+            side_effects=self.side_effects,
+            timeout_seconds=self.timeout_seconds,
+            max_result_chars=self.max_result_chars,
+            needs_approval=self.needs_approval,
+            callback=True,
+            result=self.result,
+        )
+
+
 class AgentInput(BaseModel):
     prompt: str
     label: str | None = None
@@ -216,6 +249,11 @@ class AgentInput(BaseModel):
     system: str | None = None
     tools: list[str] | None = None
     """Names of registered tools to offer; None offers every registered tool."""
+    callback_tools: list[CallbackTool] = Field(
+        default=[], max_length=64, exclude_if=lambda tools: not tools
+    )
+    """Tools whose body runs on the app's client (workflows/callbacks.py), offered beside
+    `tools`."""
     output_schema: dict[str, Any] | None = None
     """JSON schema the final answer must satisfy: `finish` takes exactly these arguments."""
     model: ModelSettings = ModelSettings()

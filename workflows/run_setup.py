@@ -18,6 +18,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 from . import approval, json_schema, tool_catalog
+from .builtin_tools import RESERVED_TOOL_NAMES
 from .errors import (
     FATAL_ERROR_TYPES,
     AgentConfigurationError,
@@ -25,6 +26,7 @@ from .errors import (
     describe_failure,
 )
 from .inputs import AgentInput
+from .specs import ToolSpec
 from .state import RunState, RunTools, ToolSelection
 from .versioning import Behaviours
 
@@ -48,12 +50,39 @@ async def settle(agent_input: AgentInput, state: RunState, behaviours: Behaviour
             run_tools = tool_catalog.for_run(agent_input.tools)
         except KeyError as error:
             raise AgentConfigurationError(f"the run asks for tools {error.args[0]}") from None
+    if agent_input.callback_tools:
+        run_tools = _with_callbacks(run_tools, agent_input)
     _check_output_schema(agent_input, behaviours)
     if unknown := approval.unknown_predicates(agent_input.tool_approval):
         raise AgentConfigurationError(
             f"the run's approval policy names predicates that are not registered: {unknown}"
         )
     return run_tools
+
+
+def _with_callbacks(run_tools: RunTools, agent_input: AgentInput) -> RunTools:
+    """The worker's tools and the callback tools the input declares; AgentConfigurationError
+    for a name taken twice or a schema the linear engine refuses."""
+    taken = {spec.name for spec in run_tools.tools} | RESERVED_TOOL_NAMES
+    declared: list[ToolSpec] = []
+    for tool in agent_input.callback_tools:
+        if tool.name in taken:
+            raise AgentConfigurationError(
+                f"callback tool {tool.name!r}: the name is taken (a worker's tool, a built-in "
+                "one, or another callback tool)"
+            )
+        taken.add(tool.name)
+        for part, schema in (("parameters", tool.parameters), ("result", tool.result)):
+            if schema is None:
+                continue
+            try:
+                json_schema.check(schema)
+            except json_schema.SchemaRefused as refused:
+                raise AgentConfigurationError(
+                    f"callback tool {tool.name!r} {part} {refused}"
+                ) from None
+        declared.append(tool.spec())
+    return run_tools.model_copy(update={"tools": [*run_tools.tools, *declared]})
 
 
 def _check_output_schema(agent_input: AgentInput, behaviours: Behaviours) -> None:

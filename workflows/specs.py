@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio.common import RetryPolicy
 
 DEFAULT_MAX_RESULT_CHARS = 8_000
@@ -63,3 +63,9 @@ class ToolSpec(BaseModel):
     with no task-queue round trip, and recorded as one marker event instead of an activity's
     three and a workflow task's three. For fast calls (lookups, computations): it does not
     heartbeat, so a call longer than a few seconds belongs in a normal activity."""
+    callback: bool = Field(default=False, exclude_if=lambda callback: not callback)
+    """A callback tool (workflows/callbacks.py): its body runs on a client, not on a worker. At
+    a call the run waits, spending nothing, for `answer_callback`, at most `timeout_seconds`."""
+    result: dict[str, Any] | None = Field(default=None, exclude_if=lambda result: result is None)
+    """A callback tool's JSON Schema of its result: an answer that does not match is refused to
+    its sender. None: any JSON value."""

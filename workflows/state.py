@@ -69,6 +69,28 @@ class ToolCallDecision(BaseModel):
     of that tool still waiting."""
 
 
+class CallbackAnswer(BaseModel):
+    """Input of the `answer_callback` update: the result of a callback tool's call, computed on
+    a client (workflows/callbacks.py)."""
+
+    call_id: str
+    result: Any = None
+    """The tool's return value as JSON, checked against the tool's declared result schema."""
+
+
+class PendingCallback(BaseModel):
+    """A callback tool's call that waits for a client to answer it."""
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    """As the model wrote them, checked against the tool's parameters."""
+    step: int
+    asked_at: datetime
+    timeout_seconds: float
+    """It waits this long from `asked_at`; then the model is told it timed out."""
+
+
 DecidedBy = Literal["person", "remembered", "timeout"]
 
 

@@ -11,6 +11,7 @@ from temporalio.common import SearchAttributeKey
 from .inputs import Limits
 from .state import (
     EarlierSteps,
+    PendingCallback,
     PlanState,
     QueuedMessage,
     StepRecord,
@@ -110,6 +111,8 @@ class RunStatus(BaseModel):
     sub_agent_approvals: list[SubAgentApproval] = []
     """Tool calls the run's sub-agent waits on, with call ids qualified by the delegate call:
     decide them here, with the same `decide_tool_call`."""
+    pending_callbacks: list[PendingCallback] = []
+    """Callback tools' calls that wait for a client's answer (`answer_callback`)."""
     tool_notices: list[str] = []
     """What the run goes without (`RunTools.notices`): an optional MCP server that was down."""
     conversation: ConversationStatus | None = None

@@ -33,6 +33,7 @@ from . import json_schema, versioning
 from .activity_io import ToolActivityInput, ToolActivityResult
 from .budget import Budget
 from .builtin_tools import DELEGATE, DELEGATE_PARAMETERS, READ_RESULT
+from .callbacks import CallbackGate
 from .context import RunContext
 from .dispatch import (
     AFTER_FINISH,
@@ -100,6 +101,7 @@ class ToolRunner:
         ctx: RunContext,
         budget: Budget,
         gate: ToolCallGate,
+        callbacks: CallbackGate,
         gateway: ModelGateway,
         saga: Saga,
         reporter: Reporter,
@@ -111,6 +113,7 @@ class ToolRunner:
         self._behaviours = ctx.behaviours
         self._budget = budget
         self._gate = gate
+        self._callbacks = callbacks
         self._gateway = gateway
         self._saga = saga
         self._reporter = reporter
@@ -210,9 +213,21 @@ class ToolRunner:
             )
             if run.spec.name == DELEGATE:
                 outcome = await self._delegate(call, run.arguments)
+            elif run.spec.callback:
+                outcome = await self._answered(call, run)
             else:
                 outcome = await self._execute(call, run)
         self._reporter.call_finished(outcome)
+        return outcome
+
+    async def _answered(self, call: ToolCall, run: Run) -> Outcome:
+        """A callback tool's call, answered by a client (callbacks.py); a side-effecting one's
+        answer is logged for its compensation, as an activity's result is."""
+        outcome, answer = await self._callbacks.wait(call, run.spec, run.arguments)
+        if run.spec.side_effects and outcome.record.outcome == "ok":
+            info = workflow.info()
+            key = f"{info.workflow_id}/{info.first_execution_run_id}/{call.id}"
+            self._log_effect(call, run, key, result=answer)
         return outcome
 
     async def _execute(self, call: ToolCall, run: Run) -> Outcome:

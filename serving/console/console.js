@@ -340,7 +340,8 @@ function showRun(app, workflowId) {
     const waitingCalls = [...status.approvals, ...status.sub_agent_approvals].filter(
       (call) => call.status === "awaiting_approval",
     );
-    const shownNow = JSON.stringify([plan && [plan.version, plan.status], waitingCalls.map((c) => c.call_id)]);
+    const callbacks = (status.pending_callbacks || []).map((c) => c.call_id);
+    const shownNow = JSON.stringify([plan && [plan.version, plan.status], waitingCalls.map((c) => c.call_id), callbacks]);
     if (deciding.dataset.shown === shownNow) return;
     deciding.dataset.shown = shownNow;
     const cards = [];
@@ -427,6 +428,21 @@ function showRun(app, workflowId) {
             el("button", { className: "reject", onclick: () => decideCall(false) }, "Reject"),
             el("label", {}, remember, " decide its later calls too"),
           ),
+        ),
+      );
+    }
+    for (const pending of status.pending_callbacks || []) {
+      cards.push(
+        el(
+          "div",
+          { className: "card callback", "data-call-id": pending.call_id },
+          el("h2", {}, `Tool call ${pending.tool} waits for its client`),
+          el(
+            "p",
+            { className: "muted" },
+            `call ${pending.call_id}, step ${pending.step}; its app answers it, or it times out after ${pending.timeout_seconds} s`,
+          ),
+          el("pre", { className: "code" }, JSON.stringify(pending.arguments, null, 2)),
         ),
       );
     }
