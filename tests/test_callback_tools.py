@@ -22,6 +22,7 @@ from durable_agent.activities.tools import make_callback_tool
 from durable_agent.client.agent_client import AgentClient, AgentRun, AgentRunFailed
 from durable_agent.workflows.inputs import CallbackTool, ToolApprovalPolicy
 from durable_agent.workflows.state import PendingCallback
+from durable_agent.workflows.status import AGENT_STATUS
 from tests.helpers import call, eventually, scripted_input, turn
 from tests.test_agent_client import serving
 
@@ -279,3 +280,45 @@ async def test_an_interrupt_while_a_callback_waits_ends_the_turn_with_its_pairs_
         assert calls == [r.tool_call_id for r in results] == [pending.call_id]
         assert results[0].is_error
         await run.end()
+
+
+async def test_a_run_that_waits_for_a_person_says_so_while_a_callback_waits_beside(
+    client: Client, task_queue: str
+) -> None:
+    guarded = READ_FILE.model_copy(update={"name": "read_secret_file", "needs_approval": True})
+    script = [
+        turn(
+            call("read_local_file", path="a.txt"),
+            call("read_secret_file", path="b.txt"),
+        ),
+        turn(text="Both read."),
+    ]
+    async with serving(client, task_queue) as agents:
+        run = await agents.start(
+            scripted_input(
+                script,
+                tools=[],
+                callback_tools=[READ_FILE, guarded],
+                tool_approval=ToolApprovalPolicy(),
+            )
+        )
+        first = await waiting_callback(run)
+        assert first.tool == "read_local_file"
+        status = await run.status()
+        # Listed as waiting for a person (the search attribute too), not "running".
+        assert status.status == "awaiting_approval" and len(status.approvals) == 1
+        described = await run.handle.describe()
+        assert described.typed_search_attributes.get(AGENT_STATUS) == "awaiting_approval"
+
+        await run.decide_tool_call(status.approvals[0].call_id, approve=True)
+
+        async def both() -> bool:
+            return len(await run.pending_callbacks()) == 2
+
+        await eventually(both, what="both callbacks to wait")
+        status = await run.status()
+        assert status.status == "running"
+        assert "read_local_file" in status.details and "read_secret_file" in status.details
+        for pending in await run.pending_callbacks():
+            await run.answer_callback(pending.call_id, {"text": pending.arguments["path"]})
+        assert (await run.result()).answer == "Both read."

@@ -128,6 +128,10 @@ class CallbackGate:
         return pending
 
     def _say_what_waits(self) -> None:
+        """The status line names the callbacks that wait, while the run is otherwise running: a
+        run that waits for a person says so (and is listed so), whatever else waits beside."""
+        if self._reporter.status != "running":
+            return
         waiting = self.pending()
         if not waiting:
             self._reporter.set_status("running", f"step {self._state.steps}: answered")
