@@ -25,6 +25,7 @@ from durable_agent.workflows.state import PendingCallback
 from durable_agent.workflows.status import AGENT_STATUS
 from tests.helpers import call, eventually, scripted_input, turn
 from tests.test_agent_client import serving
+from tests.test_sub_agents import child_model
 
 READ_FILE = CallbackTool(
     name="read_local_file",
@@ -322,3 +323,26 @@ async def test_a_run_that_waits_for_a_person_says_so_while_a_callback_waits_besi
         for pending in await run.pending_callbacks():
             await run.answer_callback(pending.call_id, {"text": pending.arguments["path"]})
         assert (await run.result()).answer == "Both read."
+
+
+async def test_a_sub_agent_of_a_run_with_declared_callbacks_gets_the_workers_tools(
+    client: Client, task_queue: str
+) -> None:
+    """The input's callback tools are the app's: a sub-agent, whose tools default to its
+    parent's, is not given them (its worker could not resolve them, and it would not start)."""
+    child = [turn(call("get_order", order_id=1042)), turn(text="Delivered.")]
+    script = [
+        turn(call("delegate", task="Where is order 1042?")),
+        turn(text="It was delivered.", expect="Delivered."),
+    ]
+    async with serving(client, task_queue) as agents:
+        run = await agents.start(
+            scripted_input(
+                script,
+                tools=["get_order"],
+                callback_tools=[READ_FILE],
+                sub_agents=True,
+                sub_agent_model=child_model(*child),
+            )
+        )
+        assert (await run.result()).answer == "It was delivered."

@@ -450,10 +450,14 @@ class ToolRunner:
         remaining_wall = self._budget.remaining_seconds(workflow.now())
         policy: ToolApprovalPolicy = parent.tool_approval
         remembered = [tool for tool, d in self._state.remembered.items() if d.approve]
+        # The callbacks this run's input declares are its own app's: a sub-agent's worker has
+        # no such tool to resolve.
+        declared = {tool.name for tool in parent.callback_tools}
+        tools = [name for name in arguments.get("tools") or self.tools if name not in declared]
         return AgentInput(
             prompt=str(arguments["task"]),
             system=parent.system,
-            tools=arguments.get("tools") or list(self.tools),
+            tools=tools,
             model=parent.sub_agent_model or parent.model,
             limits=Limits(
                 max_steps=max_steps,
