@@ -39,13 +39,19 @@ from durable_agent.workflows.events import EVENTS_TOPIC, AgentEvent
 from durable_agent.workflows.inputs import (
     AgentInput,
     AgentResult,
+    CallbackTool,
     ForkOrigin,
     ForkSeed,
     Limits,
     ToolApprovalPolicy,
 )
 from durable_agent.workflows.model_gateway import ModelGateway
-from durable_agent.workflows.state import PlanDecision, PlanState, ToolCallDecision
+from durable_agent.workflows.state import (
+    CallbackAnswer,
+    PlanDecision,
+    PlanState,
+    ToolCallDecision,
+)
 from durable_agent.workflows.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from tests.helpers import TEST_WORKER_OPTIONS, call, chain_histories, scripted_input, turn
 
@@ -122,6 +128,15 @@ async def talk_twice_then_end(handle: Handle) -> None:
     assert await handle.execute_update(AgentWorkflow.send_message, "second question") == 2
     await turn_finished(handle, 2)
     await handle.signal("end_conversation")
+
+
+async def answer_one_callback(handle: Handle) -> None:
+    deadline = asyncio.get_running_loop().time() + 10
+    while not (await handle.query(AgentWorkflow.status)).pending_callbacks:
+        assert asyncio.get_running_loop().time() < deadline, "no callback waited"
+        await asyncio.sleep(0.05)
+    answer = CallbackAnswer(call_id="call_1_1", result={"text": "hello"})
+    await handle.execute_update(AgentWorkflow.answer_callback, answer)
 
 
 OVERSIZED = "x" * 32_001
@@ -321,6 +336,21 @@ def scenarios() -> dict[str, Scenario]:
         ),
         # A fork of a plan-mode run after its plan was approved (issue 38): the seeded approval
         # lets a call that changes data run at once, with tool approval on and nobody asked.
+        # Callback tools (issue 41): one answered by update, one that times out unanswered.
+        "callbacks": Scenario(
+            scripted_input(
+                [
+                    turn(call("read_local_file", path="a.txt"), call("read_fast", path="b.txt")),
+                    turn(text="{last_tool_result}"),
+                ],
+                tools=[],
+                callback_tools=[
+                    CallbackTool(name="read_local_file", description="Read a local file."),
+                    CallbackTool(name="read_fast", description="Read it.", timeout_seconds=0.5),
+                ],
+            ),
+            drive=answer_one_callback,
+        ),
         "plan_fork": Scenario(
             scripted_input(
                 scripted_from(
@@ -446,6 +476,11 @@ def test_the_committed_histories_cover_what_they_are_named_for() -> None:
         "workflow_execution_update_accepted_event_attributes",
         "workflow_execution_update_completed_event_attributes",
     } <= plan
+    # One callback answered by update, one waited out on its timer.
+    assert {
+        "workflow_execution_update_accepted_event_attributes",
+        "timer_fired_event_attributes",
+    } <= kinds(HISTORIES / "callbacks.json")
     talk = kinds(HISTORIES / "conversation.json")
     assert {
         "marker_recorded_event_attributes",
