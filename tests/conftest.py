@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx2 as httpx
 import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -18,9 +19,12 @@ import tests.tools_for_tests  # noqa: F401  (registers the test tools)
 from durable_agent.activities import pg_store
 from durable_agent.activities.providers import scripted
 from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.worker import build_worker
 from tests import fake_anthropic
 from tests.browser import Browser, headless_chromium
+from tests.helpers import TEST_WORKER_OPTIONS
 from tests.postgres import PostgresServer, postgres_server
+from tests.serve_process import serving
 
 _LOCAL_HOSTS = {"127.0.0.1", "::1", "localhost"}
 
@@ -29,6 +33,16 @@ _LOCAL_HOSTS = {"127.0.0.1", "::1", "localhost"}
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     async with embedded_dev_server() as env:
         yield env
+
+
+@pytest.fixture
+async def api(client: Client, task_queue: str) -> AsyncIterator[httpx.AsyncClient]:
+    """`durable-agent serve` in a subprocess on the session's server (tests/serve_process.py),
+    a worker of the test's queue beside it, and an HTTP client of it that sends the token."""
+    address = client.service_client.config.target_host
+    worker = build_worker(client, task_queue, **TEST_WORKER_OPTIONS)
+    async with worker, serving("--address", address, "--task-queue", task_queue) as http:
+        yield http
 
 
 @pytest.fixture

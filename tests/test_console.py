@@ -9,7 +9,6 @@ the tools (HTML, a script, Markdown) is shown as text and never runs."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
 
@@ -20,12 +19,11 @@ from temporalio.client import Client
 from durable_agent.activities.pricing import DEMO_PRICE
 from durable_agent.client.agent_client import AgentClient
 from durable_agent.demo import script as demo
-from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.inputs import AgentInput, CallbackTool, ModelSettings
 from tests import fake_anthropic
 from tests.browser import Browser
-from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, eventually, turn
-from tests.serve_process import TOKEN, serving
+from tests.helpers import FAST_MODEL_RETRY, call, eventually, turn
+from tests.serve_process import TOKEN
 from tests.test_sub_agent_approvals import CANCEL, REFUND, delegating_input
 
 pytestmark = pytest.mark.browser
@@ -40,14 +38,6 @@ NOTHING_RAN = """(() => JSON.stringify({
   injected: typeof window.injected,
   elements: document.querySelectorAll('#app script, #app img, #app a[href^="javascript"]').length,
 }))()"""
-
-
-@pytest.fixture
-async def api(client: Client, task_queue: str) -> AsyncIterator[httpx.AsyncClient]:
-    address = client.service_client.config.target_host
-    worker = build_worker(client, task_queue, **TEST_WORKER_OPTIONS)
-    async with worker, serving("--address", address, "--task-queue", task_queue) as http:
-        yield http
 
 
 async def start(api: httpx.AsyncClient, agent_input: AgentInput) -> str:

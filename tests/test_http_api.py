@@ -7,12 +7,10 @@ import asyncio
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
 
 import httpx2 as httpx
-import pytest
 from temporalio.client import Client
 
 from durable_agent.activities.pricing import DEMO_PRICE
@@ -51,14 +49,6 @@ def plan_input() -> dict[str, Any]:
     model = ModelSettings(provider="scripted", script=demo.demo_plan_script(), price=DEMO_PRICE)
     agent_input = AgentInput(prompt="Where is my order?", plan=True, model=model)
     return agent_input.model_dump(mode="json", exclude_defaults=True)
-
-
-@pytest.fixture
-async def api(client: Client, task_queue: str) -> AsyncIterator[httpx.AsyncClient]:
-    address = client.service_client.config.target_host
-    worker = build_worker(client, task_queue, **TEST_WORKER_OPTIONS)
-    async with worker, serving("--address", address, "--task-queue", task_queue) as http:
-        yield http
 
 
 async def test_every_request_needs_the_token(api: httpx.AsyncClient) -> None:

@@ -18,7 +18,13 @@ const DELEGATE = "delegate";
 function takeToken() {
   const found = /^#token=(.+)$/.exec(location.hash);
   if (found) {
-    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(found[1]));
+    let token = found[1];
+    try {
+      token = decodeURIComponent(token);
+    } catch {
+      // Not percent-encoded as a link would be: taken as it stands.
+    }
+    sessionStorage.setItem(TOKEN_KEY, token);
     // Out of the address bar and the history, where a screen share or a shared link shows it.
     history.replaceState(null, "", location.pathname + location.search);
   }
@@ -153,6 +159,30 @@ function showTokenForm(why) {
   document.getElementById("app").replaceChildren(form);
 }
 
+// `read` made to run one at a time: a call while it runs asks for one more run after it, and
+// waits for that.
+function oneAtATime(read) {
+  let running = null;
+  let again = false;
+  return async function refresh() {
+    if (running) {
+      again = true;
+      return running;
+    }
+    running = (async () => {
+      do {
+        again = false;
+        await read();
+      } while (again);
+    })();
+    try {
+      await running;
+    } finally {
+      running = null;
+    }
+  };
+}
+
 // ---------------------------------------------------------------------------------------------
 // The list: runs waiting for a person first, with why
 
@@ -183,29 +213,9 @@ function showList(app) {
   let stopped = false;
   let timer = null;
 
-  // One read at a time (two would both append the transcript's new messages); a refresh asked
-  // for meanwhile runs once more after it.
-  let reading = null;
-  let again = false;
-  async function refresh() {
-    if (reading) {
-      again = true;
-      return reading;
-    }
-    reading = (async () => {
-      do {
-        again = false;
-        await readRun();
-      } while (again);
-    })();
-    try {
-      await reading;
-    } finally {
-      reading = null;
-    }
-  }
+  const refresh = oneAtATime(readList);
 
-  async function readRun() {
+  async function readList() {
     try {
       const runs = await api("/api/runs");
       const asking = runs.filter((run) => run.waiting);
@@ -526,27 +536,8 @@ function showRun(app, workflowId) {
     if (!messages.length) transcript.replaceChildren();
   }
 
-  // One read at a time (two would both append the transcript's new messages); a refresh asked
-  // for meanwhile runs once more after it.
-  let reading = null;
-  let again = false;
-  async function refresh() {
-    if (reading) {
-      again = true;
-      return reading;
-    }
-    reading = (async () => {
-      do {
-        again = false;
-        await readRun();
-      } while (again);
-    })();
-    try {
-      await reading;
-    } finally {
-      reading = null;
-    }
-  }
+  // Two reads at once would both append the transcript's new messages.
+  const refresh = oneAtATime(readRun);
 
   async function readRun() {
     try {
