@@ -78,6 +78,10 @@ class CallbackGate:
                 timeout_summary=f"answer to {spec.name} {call.id}"[:TIMEOUT_SUMMARY_CHARS],
             )
         except TimeoutError:
+            if call.id in self._answers:
+                # Answered in the workflow task its timer fired in: the sender was told it was
+                # taken, so it is.
+                return self._answered(call, spec, asked_at)
             timed_out = Outcome.error(
                 call,
                 f"Error: {spec.name} timed out: no client answered the call within "
@@ -90,6 +94,9 @@ class CallbackGate:
                 self._pending.pop(call.id, None)
                 self._specs.pop(call.id, None)
                 self._say_what_waits()
+        return self._answered(call, spec, asked_at)
+
+    def _answered(self, call: ToolCall, spec: ToolSpec, asked_at: Any) -> tuple[Outcome, Any]:
         answer = self._answers.pop(call.id)
         text = answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
         cut = len(text) - spec.max_result_chars
