@@ -225,9 +225,7 @@ class ToolRunner:
         answer is logged for its compensation, as an activity's result is."""
         outcome, answer = await self._callbacks.wait(call, run.spec, run.arguments)
         if run.spec.side_effects and outcome.record.outcome == "ok":
-            info = workflow.info()
-            key = f"{info.workflow_id}/{info.first_execution_run_id}/{call.id}"
-            self._log_effect(call, run, key, result=answer)
+            self._log_effect(call, run, _idempotency_key(call), result=answer)
         return outcome
 
     async def _execute(self, call: ToolCall, run: Run) -> Outcome:
@@ -244,10 +242,7 @@ class ToolRunner:
                 "what is left to do.",
             )
         started = workflow.now()
-        info = workflow.info()
-        # The first run id tells apart two runs that reuse one workflow id; call ids are unique
-        # within a run (see dispatch.with_unique_call_ids).
-        idempotency_key = f"{info.workflow_id}/{info.first_execution_run_id}/{call.id}"
+        idempotency_key = _idempotency_key(call)
         tool_input = ToolActivityInput(
             tool_call_id=call.id,
             arguments=run.arguments,
@@ -515,6 +510,14 @@ def _attempts_made(error: ActivityError | ApplicationError, spec: ToolSpec) -> i
     ):
         return spec.retry.maximum_attempts
     return 1
+
+
+def _idempotency_key(call: ToolCall) -> str:
+    """The call's key: the same on every retry, never the same for two calls. The first run id
+    tells apart two runs that reuse one workflow id; call ids are unique within a run (see
+    dispatch.with_unique_call_ids)."""
+    info = workflow.info()
+    return f"{info.workflow_id}/{info.first_execution_run_id}/{call.id}"
 
 
 def _call_summary(call: ToolCall) -> str:
