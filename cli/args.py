@@ -31,6 +31,7 @@ from ..workflows.inputs import (
     ScriptedTurn,
 )
 from ..workflows.providers import CATALOGUE, KEYED_PROVIDERS, PROVIDERS, Provider
+from ..workflows.state import AutoRules
 from .plumbing import Argument, Command, bad_byte, parse, said_as, say
 
 STDIN = "-"
@@ -144,6 +145,19 @@ def read_script(path: Path) -> tuple[ScriptedTurn, ...]:
         return tuple(_SCRIPT.validate_json(path.read_bytes()))
     except (OSError, ValueError) as error:
         refuse(f"--script {path}: {str(error).splitlines()[0]}")
+
+
+def read_rules(path: Path) -> AutoRules:
+    """--rules: auto mode's rules (criteria, tools, default) from a JSON file; refused, with the
+    first problem and where it is, when they cannot be read or are not valid."""
+    try:
+        return AutoRules.model_validate_json(path.read_bytes())
+    except OSError as error:
+        refuse(f"--rules {path}: {error.strerror or error}")
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        refuse(f"--rules {path}: {where + ': ' if where else ''}{first['msg']}")
 
 
 _RUN_OPTIONS = [

@@ -26,8 +26,8 @@ from temporalio.service import RPCError
 from ..client.agent_client import AgentRun, AgentUpdateNotDelivered
 from ..workflows.events import AgentEvent
 from ..workflows.input_limits import TOO_LARGE, check_comment, check_reason
-from ..workflows.state import PlanState, ToolApproval
-from .args import POSITIVE, Following, Text, argument, subcommand
+from ..workflows.state import AutoRules, PlanState, ToolApproval
+from .args import FILE, POSITIVE, Following, Text, argument, read_rules, refuse, subcommand
 from .plumbing import one_line, say
 
 APPROVALS = ("", "y", "yes")
@@ -269,6 +269,34 @@ async def answer_callback(run: AgentRun, following: Following, call_id: str, res
         print(json.dumps({"workflow_id": run.id, "callback": answered.model_dump(mode="json")}))
     else:
         print(f"{run.id}: {answered.call_id} ({answered.tool}) answered")
+    return 0
+
+
+def _one_change(options: dict[str, Any]) -> None:
+    if options["off"] == (options["rules"] is not None):
+        refuse("auto-mode takes --off or --rules FILE, one of them")
+    if options["rules"] is not None:
+        options["rules"] = read_rules(options["rules"])
+
+
+@subcommand(
+    "For an operator: turn auto mode's judge off for the rest of the run (--off), or replace its "
+    "rules (--rules FILE: JSON of criteria, tools and default; the judge stays). Calls the judge "
+    "is reviewing go to a person.",
+    rules=_one_change,
+)
+@click.option("--off", is_flag=True, help="turn auto mode off for the rest of the run")
+@click.option("--rules", type=FILE, help="replace the rules with this JSON file's")
+async def auto_mode(run: AgentRun, following: Following, off: bool, rules: AutoRules | None) -> int:
+    try:
+        now = await run.set_auto_mode(off=off, rules=rules)
+    except WorkflowUpdateFailedError as refused:
+        say(f"cannot change auto mode of {run.id}: {refusal(refused)}")
+        return 1
+    if following.json:
+        print(json.dumps({"workflow_id": run.id, "auto_mode": now}))
+    else:
+        print(f"{run.id}: {now}")
     return 0
 
 

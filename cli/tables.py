@@ -22,6 +22,7 @@ from rich.table import Table
 from ..client.agent_client import StepStats
 from ..workflows.activity_io import ModelDelta
 from ..workflows.events import AgentEvent
+from ..workflows.reporting import verdict_line
 from ..workflows.state import (
     CompactionRecord,
     EarlierSteps,
@@ -154,9 +155,18 @@ def waiting_calls_table(approvals: Sequence[ToolApproval]) -> str:
     """Tool calls that wait for a person: the id to decide each by, the step that asked, the
     tool and its arguments, and the sub-agent that asked when it is not the run."""
     rows = [
-        [a.call_id, f"step {a.step}", f"{a.tool} {a.arguments}", _sub_agent(a)] for a in approvals
+        [a.call_id, f"step {a.step}", f"{a.tool} {a.arguments}", _sub_agent(a), _judge(a)]
+        for a in approvals
     ]
     return "\n".join(table(rows))
+
+
+def _judge(approval: ToolApproval) -> str:
+    """What auto mode's judge did with a waiting call: reviews it, or why it went to a person."""
+    if approval.judging:
+        return "(the judge reviews it)"
+    verdict = approval.verdict
+    return "" if verdict is None else f"({shorten(verdict_line(verdict), 160)})"
 
 
 def _sub_agent(approval: ToolApproval) -> str:
@@ -165,6 +175,8 @@ def _sub_agent(approval: ToolApproval) -> str:
 
 def _tool_entry(call: ToolCallRecord) -> str:
     entry = f"{call.name} {call.outcome}"
+    if call.verdict is not None:  # auto mode's judge: what came of its verdict
+        entry += f" judge:{call.verdict.outcome}"
     if call.attempts:  # 0: no activity ran (refused, loop-detected, built-in)
         entry += f" {call.latency_ms}ms"
     if call.attempts > 1:

@@ -83,6 +83,8 @@ from ..workflows.paging import (
 from ..workflows.reporting import run_details, run_summary
 from ..workflows.state import (
     AppliedEffect,
+    AutoModeChange,
+    AutoRules,
     CallbackAnswer,
     EarlierSteps,
     FailureDetails,
@@ -483,6 +485,14 @@ class AgentRun:
         or the call does not wait (answered already, timed out, never asked)."""
         answer = CallbackAnswer(call_id=call_id, result=to_jsonable_python(result))
         return await self._update("answer_callback", answer, result_type=PendingCallback)
+
+    async def set_auto_mode(self, *, off: bool = False, rules: AutoRules | None = None) -> str:
+        """For an operator: turn auto mode's judge off for the rest of the run (`off=True`), or
+        replace its rules (criteria, which tools they judge, the default); the judge stays.
+        Calls the judge is reviewing go to a person. Answers what holds now. Raises
+        temporalio.client.WorkflowUpdateFailedError when the run has no auto mode to change."""
+        change = AutoModeChange(off=off, rules=rules)
+        return await self._update("set_auto_mode", change, result_type=str)
 
     async def _update(self, name: str, *args: Any, result_type: type) -> Any:
         """Every update the client sends: to the latest run of the chain, so that one sent

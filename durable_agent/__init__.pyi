@@ -28,10 +28,16 @@ from .workflows.errors import (
 from .workflows.inputs import (
     AgentInput as AgentInput,
     AgentResult as AgentResult,
+    AutoMode as AutoMode,
     CallbackTool as CallbackTool,
     Limits as Limits,
     ModelSettings as ModelSettings,
     ScriptedCall as ScriptedCall,
     ScriptedTurn as ScriptedTurn,
     ToolApprovalPolicy as ToolApprovalPolicy,
+)
+from .workflows.state import (
+    ApprovalCriteria as ApprovalCriteria,
+    AutoModeChange as AutoModeChange,
+    AutoRules as AutoRules,
 )

@@ -170,7 +170,25 @@ def request_error(body: dict[str, Any]) -> HttpReply | None:
             f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
             f"Found {breakpoints}.",
         )
-    return pairing_error(messages) or thinking_error(body)
+    return pairing_error(messages) or thinking_error(body) or tool_choice_error(body)
+
+
+def tool_choice_error(body: dict[str, Any]) -> HttpReply | None:
+    """The API's 400s for `tool_choice`: a forced tool with thinking on, a tool that is not
+    offered, a choice without tools; None when it keeps the rules."""
+    choice = body.get("tool_choice")
+    if choice is None:
+        return None
+    kind = choice.get("type")
+    if kind not in ("auto", "any", "tool", "none"):
+        return error(400, f"tool_choice.type: Input tag '{kind}' found using 'type' does not match")
+    thinking = (body.get("thinking") or {}).get("type") in ("enabled", "adaptive")
+    if thinking and kind in ("any", "tool"):
+        return error(400, "Thinking may not be enabled when tool_choice forces tool use.")
+    names = [tool.get("name") for tool in body.get("tools") or ()]
+    if kind == "tool" and choice.get("name") not in names:
+        return error(400, f"tool_choice.name: Tool '{choice.get('name')}' not found in tools")
+    return None
 
 
 def thinking_error(body: dict[str, Any]) -> HttpReply | None:

@@ -228,6 +228,34 @@ class Recorded:
     """Answered 429 by `max_in_flight`."""
 
 
+def tool_choice_error(body: dict[str, Any], *, responses: bool) -> HttpReply | None:
+    """The API's 400 for a `tool_choice` without `tools`, or one that forces a function that is
+    not offered; None when it keeps the rules."""
+    choice = body.get("tool_choice")
+    if choice is None:
+        return None
+    if not body.get("tools"):
+        return error(
+            400,
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are "
+            "specified.",
+            param="tool_choice",
+        )
+    if isinstance(choice, dict):
+        name = choice.get("name") if responses else (choice.get("function") or {}).get("name")
+        offered = [
+            tool.get("name") if responses else (tool.get("function") or {}).get("name")
+            for tool in body["tools"]
+        ]
+        if name not in offered:
+            return error(
+                400,
+                f"Invalid value for 'tool_choice': function '{name}' is not one of 'tools'.",
+                param="tool_choice",
+            )
+    return None
+
+
 def pairing_error(messages: list[dict[str, Any]]) -> HttpReply | None:
     """The API's 400 when tool messages do not answer each call of the assistant message
     before them, exactly once and before any other message; None when the pairing holds."""
@@ -352,6 +380,8 @@ class FakeOpenAI:
                 if broken := responses_error(body or {}):
                     return broken
             elif broken := pairing_error((body or {}).get("messages", [])):
+                return broken
+            if broken := tool_choice_error(body or {}, responses=responses):
                 return broken
             entry: Reply | ResponsesReply | HttpReply | Hangup | Slow
             if self.responder is not None:

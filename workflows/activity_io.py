@@ -19,8 +19,14 @@ class ModelRequest(BaseModel):
     messages: list[Message]
     tools: list[ToolSpec]
     step: int
-    purpose: Literal["step", "summary"] = "step"
-    """"summary": a compaction asks the model to summarise part of the transcript."""
+    purpose: Literal["step", "summary", "judge"] = "step"
+    """"summary": a compaction asks the model to summarise part of the transcript; "judge": an
+    auto-mode judge is asked for its verdict on a call (workflows/judge.py)."""
+    judgement: int = Field(default=0, exclude_if=lambda count: not count)
+    """A judge's request: which call the run has asked a judge about (1, 2, ...); the scripted
+    judge plays that turn of its script."""
+    tool_choice: str | None = Field(default=None, exclude_if=lambda name: name is None)
+    """The tool the model must call (a judge's `verdict`); None: the model chooses."""
     prefix_ref: str | None = None
     """Names the first `prefix_count` messages, sent by an earlier call: `messages` is the rest
     (see workflows/history.py). None: `messages` is everything."""

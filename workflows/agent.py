@@ -41,6 +41,7 @@ from .gates import PlanGate, ToolCallGate
 from .handlers import AgentHandlers
 from .input_limits import InputTooLarge, check_input, json_bytes
 from .inputs import AgentInput, AgentResult
+from .judge import Judge
 from .loop_detection import LoopDetector
 from .model_gateway import ModelGateway
 from .outcomes import Outcome
@@ -190,6 +191,7 @@ class AgentWorkflow(AgentHandlers):
         self._call_ids = CallIds(state, bounded=bounded)
         self._loops = LoopDetector(state.loop_counts, bounded=bounded)
         self._gateway = ModelGateway(ctx, self._budget)
+        self._tool_gate.use_judge(Judge(ctx, self._gateway, self._budget))
         self._window = ContextWindow(ctx, self._budget, self._gateway, self._reporter)
         talk = self._conversation
         self._runner = ToolRunner(
@@ -370,6 +372,7 @@ class AgentWorkflow(AgentHandlers):
         planned = dispatch.plan_reply(calls, facts, self._loops)
         self._tool_gate.open(planned, self._state.steps)
         reply = await self._runner.run(planned)
+        await self._tool_gate.judges_done()
         feedback: str | None = None
         if reply.plan is not None:
             plan_call, steps = reply.plan
@@ -403,7 +406,13 @@ class AgentWorkflow(AgentHandlers):
         for call in calls:
             outcome = outcomes[call.id]
             self._transcript.append(outcome.result)
-            record.tool_calls.append(outcome.record)
+            verdict = self._tool_gate.verdict_of(call.id)
+            # The judge's verdict goes with the call's record (one that came late, too).
+            record.tool_calls.append(
+                outcome.record
+                if verdict is None
+                else outcome.record.model_copy(update={"verdict": verdict})
+            )
             self._reporter.call_finished(outcome)
         self._reporter.reply_done()
 

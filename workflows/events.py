@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from .state import Usage
 
@@ -22,6 +22,7 @@ AgentEventKind = Literal[
     "retry",
     "approval_requested",
     "approval_decided",
+    "judge_verdict",
     "callback_requested",
     "callback_answered",
     "plan_submitted",
@@ -50,19 +51,23 @@ class AgentEvent(BaseModel):
     at: datetime
     model: str | None = None
     usage: Usage | None = None
-    """step_finished: that model call's tokens and cost; completed and failed: the run's."""
+    """step_finished: that model call's tokens and cost; completed and failed: the run's;
+    judge_verdict: the judge's call's."""
     call_id: str | None = None
     tool: str | None = None
     arguments: str | None = None
     """As the model wrote them, cut at 1,000 characters."""
     outcome: str | None = None
     """tool_call_finished: the ToolOutcome; approval_decided: the approval status;
+    judge_verdict: what came of it (approved, denied, escalated, late);
     plan_decided: approved or rejected; compensation: the CompensationStatus."""
     latency_ms: int | None = None
     attempts: int | None = None
     text: str | None = None
     """A line for people: the answer (completed), the error (failed), a retry's reason, a
-    person's reason, the plan's steps; a conversation's message (turn_started,
+    person's reason, the judge's reason, the plan's steps; a conversation's message (turn_started,
     message_queued, message_delivered) or a turn's answer (turn_finished)."""
     turn: int | None = None
     """A conversation's events of turns and messages: the turn they belong to."""
+    confidence: float | None = Field(default=None, exclude_if=lambda value: value is None)
+    """judge_verdict: how sure auto mode's judge said it was (None: no valid verdict)."""

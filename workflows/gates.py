@@ -13,6 +13,7 @@ sub-agent by signal. Sub-agents of sub-agents go up the same way, one level at a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 
@@ -25,7 +26,7 @@ from . import shown_arguments, versioning
 from .budget import Budget
 from .context import RunContext
 from .dispatch import PlannedCall, Run
-from .errors import AgentApprovalTimeout
+from .errors import AgentApprovalTimeout, AgentError
 from .input_limits import (
     TOO_LARGE,
     InputTooLarge,
@@ -33,9 +34,26 @@ from .input_limits import (
     check_reason,
     quoted_id,
 )
+from .judge import Judge
 from .outcomes import count
-from .reporting import Explained, Reporter, calls_markdown, plan_markdown
-from .state import DecidedBy, PlanDecision, PlanState, ToolApproval, ToolCallDecision
+from .reporting import (
+    Explained,
+    Reporter,
+    calls_markdown,
+    judged_markdown,
+    plan_markdown,
+    verdict_line,
+)
+from .state import (
+    ApprovalCriteria,
+    AutoModeChange,
+    DecidedBy,
+    JudgeVerdict,
+    PlanDecision,
+    PlanState,
+    ToolApproval,
+    ToolCallDecision,
+)
 from .status import SUB_AGENT_APPROVALS_SIGNAL, SubAgentApproval, SubAgentReport
 from .transcript import ToolCall
 from .unknown_signals import UnknownSignals
@@ -197,6 +215,13 @@ class ToolCallGate:
         self._paused_for_sub_agent = False
         self._told_parent: set[str] = set()
         """The calls (qualified ids) this run, a sub-agent, last told its parent are waiting."""
+        self._judge: Judge | None = None
+        self._judging: dict[str, asyncio.Task[None]] = {}
+        """Auto mode: the judge's review of each call it was given, by call id."""
+
+    def use_judge(self, judge: Judge) -> None:
+        """Auto mode: calls with criteria are judged before a person is asked (judge.py)."""
+        self._judge = judge
 
     def asked(self, call_id: str) -> bool:
         return call_id in self._by_call
@@ -239,12 +264,19 @@ class ToolCallGate:
             )
             if entry.ask == "remembered_denial":
                 self._record(request, self._state.remembered[call.name], "remembered")
+            elif self._judge is not None and (named := self._judge.criteria_for(call.name)):
+                request.judging = True
+                self._judging[call.id] = asyncio.create_task(
+                    self._judged(request, call, action, named, self._judge.next_judgement())
+                )
             else:
                 asked += 1
         if asked:
             self._reporter.set_status(
                 "awaiting_approval", self._details(), markdown=self._markdown()
             )
+        elif self._judging_now():
+            self._show_judging()
 
     def validate(self, decision: ToolCallDecision) -> None:
         request = self._by_call.get(decision.call_id) or self._sub_agent_call(decision.call_id)
@@ -306,6 +338,10 @@ class ToolCallGate:
         """Wait, spending nothing, for the decision on a call; None when approved, else the
         error result the model gets. No decision in time denies the call."""
         request = self._by_call[call.id]
+        if request.judging:
+            await workflow.wait_condition(lambda: not request.judging)
+            if (spent := self._over_budget(request)) is not None:
+                return spent
         if request.status == "awaiting_approval":
             waited = (workflow.now() - request.asked_at).total_seconds()
             self._signals.drop_while_waiting()
@@ -333,6 +369,12 @@ class ToolCallGate:
                 f"{self._timeout:g} s, so it was denied and did not run. Choose another way, or "
                 "say in your answer that it needs a person's approval."
             )
+        if request.decided_by == "judge":
+            return (
+                f"Error: the approval judge denied this call to {call.name}: {request.reason}. "
+                "It did not run. Do not call it again unchanged; choose another way, or explain "
+                "in your answer."
+            )
         reason = f": {request.reason}" if request.reason else ""
         return (
             f"Error: a person denied this call to {call.name}{reason}. It did not run. Do not "
@@ -344,11 +386,129 @@ class ToolCallGate:
         withdrawn = self.awaiting()
         for request in withdrawn:
             request.status = "not_run"
+            request.judging = False
             self._reporter.publish(
                 "approval_decided", call_id=request.call_id, tool=request.tool, outcome="not_run"
             )
         if withdrawn and self._reporter.status == "awaiting_approval":
             self._reporter.set_status("running", "tool calls withdrawn")
+
+    # --- auto mode: the judge's calls ----------------------------------------------------------
+
+    def verdict_of(self, call_id: str) -> JudgeVerdict | None:
+        request = self._by_call.get(call_id)
+        return None if request is None else request.verdict
+
+    async def judges_done(self) -> None:
+        """Wait for the judge's reviews of the reply still out: a call a person decided first
+        (or an operator handed to a person) still gets its late verdict recorded, and the
+        judge's tokens counted, before the step ends."""
+        if not self._judging:
+            return
+        reviews = list(self._judging.values())
+        await workflow.wait_condition(lambda: all(review.done() for review in reviews))
+        self._judging.clear()
+        for review in reviews:
+            if not review.cancelled() and (error := review.exception()) is not None:
+                raise error
+
+    def validate_auto_mode_change(self, change: AutoModeChange) -> None:
+        if self._judge is None:
+            raise ValueError("the run has not started its loop yet; send the change again")
+        self._judge.validate_change(change)
+
+    def change_auto_mode(self, change: AutoModeChange) -> str:
+        """An operator's change, for the rest of the run. Calls the judge is reviewing go to a
+        person: their verdict would come under the rules the operator just changed."""
+        self._state.auto_mode_change = change
+        handed = [a for a in self.awaiting() if a.judging]
+        for request in handed:
+            self._escalate(request)
+        rules = self._judge.rules() if self._judge is not None else None
+        now = "auto mode is off" if rules is None else "auto mode judges by the new rules"
+        if handed:
+            now += f"; {count(len(handed), 'call')} under review went to a person"
+        workflow.logger.info("set_auto_mode: %s", now)
+        return now
+
+    async def _judged(
+        self,
+        request: ToolApproval,
+        call: ToolCall,
+        run: Run,
+        named: tuple[str, ApprovalCriteria],
+        judgement: int,
+    ) -> None:
+        """The judge's review of one call, and what comes of it. Runs beside the call's wait,
+        so a person who decides the call first wins; the verdict is then recorded as late."""
+        assert self._judge is not None
+        verdict = await self._judge.review(call, run.spec, run.arguments, named, judgement)
+        if not request.judging:  # decided, withdrawn or handed to a person meanwhile
+            verdict = verdict.model_copy(update={"outcome": "late"})
+        request.verdict = verdict
+        self._reporter.publish(
+            "judge_verdict",
+            call_id=call.id,
+            tool=call.name,
+            outcome=verdict.outcome,
+            text=verdict.reason,
+            latency_ms=verdict.latency_ms,
+            usage=verdict.usage,
+            confidence=verdict.confidence,
+        )
+        if verdict.outcome == "late":
+            return
+        line = verdict_line(verdict)
+        if verdict.outcome == "escalated":
+            self._escalate(request)
+            return
+        approve = verdict.outcome == "approved"
+        decision = ToolCallDecision(call_id=call.id, approve=approve, reason=verdict.reason)
+        self._record(request, decision, "judge")
+        if self._anything_waiting():
+            self._reporter.set_status(
+                "awaiting_approval", self._details(), markdown=self._markdown()
+            )
+        else:
+            self._reporter.set_status(
+                "running",
+                f"step {self._state.steps}: {call.name} {call.id}: {line}",
+                markdown=(f": {call.name} {call.id}", judged_markdown(request, verdict)),
+            )
+
+    def _escalate(self, request: ToolApproval) -> None:
+        """The call goes to a person: it waits approval_timeout_seconds from now."""
+        request.judging = False
+        request.asked_at = workflow.now()
+        self._reporter.set_status("awaiting_approval", self._details(), markdown=self._markdown())
+
+    def _over_budget(self, request: ToolApproval) -> str | None:
+        """The judge's tokens, cost and time count against the run's limits: a call the run
+        can no longer afford does not run (the next step boundary fails the run, loudly)."""
+        try:
+            self._budget.check_spend(workflow.now())
+        except AgentError as spent:
+            if request.status == "awaiting_approval":
+                request.status = "not_run"
+                self._reporter.publish(
+                    "approval_decided",
+                    call_id=request.call_id,
+                    tool=request.tool,
+                    outcome="not_run",
+                    text=spent.message,
+                )
+            return f"Not run: {spent.message}"
+        return None
+
+    def _judging_now(self) -> list[ToolApproval]:
+        return [a for a in self.awaiting() if a.judging]
+
+    def _show_judging(self) -> None:
+        reviewing = self._judging_now()
+        calls = ", ".join(f"{a.tool} {a.call_id}" for a in reviewing)
+        self._reporter.set_status(
+            "running", f"step {self._state.steps}: auto mode's judge reviews {calls}"
+        )
 
     # --- a sub-agent's calls, seen from its parent ------------------------------------------
 
@@ -546,7 +706,8 @@ class ToolCallGate:
                 self._record(other, decision, "remembered")
 
     def _anything_waiting(self) -> bool:
-        return bool(self.awaiting() or self.sub_agent_awaiting())
+        """Whether a call waits for a person (not those the judge still reviews)."""
+        return any(not a.judging for a in (*self.awaiting(), *self.sub_agent_awaiting()))
 
     def _people_wait(self, change: int) -> None:
         """Count who waits for a person; the wall clock stops while anyone does."""
@@ -562,6 +723,7 @@ class ToolCallGate:
         )
         request.reason = decision.reason
         request.decided_by = by
+        request.judging = False
         self._reporter.publish(
             "approval_decided",
             call_id=request.call_id,
@@ -582,6 +744,8 @@ class ToolCallGate:
         calls = "; ".join(
             f"{a.tool} {_line(a)} ({a.call_id}"
             + (", a sub-agent's" if isinstance(a, SubAgentApproval) else "")
+            + (", the judge reviews it" if a.judging else "")
+            + (f", {verdict_line(a.verdict)}" if a.verdict is not None else "")
             + ")"
             for a in waiting
         )

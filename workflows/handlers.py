@@ -32,6 +32,7 @@ from .paging import (
 from .reporting import Reporter
 from .saga import Saga
 from .state import (
+    AutoModeChange,
     CallbackAnswer,
     PendingCallback,
     PlanDecision,
@@ -245,6 +246,22 @@ class AgentHandlers:
     @answer_callback.validator
     def _check_callback_answer(self, answer: CallbackAnswer) -> None:
         refused(self._callbacks.validate, answer)
+
+    @workflow.update(
+        description=(
+            "For an operator: turn auto mode's judge off for the rest of the run "
+            '({"off": true}), or replace its rules ({"rules": {"criteria": {...}, "tools": '
+            '{...}, "default": ...}}). Calls under review go to a person. Answers what holds now.'
+        )
+    )
+    def set_auto_mode(self, change: AutoModeChange) -> str:
+        """An operator's change to auto mode, for the rest of the run (never a tool: the model
+        cannot call it)."""
+        return self._tool_gate.change_auto_mode(change)
+
+    @set_auto_mode.validator
+    def _check_auto_mode_change(self, change: AutoModeChange) -> None:
+        refused(self._tool_gate.validate_auto_mode_change, change)
 
     @workflow.signal(
         name=SUB_AGENT_APPROVALS_SIGNAL,

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .providers import REASONING_EFFORTS, Provider
 from .specs import DEFAULT_MAX_RESULT_CHARS, RetrySettings, ToolSpec
 from .state import (
+    AutoRules,
     CompactionRecord,
     EarlierSteps,
     EffectLog,
@@ -167,12 +168,26 @@ class Limits(BaseModel):
     """Summed over the run; a run whose model has no price cannot be held to it, and fails."""
 
 
+class AutoMode(AutoRules):
+    """Auto-mode approvals: a judge model reads a gated call against written criteria and
+    approves or denies it, or hands it to a person. It fails closed: a verdict under the
+    criteria's `min_confidence`, an escalation, a reply that is not one valid `verdict` call,
+    the judge's error or timeout, and a tool without criteria all wait for a person as if auto
+    mode were off (docs/people-in-the-loop.md#auto-mode)."""
+
+    judge: ModelSettings
+    """The judge's model: its own provider, model, timeout and retries (the scripted provider
+    plays it from its own `script`, one turn per call judged)."""
+
+
 class ToolApprovalPolicy(BaseModel):
     """Which calls of tools that need approval run without asking a person; the rest wait.
 
     A call is approved without asking when `approve_all` is set, when its tool is on `allow`,
     or when any of the `predicates` (functions registered with `@approval_predicate`, named
-    here) accepts its arguments. Tools that need no approval never wait.
+    here) accepts its arguments. Tools that need no approval never wait. With `auto_mode`, the
+    calls left are judged by a model against written criteria first, and only those it is not
+    sure of wait for a person.
     """
 
     approve_all: bool = False
@@ -181,6 +196,9 @@ class ToolApprovalPolicy(BaseModel):
     """Tools whose calls are approved without asking."""
     predicates: list[str] = []
     """Registered approval predicates; a call that any of them accepts is approved."""
+    auto_mode: AutoMode | None = Field(default=None, exclude_if=lambda mode: mode is None)
+    """A judge for the calls that would wait for a person (left out of the JSON when unset, so a
+    run without it keeps the history bytes it had)."""
 
 
 class ForkOrigin(BaseModel):

@@ -36,6 +36,7 @@ from .errors import (
     error_class,
 )
 from .inputs import ScriptedTurn
+from .providers import ADMITTED_PROVIDERS
 from .specs import ToolSpec
 from .transcript import AssistantMessage, Message, ToolResult
 
@@ -126,6 +127,10 @@ class ModelGateway:
         )
         return await self._execute(request, what)
 
+    async def verdict(self, request: ModelRequest, what: str) -> ModelResponse:
+        """An auto-mode judge's call (workflows/judge.py), on its own provider's queue."""
+        return await self._execute(request, what)
+
     def _script_ref(self, script: Sequence[ScriptedTurn]) -> str:
         """The run's script never changes: hash it once, not at every step (a 3,000-turn
         script took seconds of each workflow task)."""
@@ -178,7 +183,11 @@ class ModelGateway:
     async def _execute(self, request: ModelRequest, summary: str) -> ModelResponse:
         settings = request.settings
         task_queue = None  # the run's own
-        if self.behaviours.model_calls_on_provider_queues:
+        if request.purpose == "judge":
+            # New with the judge: its provider's queue, a scripted judge the run's own.
+            if settings.provider in ADMITTED_PROVIDERS:
+                task_queue = model_task_queue(workflow.info().task_queue, settings.provider)
+        elif self.behaviours.model_calls_on_provider_queues:
             task_queue = model_task_queue(workflow.info().task_queue, settings.provider)
         try:
             return await workflow.execute_activity(

@@ -33,7 +33,7 @@ from .context import RunContext
 from .events import EVENTS_TOPIC, AgentEvent, AgentEventKind
 from .inputs import AgentInput
 from .outcomes import Outcome, count
-from .state import StepRecord, ToolApproval, Usage
+from .state import JudgeVerdict, StepRecord, ToolApproval, Usage
 from .status import AGENT_COST_USD, AGENT_ERROR, AGENT_STATUS, AGENT_STEP, AgentStatus
 
 AGENT_STEP_EVERY = 10
@@ -48,6 +48,8 @@ DETAILS_PLAN_STEPS = 30
 """A waiting plan's steps listed in the current details; the rest are counted."""
 DETAILS_STEP_CHARS = 300
 DETAILS_CALLS = 10
+DETAILS_JUDGED_CHARS = 80
+"""Each argument's value as a judged call's line quotes it."""
 """Waiting tool calls listed in the current details, each with its input to paste."""
 
 _HEADLINES: dict[AgentStatus, str] = {
@@ -263,6 +265,10 @@ def calls_markdown(waiting: Sequence[tuple[ToolApproval, bool]], argument_chars:
             f"{n}. {code_span(approval.tool)} (call {code_span(approval.call_id)}{whose}) with "
             f"{code_span(arguments)}{cut}"
         )
+        if approval.judging:
+            lines.append("   - auto mode's judge is reviewing it; a person may decide it first")
+        elif approval.verdict is not None:
+            lines.append(f"   - {markdown_text(verdict_line(approval.verdict))}")
     if len(waiting) > DETAILS_CALLS:
         lines.append(f"\n… and {count(len(waiting) - DETAILS_CALLS, 'more call')}")
     first = waiting[0][0].call_id if waiting else "call_1_1"
@@ -278,6 +284,39 @@ def calls_markdown(waiting: Sequence[tuple[ToolApproval, bool]], argument_chars:
             f"{code_span(deny)}",
             'Add `"remember": true` to decide the same way for this tool\'s later calls in the '
             "run. The signal `decide_tool_call` takes the same input, " + _SIGNAL_NOTE,
+        ]
+    )
+
+
+def verdict_line(verdict: JudgeVerdict) -> str:
+    """One line for people: what the judge said, and what came of it."""
+    said = (
+        f"{verdict.decision} (confidence {verdict.confidence:.2f})"
+        if verdict.decision is not None and verdict.confidence is not None
+        else "no verdict"
+    )
+    unsure = (
+        verdict.decision in ("approve", "deny")
+        and verdict.outcome == "escalated"
+        and verdict.confidence is not None
+    )
+    why = f", under the criteria's {verdict.min_confidence:.2f}" if unsure else ""
+    taken = {
+        "approved": "approved",
+        "denied": "denied",
+        "escalated": "a person decides",
+        "late": "came after the call was decided: ignored",
+    }[verdict.outcome]
+    return f"judge ({verdict.criteria}): {said}{why}: {taken}: {verdict.reason}"
+
+
+def judged_markdown(approval: ToolApproval, verdict: JudgeVerdict) -> str:
+    """A call auto mode's judge decided, for the run's page."""
+    return "\n\n".join(
+        [
+            f"{code_span(approval.tool)} (call {code_span(approval.call_id)}) with "
+            f"{code_span(shown_arguments.of_approval(approval, DETAILS_JUDGED_CHARS)[1])}",
+            f"- {markdown_text(verdict_line(verdict))} (in {verdict.latency_ms} ms)",
         ]
     )
 

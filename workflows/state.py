@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, PlainSerializer
+from pydantic import BaseModel, BeforeValidator, Field, PlainSerializer, model_validator
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 from temporalio.exceptions import ApplicationError
 
@@ -91,7 +91,91 @@ class PendingCallback(BaseModel):
     """It waits this long from `asked_at`; then the model is told it timed out."""
 
 
-DecidedBy = Literal["person", "remembered", "timeout"]
+MAX_CRITERIA_CHARS = 4_000
+"""Each text of an ApprovalCriteria: the judge reads them all at every call it judges."""
+
+
+class ApprovalCriteria(BaseModel):
+    """Written rules an auto-mode judge applies to one kind of call (see AutoMode)."""
+
+    effect: str = Field(min_length=1, max_length=MAX_CRITERIA_CHARS)
+    """What the tool's calls do, in words: "sends an email to a customer"."""
+    approve_when: str = Field(default="", max_length=MAX_CRITERIA_CHARS)
+    deny_when: str = Field(default="", max_length=MAX_CRITERIA_CHARS)
+    escalate_when: str = Field(default="", max_length=MAX_CRITERIA_CHARS)
+    """When to hand the call to a person even though the judge could decide it."""
+    min_confidence: float = Field(default=0.8, ge=0.0, le=1.0)
+    """A verdict less sure than this goes to a person."""
+
+
+class AutoRules(BaseModel):
+    """Which criteria judge which tool's calls: by name in `tools`, else `default`."""
+
+    criteria: dict[str, ApprovalCriteria] = Field(min_length=1)
+    tools: dict[str, str] = {}
+    """Tool name -> criteria name."""
+    default: str | None = None
+    """The criteria of a gated tool not in `tools`; None: such calls go to a person."""
+
+    @model_validator(mode="after")
+    def _names_are_criteria(self) -> AutoRules:
+        named = {**self.tools, **({"(default)": self.default} if self.default else {})}
+        unknown = sorted({name for name in named.values() if name not in self.criteria})
+        if unknown:
+            raise ValueError(
+                f"no criteria named {', '.join(map(repr, unknown))}: the criteria are "
+                + ", ".join(map(repr, sorted(self.criteria)))
+            )
+        return self
+
+    def criteria_for(self, tool: str) -> tuple[str, ApprovalCriteria] | None:
+        name = self.tools.get(tool, self.default)
+        return None if name is None else (name, self.criteria[name])
+
+
+class AutoModeChange(BaseModel):
+    """An operator's change to a running run's auto mode (the `set_auto_mode` update): turn it
+    off for the rest of the run, or replace its rules (the judge stays)."""
+
+    off: bool = False
+    rules: AutoRules | None = None
+
+    @model_validator(mode="after")
+    def _one_change(self) -> AutoModeChange:
+        if self.off == (self.rules is not None):
+            raise ValueError('send {"off": true}, or {"rules": {...}} to replace the rules')
+        return self
+
+
+JudgeDecision = Literal["approve", "deny", "escalate"]
+
+
+JudgeOutcome = Literal["approved", "denied", "escalated", "late"]
+"""What came of a verdict: it approved or denied the call, the call went to a person (the judge
+escalated, was not sure enough, failed, or gave no valid verdict), or a person had decided the
+call while the judge worked (`late`: recorded, ignored)."""
+
+
+class JudgeVerdict(BaseModel):
+    """An auto-mode judge's verdict on one call (workflows/judge.py), as the trace, the events
+    and the approval request keep it."""
+
+    criteria: str
+    """The criteria it was judged by."""
+    decision: JudgeDecision | None = None
+    """What the judge said; None when it gave no valid verdict (or failed)."""
+    confidence: float | None = None
+    min_confidence: float
+    """The criteria's: a verdict less sure went to a person."""
+    reason: str
+    """The judge's reason, or why there is no verdict."""
+    outcome: JudgeOutcome
+    latency_ms: int = 0
+    usage: Usage = Usage()
+    """The judge's tokens and cost (counted in the run's usage)."""
+
+
+DecidedBy = Literal["person", "remembered", "timeout", "judge"]
 
 
 ApprovalStatus = Literal["awaiting_approval", "approved", "denied", "timed_out", "not_run"]
@@ -129,6 +213,11 @@ class ToolApproval(BaseModel):
     asked_at: datetime
     """When the run asked (a call waits approval_timeout_seconds from then)."""
     decided_by: DecidedBy | None = None
+    verdict: JudgeVerdict | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Auto mode's judge's verdict on the call, once it has one."""
+    judging: bool = Field(default=False, exclude_if=lambda v: not v)
+    """An auto-mode judge is reviewing the call: it waits for the judge, not for a person (a
+    person may still decide it, and wins)."""
 
 
 class PlanState(BaseModel):
@@ -234,6 +323,8 @@ class ToolCallRecord(BaseModel):
     attempts: int = 0
     """Activity attempts; 0 when no activity ran (refused, loop-detected, built-in)."""
     latency_ms: int = 0
+    verdict: JudgeVerdict | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Auto mode's judge's verdict on the call (its latency and usage included)."""
 
 
 class StepRecord(BaseModel):
@@ -413,6 +504,14 @@ class RunState(BaseModel):
     (an MCP server's tools may have changed). None: listed before this was kept."""
     conversation: ConversationState | None = None
     """A conversation's turns and queued messages; None for a run that is not one."""
+    auto_mode_change: AutoModeChange | None = Field(
+        default=None, exclude_if=lambda change: change is None
+    )
+    """The operator's last change to the run's auto mode (set_auto_mode): it holds for the rest
+    of the run, across continue-as-new."""
+    judgements: int = Field(default=0, exclude_if=lambda count: not count)
+    """Calls an auto-mode judge was asked about so far (the scripted judge plays its turns by
+    this count)."""
 
     @classmethod
     def start(cls, started_at: datetime) -> RunState:

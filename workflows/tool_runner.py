@@ -52,6 +52,7 @@ from .errors import (
 from .gates import ToolCallGate
 from .inputs import AgentInput, AgentResult, Limits, ToolApprovalPolicy
 from .interruption import NOT_RUN, Interruption, cancelled_text
+from .judge import sub_agent_auto_mode
 from .model_gateway import ModelGateway
 from .outcomes import MAY_HAVE_TAKEN_EFFECT, Outcome
 from .reporting import Reporter
@@ -470,7 +471,14 @@ class ToolRunner:
             externalise_results=parent.externalise_results,
             heartbeat_timeout_seconds=parent.heartbeat_timeout_seconds,
             approval_timeout_seconds=parent.approval_timeout_seconds,
-            tool_approval=policy.model_copy(update={"allow": [*policy.allow, *remembered]}),
+            tool_approval=policy.model_copy(
+                update={
+                    "allow": [*policy.allow, *remembered],
+                    "auto_mode": sub_agent_auto_mode(
+                        policy.auto_mode, self._state.auto_mode_change
+                    ),
+                }
+            ),
             remembered_denials={
                 tool: decision
                 for tool, decision in self._state.remembered.items()

@@ -139,6 +139,16 @@ def request_params_counted(request: ModelRequest) -> tuple[dict[str, Any], int]:
         tools = [_tool(spec) for spec in request.tools]
         tools[-1]["cache_control"] = _cache()
         params["tools"] = tools
+        if request.tool_choice is not None:
+            # A judge's verdict, one call. With thinking on the API refuses a forced tool
+            # ("Thinking may not be enabled when tool_choice forces tool use"): the model is
+            # asked for it, and a reply without it goes to a person.
+            forced = thinking is None
+            params["tool_choice"] = (
+                {"type": "tool", "name": request.tool_choice, "disable_parallel_tool_use": True}
+                if forced
+                else {"type": "auto", "disable_parallel_tool_use": True}
+            )
     if settings.temperature is not None:
         params["temperature"] = settings.temperature
     return params, left_out

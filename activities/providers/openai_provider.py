@@ -169,7 +169,9 @@ def request_params(request: ModelRequest) -> dict[str, Any]:
     }
     if request.tools:
         params["tools"] = [_tool(spec) for spec in request.tools]
-        params["parallel_tool_calls"] = True
+        params["parallel_tool_calls"] = request.tool_choice is None
+        if request.tool_choice is not None:  # a judge's verdict: that one call
+            params["tool_choice"] = {"type": "function", "function": {"name": request.tool_choice}}
     if settings.temperature is not None:
         params["temperature"] = settings.temperature
     if settings.max_output_tokens is not None:

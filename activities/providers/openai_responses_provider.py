@@ -89,7 +89,9 @@ def request_params_counted(request: ModelRequest) -> tuple[dict[str, Any], int]:
     params["include"] = list(INCLUDE)
     if request.tools:
         params["tools"] = [_tool(spec) for spec in request.tools]
-        params["parallel_tool_calls"] = True
+        params["parallel_tool_calls"] = request.tool_choice is None
+        if request.tool_choice is not None:  # a judge's verdict: that one call
+            params["tool_choice"] = {"type": "function", "name": request.tool_choice}
     if settings.reasoning_effort is not None:
         params["reasoning"] = {"effort": settings.reasoning_effort}
     if settings.temperature is not None:

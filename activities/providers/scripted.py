@@ -73,11 +73,14 @@ async def complete(request: ModelRequest) -> ModelResponse:
     if request.purpose == "summary":
         return _summary(request)
     script = request.settings.script
-    # The step, not the assistant messages in the request: compaction may have dropped some.
-    turn_index = request.step - 1
+    # The step, not the assistant messages in the request: compaction may have dropped some. A
+    # judge (its own settings, its own script) plays one turn per call it judges.
+    judge = request.purpose == "judge"
+    turn_index = (request.judgement if judge else request.step) - 1
     if turn_index >= len(script):
+        whose = "the judge's script" if judge else "the script"
         raise ScriptedModelMismatch(
-            f"the script has {len(script)} replies and the run asked for reply {turn_index + 1}; "
+            f"{whose} has {len(script)} replies and the run asked for reply {turn_index + 1}; "
             f"the last message was: {_describe(request.messages[-1]) if request.messages else '-'}"
         )
     turn = script[turn_index]
