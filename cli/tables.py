@@ -81,7 +81,8 @@ def trace_table(
     """The steps of a run, one row each, then a totals row: the model call (model, latency,
     attempts, tokens, cost, why it stopped) and its tool calls (`name outcome latency`, `xN`
     for N attempts, [cut] for a result cut to its bound, [ext] for one kept whole in the result
-    store). Cost is "-" when unknown. A long run's steps without a record of their own
+    store), and after a call auto mode's judge judged `(judge approved)` (denied, escalated,
+    late). Cost is "-" when unknown. A long run's steps without a record of their own
     (`earlier`) come first, added up in a row."""
     header = ["step", "model", "ms", "att", "input", "cached", "output", "cost", "finish"]
     rows: list[tuple[list[str], list[str]]] = []
@@ -94,7 +95,8 @@ def trace_table(
         finish = shorten(record.finish_reason or "-", FINISH_COLUMN)
         numbers = _numbers(record.model_latency_ms, record.model_attempts, record.usage)
         cells = [str(record.step), shorten(record.model, MODEL_COLUMN), *numbers, finish]
-        rows.append((cells, [_tool_entry(call) for call in record.tool_calls] or ["-"]))
+        entries = [entry for call in record.tool_calls for entry in _tool_entries(call)]
+        rows.append((cells, entries or ["-"]))
     calls = [call for record in records for call in record.tool_calls]
     outcomes = Counter(before.tool_calls) + Counter(call.outcome for call in calls)
     steps = before.up_to_step + len(records)
@@ -173,10 +175,14 @@ def _sub_agent(approval: ToolApproval) -> str:
     return f"(sub-agent {approval.workflow_id})" if isinstance(approval, SubAgentApproval) else ""
 
 
+def _tool_entries(call: ToolCallRecord) -> list[str]:
+    """A call's entry, and what auto mode's judge made of it when it judged the call."""
+    entry = _tool_entry(call)
+    return [entry] if call.verdict is None else [entry, f"(judge {call.verdict.outcome})"]
+
+
 def _tool_entry(call: ToolCallRecord) -> str:
     entry = f"{call.name} {call.outcome}"
-    if call.verdict is not None:  # auto mode's judge: what came of its verdict
-        entry += f" judge:{call.verdict.outcome}"
     if call.attempts:  # 0: no activity ran (refused, loop-detected, built-in)
         entry += f" {call.latency_ms}ms"
     if call.attempts > 1:

@@ -36,7 +36,7 @@ from ..client.agent_client import (
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.inputs import AgentInput
 from ..workflows.paging import TracePage, TranscriptPage
-from ..workflows.state import PendingCallback, PlanState, ToolApproval
+from ..workflows.state import AutoModeChange, PendingCallback, PlanState, ToolApproval
 from ..workflows.status import AGENT_STATUS, RunStatus
 from .console import add_console
 from .streams import Streams
@@ -267,6 +267,13 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
         with the run's reason when the result does not match the tool's result schema or the
         call does not wait."""
         return await agents.run(workflow_id).answer_callback(body.call_id, body.result)
+
+    @api.post("/runs/{workflow_id:path}/auto-mode")
+    async def auto_mode(workflow_id: str, body: AutoModeChange) -> dict[str, str]:
+        """For an operator: turn auto mode's judge off for the rest of the run, or replace its
+        rules; 409 when the run has no auto mode to change."""
+        off, rules = body.off, body.rules
+        return {"auto_mode": await agents.run(workflow_id).set_auto_mode(off=off, rules=rules)}
 
     @api.post("/runs/{workflow_id:path}/interrupt")
     async def interrupt(workflow_id: str) -> Turn:

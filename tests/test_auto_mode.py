@@ -8,9 +8,12 @@ is in the trace, the events and the approval record, and the judge's tokens coun
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
 import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
@@ -28,6 +31,8 @@ from durable_agent.workflows.inputs import (
 from durable_agent.workflows.state import ApprovalCriteria, AutoRules, ToolApproval
 from tests import fake_anthropic, fake_openai
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, turn
+from tests.test_http_api import sse
+from tests.test_sub_agent_approvals import starter
 from tests.test_tool_approval import approval_input, finish, results, start, until
 
 WRITES = ApprovalCriteria(
@@ -374,3 +379,93 @@ async def test_an_anthropic_judge_that_thinks_is_asked_not_forced(
     body = claude.requests[0].body
     assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
     assert result.step_records[0].tool_calls[0].verdict.outcome == "approved"  # type: ignore[union-attr]
+
+
+async def test_the_cli_shows_the_judges_verdict_and_turns_auto_mode_off(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    address = client.service_client.config.target_host
+
+    async def cli(*argv: str) -> tuple[int, str, str]:
+        process = await starter(address, *argv)
+        out, err = await process.communicate()
+        assert process.returncode is not None
+        return process.returncode, out.decode(), err.decode()
+
+    script = [turn(call("write_thing", label="w1")), turn(call("write_thing", label="w2"))]
+    script.append(turn(text="done"))
+    judge = verdict("approve", 0.4, "probably fine")
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        run = await start(
+            client, task_queue, approval_input(script, tool_approval=auto_mode(judge))
+        )
+        await waiting_for_a_person(run)
+        code, out, _ = await cli("calls", run.id)
+        assert code == 0 and "call_1_1" in out
+        assert "judge (writes): approve (confidence 0.40), under the criteria's 0.80" in out
+        broken = tmp_path / "rules.json"
+        broken.write_text('{"criteria": {"w": {"effect": "writes"}}, "default": "x"}')
+        code, _, err = await cli("auto-mode", run.id, "--rules", str(broken))
+        assert code == 2 and "no criteria named 'x'" in err and err.count("\n") == 1
+        code, out, _ = await cli("auto-mode", run.id, "--off")
+        assert code == 0 and f"{run.id}: auto mode is off" in out
+        await run.decide_tool_call("call_1_1", approve=True)
+        second = await waiting_for_a_person(run)
+        assert second.call_id == "call_2_1" and second.verdict is None  # no judge now
+        await run.decide_tool_call("call_2_1", approve=True)
+        await finish(run)
+        code, out, _ = await cli("trace", run.id)
+        assert code == 0 and "write_thing ok" in out and "(judge escalated)" in out
+
+
+async def test_auto_mode_over_http_from_a_runs_json_input(api: httpx.AsyncClient) -> None:
+    """An app in any language: auto mode in the run's JSON input, the verdict in the status and
+    the event stream, the operator's change by POST."""
+    test_tools.events.clear()
+    judge = {"calls": [{"name": "verdict", "arguments": {"decision": "escalate",
+             "confidence": 0.9, "reason": "not a draft"}}]}  # fmt: skip
+    body = {
+        "prompt": "write w1",
+        "tools": ["write_thing"],
+        "model": {
+            "provider": "scripted",
+            "script": [
+                {"calls": [{"name": "write_thing", "arguments": {"label": "w1"}}]},
+                {"text": "done"},
+            ],
+        },
+        "tool_approval": {
+            "auto_mode": {
+                "judge": {"provider": "scripted", "script": [judge]},
+                "criteria": {"writes": WRITES.model_dump()},
+                "default": "writes",
+            }
+        },
+    }
+    started = await api.post("/api/runs", json=body)
+    assert started.status_code == 201, started.text
+    workflow_id = started.json()["workflow_id"]
+
+    async def escalated() -> dict[str, Any]:
+        while True:
+            status = (await api.get(f"/api/runs/{workflow_id}")).json()
+            if status["status"] == "awaiting_approval":
+                return dict(status["approvals"][0])
+            await asyncio.sleep(0.1)
+
+    waiting = await asyncio.wait_for(escalated(), 30)
+    assert waiting["verdict"]["outcome"] == "escalated" and not waiting.get("judging")
+    assert waiting["verdict"]["reason"] == "not a draft"
+    changed = await api.post(f"/api/runs/{workflow_id}/auto-mode", json={"off": True})
+    assert changed.status_code == 200 and changed.json() == {"auto_mode": "auto mode is off"}
+    neither = await api.post(f"/api/runs/{workflow_id}/auto-mode", json={})
+    assert neither.status_code == 422
+    decided = await api.post(
+        f"/api/runs/{workflow_id}/decisions",
+        json={"kind": "tool_call", "call_id": waiting["call_id"], "approve": True},
+    )
+    assert decided.status_code == 200, decided.text
+    events = await sse(api, workflow_id)
+    verdicts = [json.loads(e["data"]) for e in events if e.get("event") == "judge_verdict"]
+    assert [(v["outcome"], v["confidence"]) for v in verdicts] == [("escalated", 0.9)]
+    assert started_labels() == ["w1"]
