@@ -39,14 +39,18 @@ from durable_agent.workflows.events import EVENTS_TOPIC, AgentEvent
 from durable_agent.workflows.inputs import (
     AgentInput,
     AgentResult,
+    AutoMode,
     CallbackTool,
     ForkOrigin,
     ForkSeed,
     Limits,
+    ModelSettings,
     ToolApprovalPolicy,
 )
 from durable_agent.workflows.model_gateway import ModelGateway
 from durable_agent.workflows.state import (
+    ApprovalCriteria,
+    AutoModeChange,
     CallbackAnswer,
     PlanDecision,
     PlanState,
@@ -137,6 +141,27 @@ async def answer_one_callback(handle: Handle) -> None:
         await asyncio.sleep(0.05)
     answer = CallbackAnswer(call_id="call_1_1", result={"text": "hello"})
     await handle.execute_update(AgentWorkflow.answer_callback, answer)
+
+
+async def asked_of_a_person(handle: Handle, call_id: str) -> None:
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        status = await handle.query(AgentWorkflow.status)
+        if any(a.call_id == call_id and not a.judging for a in status.approvals):
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"{call_id} never went to a person"
+        await asyncio.sleep(0.05)
+
+
+async def judged_then_off(handle: Handle) -> None:
+    """Auto mode: the judge approves one call and is not sure of the next, which a person
+    approves after an operator turned auto mode off; the third call asks a person at once."""
+    await asked_of_a_person(handle, "call_1_2")
+    await handle.execute_update(AgentWorkflow.set_auto_mode, AutoModeChange(off=True))
+    for call_id in ("call_1_2", "call_2_1"):
+        await asked_of_a_person(handle, call_id)
+        decision = ToolCallDecision(call_id=call_id, approve=True)
+        await handle.execute_update(AgentWorkflow.decide_tool_call, decision)
 
 
 OVERSIZED = "x" * 32_001
@@ -350,6 +375,44 @@ def scenarios() -> dict[str, Scenario]:
                 ],
             ),
             drive=answer_one_callback,
+        ),
+        # Auto-mode approvals (issue 41): a judge's verdicts, then an operator turns it off.
+        "auto_mode": Scenario(
+            scripted_input(
+                [
+                    turn(call("keyed_effect", label="a"), call("keyed_effect", label="b")),
+                    turn(call("keyed_effect", label="c")),
+                    turn(text="wrote three"),
+                ],
+                tools=["keyed_effect"],
+                tool_approval=ToolApprovalPolicy(
+                    auto_mode=AutoMode(
+                        judge=ModelSettings(
+                            script=[
+                                turn(
+                                    call(
+                                        "verdict",
+                                        decision="approve",
+                                        confidence=0.95,
+                                        reason="fine",
+                                    )
+                                ),
+                                turn(
+                                    call(
+                                        "verdict",
+                                        decision="approve",
+                                        confidence=0.5,
+                                        reason="unsure",
+                                    )
+                                ),
+                            ]
+                        ),
+                        criteria={"effects": ApprovalCriteria(effect="records a label")},
+                        default="effects",
+                    )
+                ),
+            ),
+            drive=judged_then_off,
         ),
         "plan_fork": Scenario(
             scripted_input(
