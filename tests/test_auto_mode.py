@@ -18,6 +18,7 @@ import pytest
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 import tests.tools_for_tests as test_tools
+from durable_agent.activities.tools import tool_specs
 from durable_agent.client.agent_client import AgentRun, AgentRunFailed
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.inputs import (
@@ -469,3 +470,23 @@ async def test_auto_mode_over_http_from_a_runs_json_input(api: httpx.AsyncClient
     verdicts = [json.loads(e["data"]) for e in events if e.get("event") == "judge_verdict"]
     assert [(v["outcome"], v["confidence"]) for v in verdicts] == [("escalated", 0.9)]
     assert started_labels() == ["w1"]
+
+
+def test_the_documented_example_builds_a_policy_for_the_demos_tools() -> None:
+    """docs/people-in-the-loop.md's example, as written: its policy validates, and the tools it
+    names are the demo's, which ask a person."""
+    doc = (Path(__file__).parent.parent / "docs" / "people-in-the-loop.md").read_text()
+    section = doc.split("## Auto mode: a judge before a person", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    setup = code.split("run = await", 1)[0]
+    names: dict[str, Any] = {}
+    exec(setup, names)
+    policy = names["policy"]
+    assert isinstance(policy, ToolApprovalPolicy) and policy.auto_mode is not None
+    import durable_agent.demo.tools  # noqa: F401  (registers the demo's tools)
+
+    demo = {spec.name: spec for spec in tool_specs()}
+    for tool in policy.auto_mode.tools:
+        assert demo[tool].side_effects, tool  # a tool that asks, so the judge sees its calls
+    assert policy.auto_mode.criteria_for("issue_refund") == ("refunds", names["refunds"])
+    assert policy.auto_mode.criteria_for("cancel_order") is None  # default=None: a person
