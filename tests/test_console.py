@@ -19,7 +19,14 @@ from temporalio.client import Client
 from durable_agent.activities.pricing import DEMO_PRICE
 from durable_agent.client.agent_client import AgentClient
 from durable_agent.demo import script as demo
-from durable_agent.workflows.inputs import AgentInput, CallbackTool, ModelSettings
+from durable_agent.workflows.inputs import (
+    AgentInput,
+    AutoMode,
+    CallbackTool,
+    ModelSettings,
+    ToolApprovalPolicy,
+)
+from durable_agent.workflows.state import ApprovalCriteria
 from tests import fake_anthropic
 from tests.browser import Browser
 from tests.helpers import FAST_MODEL_RETRY, call, eventually, turn
@@ -227,3 +234,45 @@ async def test_a_callback_that_waits_for_its_client_is_shown_with_its_arguments(
     assert answered.status_code == 200, answered.text
     text, _ = await browser.shows("Answer", "Read it.", "completed —")
     assert "waits for its client" not in text
+
+
+async def test_a_call_auto_modes_judge_reviews_then_hands_over_is_shown_with_the_verdict(
+    api: httpx.AsyncClient, browser: Browser, client: Client, task_queue: str
+) -> None:
+    judge = turn(
+        call("verdict", decision="escalate", confidence=0.9, reason=f"unsure {INJECTED}"),
+        delay_seconds=4,
+    )
+    policy = ToolApprovalPolicy(
+        auto_mode=AutoMode(
+            judge=ModelSettings(provider="scripted", script=[judge]),
+            criteria={"cancels": ApprovalCriteria(effect="cancels an order")},
+            default="cancels",
+        )
+    )
+    script = [turn(call("cancel_order", order_id=1042, reason="asked")), turn(text="Cancelled.")]
+    workflow_id = await start(
+        api,
+        AgentInput(
+            prompt="Cancel order 1042.",
+            tools=["cancel_order"],
+            model=ModelSettings(provider="scripted", script=script, price=DEMO_PRICE),
+            tool_approval=policy,
+        ),
+    )
+    await browser.open(
+        f"{api.base_url}/runs/{workflow_id}#token={TOKEN}",
+        "auto mode's judge is reviewing it",
+        "You may decide it before the judge does",
+    )
+    text, _ = await browser.shows(
+        "Tool call cancel_order waits for approval",
+        "The judge (cancels) said escalate (confidence 0.90): unsure ",
+    )
+    assert INJECTED in text and "is reviewing it" not in text
+    await nothing_ran(browser)
+    await click(browser, ".call button.approve")
+    await browser.shows("Answer", "Cancelled.", "completed —")
+    record = (await AgentClient(client, task_queue).run(workflow_id).result()).step_records[0]
+    assert record.tool_calls[0].verdict is not None
+    assert record.tool_calls[0].verdict.outcome == "escalated"

@@ -344,6 +344,19 @@ function showRun(app, workflowId) {
     cancel.hidden = ended;
   }
 
+  function judgeSaid(verdict) {
+    // What auto mode's judge made of a call it handed to a person (workflows/reporting.py's
+    // verdict_line says the same in the Web UI).
+    const said =
+      verdict.decision && verdict.confidence !== null && verdict.confidence !== undefined
+        ? `${verdict.decision} (confidence ${verdict.confidence.toFixed(2)})`
+        : "no verdict";
+    const unsure =
+      (verdict.decision === "approve" || verdict.decision === "deny") && verdict.outcome === "escalated";
+    const under = unsure ? `, under the criteria's ${verdict.min_confidence.toFixed(2)}` : "";
+    return `The judge (${verdict.criteria}) said ${said}${under}: ${verdict.reason}`;
+  }
+
   function showDecisions(status) {
     // Laid out anew only when what waits changed: a reason being typed stays.
     const plan = status.plan;
@@ -351,7 +364,11 @@ function showRun(app, workflowId) {
       (call) => call.status === "awaiting_approval",
     );
     const callbacks = (status.pending_callbacks || []).map((c) => c.call_id);
-    const shownNow = JSON.stringify([plan && [plan.version, plan.status], waitingCalls.map((c) => c.call_id), callbacks]);
+    const shownNow = JSON.stringify([
+      plan && [plan.version, plan.status],
+      waitingCalls.map((c) => [c.call_id, Boolean(c.judging), Boolean(c.verdict)]),
+      callbacks,
+    ]);
     if (deciding.dataset.shown === shownNow) return;
     deciding.dataset.shown = shownNow;
     const cards = [];
@@ -426,8 +443,16 @@ function showRun(app, workflowId) {
         el(
           "div",
           { className: "card waiting call", "data-call-id": call.call_id },
-          el("h2", {}, `Tool call ${call.tool} waits for approval`),
+          el(
+            "h2",
+            {},
+            call.judging
+              ? `Tool call ${call.tool}: auto mode's judge is reviewing it`
+              : `Tool call ${call.tool} waits for approval`,
+          ),
           el("p", { className: "muted" }, `call ${call.call_id}, step ${call.step}`),
+          call.judging ? el("p", { className: "why" }, "You may decide it before the judge does: you win.") : null,
+          call.verdict ? el("p", { className: "why judge" }, judgeSaid(call.verdict)) : null,
           call.fields_left_out ? el("p", { className: "why" }, `${call.fields_left_out} more fields not shown`) : null,
           shown,
           el(
