@@ -32,8 +32,9 @@ from durable_agent.workflows.inputs import (
 from durable_agent.workflows.state import ApprovalCriteria, AutoRules, ToolApproval
 from tests import fake_anthropic, fake_openai
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, turn
+from tests.test_agent_client import serving
 from tests.test_http_api import sse
-from tests.test_sub_agent_approvals import starter
+from tests.test_sub_agent_approvals import delegating_input, starter, waiting_in_sub_agent
 from tests.test_tool_approval import approval_input, finish, results, start, until
 
 WRITES = ApprovalCriteria(
@@ -300,9 +301,12 @@ async def test_the_judges_tokens_count_against_the_runs_budget(
         with pytest.raises(AgentRunFailed) as failed:
             await run.result()
         transcript = await run.transcript()
+        [approval] = (await run.status()).approvals
     assert failed.value.type == "AgentBudgetExceeded"
     assert "max_total_tokens=4000" in failed.value.message
     assert started_labels() == []  # approved, but the run could no longer afford it
+    # The judge approved it; it did not run, and its approval says so.
+    assert (approval.status, approval.decided_by) == ("not_run", "judge")
     refused = results(transcript)["call_1_1"]
     assert refused.is_error and "Not run: max_total_tokens=4000 exceeded" in refused.content
 
@@ -490,3 +494,33 @@ def test_the_documented_example_builds_a_policy_for_the_demos_tools() -> None:
         assert demo[tool].side_effects, tool  # a tool that asks, so the judge sees its calls
     assert policy.auto_mode.criteria_for("issue_refund") == ("refunds", names["refunds"])
     assert policy.auto_mode.criteria_for("cancel_order") is None  # default=None: a person
+
+
+async def test_a_sub_agent_judges_its_calls_and_hands_its_parent_only_the_unsure_ones(
+    client: Client, task_queue: str
+) -> None:
+    judge = [
+        verdict("approve", 0.95, "the customer asked", expect='"tool": "cancel_order"'),
+        verdict("approve", 0.3, "a refund? not sure", expect='"tool": "issue_refund"'),
+    ]
+    policy = auto_mode(*judge, tools={}, default="writes")
+    async with serving(client, task_queue) as agents:
+        run = await agents.start(delegating_input().model_copy(update={"tool_approval": policy}))
+        # The judged cancel never reached the parent; the unsure refund did, with the verdict.
+        status = await waiting_in_sub_agent(run, "call_1_1/call_2_1")
+        assert status.status == "awaiting_approval"
+        [waiting] = status.sub_agent_approvals
+        assert waiting.tool == "issue_refund" and waiting.verdict is not None
+        assert waiting.verdict.outcome == "escalated" and not waiting.judging
+        await run.decide_tool_call("call_1_1/call_2_1", approve=False, reason="no refunds today")
+        result = await run.result()
+        child = agents.run(f"{run.id}/call_1_1")
+        records = [c for r in (await child.result()).step_records for c in r.tool_calls]
+        events = [item.data async for item in run.events()]
+    assert result.answer == "The sub-agent cancelled it; no refund."
+    assert [(c.name, c.verdict.outcome if c.verdict else None) for c in records] == [
+        ("cancel_order", "approved"),
+        ("issue_refund", "escalated"),
+    ]
+    asked = [e.call_id for e in events if e.kind == "approval_requested"]
+    assert asked == ["call_1_1/call_2_1"]  # the parent was never told of the judged cancel

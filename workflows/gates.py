@@ -442,7 +442,15 @@ class ToolCallGate:
         """The judge's review of one call, and what comes of it. Runs beside the call's wait,
         so a person who decides the call first wins; the verdict is then recorded as late."""
         assert self._judge is not None
-        verdict = await self._judge.review(call, run.spec, run.arguments, named, judgement)
+        try:
+            verdict = await self._judge.review(call, run.spec, run.arguments, named, judgement)
+        except Exception:
+            # Not the judge's answer (review() turns every failure of its call into a verdict
+            # that escalates) but a fault here: the call goes to a person all the same, and
+            # judges_done raises it, failing the workflow task where it can be seen and fixed.
+            if request.judging:
+                self._escalate(request)
+            raise
         if not request.judging:  # decided, withdrawn or handed to a person meanwhile
             verdict = verdict.model_copy(update={"outcome": "late"})
         request.verdict = verdict
@@ -488,7 +496,7 @@ class ToolCallGate:
         try:
             self._budget.check_spend(workflow.now())
         except AgentError as spent:
-            if request.status == "awaiting_approval":
+            if request.status in ("awaiting_approval", "approved"):
                 request.status = "not_run"
                 self._reporter.publish(
                     "approval_decided",
@@ -667,7 +675,9 @@ class ToolCallGate:
                 return
 
     def _waiting_here(self, me: str) -> list[SubAgentApproval]:
-        own = [_asked_by(me, a) for a in self.awaiting()]
+        # A call auto mode's judge still reviews is not asked of anyone yet: the parent hears of
+        # it if the judge hands it to a person.
+        own = [_asked_by(me, a) for a in self.awaiting() if not a.judging]
         return [*own, *self.sub_agent_awaiting()]
 
     def _untold(self) -> list[SubAgentApproval]:
