@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import tests.tools_for_tests as test_tools
 from durable_agent.activities.tools import tool_specs
 from durable_agent.client.agent_client import AgentRun, AgentRunFailed
 from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.events import AgentEvent
 from durable_agent.workflows.inputs import (
     AutoMode,
     Limits,
@@ -59,6 +61,11 @@ def auto_mode(*judge_turns: ScriptedTurn, **options: Any) -> ToolApprovalPolicy:
             **options,
         )
     )
+
+
+async def events_of(run: AgentRun) -> AsyncIterator[AgentEvent]:
+    async for item in run.events():
+        yield item.data
 
 
 def started_labels() -> list[str]:
@@ -301,12 +308,12 @@ async def test_the_judges_tokens_count_against_the_runs_budget(
         with pytest.raises(AgentRunFailed) as failed:
             await run.result()
         transcript = await run.transcript()
-        [approval] = (await run.status()).approvals
+        decided = [e.outcome async for e in events_of(run) if e.kind == "approval_decided"]
     assert failed.value.type == "AgentBudgetExceeded"
     assert "max_total_tokens=4000" in failed.value.message
     assert started_labels() == []  # approved, but the run could no longer afford it
     # The judge approved it; it did not run, and its approval says so.
-    assert (approval.status, approval.decided_by) == ("not_run", "judge")
+    assert decided == ["approved", "not_run"]
     refused = results(transcript)["call_1_1"]
     assert refused.is_error and "Not run: max_total_tokens=4000 exceeded" in refused.content
 
