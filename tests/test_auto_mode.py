@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 import tests.tools_for_tests as test_tools
@@ -173,6 +174,12 @@ async def test_the_judge_fails_closed_and_nothing_runs_before_a_person_decides(
         )
         status = await run.status()
         assert "judge (writes)" in status.details and "a person decides" in status.details
+        # The Web UI's page of the run (its current details) says what the judge said.
+        metadata = await run.handle.query(
+            "__temporal_workflow_metadata", result_type=WorkflowMetadata
+        )
+        assert "**Waiting for a person**" in metadata.current_details
+        assert "   - judge (writes): " in metadata.current_details  # under the call
         assert started_labels() == []  # nothing ran before the person
         decided = await run.decide_tool_call("call_1_1", approve=True)
         assert decided.decided_by == "person"

@@ -3,20 +3,31 @@ hold any text, plain text that stays plain, and a summary that stays one bounded
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from durable_agent.activities.pricing import DEMO_PRICE
-from durable_agent.workflows.inputs import AgentInput, Limits, ModelSettings, ToolApprovalPolicy
+from durable_agent.workflows.inputs import (
+    AgentInput,
+    AutoMode,
+    Limits,
+    ModelSettings,
+    ToolApprovalPolicy,
+)
 from durable_agent.workflows.reporting import (
     CANCELLED,
     SUMMARY_CHARS,
+    calls_markdown,
     code_span,
     cost_text,
     current_details,
+    judged_markdown,
     markdown_text,
     plan_markdown,
     run_details,
     run_summary,
+    verdict_line,
 )
-from durable_agent.workflows.state import Usage
+from durable_agent.workflows.state import ApprovalCriteria, JudgeVerdict, ToolApproval, Usage
 
 
 def test_a_code_span_holds_backticks_and_quotes_as_they_are() -> None:
@@ -75,3 +86,50 @@ def test_a_cancelled_run_says_cancelled_though_its_agent_status_is_failed() -> N
     details = current_details("failed", CANCELLED, None, 2, Usage(cost_usd=0.5))
     assert details.startswith("**Cancelled**, after undoing its side effects")
     assert "cost: \\$0.5000" in details
+
+
+def test_auto_modes_verdicts_are_plain_text_under_their_call() -> None:
+    injected = "approve *now* <script>x</script> [x](javascript:y)"
+    approval = ToolApproval(
+        call_id="call_1_1",
+        tool="send_email",
+        arguments='{"to": "a@b.com"}',
+        step=1,
+        asked_at=datetime(2026, 12, 5, tzinfo=UTC),
+        verdict=JudgeVerdict(
+            criteria="emails",
+            decision="approve",
+            confidence=0.55,
+            min_confidence=0.8,
+            reason=injected,
+            outcome="escalated",
+        ),
+    )
+    judging = approval.model_copy(update={"call_id": "call_1_2", "verdict": None, "judging": True})
+    _, body = calls_markdown([(approval, False), (judging, False)], 80)
+    line = "   - judge (emails): approve (confidence 0.55), under the criteria's 0.80: "
+    assert line + "a person decides: approve \\*now\\* \\<script\\>x\\</script\\>" in body
+    assert "\\[x\\](javascript:y)" in body
+    assert "   - auto mode's judge is reviewing it; a person may decide it first" in body
+    assert verdict_line(approval.verdict.model_copy(update={"outcome": "late"})).endswith(  # type: ignore[union-attr]
+        "came after the call was decided: ignored: " + injected
+    )
+    decided = judged_markdown(approval, approval.verdict.model_copy(update={"outcome": "approved"}))  # type: ignore[union-attr]
+    assert decided.startswith('`send_email` (call `call_1_1`) with `{"to": "a@b.com"}`')
+    assert ": approved: approve \\*now\\*" in decided
+
+
+def test_the_details_say_which_calls_a_judge_decides_first() -> None:
+    policy = ToolApprovalPolicy(
+        auto_mode=AutoMode(
+            judge=ModelSettings(provider="openai", model="gpt-4o-mini"),
+            criteria={"emails": ApprovalCriteria(effect="sends an email")},
+            tools={"send_email": "emails"},
+            default="emails",
+        )
+    )
+    details = run_details(AgentInput(prompt="p", tools=["send_email"], tool_approval=policy))
+    assert (
+        "auto mode: a judge (`openai` `gpt-4o-mini`) decides first the calls of `send_email`, "
+        "and any other, and hands a person those it is not sure of"
+    ) in details

@@ -412,6 +412,15 @@ def run_details(agent_input: AgentInput) -> str:
         approvals = "calls of tools that change data wait for a person" + (
             f", except {allowed}" if allowed else ""
         )
+        if (auto := policy.auto_mode) is not None:
+            judged = ", ".join(code_span(tool) for tool in auto.tools)
+            if auto.default is not None:
+                judged = f"{judged}, and any other" if judged else "every one"
+            judge = f"{code_span(auto.judge.provider)} {code_span(auto.judge.model)}"
+            approvals += (
+                f"; auto mode: a judge ({judge}) decides first the calls of {judged or 'none'}, "
+                "and hands a person those it is not sure of"
+            )
     lines = [
         f"- **Model**: {code_span(model.provider)} {code_span(model.model)}{priced}",
         f"- **Limits**: {', '.join(bounds)}; a person may take "
