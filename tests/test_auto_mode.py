@@ -538,3 +538,23 @@ async def test_a_sub_agent_judges_its_calls_and_hands_its_parent_only_the_unsure
     ]
     asked = [e.call_id for e in events if e.kind == "approval_requested"]
     assert asked == ["call_1_1/call_2_1"]  # the parent was never told of the judged cancel
+
+
+async def test_a_judge_that_takes_too_long_hands_the_call_to_a_person(
+    client: Client, task_queue: str
+) -> None:
+    test_tools.events.clear()
+    script = [turn(call("write_thing", label="w1")), turn(text="done")]
+    slow = verdict("approve", 0.99, "too late to matter", delay_seconds=30)
+    policy = auto_mode(slow)
+    assert policy.auto_mode is not None
+    policy.auto_mode.timeout_seconds = 1.0
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        run = await start(client, task_queue, approval_input(script, tool_approval=policy))
+        waiting = await waiting_for_a_person(run)
+        assert waiting.verdict is not None and waiting.verdict.decision is None
+        assert "no answer within 1 s" in waiting.verdict.reason, waiting.verdict.reason
+        assert started_labels() == []
+        await run.decide_tool_call("call_1_1", approve=True)
+        result, _ = await finish(run)
+    assert result.answer == "done" and started_labels() == ["w1"]

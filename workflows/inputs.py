@@ -178,6 +178,9 @@ class AutoMode(AutoRules):
     judge: ModelSettings
     """The judge's model: its own provider, model, timeout and retries (the scripted provider
     plays it from its own `script`, one turn per call judged)."""
+    timeout_seconds: float = Field(default=300.0, gt=0)
+    """How long a judgement may take in all, retries and a wait for a worker of its provider
+    included; past it the call goes to a person."""
 
 
 class ToolApprovalPolicy(BaseModel):

@@ -14,6 +14,7 @@ built and the verdict read in the workflow, from what the history holds.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -262,7 +263,9 @@ class Judge:
         started = workflow.now()
         try:
             response: ModelResponse = await self._gateway.verdict(
-                request, f"judge {settings.model}: {call.name} {call.id}"
+                request,
+                f"judge {settings.model}: {call.name} {call.id}",
+                timedelta(seconds=auto_mode.timeout_seconds),
             )
         except AgentError as error:
             verdict = _escalated(

@@ -127,9 +127,10 @@ class ModelGateway:
         )
         return await self._execute(request, what)
 
-    async def verdict(self, request: ModelRequest, what: str) -> ModelResponse:
-        """An auto-mode judge's call (workflows/judge.py), on its own provider's queue."""
-        return await self._execute(request, what)
+    async def verdict(self, request: ModelRequest, what: str, within: timedelta) -> ModelResponse:
+        """An auto-mode judge's call (workflows/judge.py), on its own provider's queue, given
+        at most `within` in all (never more than the run's wall time leaves)."""
+        return await self._execute(request, what, within)
 
     def _script_ref(self, script: Sequence[ScriptedTurn]) -> str:
         """The run's script never changes: hash it once, not at every step (a 3,000-turn
@@ -180,8 +181,13 @@ class ModelGateway:
             }
         )
 
-    async def _execute(self, request: ModelRequest, summary: str) -> ModelResponse:
+    async def _execute(
+        self, request: ModelRequest, summary: str, within: timedelta | None = None
+    ) -> ModelResponse:
         settings = request.settings
+        deadline = left = self._budget.deadline(workflow.now())
+        if within is not None and (left is None or within < left):
+            deadline = within
         task_queue = None  # the run's own
         if request.purpose == "judge":
             # New with the judge: its provider's queue, a scripted judge the run's own.
@@ -196,7 +202,7 @@ class ModelGateway:
                 task_queue=task_queue,
                 result_type=ModelResponse,
                 start_to_close_timeout=timedelta(seconds=settings.timeout_seconds),
-                schedule_to_close_timeout=self._budget.deadline(workflow.now()),
+                schedule_to_close_timeout=deadline,
                 retry_policy=settings.retry.to_policy(FATAL_ERROR_TYPES),
                 heartbeat_timeout=self._input.heartbeat_timeout,
                 summary=summary,
@@ -211,6 +217,17 @@ class ModelGateway:
                 raise _StoreMiss from None
             self._budget.check_spend(workflow.now())  # a wall-time cut says so, by name
             limit = self._input.limits.max_wall_seconds
+            if (
+                error.retry_state == RetryState.TIMEOUT
+                and within is not None
+                and deadline is within
+            ):
+                # Its own bound (a judge's), not the run's wall time.
+                raise AgentProviderError(
+                    f"no answer within {within.total_seconds():g} s, retries included (its last "
+                    f"failure: {describe_failure(cause)})",
+                    self._budget.details(),
+                ) from None
             if error.retry_state == RetryState.TIMEOUT and limit is not None:
                 # The schedule-to-close timeout is what was left of max_wall_seconds: the
                 # retries ran out of the run's time, which is the budget's failure.
