@@ -1,7 +1,7 @@
 """Sizing: what a fleet needs for a workload, modelled from bench.capacity's per-step figures.
 
     python -m bench.sizing [--input CAPACITY_JSON] [--processes N] [--provider openai|anthropic]
-                           [--set NAME=VALUE ...] [--json PATH]
+                           [--model MODEL] [--set NAME=VALUE ...] [--json PATH]
 
 Reads what `python -m bench.capacity` measured (`--input`, by default the committed
 bench/sizing_input.json, which docs/sizing.md is generated from), and for each scenario (a
@@ -10,6 +10,11 @@ prints what it needs: Temporal actions a second and their cost on Temporal Cloud
 transactions and history shards for a self-hosted cluster, worker processes and memory, model
 calls against the provider's rate limits, and the size of the stores. Each limit is checked,
 and the one with the highest utilisation is the one that binds first.
+
+Then what it costs a month (bench/spend.py): the model calls at `--model`'s prices (by default the
+provider's model the rate limits are for), Temporal Cloud, or a self-hosted cluster, and the
+workers; which cost is largest; and for the conversations, one conversation's model cost turn by
+turn, with and without compaction, and where compaction pays for itself.
 
 Every input is one of three kinds, and the output says which: *measured* (from the capacity
 JSON, named by its field), *published* (a figure from a vendor's page, with its address) or
@@ -27,12 +32,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import spend
+from durable_agent.activities.pricing import PRICES_AS_OF, SHIPPED_PRICES, price_for
 from durable_agent.cli.plumbing import OneLineArgumentParser
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_INPUT = REPO / "bench" / "sizing_input.json"
 SECONDS_A_DAY = 86_400
-HOURS_A_MONTH = 730  # 8,760 hours a year / 12
+HOURS_A_MONTH = spend.HOURS_A_MONTH
 DAYS_A_MONTH = 30.4
 
 
@@ -100,6 +107,45 @@ PUBLISHED: dict[str, Figure] = {
     ),
 }
 
+DEFAULT_MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-sonnet-4-6"}
+"""The models the rate limits above are for: the providers' defaults (workflows/providers.py)."""
+
+PRICE_PAGES = {
+    "openai": "https://openai.com/api/pricing",
+    "anthropic": "https://www.anthropic.com/pricing",
+}
+ANTHROPIC_CACHING = (
+    "https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching: reads 0.1x input, "
+    "5-minute writes 1.25x"
+)
+
+
+def provider_of(model_name: str) -> str:
+    return "anthropic" if model_name.startswith("claude") else "openai"
+
+
+def model_prices(model_name: str) -> dict[str, Figure]:
+    """A model's list prices, dollars a million tokens, from activities/pricing.py."""
+    price = price_for(model_name, SHIPPED_PRICES)
+    if price is None:
+        raise ValueError(f"no price for it (priced: {', '.join(SHIPPED_PRICES)})")
+    provider = provider_of(model_name)
+    listed = f"{model_name} as of {PRICES_AS_OF} (activities/pricing.py): {PRICE_PAGES[provider]}"
+    write = (
+        published(price.cache_write, f"{listed}; {ANTHROPIC_CACHING}")
+        if provider == "anthropic"
+        else published(price.cache_write, f"OpenAI caches by itself, writes free: {listed}")
+    )
+    return {
+        "model_input_usd_a_million_tokens": published(price.input, listed),
+        "model_cached_input_usd_a_million_tokens": published(price.cached_input, listed),
+        "model_cache_write_usd_a_million_tokens": write,
+        "model_output_usd_a_million_tokens": published(price.output, listed),
+    }
+
+
+AWS_ON_DEMAND = "https://aws.amazon.com/ec2/pricing/on-demand/"
+
 ASSUMED: dict[str, Figure] = {
     "peak_to_average": assumed(3, "traffic follows the working day: the peak hour at 3x the mean"),
     "model_latency_seconds": assumed(
@@ -115,7 +161,44 @@ ASSUMED: dict[str, Figure] = {
     "uncached_input_share": assumed(
         0.37, "docs/performance.md: 63% of a 10-step run's input is cacheable"
     ),
+    "output_tokens_a_step": assumed(
+        50,
+        "not measured (bench/tokens.py counts input): a reply that asks for a tool is a sentence "
+        "and the call; the scripted model's are about 40 of the 149 tokens a step adds",
+    ),
+    "output_tokens_an_answer": assumed(200, "the reply that ends a run or a turn: a paragraph"),
+    "turn_cache_warm_share": assumed(
+        0,
+        "turns whose first call finds the prefix cache warm: 10 messages a day come hours apart, "
+        "and a cache lapses after 5 minutes idle (Anthropic; 5-10 on OpenAI)",
+    ),
+    "compaction_threshold_tokens": assumed(
+        16_000,
+        "compaction is off by default (AgentInput.compaction 'none', Limits.max_context_tokens "
+        "None); turned on to save, a limit about half a week-old conversation's prompt",
+    ),
+    "compaction_target_ratio": assumed(0.6, "AgentInput.compaction_target_ratio's default"),
+    "summary_tokens": assumed(
+        500, "the summary a compaction writes, short plain text (compaction.SUMMARY_SYSTEM)"
+    ),
     "cpu_utilisation_target": assumed(0.7, "worker cores kept 30% free for bursts and replays"),
+    "vcpu_usd_an_hour": assumed(
+        0.048,
+        f"AWS m6i.xlarge on demand in us-east-1: $0.192 an hour for 4 vCPUs, 16 GiB "
+        f"({AWS_ON_DEMAND}); sized for the peak all month, no discounts",
+    ),
+    "memory_gb_a_vcpu": assumed(4, "the same instance: 16 GiB for 4 vCPUs"),
+    "cluster_cpu_over_dev_server": assumed(
+        3,
+        "a cluster's CPU a step over the dev server's: its services talk by RPC and its database "
+        "replicates; not measured",
+    ),
+    "cluster_min_vcpus": assumed(
+        24, "three 4-vCPU hosts for Temporal's services and three for its database, for redundancy"
+    ),
+    "cluster_storage_usd_a_gb_month": assumed(
+        0.24, "EBS gp3 at $0.08 a GB-month (https://aws.amazon.com/ebs/pricing/), three copies"
+    ),
     "shard_transaction_seconds": assumed(
         0.005,
         "one persistence transaction on a well-provisioned database; a shard runs one at a time "
@@ -173,6 +256,11 @@ def measured(capacity: dict[str, Any], processes: int | None) -> dict[str, Figur
         "worker_cpu_seconds_a_step": Figure(
             s["worker_cpu_seconds_per_step"], "measured", f"summary ({where})"
         ),
+        "server_cpu_seconds_a_step": Figure(
+            s["server_cpu_seconds_per_step"],
+            "measured",
+            f"summary ({where}): the dev server, every service and SQLite in one process",
+        ),
         "memory_bytes_a_cached_run": Figure(
             s["memory_bytes_per_cached_run"], "measured", f"summary ({where})"
         ),
@@ -212,8 +300,14 @@ def power_of_two_at_least(value: float) -> int:
     return 1 << max(0, math.ceil(math.log2(max(value, 1))))
 
 
-def model(inputs: dict[str, Figure], scenario: dict[str, float], provider: str) -> dict[str, Any]:
-    """What the scenario needs, and each limit's utilisation; the first in `limits` binds."""
+def model(
+    inputs: dict[str, Figure],
+    scenario: dict[str, float],
+    provider: str,
+    model_name: str | None = None,
+) -> dict[str, Any]:
+    """What the scenario needs, each limit's utilisation (the first in `limits` binds), and
+    what it costs a month with the model calls priced as `model_name`'s (the inputs' prices)."""
     v = {name: figure.value for name, figure in inputs.items()}
     steps = scenario["steps"]
     conversation = "conversations" in scenario
@@ -359,6 +453,9 @@ def model(inputs: dict[str, Figure], scenario: dict[str, float], provider: str) 
              "source": source}
         )  # fmt: skip
     checked.sort(key=lambda row: row["utilisation"], reverse=True)
+    costs = spending(
+        v, scenario, provider, model_name or DEFAULT_MODELS[provider], cloud, workers, steps_peak
+    )
     return {
         "scenario": scenario,
         "unit": unit,
@@ -373,6 +470,88 @@ def model(inputs: dict[str, Figure], scenario: dict[str, float], provider: str) 
         "store_gb": store_gb,
         "limits": checked,
         "binds_first": checked[0]["limit"],
+        **costs,
+    }
+
+
+def cache_model(anthropic: bool, conversation: bool) -> str:
+    if conversation:
+        return (
+            "priced call by call; a warm cache serves the prompt of the call before, and a turn's "
+            "first call finds it warm turn_cache_warm_share of the time"
+        )
+    if anthropic:
+        return (
+            "each token is written once, by the first call that sends it, and read by every call "
+            "after"
+        )
+    return "1 - uncached_input_share of the input is read from it, at the cached price"
+
+
+def spending(
+    v: dict[str, float],
+    scenario: dict[str, float],
+    provider: str,
+    model_name: str,
+    cloud: dict[str, float],
+    workers: dict[str, Any],
+    steps_peak: float,
+) -> dict[str, Any]:
+    """A month of the scenario in dollars, on Temporal Cloud and self-hosted; for conversations,
+    one conversation's model cost turn by turn too."""
+    anthropic = provider == "anthropic"
+    steps = round(scenario["steps"])
+    if "conversations" in scenario:
+        # Steady state: as many start in a month as a month's share of those open end.
+        conversations_a_month = scenario["conversations"] / scenario["days_open"] * DAYS_A_MONTH
+        turns = round(scenario["messages_a_day"] * scenario["days_open"])
+        one = spend.conversation(v, turns, steps, anthropic, threshold=None)
+        month = sum((turn.tokens for turn in one), spend.Tokens()) * conversations_a_month
+        by_turn = {
+            "model_cost_by_turn": spend.by_turn(v, scenario, anthropic, conversations_a_month)
+        }
+    else:
+        month = spend.run_tokens(v, steps, anthropic) * (scenario["runs_a_day"] * DAYS_A_MONTH)
+        by_turn = {}
+    priced = {f"{name}_a_month": value for name, value in spend.usd(month, v).items()}
+    history_gb = cloud["active_storage_gb"] + cloud["retained_storage_gb"]
+    infra = spend.infrastructure(
+        v, workers["processes"], workers["memory_gb"], steps_peak, history_gb
+    )
+    model_usd = priced["model_usd_a_month"]
+    cloud_path = {
+        "model calls": model_usd,
+        "Temporal Cloud": cloud["dollars_a_month"],
+        "workers": infra["workers_usd_a_month"],
+    }
+    self_hosted_path = cloud_path.copy()
+    del self_hosted_path["Temporal Cloud"]
+    self_hosted_path["self-hosted cluster"] = infra["self_hosted_usd_a_month"]
+    total_cloud, total_self_hosted = sum(cloud_path.values()), sum(self_hosted_path.values())
+    largest_cloud = max(cloud_path, key=lambda name: cloud_path[name])
+    largest_self_hosted = max(self_hosted_path, key=lambda name: self_hosted_path[name])
+    return {
+        "spend": {
+            "model": model_name,
+            "model_cache": cache_model(anthropic, "conversations" in scenario),
+            "model_input_tokens_a_month": month.input,
+            "model_output_tokens_a_month": month.output,
+            **priced,
+            "model_input_usd_a_month_without_cache": (
+                month.input * v["model_input_usd_a_million_tokens"] / 1e6
+            ),
+            "temporal_cloud_usd_a_month": cloud["dollars_a_month"],
+            **infra,
+            "total_usd_a_month_cloud": total_cloud,
+            "total_usd_a_month_self_hosted": total_self_hosted,
+            "largest_cost_cloud": largest_cloud,
+            "largest_cost_share_cloud": cloud_path[largest_cloud] / total_cloud,
+            "largest_cost_self_hosted": largest_self_hosted,
+            "largest_cost_share_self_hosted": (
+                self_hosted_path[largest_self_hosted] / total_self_hosted
+            ),
+        },
+        **by_turn,
     }
 
 
@@ -466,11 +645,131 @@ def render(inputs: dict[str, Figure], results: dict[str, dict[str, Any]], header
                 f"| {row['limit']} | {_number(row['demand'])} | {_number(row['capacity'])} "
                 f"| {row['utilisation']:.0%} | {row['source']} |"
             )
+        lines += render_spend(r)
+        if "model_cost_by_turn" in r:
+            lines += render_by_turn(r, title)
     return "\n".join(lines)
 
 
-def inputs_from(capacity: dict[str, Any], processes: int | None) -> dict[str, Figure]:
-    return measured(capacity, processes) | PUBLISHED | ASSUMED
+def _usd(value: float) -> str:
+    if value >= 100:
+        return f"${value:,.0f}"
+    if value >= 1:
+        return f"${value:,.2f}"
+    return f"${value:.3g}"
+
+
+def _share(value: float) -> str:
+    return "over 99%" if value > 0.99 else f"{value:.0%}"
+
+
+def _billions(tokens: float) -> str:
+    return f"{_number(tokens / 1e9)} billion"
+
+
+def render_spend(r: dict[str, Any]) -> list[str]:
+    s = r["spend"]
+    without = _usd(s["model_input_usd_a_month_without_cache"])
+    cloud, hosted = s["largest_cost_share_cloud"], s["largest_cost_share_self_hosted"]
+    if s["largest_cost_cloud"] == s["largest_cost_self_hosted"]:
+        largest = (
+            f"**Largest cost: {s['largest_cost_cloud']}, {_share(cloud)} of the total on Temporal "
+            f"Cloud and {_share(hosted)} self-hosted.**"
+        )
+    else:
+        largest = (
+            f"**Largest cost: {s['largest_cost_cloud']} on Temporal Cloud ({_share(cloud)} of the "
+            f"total); {s['largest_cost_self_hosted']} self-hosted ({_share(hosted)}).**"
+        )
+    return [
+        "",
+        f"What it costs a month, the model calls at {s['model']}'s prices. The prefix cache: "
+        f"{s['model_cache']}.",
+        "",
+        "| cost a month | dollars |",
+        "|---|---:|",
+        f"| model input: uncached / cached reads / cache writes "
+        f"| {_usd(s['model_uncached_input_usd_a_month'])} / "
+        f"{_usd(s['model_cached_input_usd_a_month'])} / "
+        f"{_usd(s['model_cache_write_usd_a_month'])} |",
+        f"| model input, {_billions(s['model_input_tokens_a_month'])} tokens (without a cache: "
+        f"{without}) | {_usd(s['model_input_usd_a_month'])} |",
+        f"| model output, {_billions(s['model_output_tokens_a_month'])} tokens "
+        f"| {_usd(s['model_output_usd_a_month'])} |",
+        f"| **model calls** | **{_usd(s['model_usd_a_month'])}** |",
+        f"| Temporal Cloud (above) | {_usd(s['temporal_cloud_usd_a_month'])} |",
+        f"| or a self-hosted cluster: {s['cluster_vcpus']:,} vCPUs and the histories' storage "
+        f"(assumed) | {_usd(s['self_hosted_usd_a_month'])} |",
+        f"| workers: {s['worker_vcpus']:,} vCPUs | {_usd(s['workers_usd_a_month'])} |",
+        f"| **in all, on Temporal Cloud / self-hosted** | **{_usd(s['total_usd_a_month_cloud'])}"
+        f" / {_usd(s['total_usd_a_month_self_hosted'])}** |",
+        "",
+        largest,
+    ]
+
+
+def render_by_turn(r: dict[str, Any], title: str) -> list[str]:
+    t, s = r["model_cost_by_turn"], r["spend"]
+    turns = t["turns"]
+    conversations = t["without_compaction"]["model_usd_a_month"] / max(
+        t["without_compaction"]["model_usd_a_conversation"], 1e-12
+    )
+    lines = [
+        "",
+        f"### {title}: one conversation by turn",
+        "",
+        f"{turns} turns of {r['scenario']['steps']:.0f} steps and the answer; "
+        f"{_number(conversations)} conversations a month. With compaction: a summary before a "
+        f"call that would send more than {_number(t['compaction_threshold_tokens'])} tokens "
+        "(bench/spend.py says how it is counted).",
+        "",
+        f"| model cost ({s['model']}) | turn 1 | turn 10 | turn {turns} | a conversation "
+        "| a month |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for side, name in (("without_compaction", "without compaction"),
+                       ("with_compaction", "with compaction")):  # fmt: skip
+        d = t[side]
+        detail = f"prompts up to {_number(d['largest_prompt_tokens'])} tokens"
+        if d["compactions"]:
+            detail += (
+                f"; {d['compactions']} compactions from turn {d['first_compaction_turn']}, "
+                f"their summaries {_usd(d['model_summary_usd_a_conversation'])}"
+            )
+        lines.append(
+            f"| {name} ({detail}) | {_usd(d['model_usd_turn_1'])} "
+            f"| {_usd(d['model_usd_turn_10'])} | {_usd(d['model_usd_last_turn'])} "
+            f"| {_usd(d['model_usd_a_conversation'])} | {_usd(d['model_usd_a_month'])} |"
+        )
+    pays, latest = t["compaction_pays_from_turn"], t["latest_turn_a_compaction_pays"]
+    lines.append("")
+    if pays is None:
+        lines.append("**Compaction does not pay for itself within the conversation.**")
+    else:
+        lines.append(
+            f"**Compaction pays for itself from turn {pays}** (a prompt of "
+            f"{_number(t['compaction_pays_from_prompt_tokens'])} tokens without it): from then "
+            "on the conversation has cost less with it than without."
+        )
+
+    def latest_at(turn: int | None) -> str:
+        return "no turn" if turn is None else f"turn {turn}"
+
+    lines += [
+        "",
+        "A late compaction costs more than none once the cache is warm (seed 000). The week's "
+        "only compaction still pays if it comes at "
+        f"{latest_at(latest['cache_cold_between_turns'])} at the latest with the cache cold "
+        f"between turns, at {latest_at(latest['cache_warm_between_turns'])} with "
+        "it warm; any later, it costs more than none.",
+    ]
+    return lines
+
+
+def inputs_from(
+    capacity: dict[str, Any], processes: int | None, model_name: str = DEFAULT_MODELS["openai"]
+) -> dict[str, Figure]:
+    return measured(capacity, processes) | PUBLISHED | model_prices(model_name) | ASSUMED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -481,13 +780,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, help="the host row to use (default: the first)")
     parser.add_argument("--provider", choices=("openai", "anthropic"), default="openai")
     parser.add_argument(
+        "--model",
+        help="whose prices the model calls are at: a model of activities/pricing.py's table, of "
+        "--provider (default: gpt-4o-mini on openai, claude-sonnet-4-6 on anthropic, the models "
+        "the rate limits are for)",
+    )
+    parser.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE", help="change an input"
     )
     parser.add_argument("--json", type=Path, help="also write the model here")
     args = parser.parse_args(argv)
+    model_name = args.model or DEFAULT_MODELS[args.provider]
+    if price_for(model_name, SHIPPED_PRICES) is None:
+        parser.error(f"--model {model_name}: no price for it (priced: {', '.join(SHIPPED_PRICES)})")
+    if provider_of(model_name) != args.provider:
+        parser.error(
+            f"--model {model_name}: {provider_of(model_name)}'s model; add "
+            f"--provider {provider_of(model_name)}"
+        )
     try:
         capacity = json.loads(args.input.read_text())
-        inputs = inputs_from(capacity, args.processes)
+        inputs = inputs_from(capacity, args.processes, model_name)
     except (OSError, ValueError, KeyError) as error:
         parser.error(f"--input {args.input}: {error}")
     for setting in args.set:
@@ -498,15 +811,19 @@ def main(argv: list[str] | None = None) -> int:
             value = float(text)
         except ValueError:
             parser.error(f"--set {setting}: {text!r} is not a number")
+        if not math.isfinite(value) or value < 0:
+            parser.error(f"--set {setting}: {text!r} is not a number of zero or more")
         inputs[name] = Figure(value, "assumed", f"--set {setting}")
     results = {
-        title: model(inputs, scenario, args.provider) for title, scenario in SCENARIOS.items()
+        title: model(inputs, scenario, args.provider, model_name)
+        for title, scenario in SCENARIOS.items()
     }
     where = "provisional, " if capacity.get("provisional") else ""
     rows = capacity["processes"]
     host = args.processes or rows[0]["worker_processes"]
     header = (
-        f"Model calls on {args.provider}. The measured inputs: {where}`python -m bench.capacity` "
+        f"Model calls on {args.provider}, at {model_name}'s prices. The measured inputs: "
+        f"{where}`python -m bench.capacity` "
         f"of {capacity['taken_at']}, {host} worker process(es), {capacity['steps']}-step runs, "
         f"model {1000 * capacity['delay_seconds']:.0f} ms a call, sandbox {capacity['sandbox']}, "
         f"{capacity['machine']['cpus']} cores."

@@ -1,5 +1,6 @@
-"""The sizing model's arithmetic on a fixed input, which limit it says binds first, its command
-line, and docs/sizing.md as the committed input generates it."""
+"""The sizing model's arithmetic on a fixed input, which limit it says binds first, what the
+workloads cost a month and a conversation by turn, its command line, and docs/sizing.md as the
+committed input generates it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ from typing import Any
 
 import pytest
 
-from bench.sizing import DEFAULT_INPUT, Figure, action_cost, inputs_from, model
+from bench.sizing import (
+    DEFAULT_INPUT,
+    SCENARIOS,
+    Figure,
+    action_cost,
+    inputs_from,
+    main,
+    model,
+)
+from durable_agent.activities.pricing import SHIPPED_PRICES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,6 +49,7 @@ def capacity_input() -> dict[str, Any]:
                 "levels": [level],
                 "summary": {
                     "worker_cpu_seconds_per_step": 0.01,
+                    "server_cpu_seconds_per_step": 0.02,
                     "memory_bytes_per_cached_run": 500_000,
                     "sustainable_runs_per_second": 5,
                 },
@@ -83,6 +94,15 @@ def test_the_arithmetic_on_a_fixed_input() -> None:
     assert r["store_gb"] == pytest.approx(864_000 * 1000 * 10 * 7 * 2 / 1e9)
     assert r["limits"] == sorted(r["limits"], key=lambda row: -row["utilisation"])
     assert r["binds_first"] == r["limits"][0]["limit"]
+    spend = r["spend"]
+    # Five worker processes, one vCPU each (their 1.4 GB fit in 4 GB a vCPU), all month.
+    assert spend["worker_vcpus"] == 5
+    assert spend["workers_usd_a_month"] == pytest.approx(5 * 0.048 * 730)
+    # 300 steps a second x 20 ms of the dev server's CPU x 3 for a cluster, at 70%: 25.7 vCPUs.
+    assert spend["cluster_vcpus"] == 26
+    assert spend["total_usd_a_month_self_hosted"] == pytest.approx(
+        spend["model_usd_a_month"] + spend["self_hosted_usd_a_month"] + spend["workers_usd_a_month"]
+    )
 
 
 def test_action_cost_follows_the_published_tiers() -> None:
@@ -105,6 +125,175 @@ def test_which_limit_binds_first_follows_the_input() -> None:
     hundred_steps = model(raised, {"runs_a_day": 864_000, "steps": 100}, "openai")
     assert hundred_steps["binds_first"] == "OpenAI tokens a minute"
     assert hundred_steps["limits"][0]["utilisation"] > 1
+
+
+def committed_inputs(model_name: str = "gpt-4o-mini") -> dict[str, Figure]:
+    return inputs_from(json.loads(DEFAULT_INPUT.read_text()), None, model_name)
+
+
+def values(inputs: dict[str, Figure]) -> dict[str, float]:
+    return {name: figure.value for name, figure in inputs.items()}
+
+
+TEN_STEPS = SCENARIOS["1M runs a day, 10 steps"]
+CONVERSATIONS = SCENARIOS["10k conversations open for a week"]
+
+
+def test_a_million_ten_step_runs_spend_most_on_the_model() -> None:
+    inputs = committed_inputs()
+    v = values(inputs)
+    spend = model(inputs, TEN_STEPS, "openai")["spend"]
+    # The token curve: the k-th of a run's 11 calls sends a + b x k tokens.
+    a_run = sum(v["input_tokens_a_call"] + v["input_tokens_a_step"] * k for k in range(11))
+    a_month = 1e6 * 30.4 * a_run
+    price, cached_price = (
+        v["model_input_usd_a_million_tokens"],
+        v["model_cached_input_usd_a_million_tokens"],
+    )
+    no_cache = a_month * price / 1e6
+    share = v["uncached_input_share"]
+    with_cache = a_month * (share * price + (1 - share) * cached_price) / 1e6
+    assert 57_000 < no_cache < 58_500 and 39_000 < with_cache < 40_500  # gpt-4o-mini's prices
+    assert spend["model_input_usd_a_month_without_cache"] == pytest.approx(no_cache)
+    assert spend["model_input_usd_a_month"] == pytest.approx(with_cache)
+    assert spend["model_cache_write_usd_a_month"] == 0  # OpenAI charges nothing to write
+    output = 1e6 * 30.4 * (10 * v["output_tokens_a_step"] + v["output_tokens_an_answer"])
+    assert spend["model_output_usd_a_month"] == pytest.approx(
+        output * v["model_output_usd_a_million_tokens"] / 1e6
+    )
+    model_usd = spend["model_usd_a_month"]
+    assert model_usd == pytest.approx(with_cache + spend["model_output_usd_a_month"])
+    assert model_usd > spend["temporal_cloud_usd_a_month"] > spend["self_hosted_usd_a_month"]
+    assert spend["largest_cost_cloud"] == spend["largest_cost_self_hosted"] == "model calls"
+    assert spend["total_usd_a_month_cloud"] == pytest.approx(
+        model_usd + spend["temporal_cloud_usd_a_month"] + spend["workers_usd_a_month"]
+    )
+
+
+def test_output_and_cache_write_prices_move_the_model_total() -> None:
+    inputs = inputs_from(capacity_input(), None, "claude-sonnet-4-6")
+    v = values(inputs)
+    base = model(inputs, TEN_A_SECOND, "anthropic")["spend"]["model_usd_a_month"]
+    runs = 864_000 * 30.4
+
+    def total_with(name: str, price: float) -> float:
+        changed = inputs | {name: Figure(price, "assumed", "a test's")}
+        return model(changed, TEN_A_SECOND, "anthropic")["spend"]["model_usd_a_month"]
+
+    output_a_run = 10 * v["output_tokens_a_step"] + v["output_tokens_an_answer"]
+    price = v["model_output_usd_a_million_tokens"]
+    assert total_with("model_output_usd_a_million_tokens", 2 * price) - base == pytest.approx(
+        runs * output_a_run * price / 1e6
+    )
+    # Each token of a run is written once: as many as its last call sends.
+    written_a_run = v["input_tokens_a_call"] + 10 * v["input_tokens_a_step"]
+    price = v["model_cache_write_usd_a_million_tokens"]
+    assert total_with("model_cache_write_usd_a_million_tokens", 2 * price) - base == pytest.approx(
+        runs * written_a_run * price / 1e6
+    )
+
+
+@pytest.mark.parametrize("model_name", ["gpt-4o-mini", "claude-sonnet-4-6"])
+def test_a_conversation_by_turn_grows_without_compaction_and_is_bounded_with_it(
+    model_name: str,
+) -> None:
+    provider = "anthropic" if model_name.startswith("claude") else "openai"
+    inputs = committed_inputs(model_name)
+    v = values(inputs)
+    r = model(inputs, CONVERSATIONS, provider)
+    by_turn = r["model_cost_by_turn"]
+    without, with_ = by_turn["without_compaction"], by_turn["with_compaction"]
+    assert by_turn["turns"] == 70 == len(without["model_usd_by_turn"])
+    # Turn 70 sends about 31,000 tokens a call to turn 1's 600.
+    assert without["model_usd_last_turn"] > 10 * without["model_usd_turn_1"]
+    assert without["model_usd_a_conversation"] == pytest.approx(sum(without["model_usd_by_turn"]))
+    assert r["spend"]["model_usd_a_month"] == pytest.approx(without["model_usd_a_month"])
+    # With compaction no prompt passes the threshold, so no turn costs more than its four calls
+    # and a summary, each of the threshold at the dearest input price.
+    threshold = v["compaction_threshold_tokens"]
+    assert with_["compactions"] > 0
+    assert with_["largest_prompt_tokens"] <= threshold
+    dearest = max(
+        v["model_input_usd_a_million_tokens"], v["model_cache_write_usd_a_million_tokens"]
+    )
+    output = 3 * v["output_tokens_a_step"] + v["output_tokens_an_answer"] + v["summary_tokens"]
+    bound = (5 * threshold * dearest + output * v["model_output_usd_a_million_tokens"]) / 1e6
+    assert max(with_["model_usd_by_turn"]) <= bound
+    assert with_["model_usd_last_turn"] < without["model_usd_last_turn"]
+    # It pays from the turn the cumulative cost with it stays below the cost without.
+    pays = by_turn["compaction_pays_from_turn"]
+    spent_with = spent_without = 0.0
+    turns = zip(with_["model_usd_by_turn"], without["model_usd_by_turn"], strict=True)
+    for turn, (w, n) in enumerate(turns, 1):
+        spent_with, spent_without = spent_with + w, spent_without + n
+        assert (spent_with < spent_without) == (turn >= pays), turn
+
+
+def test_a_late_compaction_needs_more_turns_to_pay_on_a_warm_cache() -> None:
+    # Seed 000, at Claude Sonnet's prices: cached reads cost a tenth of the input, so on a warm
+    # cache what a compaction saves a call is small and it needs more calls after it to pay.
+    inputs = committed_inputs("claude-sonnet-4-6")
+    latest = model(inputs, CONVERSATIONS, "anthropic")["model_cost_by_turn"][
+        "latest_turn_a_compaction_pays"
+    ]
+    assert latest["cache_warm_between_turns"] < latest["cache_cold_between_turns"] < 70
+
+
+REQUIRED_USD = [
+    "model_usd_a_month",
+    "model_input_usd_a_month",
+    "model_uncached_input_usd_a_month",
+    "model_cached_input_usd_a_month",
+    "model_cache_write_usd_a_month",
+    "model_output_usd_a_month",
+    "model_input_usd_a_month_without_cache",
+    "temporal_cloud_usd_a_month",
+    "self_hosted_usd_a_month",
+    "workers_usd_a_month",
+    "total_usd_a_month_cloud",
+    "total_usd_a_month_self_hosted",
+]
+
+
+def written_json(tmp_path: Path, *options: str) -> dict[str, Any]:
+    path = tmp_path / "sizing.json"
+    assert main([*options, "--json", str(path)]) == 0
+    return json.loads(path.read_text())
+
+
+def test_the_json_names_each_cost_in_dollars(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = written_json(tmp_path)
+    for r in results.values():
+        spend = r["spend"]
+        assert spend["model"] == "gpt-4o-mini"
+        assert all(spend[name] >= 0 for name in REQUIRED_USD)
+        assert spend["largest_cost_cloud"] in ("model calls", "Temporal Cloud", "workers")
+    by_turn = results["10k conversations open for a week"]["model_cost_by_turn"]
+    for side in ("without_compaction", "with_compaction"):
+        assert by_turn[side].keys() >= {
+            "model_usd_turn_1", "model_usd_turn_10", "model_usd_last_turn",
+            "model_usd_a_conversation", "model_usd_a_month",
+        }  # fmt: skip
+    printed = capsys.readouterr().out
+    assert printed.count("**Largest cost: model calls") == 3
+    assert "**Compaction pays for itself from turn" in printed
+
+
+def test_set_and_model_change_the_prices(tmp_path: Path) -> None:
+    title = "1M runs a day, 10 steps"
+    base = written_json(tmp_path)[title]["spend"]
+    doubled = written_json(tmp_path, "--set", "model_output_usd_a_million_tokens=1.2")[title]
+    assert doubled["spend"]["model_output_usd_a_month"] == pytest.approx(
+        2 * base["model_output_usd_a_month"]
+    )
+    other = written_json(tmp_path, "--model", "gpt-4.1-mini")[title]["spend"]
+    assert other["model"] == "gpt-4.1-mini"
+    ratio = SHIPPED_PRICES["gpt-4.1-mini"].input / SHIPPED_PRICES["gpt-4o-mini"].input
+    assert other["model_input_usd_a_month_without_cache"] == pytest.approx(
+        base["model_input_usd_a_month_without_cache"] * ratio
+    )
 
 
 def sizing(*options: str) -> subprocess.CompletedProcess[str]:
@@ -131,6 +320,10 @@ def test_docs_sizing_is_what_the_committed_input_generates() -> None:
         (["--set", "no_such=1"], "--set no_such=1: no input named 'no_such'"),
         (["--input", "missing.json"], "--input missing.json:"),
         (["--processes", "7"], "the input measured 1"),
+        (["--model", "gpt-9"], "--model gpt-9: no price for it (priced: gpt-5, "),
+        (["--model", "claude-haiku-4-5"], "anthropic's model; add --provider anthropic"),
+        (["--set", "summary_tokens=-1"], "'-1' is not a number of zero or more"),
+        (["--set", "model_input_usd_a_million_tokens=nan"], "'nan' is not a number of zero"),
     ],
 )
 def test_a_bad_command_line_is_one_line_and_exit_2(options: list[str], message: str) -> None:
