@@ -36,6 +36,7 @@ from durable_agent.workflows.inputs import (
     ScriptedTurn,
 )
 from durable_agent.workflows.specs import RetrySettings
+from durable_agent.workflows.status import starting_search_attributes
 from durable_agent.workflows.transcript import Message, ToolResult, UserMessage
 
 PROMPT = "Check every item of the order and say which ones ship."
@@ -109,6 +110,8 @@ async def run_agent(
         chosen.model_copy(update={"linear_history": linear_history}),
         id=workflow_id,
         task_queue=task_queue,
+        # As AgentClient.start sets them: the run's first status upsert is then not sent.
+        search_attributes=starting_search_attributes(),
     )
     elapsed = time.perf_counter() - started
     assert result.steps == steps + 1, result

@@ -96,7 +96,7 @@ from ..workflows.state import (
     ToolCallDecision,
     TurnRecord,
 )
-from ..workflows.status import SEARCH_ATTRIBUTES, RunStatus
+from ..workflows.status import SEARCH_ATTRIBUTES, RunStatus, starting_search_attributes
 from ..workflows.transcript import Message
 from . import forking
 
@@ -779,7 +779,9 @@ class AgentClient:
         task_queue: str | None = None,
     ) -> AgentRun:
         """Start a run. The first start checks that the server knows the run's search attributes
-        (registering them if allowed): a run on a server without them could not report.
+        (registering them if allowed): a run on a server without them could not report. The
+        start sets AgentStatus running, AgentStep 0 and AgentCostUsd 0 beside
+        `search_attributes`, so the run need not upsert them as it begins.
         `memo` is the run's memo (by default its label).
 
         The run carries a static summary (its label and the start of its prompt) and static
@@ -802,7 +804,7 @@ class AgentClient:
             memo=memo
             if memo is not None
             else ({"label": agent_input.label} if agent_input.label else None),
-            search_attributes=search_attributes,
+            search_attributes=starting_search_attributes(search_attributes),
             static_summary=run_summary(agent_input),
             static_details=run_details(agent_input),
         )

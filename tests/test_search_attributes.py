@@ -25,6 +25,7 @@ from durable_agent.client import agent_client
 from durable_agent.client.agent_client import AgentClient, SearchAttributesNotRegistered
 from durable_agent.serving.dev_server import temporal_binary
 from durable_agent.serving.worker import build_worker
+from durable_agent.workflows import versioning
 from durable_agent.workflows.status import AGENT_STATUS
 from tests.helpers import TEST_WORKER_OPTIONS, call, run_agent, scripted_input, turn
 
@@ -72,6 +73,38 @@ async def test_agent_step_moves_with_the_status_and_every_ten_steps(
     # The others are the SDK's own (TemporalChangeVersion, for the patch markers).
     steps = [json.loads(fields["AgentStep"].data) for fields in upserts if "AgentStep" in fields]
     assert steps == [0, 10, 13]
+
+
+async def test_a_run_agent_client_starts_records_one_marker_and_no_upsert_of_what_is_set(
+    client: Client, task_queue: str
+) -> None:
+    """AgentClient starts a run with AgentStatus running, AgentStep 0 and AgentCostUsd 0, and the
+    run asks one patch (versioning.ONE_MARKER): its history has no upsert of its own before step
+    10, where AgentStep moves, and one marker where five were (each with the SDK's
+    TemporalChangeVersion upsert)."""
+    script = [turn(call("count_me", key=f"sa-{uuid.uuid4()}")) for _ in range(12)]
+    agents = AgentClient(client, task_queue)
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        run = await agents.start(scripted_input([*script, turn(text="done")], tools=["count_me"]))
+        assert (await run.result()).steps == 13
+    history = await run.handle.fetch_history()
+    upserts = [
+        dict(e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields)
+        for e in history.events
+        if e.HasField("upsert_workflow_search_attributes_event_attributes")
+    ]
+    ours = [sorted(fields) for fields in upserts if "TemporalChangeVersion" not in fields]
+    assert ours == [["AgentCostUsd", "AgentStep"], ["AgentStatus", "AgentStep"]], ours
+    steps = [json.loads(fields["AgentStep"].data) for fields in upserts if "AgentStep" in fields]
+    assert steps == [10, 13]
+    patches = [
+        json.loads(e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data)
+        for e in history.events
+        if e.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
+    assert [patch["id"] for patch in patches] == [versioning.ONE_MARKER]
+    description = await run.handle.describe()
+    assert description.typed_search_attributes.get(AGENT_STATUS) == "completed"
 
 
 class OperatorServiceRefused(ServiceClient):

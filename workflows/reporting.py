@@ -130,7 +130,12 @@ class Reporter:
                 )
                 if error is not None:
                     updates.append(AGENT_ERROR.value_set(error))
-            workflow.upsert_search_attributes(updates)
+            if self._ctx.behaviours.skips_unchanged_upserts:
+                # Each upsert is a history event (and a Temporal Cloud action): only changes.
+                held = workflow.info().typed_search_attributes
+                updates = [u for u in updates if held.get(u.key) != u.value]
+            if updates:
+                workflow.upsert_search_attributes(updates)
             self._step_reported = steps
             self._cost_reported = cost
         self.status = status

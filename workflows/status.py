@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from .inputs import Limits
 from .state import (
@@ -40,6 +40,22 @@ AGENT_ERROR = SearchAttributeKey.for_keyword("AgentError")
 
 
 SEARCH_ATTRIBUTES = (AGENT_STATUS, AGENT_STEP, AGENT_COST_USD, AGENT_ERROR)
+
+
+def starting_search_attributes(
+    given: TypedSearchAttributes | None = None,
+) -> TypedSearchAttributes:
+    """What a run's start sets beside `given`: AgentStatus running, AgentStep 0 and AgentCostUsd
+    0, which the run would otherwise upsert as its first act (an event of its history, and a
+    Temporal Cloud action, saved: versioning.ONE_MARKER)."""
+    pairs = list(given or ())
+    keys = {pair.key.name for pair in pairs}
+    starting = [
+        SearchAttributePair(AGENT_STATUS, "running"),
+        SearchAttributePair(AGENT_STEP, 0),
+        SearchAttributePair(AGENT_COST_USD, 0.0),
+    ]
+    return TypedSearchAttributes([*pairs, *(p for p in starting if p.key.name not in keys)])
 
 
 AgentStatus = Literal["running", "awaiting_approval", "compensating", "completed", "failed"]

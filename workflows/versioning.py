@@ -45,6 +45,12 @@ reports: the merge of the operator reports renamed it, and every run begun befor
 failed its workflow task on the renamed code (until 0.2.0). Runs recorded with it replay RELEASE_5's
 behaviours but `reports_for_operators`. Never rename or remove an id that landed
 (tests/test_releases.py)."""
+ONE_MARKER = "one-marker-a-run"
+"""Every behaviour of the ids `decide` asked before it, under one marker: a run recorded with it
+asks none of them at its start (each id cost a new run a marker and a TemporalChangeVersion
+upsert: five ids were ten of a 10-step run's 145 events, and are two now). With it, a status
+upsert that would set what the run's search attributes hold already is not sent: a run that
+`AgentClient` started with AgentStatus running and AgentStep 0 sends none at its start."""
 FULL_EFFECT_LOG = "full-effect-log-refuses"
 """A side effect that would start once the compensation log is full (workflows/effect_log.py)
 is refused (older runs had no bound). Asked only when the log is full, by
@@ -121,6 +127,7 @@ PATCH_IDS: dict[str, str] = {
     LONG_CALL_IDS: "0.2.0",
     FINISH_AFTER_A_FAILURE: "0.2.0",
     ERRORS_AFTER_EFFECTS: "0.2.0",
+    ONE_MARKER: "0.3.0",
 }
 """Every patch id that ever landed on main, with where it landed: append-only. A history with an
 id's marker replays only while the code asks for that id (Temporal fails the task on a marker
@@ -198,6 +205,9 @@ class Behaviours:
     linear_schema_checks: bool = True
     """The output schema is checked, and finish's arguments against it, in linear time
     (workflows/json_schema.py). Only a run with an output schema asks for it."""
+    skips_unchanged_upserts: bool = True
+    """A status upsert sends only the search attributes whose value changes, and none when
+    nothing does (older runs sent them all at every change of status). Part of ONE_MARKER."""
 
 
 LEGACY = Behaviours(**{flag.name: False for flag in fields(Behaviours)})
@@ -209,7 +219,14 @@ def decide(provider: str, conversation: bool = False, output_schema: bool = Fals
     part of the history: keep it). `provider` is the run's model provider, fixed by its input:
     a scripted run's model calls stay on the run's queue, whatever its history says.
     `conversation` (AgentInput.conversation) asks for CONVERSATIONS too, and `output_schema`
-    (the run has one) for LINEAR_SCHEMA_CHECKS."""
+    (the run has one) for LINEAR_SCHEMA_CHECKS. ONE_MARKER, asked first, stands for all of
+    them: a run recorded with it asks no other id here."""
+    if workflow.patched(ONE_MARKER):
+        return Behaviours(
+            model_calls_on_provider_queues=provider != "scripted",
+            conversations=conversation,
+            linear_schema_checks=output_schema,
+        )
     reports_status = workflow.patched(STATUS_SEARCH_ATTRIBUTES)
     release_2 = workflow.patched(RELEASE_2)
     # The ids a release landed under before a later one renamed them, asked only where the
@@ -241,6 +258,7 @@ def decide(provider: str, conversation: bool = False, output_schema: bool = Fals
         conversations=conversations,
         reports_for_operators=release_5,
         linear_schema_checks=linear_schema_checks,
+        skips_unchanged_upserts=False,
     )
 
 
