@@ -38,6 +38,7 @@ import json
 import os
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,16 +56,19 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from bench import workload
+from bench.floor_workflow import FloorInput, FloorWorkflow
 from bench.scaling import children_of_self, cpu_of, start_worker_processes, stop_worker_processes
 from bench.suite import load_average, machine
 from durable_agent.cli.plumbing import OneLineArgumentParser, exit_now
 from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.status import starting_search_attributes
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = REPO / "bench" / "results" / "capacity.json"
 SANDBOX_VARIABLE = "AGENT_SANDBOX"
-MODEL_ACTIVITY = "call_model"
+MODEL_ACTIVITIES = {"call_model", "floor_model"}
+"""The model calls' activity types: the agent's, and the floor's (bench/floor_workflow.py)."""
 EXEMPT_SEARCH_ATTRIBUTES = {"TemporalChangeVersion"}
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
 
@@ -130,6 +134,10 @@ class RunFigures:
     """Where the run's wall time went: model calls running, tools running, activities waiting
     for a worker, workflow tasks waiting for a worker and running on it, and the rest (the
     server between one event and the next)."""
+    kinds: dict[str, int] = field(default_factory=dict)
+    """Events by type (`ACTIVITY_TASK_SCHEDULED`, ...; an upsert's or a marker's also by what
+    it is: `UPSERT_WORKFLOW_SEARCH_ATTRIBUTES (TemporalChangeVersion)`, `MARKER_RECORDED
+    (core_patch)`): what a run's events are, to set one workload's beside another's."""
 
 
 def read_history(events: Iterable[HistoryEvent]) -> RunFigures:
@@ -142,6 +150,8 @@ def read_history(events: Iterable[HistoryEvent]) -> RunFigures:
     marker_tasks: set[int] = set()
     for event in events:
         kind = event.event_type
+        name = _kind_name(event)
+        figures.kinds[name] = figures.kinds.get(name, 0) + 1
         figures.actions += kind in ONE_ACTION_EACH
         figures.transactions += kind in TRANSACTION_EVENTS
         if kind == E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
@@ -158,7 +168,7 @@ def read_history(events: Iterable[HistoryEvent]) -> RunFigures:
         elif kind == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             figures.activities += 1
             name = event.activity_task_scheduled_event_attributes.activity_type.name
-            figures.model_calls += name == MODEL_ACTIVITY
+            figures.model_calls += name in MODEL_ACTIVITIES
         elif kind == E.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             started = event.activity_task_started_event_attributes
             figures.actions += max(started.attempt - 1, 0)  # each retry is an action
@@ -166,7 +176,7 @@ def read_history(events: Iterable[HistoryEvent]) -> RunFigures:
             waited = _seconds(event) - _seconds(scheduled)
             spent["activity_queued"] += waited
             attributes = scheduled.activity_task_scheduled_event_attributes
-            if attributes.activity_type.name == MODEL_ACTIVITY:
+            if attributes.activity_type.name in MODEL_ACTIVITIES:
                 figures.model_schedule_to_start.append(waited)
                 asked = by_id[attributes.workflow_task_completed_event_id]
                 task = asked.workflow_task_completed_event_attributes.scheduled_event_id
@@ -176,7 +186,7 @@ def read_history(events: Iterable[HistoryEvent]) -> RunFigures:
             scheduled = by_id[done.scheduled_event_id]
             running = _seconds(event) - _seconds(by_id[done.started_event_id])
             name = scheduled.activity_task_scheduled_event_attributes.activity_type.name
-            spent["model_running" if name == MODEL_ACTIVITY else "tools_running"] += running
+            spent["model_running" if name in MODEL_ACTIVITIES else "tools_running"] += running
         elif kind == E.EVENT_TYPE_WORKFLOW_TASK_STARTED:
             scheduled_id = event.workflow_task_started_event_attributes.scheduled_event_id
             spent["task_queued"] += _seconds(event) - _seconds(by_id[scheduled_id])
@@ -190,6 +200,17 @@ def read_history(events: Iterable[HistoryEvent]) -> RunFigures:
     spent["wall"] = wall
     figures.seconds = spent
     return figures
+
+
+def _kind_name(event: HistoryEvent) -> str:
+    name = E.Name(event.event_type).removeprefix("EVENT_TYPE_")
+    if event.HasField("marker_recorded_event_attributes"):
+        return f"{name} ({event.marker_recorded_event_attributes.marker_name})"
+    if event.HasField("upsert_workflow_search_attributes_event_attributes"):
+        fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
+        exempt = set(fields.indexed_fields) <= EXEMPT_SEARCH_ATTRIBUTES
+        return f"{name} ({'TemporalChangeVersion' if exempt else 'Agent...'})"
+    return name
 
 
 def queued(runs: list[RunFigures], threshold: float) -> bool:
@@ -254,12 +275,17 @@ def message_store_bytes(path: Path) -> int:
     return int(links) + int(blobs)
 
 
+Workload = str
+"""'agent' (AgentWorkflow, worker.py) or 'floor' (bench/floor_workflow.py, bench.floor_worker)."""
+
+
 @dataclass
 class Host:
     client: Client
     queue: str
     worker_pids: list[int]
     server_pids: set[int]
+    workload: Workload = "agent"
 
     def cpu(self) -> tuple[float, float]:
         return (
@@ -304,8 +330,9 @@ def summarise_runs(runs: list[RunFigures]) -> dict[str, Any]:
 async def probe(host: Host, steps: int, delay: float) -> dict[str, Any]:
     """One run of `steps` and one of twice as many, alone: what a step adds, and the rest."""
     rows = {}
+    run = workload.run_agent if host.workload == "agent" else workload.run_floor
     for k in (steps, 2 * steps):
-        _, workflow_id = await workload.run_agent(host.client, host.queue, k, delay)
+        _, workflow_id = await run(host.client, host.queue, k, delay)
         (figures,) = await history_figures(host.client, [workflow_id])
         rows[k] = figures
     per_step, fixed = {}, {}
@@ -325,18 +352,29 @@ async def probe(host: Host, steps: int, delay: float) -> dict[str, Any]:
 
 
 async def one_run(host: Host, steps: int, delay: float, started: list[str]) -> float:
-    workflow_id = f"capacity-{uuid.uuid4().hex[:12]}"
+    workflow_id = f"capacity-{host.workload}-{uuid.uuid4().hex[:12]}"
     started.append(workflow_id)
     began = time.perf_counter()
     # A prompt of its own, as real runs have: the message store keeps content by its hash, and
     # runs that all said the same would share one chain and store nothing new.
-    chosen = workload.agent_input(steps, delay)
-    chosen = chosen.model_copy(update={"prompt": f"{chosen.prompt} (run {workflow_id})"})
+    prompt = f"{workload.PROMPT} (run {workflow_id})"
+    if host.workload == "floor":
+        answer = await host.client.execute_workflow(
+            FloorWorkflow.run,
+            FloorInput(prompt=prompt, steps=steps, delay_seconds=delay),
+            id=workflow_id,
+            task_queue=host.queue,
+        )
+        assert answer == "done", answer
+        return time.perf_counter() - began
+    chosen = workload.agent_input(steps, delay).model_copy(update={"prompt": prompt})
     result = await host.client.execute_workflow(
         AgentWorkflow.run,
         chosen,
         id=workflow_id,
         task_queue=host.queue,
+        # As AgentClient.start sets them (workload.run_agent does the same).
+        search_attributes=starting_search_attributes(),
     )
     assert result.steps == steps + 1, result
     return time.perf_counter() - began
@@ -463,10 +501,36 @@ def summary(levels: list[dict[str, Any]], steps: int) -> dict[str, Any]:
     }
 
 
+def start_floor_processes(
+    address: str, queue: str, processes: int, env: dict[str, str]
+) -> list[subprocess.Popen[bytes]]:
+    """`processes` workers of the floor (`python -m bench.floor_worker`)."""
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.floor_worker",
+                "--address",
+                address,
+                "--task-queue",
+                queue,
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(processes)
+    ]
+
+
 async def measure_processes(
     client: Client, address: str, processes: int, args: argparse.Namespace, scratch: Path
 ) -> dict[str, Any]:
-    queue = f"bench-capacity-{processes}-{uuid.uuid4().hex[:8]}"
+    """The agent's row for `processes` worker processes, with the floor's beside it (`floor`):
+    the same stepped rates on the same server, level by level, the agent's level first."""
+    suffix = f"{processes}-{uuid.uuid4().hex[:8]}"
     env = {
         **os.environ,
         "AGENT_MESSAGE_STORE": str(scratch / f"messages-{processes}.db"),
@@ -476,38 +540,104 @@ async def measure_processes(
     if args.sandbox:
         env[SANDBOX_VARIABLE] = args.sandbox
     server_pids = children_of_self()
-    workers = start_worker_processes(address, queue, processes, env)
-    host = Host(client, queue, [w.pid for w in workers], server_pids)
-    sandboxes = [environment_of(w.pid).get(SANDBOX_VARIABLE, "") for w in workers]
+    agents = start_worker_processes(address, f"bench-capacity-{suffix}", processes, env)
+    floors = start_floor_processes(address, f"bench-floor-{suffix}", processes, env)
+    hosts = {
+        "agent": Host(client, f"bench-capacity-{suffix}", [w.pid for w in agents], server_pids),
+        "floor": Host(
+            client, f"bench-floor-{suffix}", [w.pid for w in floors], server_pids, "floor"
+        ),
+    }
+    sandboxes = [environment_of(w.pid).get(SANDBOX_VARIABLE, "") for w in agents]
+    rows: dict[str, dict[str, Any]] = {name: {"levels": []} for name in hosts}
     try:
         # Every process polls and imports everything before anything is measured.
-        await asyncio.gather(*(workload.run_agent(client, queue, 1) for _ in range(4 * processes)))
-        rss_idle = host.worker_rss()
-        probed = await probe(host, args.steps, args.delay)
+        await asyncio.gather(
+            *(workload.run_agent(client, hosts["agent"].queue, 1) for _ in range(4 * processes)),
+            *(workload.run_floor(client, hosts["floor"].queue, 1) for _ in range(4 * processes)),
+        )
+        for name, host in hosts.items():
+            rows[name]["worker_rss_idle_bytes"] = host.worker_rss()
+            rows[name]["probe"] = await probe(host, args.steps, args.delay)
         store = scratch / f"messages-{processes}.db"
-        store_before, runs_before = message_store_bytes(store), 0
-        levels = []
+        store_before, agent_runs = message_store_bytes(store), 0
         rate = args.start_rate
         for _ in range(args.max_levels):
-            print(f"capacity: {processes} process(es), {rate:g} runs/s", file=sys.stderr)
-            row = await level(host, rate, args, rss_idle)
-            levels.append(row)
-            runs_before += row["runs"]
-            if row["queued"]:
+            going = [name for name in hosts if not _queued_already(rows[name]["levels"])]
+            if not going:
                 break
+            for name in going:
+                print(
+                    f"capacity: {name}, {processes} process(es), {rate:g} runs/s", file=sys.stderr
+                )
+                row = await level(hosts[name], rate, args, rows[name]["worker_rss_idle_bytes"])
+                rows[name]["levels"].append(row)
+                agent_runs += row["runs"] if name == "agent" else 0
             rate = round(rate * args.rate_factor, 3)
         store_bytes = message_store_bytes(store) - store_before
     finally:
-        stop_worker_processes(workers)
+        stop_worker_processes([*agents, *floors])
+    agent, floor = rows["agent"], rows["floor"]
+    for row in (agent, floor):
+        row["summary"] = summary(row["levels"], args.steps)
     return {
         "worker_processes": processes,
         # What the processes were given, read back from them: the setting the figures hold for.
         "worker_sandbox_settings": sandboxes,
-        "worker_rss_idle_bytes": rss_idle,
-        "message_store_bytes_per_run": store_bytes / max(runs_before, 1),
-        "probe": probed,
-        "levels": levels,
-        "summary": summary(levels, args.steps),
+        "worker_rss_idle_bytes": agent["worker_rss_idle_bytes"],
+        "message_store_bytes_per_run": store_bytes / max(agent_runs, 1),
+        "probe": agent["probe"],
+        "levels": agent["levels"],
+        "summary": agent["summary"],
+        "floor": floor,
+        "against_floor": against_floor(agent, floor, args.steps),
+    }
+
+
+def _queued_already(levels: list[dict[str, Any]]) -> bool:
+    return bool(levels) and levels[-1]["queued"]
+
+
+FLOOR_RATIO_GOAL = 0.9
+"""The agent sustains at least this share of the floor's runs a second (issue 42)."""
+
+
+def against_floor(agent: dict[str, Any], floor: dict[str, Any], steps: int) -> dict[str, Any]:
+    """The agent's sustainable rate over the floor's, and what a run of each costs: events (by
+    type, where they differ), worker and dev-server CPU a step."""
+    a, f = agent["summary"], floor["summary"]
+    ratio = (
+        a["sustainable_runs_per_second"] / f["sustainable_runs_per_second"]
+        if f["sustainable_runs_per_second"]
+        else None
+    )
+    a_run, f_run = agent["probe"]["runs"][str(steps)], floor["probe"]["runs"][str(steps)]
+    kinds = sorted(set(a_run["kinds"]) | set(f_run["kinds"]))
+    more = {
+        kind: a_run["kinds"].get(kind, 0) - f_run["kinds"].get(kind, 0)
+        for kind in kinds
+        if a_run["kinds"].get(kind, 0) != f_run["kinds"].get(kind, 0)
+    }
+    return {
+        "agent_runs_per_second": a["sustainable_runs_per_second"],
+        "floor_runs_per_second": f["sustainable_runs_per_second"],
+        "ratio": ratio,
+        "goal": FLOOR_RATIO_GOAL,
+        "met": ratio is not None and ratio >= FLOOR_RATIO_GOAL,
+        "events_a_run": {"agent": a_run["events"], "floor": f_run["events"]},
+        "events_a_step": {
+            "agent": agent["probe"]["per_step"]["events"],
+            "floor": floor["probe"]["per_step"]["events"],
+        },
+        "events_the_agent_has_more_of": more,
+        "worker_cpu_seconds_per_step": {
+            "agent": a["worker_cpu_seconds_per_step"],
+            "floor": f["worker_cpu_seconds_per_step"],
+        },
+        "server_cpu_seconds_per_step": {
+            "agent": a["server_cpu_seconds_per_step"],
+            "floor": f["server_cpu_seconds_per_step"],
+        },
     }
 
 
@@ -553,7 +683,47 @@ def report(figures: dict[str, Any]) -> str:
             f"cores busy: workers {at['worker_cores_busy']:.2f}, dev server "
             f"{at['server_cores_busy']:.2f}"
         )
+    lines += floor_lines(figures)
     return "\n".join(lines)
+
+
+def floor_lines(figures: dict[str, Any]) -> list[str]:
+    """The agent against the floor, on the same server at the same rates: both sustainable
+    rates, their ratio, and where a run of each differs (events by type, CPU a step)."""
+    rows = [row for row in figures["processes"] if "against_floor" in row]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "| worker processes | agent runs/s | floor runs/s | agent / floor | events a run, agent "
+        "/ floor | worker CPU a step, agent / floor | dev server CPU a step, agent / floor |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        c = row["against_floor"]
+        ratio = "-" if c["ratio"] is None else f"{c['ratio']:.2f}x"
+        goal = f"{ratio} ({'met' if c['met'] else 'MISSED'}: goal {c['goal']}x)"
+        w, s, e = (
+            c["worker_cpu_seconds_per_step"],
+            c["server_cpu_seconds_per_step"],
+            c["events_a_run"],
+        )
+        lines.append(
+            f"| {row['worker_processes']} | {c['agent_runs_per_second']:g} "
+            f"| {c['floor_runs_per_second']:g} | {goal} | {e['agent']:.0f} / {e['floor']:.0f} "
+            f"| {1000 * w['agent']:.1f} / {1000 * w['floor']:.1f} ms "
+            f"| {1000 * s['agent']:.1f} / {1000 * s['floor']:.1f} ms |"
+        )
+    first = rows[0]["against_floor"]
+    more = ", ".join(
+        f"{kind} {'+' if n > 0 else ''}{n}"
+        for kind, n in first["events_the_agent_has_more_of"].items()
+    )
+    lines.append(
+        f"What a {figures['steps']}-step run of the agent has that the floor's does not (events): "
+        f"{more or 'nothing'}."
+    )
+    return lines
 
 
 QUICK = {

@@ -92,6 +92,38 @@ def test_an_open_loop_run_reports_every_figure_and_they_agree(tmp_path: Path) ->
     assert s["history_bytes_per_second"] == pytest.approx(rate * best["run"]["bytes"])
     assert s["memory_bytes_per_cached_run"] >= 0
 
+    # The floor, driven at the same rates on the same server beside the agent.
+    floor = host["floor"]
+    assert [row["offered_runs_per_second"] for row in floor["levels"]] == [
+        row["offered_runs_per_second"] for row in levels[: len(floor["levels"])]
+    ] or [row["offered_runs_per_second"] for row in levels] == [
+        row["offered_runs_per_second"] for row in floor["levels"][: len(levels)]
+    ]
+    floor_run = floor["probe"]["runs"][str(steps)]
+    # The same workload: K+1 model calls and K tool calls, each an activity, and no more.
+    assert floor_run["model_calls"] == steps + 1 and floor_run["activities"] == 2 * steps + 1
+    assert floor["probe"]["per_step"]["activities"] == 2
+    assert set(floor_run["kinds"]) <= {
+        "WORKFLOW_EXECUTION_STARTED", "WORKFLOW_TASK_SCHEDULED", "WORKFLOW_TASK_STARTED",
+        "WORKFLOW_TASK_COMPLETED", "ACTIVITY_TASK_SCHEDULED", "ACTIVITY_TASK_STARTED",
+        "ACTIVITY_TASK_COMPLETED", "WORKFLOW_EXECUTION_COMPLETED",
+    }  # fmt: skip
+    compared = host["against_floor"]
+    agent_run = probe["runs"][str(steps)]
+    assert compared["agent_runs_per_second"] == rate
+    assert compared["floor_runs_per_second"] == floor["summary"]["sustainable_runs_per_second"]
+    if compared["floor_runs_per_second"]:
+        ratio = compared["agent_runs_per_second"] / compared["floor_runs_per_second"]
+        assert compared["ratio"] == pytest.approx(ratio)
+        assert compared["met"] == (ratio >= compared["goal"] == 0.9)
+    # The events the agent has more of are the whole difference between the two runs.
+    more = compared["events_the_agent_has_more_of"]
+    assert sum(more.values()) == agent_run["events"] - floor_run["events"]
+    assert sum(agent_run["kinds"].values()) == agent_run["events"]
+    # One patch marker, with the SDK's TemporalChangeVersion upsert (versioning.ONE_MARKER).
+    assert agent_run["kinds"]["MARKER_RECORDED (core_patch)"] == 1
+    assert agent_run["kinds"]["UPSERT_WORKFLOW_SEARCH_ATTRIBUTES (TemporalChangeVersion)"] == 1
+
 
 def test_the_sustainable_rate_is_the_last_level_that_did_not_queue() -> None:
     def row(rate: float, queued: bool) -> dict[str, Any]:
