@@ -22,6 +22,7 @@ import pytest
 from temporalio.api.enums.v1 import RoutingConfigUpdateState
 from temporalio.api.workflowservice.v1 import DescribeWorkerDeploymentRequest
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import WorkerDeploymentConfig
 
 from durable_agent.client.agent_client import AgentClient, AgentRun
@@ -67,9 +68,16 @@ async def make_current(client: Client, deployment: str, build_id: str) -> None:
     await eventually(made, timeout=30, what=f"{deployment}:{build_id} to become current")
 
     async def routed() -> bool:
-        described = await client.workflow_service.describe_worker_deployment(
-            DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
-        )
+        try:
+            described = await client.workflow_service.describe_worker_deployment(
+                DescribeWorkerDeploymentRequest(
+                    namespace=client.namespace, deployment_name=deployment
+                )
+            )
+        except RPCError as error:  # a loaded server cancels one now and then (CI did): ask again
+            if error.status != RPCStatusCode.CANCELLED:
+                raise
+            return False
         info = described.worker_deployment_info
         return (
             info.routing_config_update_state
