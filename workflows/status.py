@@ -3,7 +3,7 @@ calls, and the search attributes a run keeps up to date for the Web UI's lists."
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
@@ -48,9 +48,9 @@ def starting_search_attributes(
     """What a run's start sets beside `given`: AgentStatus running, AgentStep 0 and AgentCostUsd
     0, which the run would otherwise upsert as its first act (an event of its history, and a
     Temporal Cloud action, saved: versioning.ONE_MARKER)."""
-    pairs = list(given or ())
+    pairs: list[SearchAttributePair[Any]] = list(given or ())
     keys = {pair.key.name for pair in pairs}
-    starting = [
+    starting: list[SearchAttributePair[Any]] = [
         SearchAttributePair(AGENT_STATUS, "running"),
         SearchAttributePair(AGENT_STEP, 0),
         SearchAttributePair(AGENT_COST_USD, 0.0),
