@@ -144,3 +144,37 @@ async def test_a_sub_agent_gets_no_tool_its_parent_lacks_and_only_the_steps_left
     started = history.events[0].workflow_execution_started_event_attributes
     child_input = json.loads(started.input.payloads[0].data)
     assert child_input["limits"]["max_steps"] == 3
+
+
+async def test_a_sub_agent_starts_with_its_status_set_and_sends_no_first_upsert(
+    client: Client, task_queue: str
+) -> None:
+    """The parent starts its sub-agent with AgentStatus running, AgentStep 0 and AgentCostUsd 0,
+    as AgentClient starts a run: the sub-agent's first status upsert is not sent (one event,
+    and a Temporal Cloud action, a sub-agent)."""
+    child = child_model(
+        turn(call("cancel_order", order_id=104999, reason="asked")),
+        turn(text="Order 104999 is cancelled."),
+    )
+    script = [
+        turn(call("delegate", task=TASK, tools=["cancel_order"])),
+        turn(text="Done.", expect="104999 is cancelled"),
+    ]
+    agent_input = scripted_input(
+        script, tools=["cancel_order"], sub_agents=True, sub_agent_model=child
+    )
+    run = await run_agent(client, task_queue, agent_input)
+    assert run.result is not None and run.result.answer == "Done."
+    history = await client.get_workflow_handle(f"{run.handle.id}/call_1_1").fetch_history()
+    upserts = [
+        sorted(
+            e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+        )
+        for e in history.events
+        if e.HasField("upsert_workflow_search_attributes_event_attributes")
+    ]
+    ours = [fields for fields in upserts if fields != ["TemporalChangeVersion"]]
+    # Only its end: running, step 0 and cost 0 were set when the parent started it.
+    assert ours == [["AgentCostUsd", "AgentStatus", "AgentStep"]], upserts
+    started = history.events[0].workflow_execution_started_event_attributes.search_attributes
+    assert json.loads(started.indexed_fields["AgentStatus"].data) == "running"

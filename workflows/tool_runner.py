@@ -59,6 +59,7 @@ from .reporting import Reporter
 from .saga import Saga
 from .specs import ToolSpec
 from .state import AppliedEffect, CompensationInput, FailureDetails, ToolCallRecord
+from .status import starting_search_attributes
 from .transcript import ToolCall
 
 ANSWER_RECORDED = "Answer recorded; the run ends here."
@@ -404,6 +405,11 @@ class ToolRunner:
                 result_type=AgentResult,
                 id=child_id,
                 static_summary=f"sub-agent for {call.id}",
+                # Set at its start, as AgentClient sets a run's: its first upsert is not sent.
+                # (A parent recorded before ONE_MARKER started its children without them.)
+                search_attributes=starting_search_attributes()
+                if self._behaviours.skips_unchanged_upserts
+                else None,
             )
         except ChildWorkflowError as error:
             cause = error.cause
