@@ -114,7 +114,8 @@ def test_auto_modes_verdicts_are_plain_text_under_their_call() -> None:
     assert verdict_line(approval.verdict.model_copy(update={"outcome": "late"})).endswith(  # type: ignore[union-attr]
         "came after the call was decided: ignored: " + injected
     )
-    decided = judged_markdown(approval, approval.verdict.model_copy(update={"outcome": "approved"}))  # type: ignore[union-attr]
+    approved = approval.verdict.model_copy(update={"outcome": "approved"})  # type: ignore[union-attr]
+    decided = judged_markdown(approval, approved, 80)
     assert decided.startswith('`send_email` (call `call_1_1`) with `{"to": "a@b.com"}`')
     assert ": approved: approve \\*now\\*" in decided
 

@@ -481,7 +481,10 @@ class ToolCallGate:
             self._reporter.set_status(
                 "running",
                 f"step {self._state.steps}: {call.name} {call.id}: {line}",
-                markdown=(f": {call.name} {call.id}", judged_markdown(request, verdict)),
+                markdown=(
+                    f": {call.name} {call.id}",
+                    judged_markdown(request, verdict, DETAILS_ARGUMENT_CHARS),
+                ),
             )
 
     def _escalate(self, request: ToolApproval) -> None:

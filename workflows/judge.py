@@ -192,8 +192,10 @@ def sub_agent_auto_mode(
 ) -> AutoMode | None:
     """A sub-agent's auto mode: its parent's as it holds now (an operator's change included)."""
     rules = effective_rules(auto_mode, change)
-    if auto_mode is None or rules is None or rules is auto_mode:
-        return None if rules is None else auto_mode
+    if auto_mode is None or rules is None:
+        return None
+    if rules is auto_mode:
+        return auto_mode
     return AutoMode(
         judge=auto_mode.judge, criteria=rules.criteria, tools=rules.tools, default=rules.default
     )

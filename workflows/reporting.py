@@ -48,8 +48,6 @@ DETAILS_PLAN_STEPS = 30
 """A waiting plan's steps listed in the current details; the rest are counted."""
 DETAILS_STEP_CHARS = 300
 DETAILS_CALLS = 10
-DETAILS_JUDGED_CHARS = 80
-"""Each argument's value as a judged call's line quotes it."""
 """Waiting tool calls listed in the current details, each with its input to paste."""
 
 _HEADLINES: dict[AgentStatus, str] = {
@@ -315,12 +313,13 @@ def verdict_line(verdict: JudgeVerdict) -> str:
     return f"judge ({verdict.criteria}): {said}{why}: {taken}: {verdict.reason}"
 
 
-def judged_markdown(approval: ToolApproval, verdict: JudgeVerdict) -> str:
-    """A call auto mode's judge decided, for the run's page."""
+def judged_markdown(approval: ToolApproval, verdict: JudgeVerdict, argument_chars: int) -> str:
+    """A call auto mode's judge decided, for the run's page (each argument's value cut at
+    `argument_chars`, as calls_markdown cuts a waiting call's)."""
     return "\n\n".join(
         [
             f"{code_span(approval.tool)} (call {code_span(approval.call_id)}) with "
-            f"{code_span(shown_arguments.of_approval(approval, DETAILS_JUDGED_CHARS)[1])}",
+            f"{code_span(shown_arguments.of_approval(approval, argument_chars)[1])}",
             f"- {markdown_text(verdict_line(verdict))} (in {verdict.latency_ms} ms)",
         ]
     )
