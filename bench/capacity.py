@@ -38,7 +38,6 @@ import json
 import os
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -501,28 +500,8 @@ def summary(levels: list[dict[str, Any]], steps: int) -> dict[str, Any]:
     }
 
 
-def start_floor_processes(
-    address: str, queue: str, processes: int, env: dict[str, str]
-) -> list[subprocess.Popen[bytes]]:
-    """`processes` workers of the floor (`python -m bench.floor_worker`)."""
-    return [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bench.floor_worker",
-                "--address",
-                address,
-                "--task-queue",
-                queue,
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(processes)
-    ]
+FLOOR_WORKER = ("-m", "bench.floor_worker")
+"""The floor's worker processes (`python -m bench.floor_worker`)."""
 
 
 async def measure_processes(
@@ -541,7 +520,9 @@ async def measure_processes(
         env[SANDBOX_VARIABLE] = args.sandbox
     server_pids = children_of_self()
     agents = start_worker_processes(address, f"bench-capacity-{suffix}", processes, env)
-    floors = start_floor_processes(address, f"bench-floor-{suffix}", processes, env)
+    floors = start_worker_processes(
+        address, f"bench-floor-{suffix}", processes, env, command=FLOOR_WORKER
+    )
     hosts = {
         "agent": Host(client, f"bench-capacity-{suffix}", [w.pid for w in agents], server_pids),
         "floor": Host(

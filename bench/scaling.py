@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,21 +54,17 @@ def children_of_self() -> set[int]:
 
 
 def start_worker_processes(
-    address: str, queue: str, processes: int, env: dict[str, str]
+    address: str,
+    queue: str,
+    processes: int,
+    env: dict[str, str],
+    command: Sequence[str] = ("worker.py", "--tools", "bench.workload"),
 ) -> list[subprocess.Popen[bytes]]:
-    """`processes` workers as a deployment starts them (`worker.py --tools bench.workload`)."""
+    """`processes` workers as a deployment starts them: `python COMMAND --address ADDRESS
+    --task-queue QUEUE`, the agent's (`worker.py --tools bench.workload`) by default."""
     return [
         subprocess.Popen(
-            [
-                sys.executable,
-                "worker.py",
-                "--address",
-                address,
-                "--task-queue",
-                queue,
-                "--tools",
-                "bench.workload",
-            ],
+            [sys.executable, *command, "--address", address, "--task-queue", queue],
             cwd=REPO,
             env=env,
             stdout=subprocess.DEVNULL,
