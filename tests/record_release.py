@@ -23,7 +23,6 @@ import json
 import os
 import sys
 import tempfile
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -149,10 +148,28 @@ async def conversation_waiting_for_approval(handle: WorkflowHandle[Any, Any]) ->
     await _waiting_for_a_person(handle)
 
 
+DELEGATE_CALL = "c1"
+
+
+async def sub_agent_waiting(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """The parent delegated; its sub-agent's refund waits for a person, shown in the parent's
+    status. Both histories are kept: the child's, and the parent's waiting on it."""
+
+    async def shown() -> bool:
+        return bool((await _status(handle)).get("sub_agent_approvals"))
+
+    await _until("the sub-agent's call shown in the parent", shown)
+    return [f"{handle.id}/{DELEGATE_CALL}"]
+
+
 TRUSTED = {"approve_all": True}
 READ_ONLY = ["get_order", "get_tracking", "search_orders"]
 
-SCENARIOS: dict[str, tuple[Any, Callable[[WorkflowHandle[Any, Any]], Awaitable[None]]]] = {
+Drive = Callable[[WorkflowHandle[Any, Any]], Awaitable[list[str] | None]]
+"""Brings a run to where it is recorded; answers the ids of other runs (its sub-agents) whose
+histories are recorded beside it, if any."""
+
+SCENARIOS: dict[str, tuple[Any, Drive]] = {
     "run_completed": (
         _input(
             [
@@ -255,18 +272,55 @@ SCENARIOS: dict[str, tuple[Any, Callable[[WorkflowHandle[Any, Any]], Awaitable[N
         ),
         conversation_waiting_for_approval,
     ),
+    "sub_agent_waiting": (
+        _input(
+            [
+                {"calls": [_call("delegate", DELEGATE_CALL, task="Refund 5 on order 1042.")]},
+                {"text": "never sent: the history is taken before"},
+            ],
+            [*READ_ONLY, "issue_refund"],
+            sub_agents=True,
+            sub_agent_model={
+                "provider": "scripted",
+                "script": [
+                    {"calls": [_call("get_order", "s1", order_id=1042)]},
+                    {"calls": [_call("issue_refund", "s2", order_id=1042, amount=5)]},
+                    {"text": "never sent: the history is taken before"},
+                ],
+            },
+        ),
+        sub_agent_waiting,
+    ),
 }
 
 
-async def record(client: Client, name: str) -> str:
+def file_name(workflow_id: str) -> str:
+    """The file a run's history is kept in: its workflow id, a sub-agent's `/` written `~`."""
+    return f"{workflow_id.replace('/', '~')}.json"
+
+
+def workflow_id(path: Path) -> str:
+    """The workflow id of the run whose history `path` keeps (`file_name` reversed): a replay
+    needs the one it ran with, since a run's sub-agents are named after it."""
+    return path.stem.replace("~", "/")
+
+
+async def record(client: Client, name: str) -> dict[str, str]:
+    """The scenario's histories by file name: its run's, and those of the sub-agents it drove
+    (`NAME~CALL_ID.json`)."""
     agent_input, drive = SCENARIOS[name]
-    workflow_id = f"release-{name}-{uuid.uuid4().hex[:8]}"
+    # The scenario's name, which its file is named after and the replay test gives the history:
+    # a parent's history holds its sub-agents' ids, made from its own.
     handle = await client.start_workflow(
-        "AgentWorkflow", agent_input, id=workflow_id, task_queue=TASK_QUEUE
+        "AgentWorkflow", agent_input, id=name, task_queue=TASK_QUEUE
     )
     try:
-        await drive(handle)
-        return (await handle.fetch_history()).to_json()
+        others = await drive(handle) or []
+        histories = {file_name(name): (await handle.fetch_history()).to_json()}
+        for other in others:
+            history = await client.get_workflow_handle(other).fetch_history()
+            histories[file_name(other)] = history.to_json()
+        return histories
     finally:
         description = await handle.describe()
         if description.status is not None and description.status.name == "RUNNING":
@@ -286,11 +340,11 @@ async def main(out: Path, only: list[str]) -> int:
             client = env.client
             async with build_worker(client, TASK_QUEUE):
                 for name in only or SCENARIOS:
-                    history = await record(client, name)
-                    path = out / f"{name}.json"
-                    path.write_text(history)
-                    events = len(json.loads(history)["events"])
-                    print(f"{path}: {events} events")
+                    for file, history in (await record(client, name)).items():
+                        path = out / file
+                        path.write_text(history)
+                        events = len(json.loads(history)["events"])
+                        print(f"{path}: {events} events")
     return 0
 
 

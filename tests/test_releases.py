@@ -24,7 +24,7 @@ from temporalio.client import WorkflowHistory
 import durable_agent.workflows.versioning as versioning
 from durable_agent.activities import toolkits
 from durable_agent.serving.worker import replayer
-from tests.record_release import SCENARIOS
+from tests.record_release import SCENARIOS, workflow_id
 
 ROOT = Path(__file__).parent.parent
 HISTORIES = Path(__file__).parent / "histories"
@@ -117,7 +117,7 @@ def demo_tools() -> None:
 
 @pytest.mark.parametrize("path", recorded(), ids=lambda p: f"{p.parent.name}/{p.stem}")
 async def test_a_recorded_history_replays(path: Path, demo_tools: None) -> None:
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    history = WorkflowHistory.from_json(workflow_id(path), path.read_text())
 
     result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
 
