@@ -62,7 +62,6 @@ from ..workflows.input_limits import (
     check_input,
     check_message,
     check_reason,
-    json_bytes,
 )
 from ..workflows.inputs import (
     DEFAULT_TASK_QUEUE,
@@ -80,6 +79,7 @@ from ..workflows.paging import (
     TranscriptPage,
     TranscriptPageRequest,
 )
+from ..workflows.payloads import check_wire
 from ..workflows.reporting import run_details, run_summary
 from ..workflows.state import (
     AppliedEffect,
@@ -787,10 +787,12 @@ class AgentClient:
         The run carries a static summary (its label and the start of its prompt) and static
         details (its model, limits and tools), which the Web UI shows on its page and
         `temporal workflow describe` prints; like every payload, they are encrypted when keys
-        are set. Raises AgentInputTooLarge, sending nothing, for an input over
-        input_limits.MAX_INPUT_BYTES (the run would fail with it as it started)."""
+        are set. Raises, sending nothing, AgentInputInvalid for an input that would not decode
+        as a worker decodes it (a field set to None after it was built, say: the run would fail
+        with it as it started), and AgentInputTooLarge for one over
+        input_limits.MAX_INPUT_BYTES (likewise)."""
         try:
-            check_input(json_bytes(agent_input), len(agent_input.prompt))
+            check_input(len(check_wire(agent_input)), len(agent_input.prompt))
         except InputTooLarge as refused:
             raise AgentInputTooLarge(str(refused)) from None
         if not self._search_attributes_checked:

@@ -21,6 +21,7 @@ from .workflows.errors import (
     AgentConfigurationError as AgentConfigurationError,
     AgentError as AgentError,
     AgentFatalToolError as AgentFatalToolError,
+    AgentInputInvalid as AgentInputInvalid,
     AgentInputTooLarge as AgentInputTooLarge,
     AgentProviderError as AgentProviderError,
     AgentStepLimitExceeded as AgentStepLimitExceeded,

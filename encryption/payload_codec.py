@@ -35,12 +35,17 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
     PayloadCodec,
 )
+
+from ..workflows.payloads import RefusesUndecodableInput
+
+AGENT_DATA_CONVERTER = DataConverter(payload_converter_class=RefusesUndecodableInput)
+"""temporalio.contrib.pydantic's converter, under which a run's input that does not fit the
+contract fails the run (workflows/payloads.py); the encryption below goes on top of it."""
 
 KEYS_VARIABLE = "AGENT_PAYLOAD_KEYS"
 KEYS_FILE_VARIABLE = "AGENT_PAYLOAD_KEYS_FILE"
@@ -217,15 +222,16 @@ class EncryptionCodec(PayloadCodec):
 def data_converter(
     environ: Mapping[str, str] | None = None, *, keys: Iterable[PayloadKey] | None = None
 ) -> DataConverter:
-    """The pydantic converter; with keys (given, or from the environment) also the encryption
-    codec and a failure converter that moves failure messages and stack traces into the
-    encrypted attributes. Raises PayloadKeyError on a malformed configuration."""
+    """The agent's pydantic converter (AGENT_DATA_CONVERTER); with keys (given, or from the
+    environment) also the encryption codec and a failure converter that moves failure messages
+    and stack traces into the encrypted attributes. Raises PayloadKeyError on a malformed
+    configuration."""
     configured = list(keys) if keys is not None else keys_from_env(environ)
     if not configured:
-        return pydantic_data_converter
+        return AGENT_DATA_CONVERTER
     codec = EncryptionCodec(configured, associated_data=associated_data_from_env(environ))
     return dataclasses.replace(
-        pydantic_data_converter,
+        AGENT_DATA_CONVERTER,
         payload_codec=codec,
         failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
     )

@@ -33,7 +33,8 @@ from ..client.agent_client import (
     AgentInputTooLarge,
     AgentUpdateNotDelivered,
 )
-from ..workflows.errors import AgentConfigurationError
+from ..workflows.bounds import MAX_COUNT
+from ..workflows.errors import AgentConfigurationError, AgentInputInvalid
 from ..workflows.inputs import AgentInput
 from ..workflows.paging import TracePage, TranscriptPage
 from ..workflows.state import AutoModeChange, PendingCallback, PlanState, ToolApproval
@@ -118,7 +119,7 @@ class Decision(BaseModel):
     approve: bool
     reason: str | None = None
     call_id: str | None = None
-    version: int | None = Field(default=None, ge=1)
+    version: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     remember: bool = False
 
 
@@ -189,6 +190,10 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
     @app.exception_handler(AgentInputTooLarge)
     async def too_large(request: Request, error: AgentInputTooLarge) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=413)
+
+    @app.exception_handler(AgentInputInvalid)
+    async def invalid(request: Request, error: AgentInputInvalid) -> JSONResponse:
+        return JSONResponse({"detail": error.message, "type": error.type}, status_code=422)
 
     @api.post("/runs", status_code=201)
     async def start(body: StartRun) -> Started:

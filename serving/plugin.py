@@ -64,6 +64,7 @@ from ..encryption import payload_codec
 from ..workflows.agent import AgentWorkflow
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.model_gateway import model_task_queue
+from ..workflows.payloads import refusing_undecodable_input
 from ..workflows.providers import ADMITTED_PROVIDERS
 from . import sandbox_runner
 
@@ -386,6 +387,8 @@ def agent_data_converter(existing: DataConverter | None) -> DataConverter:
             "agent's pydantic models: use temporalio.contrib.pydantic's PydanticPayloadConverter "
             "(or a subclass), or leave the converter to AgentPlugin"
         )
+    # A run's input that does not fit the contract fails its run (workflows/payloads.py).
+    converter_class = refusing_undecodable_input(converter_class)
     codec = existing.payload_codec
     failures = existing.failure_converter_class
     if ours.payload_codec is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -31,14 +32,15 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from durable_agent import AgentClient, AgentConfigurationError, AgentPlugin
+from durable_agent import AgentClient, AgentConfigurationError, AgentInputInvalid, AgentPlugin
 from durable_agent.activities.message_store import SqliteMessageStore
 from durable_agent.activities.result_store import SqliteResultStore
 from durable_agent.encryption import payload_codec
 from durable_agent.serving import sandbox_runner
 from durable_agent.serving.plugin import Stores, agent_data_converter
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import ModelSettings
+from durable_agent.workflows.inputs import AgentInput, ModelSettings
+from durable_agent.workflows.payloads import RefusesUndecodableInput
 from tests import fake_openai
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, scripted_input, turn
 from tests.shout_app import ShoutWorkflow, shout
@@ -57,10 +59,32 @@ class _AppCodec(PayloadCodec):
 # --- the data converter --------------------------------------------------------------------
 
 
-def test_the_default_converter_becomes_pydantic() -> None:
+def test_the_default_converter_becomes_pydantic_refusing_an_undecodable_input() -> None:
     converter = agent_data_converter(DataConverter.default)
-    assert converter.payload_converter_class is PydanticPayloadConverter
-    assert agent_data_converter(None).payload_converter_class is PydanticPayloadConverter
+    assert converter.payload_converter_class is RefusesUndecodableInput
+    assert issubclass(RefusesUndecodableInput, PydanticPayloadConverter)
+    assert agent_data_converter(None).payload_converter_class is RefusesUndecodableInput
+
+
+def test_an_apps_pydantic_converter_is_kept_and_refuses_an_undecodable_input() -> None:
+    decoded: list[Any] = []
+
+    class Counting(PydanticPayloadConverter):
+        def from_payloads(self, payloads: Any, type_hints: Any = None) -> list[Any]:
+            decoded.append(type_hints)
+            return super().from_payloads(payloads, type_hints)
+
+    converter = agent_data_converter(DataConverter(payload_converter_class=Counting))
+    payload = converter.payload_converter.to_payloads([{"prompt": None}])
+    with pytest.raises(AgentInputInvalid, match=r"prompt: Input should be a valid string"):
+        converter.payload_converter.from_payloads(payload, [AgentInput])
+    assert decoded == [[AgentInput]]  # the app's own converter still decodes
+    # Anything but a run's input fails as it did.
+    with pytest.raises(ValidationError):
+        converter.payload_converter.from_payloads(payload, [int])
+    assert agent_data_converter(converter).payload_converter_class is (
+        converter.payload_converter_class
+    )
 
 
 def test_the_apps_codec_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,7 +92,7 @@ def test_the_apps_codec_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     codec = _AppCodec()
     converter = agent_data_converter(DataConverter(payload_codec=codec))
     assert converter.payload_codec is codec
-    assert converter.payload_converter_class is PydanticPayloadConverter
+    assert converter.payload_converter_class is RefusesUndecodableInput
 
 
 def test_payload_keys_add_encryption(monkeypatch: pytest.MonkeyPatch) -> None:

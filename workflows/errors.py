@@ -49,6 +49,14 @@ class AgentInputTooLarge(AgentError):
     comment or a reason. An update's validator refuses with this type too."""
 
 
+class AgentInputInvalid(AgentError):
+    """A run's input that does not fit the contract (`durable-agent contract`): a null where a
+    text goes, a wrong type, a number outside its bounds. AgentClient and the HTTP API refuse it
+    before anything starts; a run another client started with one fails with it at once, its
+    message naming each field and rule (workflows/payloads.py), rather than retrying a workflow
+    task that can never decode it."""
+
+
 class ScriptedModelMismatch(AgentError):
     """The scripted model was asked for a reply its script does not have."""
 

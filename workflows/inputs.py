@@ -5,10 +5,19 @@ format: add fields with defaults, rename none."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .bounds import (
+    Count,
+    Delay,
+    Dollars,
+    ResultChars,
+    Seconds,
+    Steps,
+    Tokens,
+)
 from .providers import REASONING_EFFORTS, Provider
 from .specs import DEFAULT_MAX_RESULT_CHARS, RetrySettings, ToolSpec
 from .state import (
@@ -33,10 +42,10 @@ class Price(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    input: float
-    cached_input: float
-    cache_write: float = 0.0
-    output: float
+    input: Dollars
+    cached_input: Dollars
+    cache_write: Dollars = 0.0
+    output: Dollars
 
 
 class ScriptedCall(BaseModel):
@@ -59,7 +68,7 @@ class ScriptedTurn(BaseModel):
     fails the run (non-retryably) when they do not, so a test sees where it left the script."""
     usage: Usage | None = None
     """Reported usage; by default input is estimated from the request and output from the reply."""
-    delay_seconds: float = Field(default=0.0, ge=0)
+    delay_seconds: Delay = 0.0
     """How long the scripted model takes to reply: a real model's latency, for benchmarks."""
 
 
@@ -75,14 +84,15 @@ class ModelSettings(BaseModel):
     model: str = "scripted-demo"
     script: list[ScriptedTurn] = []
     """The scripted provider's conversation (ignored by real providers)."""
-    timeout_seconds: float = 120.0
+    timeout_seconds: Seconds = 120.0
     retry: RetrySettings = RetrySettings(maximum_attempts=5)
-    temperature: float | None = None
-    max_output_tokens: int | None = None
+    temperature: Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)] | None = None
+    """0 to 2 (OpenAI's range; Anthropic's is 0 to 1, and it refuses more)."""
+    max_output_tokens: Tokens | None = None
     """Required by Anthropic; defaults to 4096 there."""
     price: Price | None = None
     """Overrides the price table for this run's model."""
-    thinking_budget_tokens: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    thinking_budget_tokens: Tokens | None = Field(default=None, exclude_if=lambda v: v is None)
     """Anthropic extended thinking: the tokens the model may think for before it answers (at
     least 1024, and less than max_output_tokens; with no max_output_tokens the call allows the
     budget plus 4096). Its thinking blocks are kept, signed, and sent back."""
@@ -156,15 +166,15 @@ class ModelSettings(BaseModel):
 class Limits(BaseModel):
     """Hard stops. Exhausting any fails the run loudly; there is never a partial answer."""
 
-    max_steps: int = Field(default=20, ge=1)
+    max_steps: Steps = 20
     """Model calls."""
-    max_context_tokens: int | None = None
+    max_context_tokens: Tokens | None = None
     """Input tokens the next model call would send: the provider-reported input of the last call
     plus an estimate of what was appended since."""
-    max_total_tokens: int | None = None
+    max_total_tokens: Tokens | None = None
     """Input plus output tokens, summed over the run."""
-    max_wall_seconds: float | None = None
-    max_cost_usd: float | None = None
+    max_wall_seconds: Seconds | None = None
+    max_cost_usd: Dollars | None = None
     """Summed over the run; a run whose model has no price cannot be held to it, and fails."""
 
 
@@ -178,7 +188,7 @@ class AutoMode(AutoRules):
     judge: ModelSettings
     """The judge's model: its own provider, model, timeout and retries (the scripted provider
     plays it from its own `script`, one turn per call judged)."""
-    timeout_seconds: float = Field(default=300.0, gt=0)
+    timeout_seconds: Seconds = 300.0
     """How long a judgement may take in all, retries and a wait for a worker of its provider
     included; past it the call goes to a person."""
 
@@ -210,7 +220,7 @@ class ForkOrigin(BaseModel):
     workflow_id: str
     run_id: str
     """The run of that workflow's chain that made step `step` (its first run for step 0)."""
-    step: int = Field(ge=0)
+    step: Count
     """The fork's transcript is the original's through the tool results of this step."""
     usage: Usage = Usage()
     """What the original's steps 1..step cost: the fork did not pay for them again."""
@@ -246,7 +256,7 @@ class CallbackTool(BaseModel):
     side_effects: bool = False
     needs_approval: bool | None = None
     """As a tool's: by default a call with side effects waits for a person first."""
-    max_result_chars: int = Field(default=DEFAULT_MAX_RESULT_CHARS, gt=0)
+    max_result_chars: ResultChars = DEFAULT_MAX_RESULT_CHARS
 
     def spec(self) -> ToolSpec:
         return ToolSpec(
@@ -282,7 +292,7 @@ class AgentInput(BaseModel):
     plan: bool = False
     """Plan mode: the model first submits a plan (read-only tools allowed before it), and the run
     waits, spending nothing, until a person approves or rejects it."""
-    approval_timeout_seconds: float = Field(default=86_400.0, gt=0)
+    approval_timeout_seconds: Seconds = 86_400.0
     """How long a plan may wait for its decision before the run fails (AgentApprovalTimeout),
     and how long a tool call may wait for its decision before it is denied."""
     tool_approval: ToolApprovalPolicy = ToolApprovalPolicy()
@@ -307,7 +317,7 @@ class AgentInput(BaseModel):
     linear_history: bool = True
     """Model calls name what earlier calls sent by reference instead of carrying the whole
     transcript again, so the event history grows linearly (see workflows/history.py)."""
-    continue_as_new_after_steps: int | None = Field(default=None, gt=0)
+    continue_as_new_after_steps: Steps | None = None
     """Continue as new after this many steps in one run, besides whenever Temporal suggests it
     (its history is getting long). Always at a step boundary; nothing a caller sees changes."""
     carried: RunState | None = None
@@ -317,12 +327,12 @@ class AgentInput(BaseModel):
     nothing, for the person's next message (`send_message`) instead of ending the run;
     `limits.max_steps` applies to each turn, the other limits to the whole conversation. It
     ends with `end_conversation` or after `idle_timeout_seconds` without a message."""
-    idle_timeout_seconds: float = Field(default=86_400.0, gt=0)
+    idle_timeout_seconds: Seconds = 86_400.0
     """A conversation ends after this long without a message (24 hours by default)."""
     fork: ForkSeed | None = None
     """A fork of another run (forking.py): the run begins with that run's transcript through a
     step, counts its limits from there, and runs none of those steps' tools again."""
-    heartbeat_timeout_seconds: float | None = Field(default=10.0, gt=0)
+    heartbeat_timeout_seconds: Seconds | None = 10.0
     """Model, tool and compensation activities heartbeat; an attempt whose worker died is retried
     after this long rather than after its whole start-to-close timeout. None turns it off."""
     remembered_denials: dict[str, ToolCallDecision] = Field(
@@ -331,7 +341,7 @@ class AgentInput(BaseModel):
     """Set by a parent for its sub-agent: the denials a person asked the parent to remember, by
     tool, which hold in the sub-agent too (its calls of those tools are denied without asking,
     with the person's reason). Approvals to remember go in `tool_approval.allow`."""
-    effect_log_room: int | None = Field(default=None, ge=0, exclude_if=lambda v: v is None)
+    effect_log_room: Count | None = Field(default=None, exclude_if=lambda v: v is None)
     """Set by a parent for its sub-agent: the bytes the parent's compensation log has left
     (effect_log.MAX_LOG_BYTES less what it holds), which the sub-agent's effects join when it
     ends. The sub-agent's log counts its entries as the parent will and is full at this room,

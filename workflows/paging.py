@@ -8,10 +8,11 @@ still comes out. Deterministic: no I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 from pydantic import BaseModel, Field
 
+from .bounds import MAX_COUNT, Count
 from .state import AppliedEffect, EarlierSteps, StepRecord
 from .transcript import Message
 
@@ -33,8 +34,8 @@ def fitting(items: Sequence[Item], start: int, max_bytes: int) -> list[Item]:
 class TranscriptPageRequest(BaseModel):
     """Input of the `transcript_page` query."""
 
-    start: int = Field(default=0, ge=0)
-    max_bytes: int = Field(default=1_000_000, gt=0)
+    start: Count = 0
+    max_bytes: Annotated[int, Field(gt=0, le=MAX_COUNT)] = 1_000_000
     """The page's messages stop before this many bytes of JSON (one message at least): a query's
     answer may have at most 2 MB."""
 
@@ -49,9 +50,9 @@ class TranscriptPage(BaseModel):
 class EffectsPageRequest(BaseModel):
     """Input of the `effects_page` query."""
 
-    start: int = Field(default=0, ge=0)
+    start: Count = 0
     """An index into the compensation log (0: the oldest effect)."""
-    max_bytes: int = Field(default=1_000_000, gt=0)
+    max_bytes: Annotated[int, Field(gt=0, le=MAX_COUNT)] = 1_000_000
     """The page's entries stop before this many bytes of JSON (one entry at least)."""
 
 
@@ -65,9 +66,9 @@ class EffectsPage(BaseModel):
 class TracePageRequest(BaseModel):
     """Input of the `trace_page` query."""
 
-    start: int = Field(default=0, ge=0)
+    start: Count = 0
     """An index into the kept step records (0: the oldest kept)."""
-    max_bytes: int = Field(default=1_000_000, gt=0)
+    max_bytes: Annotated[int, Field(gt=0, le=MAX_COUNT)] = 1_000_000
     """The page's records stop before this many bytes of JSON (one record at least)."""
 
 

@@ -1,7 +1,7 @@
 """Tool specs as data: what the model is told about a tool and how the workflow schedules it.
 
 A leaf module (the run's state carries the specs a run was given, and the models use them), so
-it imports nothing of the project. Pure.
+it imports nothing of the project but its bounds. Pure.
 """
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from temporalio.common import RetryPolicy
+
+from .bounds import Attempts, Backoff, ResultChars, Seconds
 
 DEFAULT_MAX_RESULT_CHARS = 8_000
 
@@ -20,10 +22,22 @@ class RetrySettings(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    maximum_attempts: int = 3
-    initial_interval_seconds: float = 1.0
-    backoff_coefficient: float = 2.0
-    maximum_interval_seconds: float = 30.0
+    maximum_attempts: Attempts = 3
+    """0: no limit, as Temporal has it."""
+    initial_interval_seconds: Seconds = 1.0
+    backoff_coefficient: Backoff = 2.0
+    maximum_interval_seconds: Seconds = 30.0
+
+    @model_validator(mode="after")
+    def _intervals_fit(self) -> RetrySettings:
+        # The server refuses such a policy when the activity is scheduled, in the middle of the
+        # run; refused here, where the run is built.
+        if self.maximum_interval_seconds < self.initial_interval_seconds:
+            raise ValueError(
+                f"maximum_interval_seconds={self.maximum_interval_seconds:g} is less than "
+                f"initial_interval_seconds={self.initial_interval_seconds:g}"
+            )
+        return self
 
     def to_policy(self, non_retryable_error_types: list[str] | None = None) -> RetryPolicy:
         return RetryPolicy(
@@ -46,14 +60,14 @@ class ToolSpec(BaseModel):
     """JSON schema of the arguments object."""
     side_effects: bool = False
     """Side-effecting calls never run concurrently with anything; they keep the model's order."""
-    timeout_seconds: float = 30.0
+    timeout_seconds: Seconds = 30.0
     """start-to-close timeout of one attempt."""
     retry: RetrySettings = RetrySettings()
-    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+    max_result_chars: ResultChars = DEFAULT_MAX_RESULT_CHARS
     compensation: str | None = None
     """Activity that undoes this tool's effect when the run ends without an answer; None for a
     side-effecting tool means its effect cannot be undone, and a failed run says so."""
-    compensation_timeout_seconds: float = 30.0
+    compensation_timeout_seconds: Seconds = 30.0
     compensation_retry: RetrySettings = RetrySettings(maximum_attempts=5)
     needs_approval: bool | None = None
     """Whether a call waits for a person (unless the run's `ToolApprovalPolicy` approves it).

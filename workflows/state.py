@@ -16,6 +16,7 @@ from temporalio.contrib.workflow_streams import WorkflowStreamState
 from temporalio.exceptions import ApplicationError
 
 from . import effect_log
+from .bounds import MAX_PAUSED_SECONDS, Recorded, RecordedAmount, Seconds, Share
 from .specs import ToolSpec
 from .transcript import Message, UserMessage
 
@@ -23,18 +24,18 @@ from .transcript import Message, UserMessage
 class Usage(BaseModel):
     """Tokens as the provider reported them, in one neutral shape for every provider."""
 
-    input_tokens: int = 0
+    input_tokens: Recorded = 0
     """Every input token of the call, those read from or written to a cache included."""
-    output_tokens: int = 0
-    cached_input_tokens: int = 0
+    output_tokens: Recorded = 0
+    cached_input_tokens: Recorded = 0
     """Input tokens read from the provider's prompt cache."""
-    cache_write_tokens: int = 0
+    cache_write_tokens: Recorded = 0
     """Input tokens written to the prompt cache (Anthropic bills them above the input rate)."""
-    reasoning_tokens: int = Field(default=0, exclude_if=lambda tokens: not tokens)
+    reasoning_tokens: Recorded = Field(default=0, exclude_if=lambda tokens: not tokens)
     """Output tokens the model spent reasoning, as the provider reports them: a part of
     output_tokens (and priced with them), never on top. Left out of the JSON when 0, so runs
     without reasoning keep the history bytes they had."""
-    cost_usd: float | None = 0.0
+    cost_usd: RecordedAmount | None = 0.0
     """None when a call's model has no price: an unknown cost is not a zero cost."""
 
     def __add__(self, other: Usage) -> Usage:
@@ -85,9 +86,9 @@ class PendingCallback(BaseModel):
     tool: str
     arguments: dict[str, Any]
     """As the model wrote them, checked against the tool's parameters."""
-    step: int
+    step: Recorded
     asked_at: datetime
-    timeout_seconds: float
+    timeout_seconds: Seconds
     """It waits this long from `asked_at`; then the model is told it timed out."""
 
 
@@ -104,7 +105,7 @@ class ApprovalCriteria(BaseModel):
     deny_when: str = Field(default="", max_length=MAX_CRITERIA_CHARS)
     escalate_when: str = Field(default="", max_length=MAX_CRITERIA_CHARS)
     """When to hand the call to a person even though the judge could decide it."""
-    min_confidence: float = Field(default=0.8, ge=0.0, le=1.0)
+    min_confidence: Share = 0.8
     """A verdict less sure than this goes to a person."""
 
 
@@ -164,13 +165,13 @@ class JudgeVerdict(BaseModel):
     """The criteria it was judged by."""
     decision: JudgeDecision | None = None
     """What the judge said; None when it gave no valid verdict (or failed)."""
-    confidence: float | None = None
-    min_confidence: float
+    confidence: Share | None = None
+    min_confidence: Share
     """The criteria's: a verdict less sure went to a person."""
     reason: str
     """The judge's reason, or why there is no verdict."""
     outcome: JudgeOutcome
-    latency_ms: int = 0
+    latency_ms: Recorded = 0
     usage: Usage = Usage()
     """The judge's tokens and cost (counted in the run's usage)."""
 
@@ -189,7 +190,7 @@ class ShownField(BaseModel):
     name: str
     value: str
     """The value as the tool gets it, in JSON, cut at shown_arguments.FIELD_CHARS."""
-    chars: int
+    chars: Recorded
     """The whole value's length in JSON: longer than `value` when it was cut."""
 
 
@@ -205,9 +206,9 @@ class ToolApproval(BaseModel):
     characters, and no `fields`."""
     fields: list[ShownField] = Field(default=[], exclude_if=lambda fields: not fields)
     """The same, field by field, for a screen to lay out."""
-    fields_left_out: int = Field(default=0, exclude_if=lambda left: not left)
+    fields_left_out: Recorded = Field(default=0, exclude_if=lambda left: not left)
     """Fields past shown_arguments.MAX_FIELDS, which neither `arguments` nor `fields` show."""
-    step: int
+    step: Recorded
     status: ApprovalStatus = "awaiting_approval"
     reason: str | None = None
     asked_at: datetime
@@ -221,7 +222,7 @@ class ToolApproval(BaseModel):
 
 
 class PlanState(BaseModel):
-    version: int
+    version: Recorded
     steps: list[str]
     status: Literal["awaiting_approval", "approved", "rejected"]
     comment: str | None = None
@@ -315,14 +316,14 @@ class ToolCallRecord(BaseModel):
     outcome: ToolOutcome
     error: str | None = None
     """What the model was told, when the outcome is not ok (cut at 300 characters)."""
-    result_chars: int = 0
+    result_chars: Recorded = 0
     """Size of the result the model saw."""
     truncated: bool = False
     """The tool's output was cut to its bound before the model saw it."""
     externalised: bool = False
-    attempts: int = 0
+    attempts: Recorded = 0
     """Activity attempts; 0 when no activity ran (refused, loop-detected, built-in)."""
-    latency_ms: int = 0
+    latency_ms: Recorded = 0
     verdict: JudgeVerdict | None = Field(default=None, exclude_if=lambda v: v is None)
     """Auto mode's judge's verdict on the call (its latency and usage included)."""
 
@@ -330,18 +331,18 @@ class ToolCallRecord(BaseModel):
 class StepRecord(BaseModel):
     """One model call and what came of it: the run's own trace, one record per step."""
 
-    step: int
+    step: Recorded
     provider: str = ""
     model: str
-    messages_sent: int = 0
-    model_latency_ms: int
-    model_attempts: int = 1
+    messages_sent: Recorded = 0
+    model_latency_ms: Recorded
+    model_attempts: Recorded = 1
     usage: Usage
     finish_reason: str | None = None
     tool_calls: list[ToolCallRecord] = []
-    turn: int | None = None
+    turn: Recorded | None = None
     """The conversation turn it belongs to; None in a run that is not a conversation."""
-    reasoning_left_out: int = Field(default=0, exclude_if=lambda count: not count)
+    reasoning_left_out: Recorded = Field(default=0, exclude_if=lambda count: not count)
     """Reasoning parts of the transcript this call did not send: another provider's, or refused
     by its settings (see ModelResponse.reasoning_left_out). Left out of the JSON when 0."""
 
@@ -351,33 +352,33 @@ class EarlierSteps(BaseModel):
     run of any length stay under a bound, and what they told is not lost. Each step's events
     stay in its run's history."""
 
-    up_to_step: int = 0
+    up_to_step: Recorded = 0
     """Steps 1 to this one have no record of their own any more."""
-    model_latency_ms: int = 0
-    model_attempts: int = 0
+    model_latency_ms: Recorded = 0
+    model_attempts: Recorded = 0
     usage: Usage = Usage()
     """What those steps' model calls spent (the run's usage covers every step)."""
-    tool_calls: dict[str, int] = {}
+    tool_calls: dict[str, Recorded] = {}
     """Their tool calls, by outcome."""
-    tool_attempts: int = 0
-    tool_latency_ms: int = 0
-    compactions: int = 0
+    tool_attempts: Recorded = 0
+    tool_latency_ms: Recorded = 0
+    compactions: Recorded = 0
     """Compaction records no longer kept, and the tokens they removed."""
-    tokens_removed: int = 0
+    tokens_removed: Recorded = 0
 
 
 class CompactionRecord(BaseModel):
     """One compaction, with both sides of its trade: what it saved, and what it cost
     in prefix cache on the next call."""
 
-    step: int
+    step: Recorded
     """The model call it was made before."""
     policy: Literal["window", "summary"]
-    messages_removed: int
+    messages_removed: Recorded
     """Messages of the transcript no longer sent, in all (the first message always stays)."""
-    tokens_removed: int
+    tokens_removed: Recorded
     """Estimated input tokens the next call is spared, the note's own tokens deducted."""
-    cached_tokens_lost: int | None = None
+    cached_tokens_lost: Recorded | None = None
     """Input tokens of the call before that the next call could have read from cache had the
     transcript only grown, minus those it did read: set once the next call has answered."""
 
@@ -415,20 +416,20 @@ class TurnRecord(BaseModel):
     """One turn of a conversation: from a person's message to the agent's answer (or to an
     interrupt, or the turn's step limit)."""
 
-    turn: int
+    turn: Recorded
     message: str
     """The message that started it (cut at 1,000 characters)."""
     started_at: datetime
-    steps_before: int
+    steps_before: Recorded
     """The conversation's model calls before this turn: the turn's steps are those after."""
     usage_before: Usage
     """The conversation's usage when the turn started."""
-    steps: int = 0
+    steps: Recorded = 0
     usage: Usage = Usage()
     """What the turn's model calls spent (summaries and sub-agents included)."""
     outcome: TurnOutcome = "working"
     answer: str | None = None
-    steering: int = 0
+    steering: Recorded = 0
     """Messages that arrived while it worked, appended at a safe point."""
     ended_at: datetime | None = None
 
@@ -437,7 +438,7 @@ class QueuedMessage(BaseModel):
     """A person's message that waits for the next safe point (or starts the next turn)."""
 
     text: str
-    turn: int
+    turn: Recorded
     """The turn it belongs to: the working one, or the next one when none works."""
     at: datetime
 
@@ -447,13 +448,13 @@ class ConversationState(BaseModel):
 
     turns: list[TurnRecord] = []
     """The newest MAX_KEPT_TURNS turns (workflows/conversation.py); `earlier_turns` before."""
-    earlier_turns: int = 0
+    earlier_turns: Recorded = 0
     queued: list[QueuedMessage] = []
     ended: str | None = None
     """Why the conversation ends ("ended by the user", "idle for ..."); None while it goes."""
     idle_since: datetime | None = None
     """When the last turn finished: the idle timeout counts from here."""
-    kept_effects: int = 0
+    kept_effects: Recorded = 0
     """The first this many of `RunState.effects` belong to answered turns and stay when the
     conversation ends; the later ones (an interrupted turn's) are undone."""
 
@@ -466,21 +467,21 @@ class RunState(BaseModel):
     The field names are the wire format of runs already in flight: rename none."""
 
     messages: list[Message]
-    steps: int
+    steps: Recorded
     usage: Usage
     step_records: list[StepRecord]
     started_at: datetime
-    paused_seconds: float
-    last_context_tokens: int | None
-    loop_counts: dict[str, int]
+    paused_seconds: Annotated[float, Field(ge=0, le=MAX_PAUSED_SECONDS, allow_inf_nan=False)]
+    last_context_tokens: Recorded | None
+    loop_counts: dict[str, Recorded]
     call_ids: list[str]
     effects: EffectLog
-    cut: int
+    cut: Recorded
     note: UserMessage | None
     compactions: list[CompactionRecord]
     plan: PlanState | None
     externalised: bool
-    runs: int
+    runs: Recorded
     """Runs so far in this chain, this one included."""
     remembered: dict[str, ToolCallDecision] = {}
     """Per tool: the decision a person asked to remember for the rest of the run."""
@@ -499,7 +500,7 @@ class RunState(BaseModel):
     workflows/call_ids.py). None until the run has that many."""
     earlier_steps: EarlierSteps | None = None
     """The steps whose records are no longer kept, added up (see workflows/trace.py)."""
-    tools_listed_in_run: int | None = None
+    tools_listed_in_run: Recorded | None = None
     """The run of the chain (`runs`) whose start listed `tools`: a later run lists them again
     (an MCP server's tools may have changed). None: listed before this was kept."""
     conversation: ConversationState | None = None
@@ -509,7 +510,7 @@ class RunState(BaseModel):
     )
     """The operator's last change to the run's auto mode (set_auto_mode): it holds for the rest
     of the run, across continue-as-new."""
-    judgements: int = Field(default=0, exclude_if=lambda count: not count)
+    judgements: Recorded = Field(default=0, exclude_if=lambda count: not count)
     """Calls an auto-mode judge was asked about so far (the scripted judge plays its turns by
     this count)."""
 
@@ -583,7 +584,7 @@ class PlanDecision(BaseModel):
     """Input of the `decide_plan` update."""
 
     approve: bool
-    version: int | None = None
+    version: Recorded | None = None
     """The plan version decided on; a decision on an older version is refused. None: the one
     waiting."""
     comment: str | None = None

@@ -19,6 +19,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from .bounds import Count
+
 
 class TranscriptError(ValueError):
     """An append (or a loaded transcript) would break the tool-call pairing rule."""
@@ -54,7 +56,7 @@ class ReasoningPart(_Frozen):
     """The block's or item's type: "thinking", "redacted_thinking", "reasoning"."""
     data: str
     """The block or item as JSON text, every field as the provider sent it."""
-    position: int = Field(default=0, ge=0)
+    position: Count = 0
     """Where it stood in the reply: the number of the message's items before it, counting its
     text (when it has any) as one item placed where its first text block was, then each tool
     call. A provider gets its parts back in the order it wrote them."""

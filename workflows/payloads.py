@@ -1,0 +1,88 @@
+"""How a run's input is decoded: temporalio.contrib.pydantic's payload converter, with one rule
+added, so that an input that does not fit the contract fails its run instead of wedging it.
+
+A client in another language (the `temporal` CLI, TypeScript, Go, raw JSON over HTTP) can start
+a run with `{"prompt": null}`, a wrong type or a number outside its bounds. The SDK decodes the
+input before any workflow code runs, and a decoding error fails the workflow *task*, which
+Temporal retries forever: the run shows RUNNING in the Web UI, answers no query, and nobody is
+told. An error that is a Temporal failure fails the workflow instead (the SDK's own rule for
+payload conversion, as its `PayloadValidationError` does for Nexus), so the run's input is
+refused as `AgentInputInvalid`, its message naming each field and rule. Only the run's input:
+an update's undecodable argument is already refused to its sender, and a signal's dropped.
+
+The clients (`AgentClient.start`, the HTTP API) check an input the same way before they start
+anything (`check_wire`), so that a Python app never gets as far. Deterministic: pure decoding.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.pydantic import PydanticPayloadConverter
+
+from .errors import AgentInputInvalid
+from .inputs import AgentInput
+from .outcomes import bounded
+
+MAX_REPORTED_PROBLEMS = 10
+"""Problems of one input named in the refusal; the count says how many more there are."""
+
+
+def refusal(error: ValidationError) -> AgentInputInvalid:
+    """The error a run's input that failed `error` is refused with: each problem as its field's
+    path and the rule it broke (never the value sent, which may be large or secret)."""
+    problems = error.errors(include_url=False, include_input=False, include_context=False)
+    named = [
+        f"{'.'.join(str(part) for part in problem['loc']) or '(input)'}: {bounded(problem['msg'])}"
+        for problem in problems[:MAX_REPORTED_PROBLEMS]
+    ]
+    if len(problems) > MAX_REPORTED_PROBLEMS:
+        named.append(f"and {len(problems) - MAX_REPORTED_PROBLEMS} more")
+    return AgentInputInvalid(
+        "the run's input does not fit the contract (`durable-agent contract`): " + "; ".join(named)
+    )
+
+
+def check_wire(agent_input: AgentInput) -> bytes:
+    """The input as its payload carries it (JSON), once checked to decode as a worker will decode
+    it: a model changed after it was built (a field set to None, `model_construct`), or a float
+    that JSON writes as null, is refused here rather than by the run. Raises AgentInputInvalid."""
+    data = agent_input.model_dump_json().encode()
+    try:
+        AgentInput.model_validate_json(data)
+    except ValidationError as error:
+        raise refusal(error) from None
+    return data
+
+
+class RefusesUndecodableInput(PydanticPayloadConverter):
+    """A payload converter whose decoding of a run's input (`AgentInput`) raises
+    AgentInputInvalid, a Temporal failure, where pydantic's ValidationError would fail the
+    workflow task forever."""
+
+    def from_payloads(
+        self, payloads: Sequence[Payload], type_hints: list[type] | None = None
+    ) -> list[Any]:
+        try:
+            return super().from_payloads(payloads, type_hints)
+        except ValidationError as error:
+            if type_hints is not None and AgentInput in type_hints:
+                raise refusal(error) from None
+            raise
+
+
+@functools.cache
+def refusing_undecodable_input(
+    converter: type[PydanticPayloadConverter],
+) -> type[PydanticPayloadConverter]:
+    """`converter` (an app's own subclass of pydantic's, or pydantic's) with the rule added: one
+    class for each, made once."""
+    if issubclass(converter, RefusesUndecodableInput):
+        return converter
+    if converter is PydanticPayloadConverter:
+        return RefusesUndecodableInput
+    return type(converter.__name__, (RefusesUndecodableInput, converter), {})
