@@ -206,10 +206,28 @@ async def answer_then_fail(handle: Handle) -> None:
     await handle.signal("send_message", "second question")
 
 
+DRAFT_07_ANSWER = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "type": "object",
+    "properties": {"answer": {"type": "string"}},
+    "required": ["answer"],
+}
+"""An output schema that declares another dialect: recorded by 0.3.0, which read it with the
+engine's own draft-07 meta-schema and completed; refused as the run starts since."""
+
+
 def scenarios() -> dict[str, Scenario]:
     return {
         # Its second step runs two read-only tools in one workflow task (parallel tools).
         "support_demo": Scenario(scripted_input(support_demo_script(), prompt=DEMO_PROMPT)),
+        "foreign_dialect": Scenario(
+            scripted_input(
+                [turn(call("finish", answer="delivered"))],
+                tools=[],
+                output_schema=DRAFT_07_ANSWER,
+            ),
+            ends="failed",
+        ),
         "loop_and_errors": Scenario(
             scripted_input(
                 [

@@ -10,6 +10,14 @@ So the checks run on jsonschema-rs with its linear-time regex engine (Rust's `re
 match is linear in the text. That engine has no backreferences or lookaround, so a schema that
 uses them is refused as the run starts, naming the pattern, instead of being matched slowly.
 
+No check does I/O. The engine resolves a schema's root `$schema` to find its meta-schema, and
+fetched one it does not carry over HTTP, from inside the workflow task, again at every replay: a
+blind request from the worker's network position (internal services, cloud metadata), whose
+answer was then trusted, and an unreachable one raised an error that wedged the run. So a schema
+may declare no `$schema` or Draft 2020-12's, the draft the checks implement (another is refused,
+naming it: `foreign_dialect`); every lookup goes to a registry or a retriever that refuses, and
+every error of the engine is the typed refusal, SchemaRefused.
+
 A run recorded before this engine (no `linear-schema-checks` marker: versioning.py) keeps the
 `jsonschema` package for its output schema, so that it replays the decisions it made. The
 loop's own schemas (finish's default, submit_plan's, delegate's) have no patterns, and both
@@ -34,11 +42,47 @@ with workflow.unsafe.imports_passed_through():
 
 MAX_REPORTED_PROBLEMS = 10
 """Problems of one instance told to the model; it fixes those and is told the rest next."""
+DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+"""The one dialect a schema may declare (`$schema`), or none: the one the checks implement."""
+BUILT_IN_DIALECTS = frozenset(
+    f"{scheme}://json-schema.org/{path}"
+    for scheme in ("http", "https")
+    for path in (
+        "draft-04/schema",
+        "draft-06/schema",
+        "draft-07/schema",
+        "draft/2019-09/schema",
+        "draft/2020-12/schema",
+    )
+)
+"""The meta-schemas the engine carries: nothing is fetched to read them."""
 _LINEAR_PATTERNS = jsonschema_rs.RegexOptions()
 
 
 class SchemaRefused(ValueError):
     """A schema this module cannot check with: its message says why, for the run's failure."""
+
+
+def _no_fetching(uri: str) -> Any:
+    raise ValueError(f"a workflow does not fetch schemas ({uri})")
+
+
+_NOTHING_FETCHED = jsonschema_rs.Registry([], retriever=_no_fetching)
+"""Where the meta-schema check looks up what a schema names: the engine's own, never the network."""
+
+
+def foreign_dialect(schema: Any) -> str | None:
+    """The root `$schema` of `schema` when it names another dialect than Draft 2020-12 (as
+    JSON); None when it names that one, or none."""
+    if not isinstance(schema, dict) or "$schema" not in schema:
+        return None
+    declared = schema["$schema"]
+    if isinstance(declared, str) and declared.rstrip("#") in (
+        DRAFT_2020_12,
+        DRAFT_2020_12.replace("https:", "http:", 1),
+    ):
+        return None
+    return bounded(json.dumps(declared))
 
 
 def problems(schema: dict[str, Any], instance: Any, *, linear: bool = True) -> str:
@@ -61,10 +105,15 @@ def problems(schema: dict[str, Any], instance: Any, *, linear: bool = True) -> s
     )
 
 
-def check(schema: dict[str, Any], *, linear: bool = True) -> None:
+def check(
+    schema: dict[str, Any], *, linear: bool = True, foreign_dialects_refused: bool = True
+) -> None:
     """Raise SchemaRefused when `schema` is not a valid Draft 2020-12 schema, or (`linear`)
-    refers outside itself or has a pattern the linear-time engine cannot match. `linear` False:
-    validity alone, by the `jsonschema` package, as runs recorded before the engine checked."""
+    declares another dialect, refers outside itself or has a pattern the linear-time engine
+    cannot match. `linear` False: validity alone, by the `jsonschema` package, as runs recorded
+    before the engine checked. `foreign_dialects_refused` False: as runs recorded before the
+    dialect was checked, one the engine carries is read, and another is left out (they fetched
+    it) rather than refused."""
     if not linear:
         try:
             jsonschema.Draft202012Validator.check_schema(schema)
@@ -72,7 +121,26 @@ def check(schema: dict[str, Any], *, linear: bool = True) -> None:
             raise SchemaRefused(f"is not a valid JSON schema: {error.message}") from None
         return
     try:
-        jsonschema_rs.meta.validate(schema)
+        _check_linear(schema, foreign_dialects_refused)
+    except SchemaRefused:
+        raise
+    except Exception as error:  # whatever the engine raises is the schema's refusal
+        message = getattr(error, "message", None) or str(error)
+        raise SchemaRefused(f"cannot be used: {bounded(message)}") from None
+
+
+def _check_linear(schema: dict[str, Any], foreign_dialects_refused: bool) -> None:
+    if (dialect := foreign_dialect(schema)) is not None:
+        if foreign_dialects_refused:
+            raise SchemaRefused(
+                f"declares $schema {dialect}: only JSON Schema Draft 2020-12 is checked here, "
+                f'and nothing is fetched; leave $schema out, or set it to "{DRAFT_2020_12}"'
+            )
+        declared = schema["$schema"]
+        if not isinstance(declared, str) or declared.rstrip("#") not in BUILT_IN_DIALECTS:
+            schema = {key: value for key, value in schema.items() if key != "$schema"}
+    try:
+        jsonschema_rs.meta.validate(schema, registry=_NOTHING_FETCHED)
     except jsonschema_rs.ValidationError as error:
         raise SchemaRefused(f"is not a valid JSON schema: {bounded(error.message)}") from None
     if external := external_refs(schema):
@@ -134,10 +202,6 @@ def _walk(schema: Any) -> Iterable[dict[str, Any]]:
 
 def _canonical(schema: dict[str, Any]) -> str:
     return json.dumps(schema, sort_keys=True, separators=(",", ":"))
-
-
-def _no_fetching(uri: str) -> Any:
-    raise ValueError(f"a workflow does not fetch schemas ({uri})")
 
 
 @functools.lru_cache(maxsize=64)

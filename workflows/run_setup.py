@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
-from . import approval, json_schema, tool_catalog
+from . import approval, json_schema, tool_catalog, versioning
 from .builtin_tools import RESERVED_TOOL_NAMES
 from .errors import (
     FATAL_ERROR_TYPES,
@@ -76,7 +77,7 @@ def _with_callbacks(run_tools: RunTools, agent_input: AgentInput) -> RunTools:
             if schema is None:
                 continue
             try:
-                json_schema.check(schema)
+                _check(schema, linear=True)
             except json_schema.SchemaRefused as refused:
                 raise AgentConfigurationError(
                     f"callback tool {tool.name!r} {part} {refused}"
@@ -91,7 +92,7 @@ def _check_output_schema(agent_input: AgentInput, behaviours: Behaviours) -> Non
         return
     linear = behaviours.linear_schema_checks
     try:
-        json_schema.check(schema, linear=linear)
+        _check(schema, linear=linear)
     except json_schema.SchemaRefused as refused:
         raise AgentConfigurationError(f"output_schema {refused}") from None
     external = json_schema.external_refs(schema)
@@ -101,6 +102,17 @@ def _check_output_schema(agent_input: AgentInput, behaviours: Behaviours) -> Non
             f"output_schema refers outside itself ($ref {', '.join(external)}); a workflow "
             "cannot fetch schemas: inline them under $defs"
         )
+
+
+def _check(schema: dict[str, Any], *, linear: bool) -> None:
+    """json_schema.check, with another dialect than Draft 2020-12 refused where the run's
+    history says so (versioning.refuses_foreign_dialects, asked only for such a schema)."""
+    refused = (
+        linear
+        and json_schema.foreign_dialect(schema) is not None
+        and versioning.refuses_foreign_dialects()
+    )
+    json_schema.check(schema, linear=linear, foreign_dialects_refused=refused)
 
 
 def _listed_earlier(state: RunState) -> bool:

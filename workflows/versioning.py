@@ -103,6 +103,12 @@ SIGNAL_INPUT_BOUNDS = "signal-input-bounds"
 it). Asked only when such a signal comes, by `ignores_oversized_signal`, so a run that never gets
 one records no marker for it."""
 
+FOREIGN_DIALECTS = "foreign-schema-dialects-refused"
+"""A schema whose root `$schema` names another dialect than Draft 2020-12 is refused as the run
+starts, and nothing is fetched (older runs had the engine fetch an unknown one over HTTP, from
+the workflow task: workflows/json_schema.py). Asked only by a run with such a schema, by
+`refuses_foreign_dialects`, so other runs record no marker for it."""
+
 
 PATCH_IDS: dict[str, str] = {
     STATUS_SEARCH_ATTRIBUTES: "0fe2ca6, 2026-11-29",
@@ -128,6 +134,7 @@ PATCH_IDS: dict[str, str] = {
     FINISH_AFTER_A_FAILURE: "0.2.0",
     ERRORS_AFTER_EFFECTS: "0.2.0",
     ONE_MARKER: "0.3.0",
+    FOREIGN_DIALECTS: "0.4.0 (unreleased)",
 }
 """Every patch id that ever landed on main, with where it landed: append-only. A history with an
 id's marker replays only while the code asks for that id (Temporal fails the task on a marker
@@ -336,3 +343,10 @@ def undoes_errors_after_effects() -> bool:
     having changed nothing, as a run recorded before did (its activity's result may say unknown
     all the same, when a newer worker ran the tool). Asked only then."""
     return workflow.patched(ERRORS_AFTER_EFFECTS)
+
+
+def refuses_foreign_dialects() -> bool:
+    """A schema of the run declares another dialect than Draft 2020-12: whether to refuse it, as
+    this run does, or to check it without what it declares (the engine's own meta-schema, or none
+    for one it does not carry), as a run recorded before did, less the fetch. Asked only then."""
+    return workflow.patched(FOREIGN_DIALECTS)
