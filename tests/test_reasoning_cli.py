@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +105,62 @@ def test_stream_prints_the_models_text_as_it_is_written(tmp_path: Path) -> None:
     streamed = [line for line in stderr.splitlines() if answer.startswith(line) and line]
     assert streamed, stderr
     assert "[thinking: " in stderr
+
+
+def at_a_terminal(*args: str, env: dict[str, str], db: Path) -> tuple[int, str]:
+    """The starter as a person runs it: standard input, output and error a pseudo-terminal."""
+    hidden = ("TEMPORAL_ADDRESS", "OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+    environ = {k: v for k, v in os.environ.items() if k not in hidden}
+    environ.update(env, AGENT_DEMO_DB=str(db), TERM="dumb")
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "starter.py", PROMPT, *args],
+        cwd=REPO,
+        env=environ,
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        start_new_session=True,
+    )
+    os.close(terminal)
+    shown = bytearray()
+    deadline = time.monotonic() + 90
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 1)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: the terminal's last writer has gone
+                break
+            if not chunk:
+                break
+            shown += chunk
+        return process.wait(timeout=30), shown.decode(errors="replace")
+    finally:
+        os.close(controller)
+        if process.poll() is None:
+            process.kill()
+
+
+@pytest.mark.parametrize("flags", [(), ("--no-stream",)], ids=["by-default", "no-stream"])
+def test_at_a_terminal_the_text_streams_unless_told_not_to(
+    tmp_path: Path, flags: tuple[str, ...]
+) -> None:
+    """What the README and --help promise: at a terminal the model's text is printed as it is
+    written, with no flag; `--no-stream` turns it off."""
+    answer = "Your latest order is #1042, delivered yesterday."
+    with fake_anthropic.FakeAnthropic(
+        [fake_anthropic.Reply(answer, thinking="Answer from memory.", pace_seconds=0.05)]
+    ) as fake:
+        env = {"ANTHROPIC_API_KEY": fake.api_key, "ANTHROPIC_BASE_URL": fake.base_url}
+        code, shown = at_a_terminal("--provider", "anthropic", *flags, env=env, db=tmp_path / "d")
+    assert code == 0, shown
+    assert answer in shown
+    streamed = not flags
+    assert fake.requests[0].body.get("stream") is (True if streamed else None)
+    assert ("[thinking: " in shown) is streamed, shown
 
 
 @pytest.mark.parametrize(
