@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx2 as httpx
@@ -37,8 +38,32 @@ from durable_agent.serving.dev_server import temporal_binary
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.bounds import MAX_SECONDS
 from durable_agent.workflows.specs import RetrySettings
+from durable_agent.workflows.state import RunState
 from tests.helpers import call, scripted_input, turn
 from tests.test_auto_mode import waiting_for_a_person
+
+USER = {"role": "user", "content": "hi"}
+
+
+def tool_result(call_id: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "tool_name": "t", "content": "done"}
+
+
+def assistant_calling(call_id: str) -> dict[str, Any]:
+    return {"role": "assistant", "tool_calls": [{"id": call_id, "name": "t", "arguments": "{}"}]}
+
+
+def fork_seed(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"origin": {"workflow_id": "w", "run_id": "r", "step": 1}, "messages": messages}
+
+
+def carried(**state: Any) -> dict[str, Any]:
+    """A run's carried state, as a client that is not this project's may write one."""
+    return RunState.start(datetime(2026, 12, 7, tzinfo=UTC)).model_dump(mode="json") | {
+        "messages": [USER],
+        **state,
+    }
+
 
 JUDGE = {
     "judge": {"provider": "scripted"},
@@ -58,6 +83,28 @@ BROKEN: dict[str, tuple[dict[str, Any], str]] = {
             "callback_tools": [{"name": "ask", "description": "Ask.", "parameters": None}],
         },
         "callback_tools.0.parameters: Input should be an object",
+    ),
+    # What a run carries or a fork is seeded with, from a client that is not this project's:
+    # each was read by workflow code, whose error failed the task forever.
+    "a fork's transcript that breaks the pairing rule": (
+        {"prompt": "hi", "fork": fork_seed([tool_result("c1")])},
+        "fork: Value error, tool result for unknown id 'c1'",
+    ),
+    "a fork's transcript with a call left unanswered": (
+        {"prompt": "hi", "fork": fork_seed([USER, assistant_calling("c1")])},
+        "fork: Value error, the fork's transcript has calls without results: 'c1'",
+    ),
+    "a carried call-id filter that is not base64": (
+        {"prompt": "hi", "carried": carried(older_call_ids="!!!")},
+        "carried: Value error, older_call_ids is not base64",
+    ),
+    "a carried call-id filter of another size": (
+        {"prompt": "hi", "carried": carried(older_call_ids="AAAA")},
+        "carried: Value error, older_call_ids has 3 bytes",
+    ),
+    "a carried state without a transcript": (
+        {"prompt": "hi", "carried": carried(messages=[])},
+        "carried: a run's carried state holds its transcript, which is empty",
     ),
     # Numbers the schema took before it had bounds: each overflowed a timedelta inside the
     # workflow, or was refused by the server in the middle of the run.

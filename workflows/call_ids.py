@@ -12,11 +12,11 @@ from __future__ import annotations
 import base64
 import hashlib
 
-from .state import RunState
+from .state import CALL_ID_FILTER_BYTES, RunState
 
 MAX_EXACT_CALL_IDS = 2_000
 """The newest ids, kept as they are; older ones go into the filter."""
-FILTER_BITS = 2**18
+FILTER_BITS = CALL_ID_FILTER_BYTES * 8
 """32 KiB of filter (44 KB in the carried JSON): about 1% false positives at 27,000 older ids."""
 FILTER_HASHES = 5
 

@@ -32,7 +32,7 @@ from .state import (
     TurnRecord,
     Usage,
 )
-from .transcript import Message
+from .transcript import Message, Transcript
 
 DEFAULT_TASK_QUEUE = "agent-loop"
 
@@ -238,6 +238,16 @@ class ForkSeed(BaseModel):
     """A plan-mode original's plan as steps 1..`origin.step` left it: the last one a person
     decided there. Only an approved one lets the fork change data without planning first."""
 
+    @model_validator(mode="after")
+    def _transcript_whole(self) -> ForkSeed:
+        # The original's transcript through a step's tool results: every call answered, so the
+        # fork's first model call sends what a provider accepts.
+        transcript = Transcript(messages=self.messages)
+        if not transcript.is_complete():
+            missing = ", ".join(repr(call.id) for call in transcript.pending_calls())
+            raise ValueError(f"the fork's transcript has calls without results: {missing}")
+        return self
+
 
 class CallbackTool(BaseModel):
     """A callback tool declared in a run's input, by an app in any language: its body runs on
@@ -346,6 +356,13 @@ class AgentInput(BaseModel):
     (effect_log.MAX_LOG_BYTES less what it holds), which the sub-agent's effects join when it
     ends. The sub-agent's log counts its entries as the parent will and is full at this room,
     so the parent's stays bounded however deep the delegation goes. None: a run of its own."""
+
+    @model_validator(mode="after")
+    def _carried_holds_a_transcript(self) -> AgentInput:
+        # A run continues as new after its first step: what it carries starts with the prompt.
+        if self.carried is not None and not self.carried.messages:
+            raise ValueError("carried: a run's carried state holds its transcript, which is empty")
+        return self
 
     @property
     def heartbeat_timeout(self) -> timedelta | None:

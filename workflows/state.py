@@ -8,6 +8,8 @@ Deterministic data only.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -18,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 from . import effect_log
 from .bounds import MAX_PAUSED_SECONDS, Recorded, RecordedAmount, Seconds, Share
 from .specs import ToolSpec
-from .transcript import Message, UserMessage
+from .transcript import Message, Transcript, UserMessage
 
 
 class Usage(BaseModel):
@@ -459,6 +461,10 @@ class ConversationState(BaseModel):
     conversation ends; the later ones (an interrupted turn's) are undone."""
 
 
+CALL_ID_FILTER_BYTES = 2**18 // 8
+"""The Bloom filter of a run's older call ids (workflows/call_ids.py): 32 KiB."""
+
+
 class RunState(BaseModel):
     """Everything a run carries: the workflow keeps its live state here, and continue-as-new
     passes it whole as `AgentInput.carried`. A new field needs a default, so that runs started
@@ -513,6 +519,23 @@ class RunState(BaseModel):
     judgements: Recorded = Field(default=0, exclude_if=lambda count: not count)
     """Calls an auto-mode judge was asked about so far (the scripted judge plays its turns by
     this count)."""
+
+    @model_validator(mode="after")
+    def _carried_whole(self) -> RunState:
+        # A state another client sends as `carried` is checked as it is decoded, so that a
+        # transcript that breaks the pairing rule or a call-id filter of another size fails the
+        # run with the reason (AgentInputInvalid), not the workflow task that reads it, forever.
+        Transcript(messages=self.messages)
+        if self.older_call_ids is not None:
+            try:
+                size = len(base64.b64decode(self.older_call_ids, validate=True))
+            except binascii.Error as error:
+                raise ValueError(f"older_call_ids is not base64: {error}") from None
+            if size != CALL_ID_FILTER_BYTES:
+                raise ValueError(
+                    f"older_call_ids has {size} bytes: the filter has {CALL_ID_FILTER_BYTES}"
+                )
+        return self
 
     @classmethod
     def start(cls, started_at: datetime) -> RunState:
