@@ -21,6 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 from ..activities.mcp_config import MCP_CONFIG_VARIABLE, McpConfig, mcp_config_from
 from ..activities.toolkits import DEMO_TOOLS
 from ..client.agent_client import AgentClient
+from ..workflows.bounds import MAX_STEPS, MAX_TOKENS, MAX_USD
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.input_limits import InputTooLarge
 from ..workflows.inputs import (
@@ -118,9 +119,15 @@ class Text(click.ParamType):
 
 POSITIVE = click.IntRange(min=1)
 COUNT = click.IntRange(min=0)
-COST = click.FloatRange(0, min_open=True)
+# The run's own bounds (workflows/bounds.py), so that a number it would refuse is refused here,
+# as a bad command line.
+STEPS = click.IntRange(1, MAX_STEPS)
+TOKENS = click.IntRange(1, MAX_TOKENS)
+COST = click.FloatRange(0, MAX_USD, min_open=True)
 FILE = click.Path(path_type=Path)
-POSITIVE.name, COUNT.name, COST.name, FILE.name = "n", "n", "usd", "file"  # their metavars
+for _type, _metavar in ((POSITIVE, "n"), (COUNT, "n"), (STEPS, "n"), (TOKENS, "n")):
+    _type.name = _metavar
+COST.name, FILE.name = "usd", "file"
 PROVIDER = click.Choice(PROVIDERS)
 KEYED = "the one whose key is set (OPENAI_API_KEY first), else the scripted demo"
 TTY = "at a terminal, without --json"
@@ -165,11 +172,11 @@ _RUN_OPTIONS = [
     option("--provider", "the model's provider", type=PROVIDER, show_default=KEYED),
     option("--model", "the model's name", show_default="the provider's"),
     option("--script", "scripted provider: play this JSON list of ScriptedTurn", type=FILE),
-    option("--thinking-budget", "anthropic: think for up to N tokens (>= 1024)", type=POSITIVE),
+    option("--thinking-budget", "anthropic: think for up to N tokens (>= 1024)", type=TOKENS),
     option(
         "--reasoning-effort", "how hard it thinks", type=click.Choice(get_args(ReasoningEffort))
     ),
-    option("--max-steps", "fail the run after N steps", type=POSITIVE, default=Limits().max_steps),
+    option("--max-steps", "fail the run after N steps", type=STEPS, default=Limits().max_steps),
     option("--max-cost-usd", "fail the run once it has cost more", type=COST),
     flag("--plan", "plan mode: a person approves the model's plan first"),
     flag("--approve-all", "a trusted job: no tool call waits for a person"),

@@ -37,7 +37,7 @@ def forked_run_options(function: Any) -> Any:
         click.option("--task-queue", help="the queue the fork runs on"),
         click.option("--allow", multiple=True, help="this tool's calls run without asking"),
         click.option("--approve-all", is_flag=True, help="no call waits for a person"),
-        click.option("--max-steps", type=args.POSITIVE, help="the fork's own steps, from step K"),
+        click.option("--max-steps", type=args.STEPS, help="the fork's own steps, from step K"),
     ]
     for declare in options:
         function = declare(function)

@@ -81,8 +81,22 @@ def test_self_contained_run_over_the_step_limit_fails(tmp_path: Path) -> None:
         ["hi", "--provider", "nope"],
         ["hi", "--no-wait"],
         ["   "],
+        # Numbers past what the run takes (workflows/bounds.py): once a traceback, exit 1.
+        ["hi", "--max-steps", "2000000", "--print-input"],
+        ["hi", "--max-cost-usd", "1e300", "--print-input"],
+        ["hi", "--provider", "anthropic", "--thinking-budget", "9" * 14, "--print-input"],
     ],
-    ids=["no-prompt", "zero-steps", "steps-not-int", "bad-provider", "no-wait-alone", "empty"],
+    ids=[
+        "no-prompt",
+        "zero-steps",
+        "steps-not-int",
+        "bad-provider",
+        "no-wait-alone",
+        "empty",
+        "steps-past-the-bound",
+        "cost-past-the-bound",
+        "thinking-past-the-bound",
+    ],
 )
 def test_bad_command_line_exits_2_with_one_line(
     argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
