@@ -295,6 +295,7 @@ class AgentWorkflow(AgentHandlers):
             step,
             self._call_ids,
             bounded_ids=checks.long_call_ids and versioning.renames_long_call_ids(),
+            unqualified_ids=checks.slashed_call_ids and versioning.renames_slashed_call_ids(),
         )
         self._call_ids.add([call.id for call in message.tool_calls])
         self._transcript.append(message)

@@ -95,6 +95,7 @@ class ReplyChecks:
     too_many_calls: bool
     duplicate_keys: bool
     long_call_ids: bool
+    slashed_call_ids: bool
 
 
 def check_reply(calls: Sequence[ToolCall]) -> ReplyChecks:
@@ -102,6 +103,7 @@ def check_reply(calls: Sequence[ToolCall]) -> ReplyChecks:
         too_many_calls=len(calls) > MAX_CALLS_PER_REPLY,
         duplicate_keys=any(_duplicated_key(call.arguments) is not None for call in calls),
         long_call_ids=any(len(call.id) > MAX_CALL_ID_CHARS for call in calls),
+        slashed_call_ids=any("/" in call.id for call in calls),
     )
 
 
@@ -248,21 +250,32 @@ def nesting_depth(value: Any) -> int:
 
 
 def with_unique_call_ids(
-    message: AssistantMessage, step: int, earlier: Container[str], *, bounded_ids: bool = False
+    message: AssistantMessage,
+    step: int,
+    earlier: Container[str],
+    *,
+    bounded_ids: bool = False,
+    unqualified_ids: bool = False,
 ) -> AssistantMessage:
     """Models sometimes repeat or omit call ids; every call of a run needs its own, for its
     result and for its idempotency key. With `bounded_ids`, one over MAX_CALL_ID_CHARS is
-    renamed too (a sub-agent's workflow id is built from it)."""
+    renamed too (a sub-agent's workflow id is built from it). With `unqualified_ids`, one with a
+    '/' is renamed too: a parent shows its sub-agent's calls qualified by the delegate call
+    (`call_1_1/call_2_1`, gates.py), and a call of its own named so would be decided in their
+    place."""
     ids = [call.id for call in message.tool_calls]
     too_long = bounded_ids and any(len(i) > MAX_CALL_ID_CHARS for i in ids)
+    qualified = unqualified_ids and any("/" in i for i in ids)
     unique = all(ids) and len(set(ids)) == len(ids) and not any(i in earlier for i in ids)
-    if unique and not too_long:
+    if unique and not too_long and not qualified:
         return message
     seen: set[str] = set()
     calls = []
     for position, call in enumerate(message.tool_calls):
         call_id = call.id
-        renamed = bounded_ids and len(call_id) > MAX_CALL_ID_CHARS
+        renamed = (bounded_ids and len(call_id) > MAX_CALL_ID_CHARS) or (
+            unqualified_ids and "/" in call_id
+        )
         if renamed or not call_id or call_id in seen or call_id in earlier:
             call_id = f"call_{step}_{position + 1}"
             while call_id in seen or call_id in earlier:

@@ -102,6 +102,11 @@ SIGNAL_INPUT_BOUNDS = "signal-input-bounds"
 """A signal whose input is over a bound of workflows/input_limits.py is ignored (older runs took
 it). Asked only when such a signal comes, by `ignores_oversized_signal`, so a run that never gets
 one records no marker for it."""
+SLASHED_CALL_IDS = "call-ids-with-a-slash-renamed"
+"""A call id with a '/' is renamed, as a long one is, so that the run's own call ids and the
+qualified ids of its sub-agents' calls (`call_1_1/call_2_1`) are never the same (older runs kept
+it, and a decision on a sub-agent's call could decide the run's own). Asked only by a reply that
+has one, by `renames_slashed_call_ids`."""
 
 
 PATCH_IDS: dict[str, str] = {
@@ -128,6 +133,7 @@ PATCH_IDS: dict[str, str] = {
     FINISH_AFTER_A_FAILURE: "0.2.0",
     ERRORS_AFTER_EFFECTS: "0.2.0",
     ONE_MARKER: "0.3.0",
+    SLASHED_CALL_IDS: "0.4.0 (unreleased)",
 }
 """Every patch id that ever landed on main, with where it landed: append-only. A history with an
 id's marker replays only while the code asks for that id (Temporal fails the task on a marker
@@ -336,3 +342,9 @@ def undoes_errors_after_effects() -> bool:
     having changed nothing, as a run recorded before did (its activity's result may say unknown
     all the same, when a newer worker ran the tool). Asked only then."""
     return workflow.patched(ERRORS_AFTER_EFFECTS)
+
+
+def renames_slashed_call_ids() -> bool:
+    """A reply has a call id with a '/', the separator of a sub-agent's qualified call ids:
+    whether it is renamed, or kept as in a run recorded before. Asked only then."""
+    return workflow.patched(SLASHED_CALL_IDS)
