@@ -29,6 +29,7 @@ from durable_agent.workflows.inputs import (
     Limits,
     ModelSettings,
     Price,
+    ScriptedCall,
     ScriptedTurn,
     ToolApprovalPolicy,
 )
@@ -187,6 +188,35 @@ async def test_the_judge_fails_closed_and_nothing_runs_before_a_person_decides(
     assert result.answer == "done" and started_labels() == ["w1"]
     record = result.step_records[0].tool_calls[0]
     assert record.verdict is not None and record.verdict.outcome == "escalated"
+
+
+async def test_a_verdict_that_gives_a_key_twice_goes_to_a_person(
+    client: Client, task_queue: str
+) -> None:
+    """A verdict read by its last value of a repeated key would say approve where it first said
+    escalate, and the call would run: it fails closed instead, as a gated call's arguments with
+    a repeated key are refused (issue 47)."""
+    test_tools.events.clear()
+    script = [turn(call("write_thing", label="draft-2")), turn(text="done", expect="done draft-2")]
+    repeated = (
+        '{"decision": "escalate", "confidence": 0.99, "reason": "a person should see this", '
+        '"decision": "approve"}'
+    )
+    judge = turn(ScriptedCall(name="verdict", arguments=repeated))
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        run = await start(
+            client, task_queue, approval_input(script, tool_approval=auto_mode(judge))
+        )
+        waiting = await waiting_for_a_person(run)
+        assert waiting.call_id == "call_1_1" and waiting.verdict is not None
+        assert waiting.verdict.outcome == "escalated" and waiting.verdict.decision is None
+        assert "the judge's verdict has the key 'decision' more than once" in (
+            waiting.verdict.reason
+        )
+        assert started_labels() == []  # nothing ran before the person
+        await run.decide_tool_call("call_1_1", approve=True)
+        result, _ = await finish(run)
+    assert result.answer == "done" and started_labels() == ["draft-2"]
 
 
 async def test_calls_the_policy_allows_and_tools_without_criteria_never_reach_the_judge(

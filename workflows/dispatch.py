@@ -191,7 +191,7 @@ def parse_arguments(
 ) -> dict[str, Any] | Refuse:
     """The call's arguments as an object, or why the model must send them again."""
     try:
-        arguments, key = _parsed(call.arguments) if call.arguments.strip() else ({}, None)
+        arguments, key = parsed_json(call.arguments) if call.arguments.strip() else ({}, None)
     except (ValueError, RecursionError) as error:
         reason = "nested too deep to read" if isinstance(error, RecursionError) else error
         return Refuse(
@@ -285,9 +285,10 @@ def with_unique_call_ids(
     return message.model_copy(update={"tool_calls": tuple(calls)})
 
 
-def _parsed(text: str) -> tuple[Any, str | None]:
-    """The arguments parsed as json.loads parses them (the last of a repeated key wins), and
-    a key that appears twice in one of their objects, if one does."""
+def parsed_json(text: str) -> tuple[Any, str | None]:
+    """JSON a model wrote, parsed as json.loads parses it (the last of a repeated key wins), and
+    a key that appears twice in one of its objects, if one does: a call's arguments, or auto
+    mode's verdict (judge.py). Raises what json.loads raises."""
     duplicate: str | None = None
 
     def to_dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -309,7 +310,7 @@ def _duplicated_key(arguments: str) -> str | None:
     """A key that appears twice in one object of these arguments (at any depth), if one does;
     None for arguments without one, or that are not valid JSON (refused elsewhere)."""
     try:
-        return _parsed(arguments)[1] if arguments.strip() else None
+        return parsed_json(arguments)[1] if arguments.strip() else None
     except (ValueError, RecursionError):
         return None
 

@@ -107,6 +107,10 @@ SLASHED_CALL_IDS = "call-ids-with-a-slash-renamed"
 qualified ids of its sub-agents' calls (`call_1_1/call_2_1`) are never the same (older runs kept
 it, and a decision on a sub-agent's call could decide the run's own). Asked only by a reply that
 has one, by `renames_slashed_call_ids`."""
+VERDICT_DUPLICATE_KEYS = "verdict-duplicate-keys-refused"
+"""Auto mode's verdict with a key twice in it goes to a person (older runs took the last value:
+`"decision": "escalate", ..., "decision": "approve"` approved the call). Asked only by such a
+verdict, by `refuses_duplicate_verdict_keys`."""
 
 
 PATCH_IDS: dict[str, str] = {
@@ -134,6 +138,7 @@ PATCH_IDS: dict[str, str] = {
     ERRORS_AFTER_EFFECTS: "0.2.0",
     ONE_MARKER: "0.3.0",
     SLASHED_CALL_IDS: "0.4.0 (unreleased)",
+    VERDICT_DUPLICATE_KEYS: "0.4.0 (unreleased)",
 }
 """Every patch id that ever landed on main, with where it landed: append-only. A history with an
 id's marker replays only while the code asks for that id (Temporal fails the task on a marker
@@ -348,3 +353,10 @@ def renames_slashed_call_ids() -> bool:
     """A reply has a call id with a '/', the separator of a sub-agent's qualified call ids:
     whether it is renamed, or kept as in a run recorded before. Asked only then."""
     return workflow.patched(SLASHED_CALL_IDS)
+
+
+def refuses_duplicate_verdict_keys() -> bool:
+    """Auto mode's judge answered with a key twice in its verdict: whether the call goes to a
+    person, or the verdict is read by the last value as in a run recorded before. Asked only
+    then."""
+    return workflow.patched(VERDICT_DUPLICATE_KEYS)
