@@ -196,6 +196,16 @@ def effective_rules(auto_mode: AutoMode | None, change: AutoModeChange | None) -
     return auto_mode
 
 
+def check_change(auto_mode: AutoMode | None, change: AutoModeChange) -> None:
+    """Whether a run with `auto_mode` (its input's) can take an operator's change. Of the input
+    alone: a sub-agent may be sent one before its loop has built its judge."""
+    if auto_mode is None and change.rules is not None:
+        raise ValueError(
+            "this run has no auto mode (no judge was set when it started): its rules cannot "
+            "be replaced"
+        )
+
+
 def sub_agent_auto_mode(
     auto_mode: AutoMode | None, change: AutoModeChange | None
 ) -> AutoMode | None:
@@ -225,13 +235,6 @@ class Judge:
     def criteria_for(self, tool: str) -> tuple[str, ApprovalCriteria] | None:
         rules = self.rules()
         return None if rules is None else rules.criteria_for(tool)
-
-    def validate_change(self, change: AutoModeChange) -> None:
-        if self._input.tool_approval.auto_mode is None and change.rules is not None:
-            raise ValueError(
-                "this run has no auto mode (no judge was set when it started): its rules cannot "
-                "be replaced"
-            )
 
     def next_judgement(self) -> int:
         self._state.judgements += 1

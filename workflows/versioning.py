@@ -111,6 +111,12 @@ VERDICT_DUPLICATE_KEYS = "verdict-duplicate-keys-refused"
 """Auto mode's verdict with a key twice in it goes to a person (older runs took the last value:
 `"decision": "escalate", ..., "decision": "approve"` approved the call). Asked only by such a
 verdict, by `refuses_duplicate_verdict_keys`."""
+AUTO_MODE_FOR_THE_TREE = "auto-mode-changes-reach-sub-agents"
+"""An operator's change to auto mode reaches the sub-agents running then: the run forwards it to
+each by the `set_auto_mode` signal, and a run takes that signal (older runs forwarded nothing,
+and had no such signal: a sub-agent judged on under the rules it started with). Asked only when
+a change comes while a sub-agent runs, or the signal comes, by `changes_auto_mode_for_the_tree`:
+workflows/auto_mode_forwarding.py."""
 
 
 PATCH_IDS: dict[str, str] = {
@@ -139,6 +145,7 @@ PATCH_IDS: dict[str, str] = {
     ONE_MARKER: "0.3.0",
     SLASHED_CALL_IDS: "0.4.0 (unreleased)",
     VERDICT_DUPLICATE_KEYS: "0.4.0 (unreleased)",
+    AUTO_MODE_FOR_THE_TREE: "0.4.0 (unreleased)",
 }
 """Every patch id that ever landed on main, with where it landed: append-only. A history with an
 id's marker replays only while the code asks for that id (Temporal fails the task on a marker
@@ -360,3 +367,11 @@ def refuses_duplicate_verdict_keys() -> bool:
     person, or the verdict is read by the last value as in a run recorded before. Asked only
     then."""
     return workflow.patched(VERDICT_DUPLICATE_KEYS)
+
+
+def changes_auto_mode_for_the_tree() -> bool:
+    """An operator's change to auto mode comes while a sub-agent runs, or comes by the
+    set_auto_mode signal: whether the run forwards it to its sub-agents and takes it by signal,
+    as this run does, or neither, as a run recorded before did (it had no such signal). Asked
+    only then."""
+    return workflow.patched(AUTO_MODE_FOR_THE_TREE)
