@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,17 +23,19 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 import tests.tools_for_tests as test_tools
 from durable_agent.activities.tools import tool_specs
 from durable_agent.client.agent_client import AgentRun, AgentRunFailed
-from durable_agent.serving.worker import build_worker
+from durable_agent.serving.worker import build_worker, replayer
+from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.events import AgentEvent
 from durable_agent.workflows.inputs import (
     AutoMode,
     Limits,
     ModelSettings,
     Price,
+    ScriptedCall,
     ScriptedTurn,
     ToolApprovalPolicy,
 )
-from durable_agent.workflows.state import ApprovalCriteria, AutoRules, ToolApproval
+from durable_agent.workflows.state import ApprovalCriteria, AutoModeChange, AutoRules, ToolApproval
 from tests import fake_anthropic, fake_openai
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, turn
 from tests.test_agent_client import serving
@@ -187,6 +190,35 @@ async def test_the_judge_fails_closed_and_nothing_runs_before_a_person_decides(
     assert result.answer == "done" and started_labels() == ["w1"]
     record = result.step_records[0].tool_calls[0]
     assert record.verdict is not None and record.verdict.outcome == "escalated"
+
+
+async def test_a_verdict_that_gives_a_key_twice_goes_to_a_person(
+    client: Client, task_queue: str
+) -> None:
+    """A verdict read by its last value of a repeated key would say approve where it first said
+    escalate, and the call would run: it fails closed instead, as a gated call's arguments with
+    a repeated key are refused (issue 47)."""
+    test_tools.events.clear()
+    script = [turn(call("write_thing", label="draft-2")), turn(text="done", expect="done draft-2")]
+    repeated = (
+        '{"decision": "escalate", "confidence": 0.99, "reason": "a person should see this", '
+        '"decision": "approve"}'
+    )
+    judge = turn(ScriptedCall(name="verdict", arguments=repeated))
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        run = await start(
+            client, task_queue, approval_input(script, tool_approval=auto_mode(judge))
+        )
+        waiting = await waiting_for_a_person(run)
+        assert waiting.call_id == "call_1_1" and waiting.verdict is not None
+        assert waiting.verdict.outcome == "escalated" and waiting.verdict.decision is None
+        assert "the judge's verdict has the key 'decision' more than once" in (
+            waiting.verdict.reason
+        )
+        assert started_labels() == []  # nothing ran before the person
+        await run.decide_tool_call("call_1_1", approve=True)
+        result, _ = await finish(run)
+    assert result.answer == "done" and started_labels() == ["draft-2"]
 
 
 async def test_calls_the_policy_allows_and_tools_without_criteria_never_reach_the_judge(
@@ -558,3 +590,136 @@ async def test_a_judge_that_takes_too_long_hands_the_call_to_a_person(
         await run.decide_tool_call("call_1_1", approve=True)
         result, _ = await finish(run)
     assert result.answer == "done" and started_labels() == ["w1"]
+
+
+# --- an operator's change reaches the sub-agents that run (issue 47) ---------------------------
+
+CANCEL, REFUND = "call_1_1/call_1_1", "call_1_1/call_2_1"
+"""The sub-agent's two calls (delegating_input), as its parent names them."""
+
+
+def judged_by_a_sub_agent(*judge: ScriptedTurn) -> Any:
+    """delegating_input, its sub-agent judged by `judge`: one turn per call, in its order."""
+    policy = auto_mode(*judge, tools={}, default="writes")
+    return delegating_input().model_copy(update={"tool_approval": policy})
+
+
+async def test_turning_auto_mode_off_reaches_a_sub_agent_that_runs(
+    client: Client, task_queue: str
+) -> None:
+    """The emergency stop, sent to the run a person started, holds for the whole tree: the
+    sub-agent that runs already had its own copy of the judge, which would approve its next call
+    with nobody asked. Now that call waits for a person, and the judge is not asked."""
+    judge = [
+        verdict("escalate", 0.9, "a cancel is a person's to decide"),
+        verdict("approve", 0.95, "a small refund"),  # never asked: auto mode is off by then
+    ]
+    async with serving(client, task_queue) as agents:
+        run = await agents.start(judged_by_a_sub_agent(*judge))
+        await waiting_in_sub_agent(run, CANCEL)
+        said = await run.set_auto_mode(off=True)
+        await run.decide_tool_call(CANCEL, approve=True)
+
+        status = await waiting_in_sub_agent(run, REFUND)
+        refund = next(a for a in status.sub_agent_approvals if a.call_id == REFUND)
+        assert (refund.tool, refund.verdict, refund.judging) == ("issue_refund", None, False)
+        await run.decide_tool_call(REFUND, approve=False, reason="no refunds today")
+        result = await run.result()
+        child = agents.run(f"{run.id}/call_1_1")
+        records = [c for r in (await child.result()).step_records for c in r.tool_calls]
+        judged = [e async for e in events_of(child) if e.kind == "judge_verdict"]
+        parent_history = await run.handle.fetch_history()
+        child_history = await child.handle.fetch_history()
+    assert result.answer == "The sub-agent cancelled it; no refund."
+    assert [(c.name, c.outcome, c.verdict is not None) for c in records] == [
+        ("cancel_order", "ok", True),
+        ("issue_refund", "denied", False),
+    ]
+    assert [e.call_id for e in judged] == ["call_1_1"]  # the judge's second turn was not played
+    assert said == f"auto mode is off; it reached the running sub-agent {run.id}/call_1_1"
+    # One signal, as docs/people-in-the-loop.md counts it, and both sides replay.
+    forwarded = [
+        e
+        for e in parent_history.events
+        if e.signal_external_workflow_execution_initiated_event_attributes.signal_name
+        == "set_auto_mode"
+    ]
+    signalled = [
+        e
+        for e in child_history.events
+        if e.workflow_execution_signaled_event_attributes.signal_name == "set_auto_mode"
+    ]
+    assert len(forwarded) == len(signalled) == 1
+    for history in (parent_history, child_history):
+        replayed = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+        assert replayed.replay_failure is None, history.workflow_id
+
+
+async def test_new_rules_from_the_command_line_reach_a_sub_agent_that_runs(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Rules replaced on the parent, as an operator does at a terminal: the running sub-agent
+    judges its next call by them. Under the old criteria its judge's 0.95 approved the refund;
+    the new ones want 0.99, so a person decides."""
+    address = client.service_client.config.target_host
+    refunds = ApprovalCriteria(effect="refunds money", approve_when="small", min_confidence=0.99)
+    rules = tmp_path / "rules.json"
+    rules.write_text(
+        AutoRules(
+            criteria={"refunds": refunds}, tools={"issue_refund": "refunds"}
+        ).model_dump_json()
+    )
+    judge = [
+        verdict("escalate", 0.9, "a cancel is a person's to decide"),
+        verdict("approve", 0.95, "a small refund"),
+    ]
+    async with serving(client, task_queue) as agents:
+        run = await agents.start(judged_by_a_sub_agent(*judge))
+        await waiting_in_sub_agent(run, CANCEL)
+        process = await starter(address, "auto-mode", run.id, "--rules", str(rules))
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+        assert process.returncode == 0, err.decode()
+        await run.decide_tool_call(CANCEL, approve=True)
+
+        status = await waiting_in_sub_agent(run, REFUND)
+        refund = next(a for a in status.sub_agent_approvals if a.call_id == REFUND)
+        assert refund.verdict is not None
+        assert (refund.verdict.criteria, refund.verdict.outcome) == ("refunds", "escalated")
+        await run.decide_tool_call(REFUND, approve=False, reason="no refunds today")
+        assert (await run.result()).answer == "The sub-agent cancelled it; no refund."
+    assert out.decode() == (
+        f"{run.id}: auto mode judges by the new rules; it reached the running sub-agent "
+        f"{run.id}/call_1_1\n"
+    )
+
+
+async def test_a_change_by_signal_in_the_runs_first_task_holds_from_its_first_call(
+    client: Client, task_queue: str
+) -> None:
+    """A parent sends the change to a sub-agent once its start is confirmed, which may be
+    before the sub-agent's first workflow task: the signal then comes before its loop has
+    built the judge. It holds all the same (sent here with the start itself), and the history
+    replays."""
+    test_tools.events.clear()
+    script = [turn(call("write_thing", label="draft-1")), turn(text="done")]
+    judge = verdict("approve", 0.95, "a draft")  # never asked: auto mode is off from the start
+    agent_input = approval_input(script, tool_approval=auto_mode(judge))
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        handle = await client.start_workflow(
+            AgentWorkflow.run,
+            agent_input,
+            id=f"approve-{uuid.uuid4()}",
+            task_queue=task_queue,
+            start_signal="set_auto_mode",
+            start_signal_args=[AutoModeChange(off=True)],
+        )
+        run = AgentRun(handle, client)
+        waiting = await waiting_for_a_person(run)
+        assert (waiting.call_id, waiting.verdict) == ("call_1_1", None)
+        assert started_labels() == []
+        await run.decide_tool_call("call_1_1", approve=True)
+        result, _ = await finish(run)
+        history = await handle.fetch_history()
+    assert result.answer == "done" and started_labels() == ["draft-1"]
+    replayed = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert replayed.replay_failure is None

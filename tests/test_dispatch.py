@@ -232,3 +232,19 @@ def test_call_ids_are_made_unique_within_the_run() -> None:
     only = ToolCall(id="a", name="x", arguments="{}")
     untouched = AssistantMessage(content=None, tool_calls=(only,))
     assert dispatch.with_unique_call_ids(untouched, 1, set()) is untouched
+
+
+def test_a_call_id_with_a_slash_is_renamed_so_no_own_id_looks_like_a_sub_agents() -> None:
+    """A parent names its sub-agent's calls `delegate/own` (issue 47): its own ids have no '/'."""
+    message = AssistantMessage(
+        content=None,
+        tool_calls=(
+            ToolCall(id="call_1_1", name="delegate", arguments="{}"),
+            ToolCall(id="call_1_1/call_2_1", name="send_email", arguments="{}"),
+        ),
+    )
+    assert dispatch.check_reply(message.tool_calls).slashed_call_ids
+    fixed = dispatch.with_unique_call_ids(message, step=1, earlier=set(), unqualified_ids=True)
+    assert [c.id for c in fixed.tool_calls] == ["call_1_1", "call_1_2"]
+    # A run recorded before the rename keeps it (versioning.renames_slashed_call_ids).
+    assert dispatch.with_unique_call_ids(message, step=1, earlier=set()) is message

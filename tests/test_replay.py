@@ -22,7 +22,13 @@ from typing import Any, Literal
 
 import pytest
 from temporalio import workflow
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowHistory,
+    WorkflowUpdateFailedError,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 from temporalio.worker import Replayer
@@ -45,6 +51,7 @@ from durable_agent.workflows.inputs import (
     ForkSeed,
     Limits,
     ModelSettings,
+    ScriptedCall,
     ToolApprovalPolicy,
 )
 from durable_agent.workflows.model_gateway import ModelGateway
@@ -74,6 +81,10 @@ class Scenario:
     """How many runs the workflow id goes through: each continue-as-new starts a new history."""
     ends: Literal["completed", "failed"] = "completed"
     """How the last run ends."""
+    workflow_id: str | None = None
+    """The run's workflow id, for a run whose commands name it (a sub-agent's id is its
+    parent's, a slash and the delegate call's): its name, under which its committed history
+    replays. None: a fresh id."""
 
     def files(self, name: str) -> list[str]:
         """The history files, one per run: `name.json`, then `name.run2.json`, ..."""
@@ -162,6 +173,48 @@ async def judged_then_off(handle: Handle) -> None:
         await asked_of_a_person(handle, call_id)
         decision = ToolCallDecision(call_id=call_id, approve=True)
         await handle.execute_update(AgentWorkflow.decide_tool_call, decision)
+
+
+async def approve_what_waits(handle: Handle) -> None:
+    """Approve each call that waits for a person, the run's own or its sub-agent's, until the
+    run ends: a scenario recorded by older code, where fewer calls wait, drives both."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        status = await handle.query(AgentWorkflow.status)
+        if status.status in ("completed", "failed"):
+            return
+        for waiting in [*status.approvals, *status.sub_agent_approvals]:
+            if waiting.status == "awaiting_approval" and not waiting.judging:
+                decision = ToolCallDecision(call_id=waiting.call_id, approve=True)
+                with contextlib.suppress(WorkflowUpdateFailedError):  # decided meanwhile
+                    await handle.execute_update(AgentWorkflow.decide_tool_call, decision)
+        assert asyncio.get_running_loop().time() < deadline, f"the run never ended: {status}"
+        await asyncio.sleep(0.05)
+
+
+async def off_while_a_sub_agent_runs(handle: Handle) -> None:
+    """Auto mode turned off while the sub-agent's first call waits for a person. Recorded by
+    code from before the change reached the sub-agent: its judge approved its second call;
+    today's sub-agent asks a person, whom the drive stands for."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        status = await handle.query(AgentWorkflow.status)
+        if any(a.call_id == "call_1_1/call_1_1" for a in status.sub_agent_approvals):
+            break
+        assert asyncio.get_running_loop().time() < deadline, "the sub-agent's call never waited"
+        await asyncio.sleep(0.05)
+    await handle.execute_update(AgentWorkflow.set_auto_mode, AutoModeChange(off=True))
+    await approve_what_waits(handle)
+
+
+def judged_by(*verdicts: Any) -> ToolApprovalPolicy:
+    return ToolApprovalPolicy(
+        auto_mode=AutoMode(
+            judge=ModelSettings(script=[turn(verdict) for verdict in verdicts]),
+            criteria={"effects": ApprovalCriteria(effect="records a label")},
+            default="effects",
+        )
+    )
 
 
 OVERSIZED = "x" * 32_001
@@ -432,6 +485,60 @@ def scenarios() -> dict[str, Scenario]:
             ),
             drive=judged_then_off,
         ),
+        # Issue 47, each recorded by the code before its fix (each replays its patch's old
+        # branch): a model-chosen call id with a '/' (kept then, renamed now)...
+        "slashed_call_id": Scenario(
+            scripted_input(
+                [
+                    turn(
+                        call("delegate", id="call_1_1/call_2_1", task="count", tools=["count_me"])
+                    ),
+                    turn(text="ok"),
+                ],
+                tools=["count_me"],
+                sub_agents=True,
+                sub_agent_model=ModelSettings(
+                    script=[turn(call("count_me", key="slash")), turn(text="counted")]
+                ),
+            ),
+            workflow_id="slashed_call_id",
+        ),
+        # ... a verdict with a key twice (approved then by its last value, a person's now) ...
+        "verdict_repeated_key": Scenario(
+            scripted_input(
+                [turn(call("keyed_effect", label="v")), turn(text="wrote it")],
+                tools=["keyed_effect"],
+                tool_approval=judged_by(
+                    ScriptedCall(
+                        name="verdict",
+                        arguments='{"decision": "escalate", "confidence": 0.9, '
+                        '"reason": "unsure", "decision": "approve"}',
+                    )
+                ),
+            ),
+            drive=approve_what_waits,
+        ),
+        # ... and auto mode turned off while a sub-agent runs (not forwarded then).
+        "auto_mode_off_with_a_sub_agent": Scenario(
+            scripted_input(
+                [turn(call("delegate", task="write a and b")), turn(text="wrote two")],
+                tools=["keyed_effect"],
+                sub_agents=True,
+                sub_agent_model=ModelSettings(
+                    script=[
+                        turn(call("keyed_effect", label="a")),
+                        turn(call("keyed_effect", label="b")),
+                        turn(text="wrote a and b"),
+                    ]
+                ),
+                tool_approval=judged_by(
+                    call("verdict", decision="escalate", confidence=0.9, reason="a person"),
+                    call("verdict", decision="approve", confidence=0.95, reason="fine"),
+                ),
+            ),
+            drive=off_while_a_sub_agent_runs,
+            workflow_id="auto_mode_off_with_a_sub_agent",
+        ),
         "plan_fork": Scenario(
             scripted_input(
                 scripted_from(
@@ -472,7 +579,7 @@ async def record(client: Client, task_queue: str, scenario: Scenario) -> list[Wo
         handle = await client.start_workflow(
             AgentWorkflow.run,
             scenario.agent_input,
-            id=f"replay-{uuid.uuid4()}",
+            id=scenario.workflow_id or f"replay-{uuid.uuid4()}",
             task_queue=task_queue,
         )
         if scenario.drive is not None:
@@ -613,6 +720,50 @@ def test_the_committed_histories_cover_what_they_are_named_for() -> None:
         "workflow_execution_signaled_event_attributes",
         "workflow_execution_update_accepted_event_attributes",
     }
+    # Issue 47's, by the code before each fix: no marker of its patch, and what it did then.
+    issue_47 = {
+        "slashed_call_id": versioning.SLASHED_CALL_IDS,
+        "verdict_repeated_key": versioning.VERDICT_DUPLICATE_KEYS,
+        "auto_mode_off_with_a_sub_agent": versioning.AUTO_MODE_FOR_THE_TREE,
+    }
+    for name, patch_id in issue_47.items():
+        recorded = b"".join(e.SerializeToString() for e in events(HISTORIES / f"{name}.json"))
+        assert patch_id.encode() not in recorded, name
+
+    def tool_inputs(name: str) -> list[bytes]:
+        return [
+            e.activity_task_scheduled_event_attributes.input.payloads[0].data
+            for e in events(HISTORIES / f"{name}.json")
+            if e.activity_task_scheduled_event_attributes.activity_type.name
+            not in ("", "call_model")
+        ]
+
+    # The sub-agent's workflow id was made of the call id as the model wrote it.
+    started = [
+        e.start_child_workflow_execution_initiated_event_attributes.workflow_id
+        for e in events(HISTORIES / "slashed_call_id.json")
+        if e.HasField("start_child_workflow_execution_initiated_event_attributes")
+    ]
+    assert started == ["slashed_call_id/call_1_1/call_2_1"]
+    # The judge's repeated key read as approve: the call ran, nobody was asked.
+    assert len(tool_inputs("verdict_repeated_key")) == 1
+    assert "workflow_execution_update_accepted_event_attributes" not in kinds(
+        HISTORIES / "verdict_repeated_key.json"
+    )
+    # set_auto_mode while the sub-agent ran, and only a decision signalled to it.
+    off = events(HISTORIES / "auto_mode_off_with_a_sub_agent.json")
+    updates = [
+        e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+        for e in off
+        if e.HasField("workflow_execution_update_accepted_event_attributes")
+    ]
+    assert updates == ["set_auto_mode", "decide_tool_call"]
+    forwarded = [
+        e.signal_external_workflow_execution_initiated_event_attributes.signal_name
+        for e in off
+        if e.HasField("signal_external_workflow_execution_initiated_event_attributes")
+    ]
+    assert forwarded == ["decide_tool_call"]
 
 
 def with_tool_result(path: Path, tool: str, **fields: Any) -> WorkflowHistory:

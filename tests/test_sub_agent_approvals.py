@@ -368,3 +368,51 @@ async def test_a_run_terminated_while_its_sub_agent_waits_leaves_no_stray_error(
         fresh = await agents.start(scripted_input([turn(text="fine")]))
         assert (await fresh.result()).answer == "fine"
     gc.collect()
+
+
+async def test_a_call_id_the_model_chose_cannot_stand_for_a_sub_agents_call(
+    client: Client, task_queue: str
+) -> None:
+    """The model names its own call `call_1_1/call_1_1`, the id its parent shows for the
+    sub-agent's first call (issue 47). A person who decides the sub-agent's card by that id
+    decides the sub-agent's call; the run's own call is decided by the id the run shows for it,
+    which has no '/', and not the sub-agent's."""
+    email = {"to": "a@b.com", "subject": "Cancelled", "body": "Order 104999 is cancelled."}
+    child = child_model(
+        turn(call("cancel_order", order_id=104999, reason="asked")),
+        turn(text="Cancelled 104999.", expect='"cancelled": true'),
+    )
+    script = [
+        turn(call("delegate", task="Cancel 104999."), call("send_email", id=CANCEL, **email)),
+        turn(text="Cancelled; no email.", expect="a person denied this call to send_email"),
+    ]
+    agent_input = scripted_input(
+        script,
+        tools=["cancel_order", "send_email"],
+        sub_agents=True,
+        sub_agent_model=child,
+        tool_approval=ToolApprovalPolicy(),
+    )
+    async with serving(client, task_queue) as agents:
+        run = await agents.start(agent_input)
+        status = await waiting_in_sub_agent(run, CANCEL)
+        [own] = status.approvals  # asked before anything of the reply ran
+        assert own.tool == "send_email"
+
+        decided = await run.decide_tool_call(CANCEL, approve=True)
+        assert (decided.call_id, decided.tool) == (CANCEL, "cancel_order")
+        assert [a.call_id for a in (await run.status()).approvals] == [own.call_id]
+
+        assert "/" not in own.call_id
+        decided = await run.decide_tool_call(own.call_id, approve=False, reason="no email")
+        assert (decided.call_id, decided.tool, decided.status) == (
+            own.call_id,
+            "send_email",
+            "denied",
+        )
+        result = await run.result()
+        transcript = await run.transcript()
+    assert result.answer == "Cancelled; no email."
+    assert not any("/" in c.id for m in transcript for c in getattr(m, "tool_calls", ()))
+    assert demo_tools.get_order(104999)["status"] == "cancelled"
+    assert demo_tools.outbox() == []

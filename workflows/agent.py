@@ -25,6 +25,7 @@ from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 
 from . import continuation, dispatch, fork, run_setup, versioning
+from .auto_mode_forwarding import AutoModeForwarding
 from .budget import Budget
 from .call_ids import CallIds
 from .callbacks import CallbackGate
@@ -118,6 +119,7 @@ class AgentWorkflow(AgentHandlers):
         signals = UnknownSignals()
         self._plan_gate = PlanGate(ctx, self._reporter, self._budget, signals)
         self._tool_gate = ToolCallGate(ctx, self._reporter, self._budget, signals)
+        self._auto_mode = AutoModeForwarding(self._tool_gate)
         self._callbacks = CallbackGate(self._state, self._reporter)
         self._saga = Saga(ctx, self._reporter)
         self._conversation = Conversation(ctx, self._reporter, self._budget, signals)
@@ -198,6 +200,7 @@ class AgentWorkflow(AgentHandlers):
             ctx,
             self._budget,
             self._tool_gate,
+            self._auto_mode,
             self._callbacks,
             self._gateway,
             self._saga,
@@ -295,6 +298,7 @@ class AgentWorkflow(AgentHandlers):
             step,
             self._call_ids,
             bounded_ids=checks.long_call_ids and versioning.renames_long_call_ids(),
+            unqualified_ids=checks.slashed_call_ids and versioning.renames_slashed_call_ids(),
         )
         self._call_ids.add([call.id for call in message.tool_calls])
         self._transcript.append(message)

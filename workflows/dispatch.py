@@ -95,6 +95,7 @@ class ReplyChecks:
     too_many_calls: bool
     duplicate_keys: bool
     long_call_ids: bool
+    slashed_call_ids: bool
 
 
 def check_reply(calls: Sequence[ToolCall]) -> ReplyChecks:
@@ -102,6 +103,7 @@ def check_reply(calls: Sequence[ToolCall]) -> ReplyChecks:
         too_many_calls=len(calls) > MAX_CALLS_PER_REPLY,
         duplicate_keys=any(_duplicated_key(call.arguments) is not None for call in calls),
         long_call_ids=any(len(call.id) > MAX_CALL_ID_CHARS for call in calls),
+        slashed_call_ids=any("/" in call.id for call in calls),
     )
 
 
@@ -189,7 +191,7 @@ def parse_arguments(
 ) -> dict[str, Any] | Refuse:
     """The call's arguments as an object, or why the model must send them again."""
     try:
-        arguments, key = _parsed(call.arguments) if call.arguments.strip() else ({}, None)
+        arguments, key = parsed_json(call.arguments) if call.arguments.strip() else ({}, None)
     except (ValueError, RecursionError) as error:
         reason = "nested too deep to read" if isinstance(error, RecursionError) else error
         return Refuse(
@@ -248,21 +250,32 @@ def nesting_depth(value: Any) -> int:
 
 
 def with_unique_call_ids(
-    message: AssistantMessage, step: int, earlier: Container[str], *, bounded_ids: bool = False
+    message: AssistantMessage,
+    step: int,
+    earlier: Container[str],
+    *,
+    bounded_ids: bool = False,
+    unqualified_ids: bool = False,
 ) -> AssistantMessage:
     """Models sometimes repeat or omit call ids; every call of a run needs its own, for its
     result and for its idempotency key. With `bounded_ids`, one over MAX_CALL_ID_CHARS is
-    renamed too (a sub-agent's workflow id is built from it)."""
+    renamed too (a sub-agent's workflow id is built from it). With `unqualified_ids`, one with a
+    '/' is renamed too: a parent shows its sub-agent's calls qualified by the delegate call
+    (`call_1_1/call_2_1`, gates.py), and a call of its own named so would be decided in their
+    place."""
     ids = [call.id for call in message.tool_calls]
     too_long = bounded_ids and any(len(i) > MAX_CALL_ID_CHARS for i in ids)
+    qualified = unqualified_ids and any("/" in i for i in ids)
     unique = all(ids) and len(set(ids)) == len(ids) and not any(i in earlier for i in ids)
-    if unique and not too_long:
+    if unique and not too_long and not qualified:
         return message
     seen: set[str] = set()
     calls = []
     for position, call in enumerate(message.tool_calls):
         call_id = call.id
-        renamed = bounded_ids and len(call_id) > MAX_CALL_ID_CHARS
+        renamed = (bounded_ids and len(call_id) > MAX_CALL_ID_CHARS) or (
+            unqualified_ids and "/" in call_id
+        )
         if renamed or not call_id or call_id in seen or call_id in earlier:
             call_id = f"call_{step}_{position + 1}"
             while call_id in seen or call_id in earlier:
@@ -272,9 +285,10 @@ def with_unique_call_ids(
     return message.model_copy(update={"tool_calls": tuple(calls)})
 
 
-def _parsed(text: str) -> tuple[Any, str | None]:
-    """The arguments parsed as json.loads parses them (the last of a repeated key wins), and
-    a key that appears twice in one of their objects, if one does."""
+def parsed_json(text: str) -> tuple[Any, str | None]:
+    """JSON a model wrote, parsed as json.loads parses it (the last of a repeated key wins), and
+    a key that appears twice in one of its objects, if one does: a call's arguments, or auto
+    mode's verdict (judge.py). Raises what json.loads raises."""
     duplicate: str | None = None
 
     def to_dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -296,7 +310,7 @@ def _duplicated_key(arguments: str) -> str | None:
     """A key that appears twice in one object of these arguments (at any depth), if one does;
     None for arguments without one, or that are not valid JSON (refused elsewhere)."""
     try:
-        return _parsed(arguments)[1] if arguments.strip() else None
+        return parsed_json(arguments)[1] if arguments.strip() else None
     except (ValueError, RecursionError):
         return None
 

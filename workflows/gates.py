@@ -34,7 +34,7 @@ from .input_limits import (
     check_reason,
     quoted_id,
 )
-from .judge import Judge
+from .judge import Judge, check_change, effective_rules
 from .outcomes import count
 from .reporting import (
     Explained,
@@ -413,22 +413,21 @@ class ToolCallGate:
                 raise error
 
     def validate_auto_mode_change(self, change: AutoModeChange) -> None:
-        if self._judge is None:
-            raise ValueError("the run has not started its loop yet; send the change again")
-        self._judge.validate_change(change)
+        check_change(self._ctx.input.tool_approval.auto_mode, change)
 
     def change_auto_mode(self, change: AutoModeChange) -> str:
-        """An operator's change, for the rest of the run. Calls the judge is reviewing go to a
-        person: their verdict would come under the rules the operator just changed."""
+        """An operator's change, for the rest of the run (the judge reads it from the state,
+        once it is built). Calls the judge is reviewing go to a person: their verdict would come
+        under the rules the operator just changed. auto_mode_forwarding.py takes it to the
+        sub-agents."""
         self._state.auto_mode_change = change
         handed = [a for a in self.awaiting() if a.judging]
         for request in handed:
             self._escalate(request)
-        rules = self._judge.rules() if self._judge is not None else None
+        rules = effective_rules(self._ctx.input.tool_approval.auto_mode, change)
         now = "auto mode is off" if rules is None else "auto mode judges by the new rules"
         if handed:
             now += f"; {count(len(handed), 'call')} under review went to a person"
-        workflow.logger.info("set_auto_mode: %s", now)
         return now
 
     async def _judged(

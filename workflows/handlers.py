@@ -17,6 +17,7 @@ from typing import ParamSpec
 from temporalio import workflow
 
 from . import paging
+from .auto_mode_forwarding import SET_AUTO_MODE, AutoModeForwarding
 from .callbacks import CallbackGate
 from .conversation import Conversation
 from .gates import PlanGate, ToolCallGate, ignored_by_signal, validator_refusal
@@ -81,6 +82,7 @@ class AgentHandlers:
     _reporter: Reporter
     _plan_gate: PlanGate
     _tool_gate: ToolCallGate
+    _auto_mode: AutoModeForwarding
     _callbacks: CallbackGate
     _conversation: Conversation
 
@@ -251,17 +253,29 @@ class AgentHandlers:
         description=(
             "For an operator: turn auto mode's judge off for the rest of the run "
             '({"off": true}), or replace its rules ({"rules": {"criteria": {...}, "tools": '
-            '{...}, "default": ...}}). Calls under review go to a person. Answers what holds now.'
+            '{...}, "default": ...}}), here and in the sub-agents that run. Calls under review '
+            "go to a person. Answers what holds now, and which sub-agents it reached."
         )
     )
-    def set_auto_mode(self, change: AutoModeChange) -> str:
-        """An operator's change to auto mode, for the rest of the run (never a tool: the model
-        cannot call it)."""
-        return self._tool_gate.change_auto_mode(change)
+    async def set_auto_mode(self, change: AutoModeChange) -> str:
+        """An operator's change to auto mode, for the rest of the run and its sub-agents (never
+        a tool: the model cannot call it)."""
+        return await self._auto_mode.change(change)
 
     @set_auto_mode.validator
     def _check_auto_mode_change(self, change: AutoModeChange) -> None:
         refused(self._tool_gate.validate_auto_mode_change, change)
+
+    @workflow.signal(
+        name=SET_AUTO_MODE,
+        description=(
+            "The update of this name's twin, with the same input: a parent sends it to its "
+            "sub-agents that run. No answer comes back (a bad one is ignored and logged)."
+        ),
+    )
+    async def set_auto_mode_by_signal(self, change: AutoModeChange) -> None:
+        if by_signal("auto mode change", self._tool_gate.validate_auto_mode_change, change):
+            await self._auto_mode.take_by_signal(change)
 
     @workflow.signal(
         name=SUB_AGENT_APPROVALS_SIGNAL,

@@ -19,10 +19,11 @@ from typing import Any
 
 from temporalio import workflow
 
-from . import json_schema
+from . import json_schema, versioning
 from .activity_io import ModelRequest, ModelResponse
 from .budget import Budget
 from .context import RunContext
+from .dispatch import parsed_json
 from .errors import AgentError
 from .inputs import AutoMode
 from .model_gateway import ModelGateway
@@ -137,8 +138,8 @@ def judge_prompt(
 
 
 def read_verdict(message: AssistantMessage, name: str, criteria: ApprovalCriteria) -> JudgeVerdict:
-    """What the judge's reply decides, failing closed: anything but one valid `verdict` call
-    that approves or denies with at least `min_confidence` goes to a person."""
+    """What the judge's reply decides, failing closed: anything but one valid `verdict` call,
+    each key once, that approves or denies with at least `min_confidence` goes to a person."""
     calls = message.tool_calls
     if len(calls) != 1 or calls[0].name != VERDICT:
         made = ", ".join(bounded(c.name, 80) for c in calls[:5]) or "none"
@@ -146,9 +147,17 @@ def read_verdict(message: AssistantMessage, name: str, criteria: ApprovalCriteri
             name, criteria, f"the judge did not answer with one {VERDICT} call (calls: {made})"
         )
     try:
-        verdict = json.loads(calls[0].arguments)
+        verdict, repeated = parsed_json(calls[0].arguments)
     except (ValueError, RecursionError):
         return _escalated(name, criteria, f"the judge's {VERDICT} arguments are not valid JSON")
+    if repeated is not None and versioning.refuses_duplicate_verdict_keys():
+        # Read by the last of a repeated key, `"decision": "escalate", ..., "decision":
+        # "approve"` approves: a verdict that says two things is not one, whichever it meant.
+        return _escalated(
+            name,
+            criteria,
+            f"the judge's {VERDICT} has the key {bounded(repr(repeated), 80)} more than once",
+        )
     if problem := json_schema.problems(VERDICT_PARAMETERS, verdict):
         return _escalated(name, criteria, f"the judge's {VERDICT} is not valid: {problem}")
     decision: JudgeDecision = verdict["decision"]
@@ -187,6 +196,16 @@ def effective_rules(auto_mode: AutoMode | None, change: AutoModeChange | None) -
     return auto_mode
 
 
+def check_change(auto_mode: AutoMode | None, change: AutoModeChange) -> None:
+    """Whether a run with `auto_mode` (its input's) can take an operator's change. Of the input
+    alone: a sub-agent may be sent one before its loop has built its judge."""
+    if auto_mode is None and change.rules is not None:
+        raise ValueError(
+            "this run has no auto mode (no judge was set when it started): its rules cannot "
+            "be replaced"
+        )
+
+
 def sub_agent_auto_mode(
     auto_mode: AutoMode | None, change: AutoModeChange | None
 ) -> AutoMode | None:
@@ -216,13 +235,6 @@ class Judge:
     def criteria_for(self, tool: str) -> tuple[str, ApprovalCriteria] | None:
         rules = self.rules()
         return None if rules is None else rules.criteria_for(tool)
-
-    def validate_change(self, change: AutoModeChange) -> None:
-        if self._input.tool_approval.auto_mode is None and change.rules is not None:
-            raise ValueError(
-                "this run has no auto mode (no judge was set when it started): its rules cannot "
-                "be replaced"
-            )
 
     def next_judgement(self) -> int:
         self._state.judgements += 1

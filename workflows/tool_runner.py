@@ -31,6 +31,7 @@ from temporalio.exceptions import (
 
 from . import json_schema, versioning
 from .activity_io import ToolActivityInput, ToolActivityResult
+from .auto_mode_forwarding import AutoModeForwarding
 from .budget import Budget
 from .builtin_tools import DELEGATE, DELEGATE_PARAMETERS, READ_RESULT
 from .callbacks import CallbackGate
@@ -103,6 +104,7 @@ class ToolRunner:
         ctx: RunContext,
         budget: Budget,
         gate: ToolCallGate,
+        auto_mode: AutoModeForwarding,
         callbacks: CallbackGate,
         gateway: ModelGateway,
         saga: Saga,
@@ -115,6 +117,7 @@ class ToolRunner:
         self._behaviours = ctx.behaviours
         self._budget = budget
         self._gate = gate
+        self._auto_mode = auto_mode
         self._callbacks = callbacks
         self._gateway = gateway
         self._saga = saga
@@ -399,9 +402,16 @@ class ToolRunner:
         # Its calls that wait for a person are reported here, and shown as this run's.
         self._gate.sub_agent_started(call.id)
         try:
-            result = await workflow.execute_child_workflow(
+            child_input = self._child_input(arguments)
+            # It is given auto mode as it holds now; an operator's change after this reaches it
+            # by signal, once it has started.
+            judged = child_input.tool_approval.auto_mode is not None
+            self._auto_mode.sub_agent_starting(call.id, child_id, judged=judged)
+            # execute_child_workflow in its two halves (the same commands), to know when the
+            # sub-agent has started.
+            child = await workflow.start_child_workflow(
                 "AgentWorkflow",
-                self._child_input(arguments),
+                child_input,
                 result_type=AgentResult,
                 id=child_id,
                 static_summary=f"sub-agent for {call.id}",
@@ -411,6 +421,8 @@ class ToolRunner:
                 if self._behaviours.skips_unchanged_upserts
                 else None,
             )
+            self._auto_mode.sub_agent_started(call.id)
+            result: AgentResult = await child
         except ChildWorkflowError as error:
             cause = error.cause
             if isinstance(cause, CancelledError) and self._behaviours.cancels_end_the_run:
@@ -424,6 +436,7 @@ class ToolRunner:
         finally:
             if workflow.in_workflow():  # not when the worker drops the run from its cache
                 self._gate.sub_agent_ended(call.id)
+                self._auto_mode.sub_agent_ended(call.id)
         self._budget.record_side_call(result.usage)
         self._saga.adopt(result.side_effects)
         return Outcome.ok(call, result.answer, latency_ms=_ms_since(started), attempts=1)

@@ -102,7 +102,21 @@ SIGNAL_INPUT_BOUNDS = "signal-input-bounds"
 """A signal whose input is over a bound of workflows/input_limits.py is ignored (older runs took
 it). Asked only when such a signal comes, by `ignores_oversized_signal`, so a run that never gets
 one records no marker for it."""
-
+SLASHED_CALL_IDS = "call-ids-with-a-slash-renamed"
+"""A call id with a '/' is renamed, as a long one is, so that the run's own call ids and the
+qualified ids of its sub-agents' calls (`call_1_1/call_2_1`) are never the same (older runs kept
+it, and a decision on a sub-agent's call could decide the run's own). Asked only by a reply that
+has one, by `renames_slashed_call_ids`."""
+VERDICT_DUPLICATE_KEYS = "verdict-duplicate-keys-refused"
+"""Auto mode's verdict with a key twice in it goes to a person (older runs took the last value:
+`"decision": "escalate", ..., "decision": "approve"` approved the call). Asked only by such a
+verdict, by `refuses_duplicate_verdict_keys`."""
+AUTO_MODE_FOR_THE_TREE = "auto-mode-changes-reach-sub-agents"
+"""An operator's change to auto mode reaches the sub-agents running then: the run forwards it to
+each by the `set_auto_mode` signal, and a run takes that signal (older runs forwarded nothing,
+and had no such signal: a sub-agent judged on under the rules it started with). Asked only when
+a change comes while a sub-agent runs, or the signal comes, by `changes_auto_mode_for_the_tree`:
+workflows/auto_mode_forwarding.py."""
 FOREIGN_DIALECTS = "foreign-schema-dialects-refused"
 """A schema whose root `$schema` names another dialect than Draft 2020-12 is refused as the run
 starts, and nothing is fetched (older runs had the engine fetch an unknown one over HTTP, from
@@ -135,6 +149,9 @@ PATCH_IDS: dict[str, str] = {
     ERRORS_AFTER_EFFECTS: "0.2.0",
     ONE_MARKER: "0.3.0",
     FOREIGN_DIALECTS: "0.4.0 (unreleased)",
+    SLASHED_CALL_IDS: "0.4.0 (unreleased)",
+    VERDICT_DUPLICATE_KEYS: "0.4.0 (unreleased)",
+    AUTO_MODE_FOR_THE_TREE: "0.4.0 (unreleased)",
 }
 """Every patch id that ever landed on main, with where it landed: append-only. A history with an
 id's marker replays only while the code asks for that id (Temporal fails the task on a marker
@@ -350,3 +367,24 @@ def refuses_foreign_dialects() -> bool:
     this run does, or to check it without what it declares (the engine's own meta-schema, or none
     for one it does not carry), as a run recorded before did, less the fetch. Asked only then."""
     return workflow.patched(FOREIGN_DIALECTS)
+
+
+def renames_slashed_call_ids() -> bool:
+    """A reply has a call id with a '/', the separator of a sub-agent's qualified call ids:
+    whether it is renamed, or kept as in a run recorded before. Asked only then."""
+    return workflow.patched(SLASHED_CALL_IDS)
+
+
+def refuses_duplicate_verdict_keys() -> bool:
+    """Auto mode's judge answered with a key twice in its verdict: whether the call goes to a
+    person, or the verdict is read by the last value as in a run recorded before. Asked only
+    then."""
+    return workflow.patched(VERDICT_DUPLICATE_KEYS)
+
+
+def changes_auto_mode_for_the_tree() -> bool:
+    """An operator's change to auto mode comes while a sub-agent runs, or comes by the
+    set_auto_mode signal: whether the run forwards it to its sub-agents and takes it by signal,
+    as this run does, or neither, as a run recorded before did (it had no such signal). Asked
+    only then."""
+    return workflow.patched(AUTO_MODE_FOR_THE_TREE)
