@@ -192,7 +192,10 @@ _RUN_OPTIONS = [
     flag("--no-wait", "print the workflow id and return"),
     flag("--json", "print one JSON object on stdout"),
     flag("--print-input", "print the workflow input this would start, as JSON; start nothing"),
-    option("--stream/--no-stream", "print the model's text as it comes", show_default=TTY),
+    # No default: unset, a run streams where stderr is a terminal (`_run_args`).
+    option(
+        "--stream/--no-stream", "print the model's text as it comes", default=None, show_default=TTY
+    ),
     flag("--trace", "once the run has ended, print its steps as a table on stderr"),
     flag("--linger", "self-contained: keep the server and its Web UI up after the run"),
     option("--mcp-config", "self-contained: MCP servers for the run", envvar=MCP_CONFIG_VARIABLE),
