@@ -85,11 +85,12 @@ class OpenAI:
 
     def usage_fields(self, usage: Usage) -> dict[str, Any]:
         """`usage` as the provider reports it, in the fields of `reply`."""
-        assert usage.cache_write_tokens == 0, "OpenAI reports no cache writes"
-        # prompt_tokens counts every input token, the cached ones included.
+        # prompt_tokens counts every input token, cache reads and writes included (writes are
+        # reported from GPT-5.6 on; left out before, as None leaves them).
         return {
             "prompt_tokens": usage.input_tokens,
             "cached_tokens": usage.cached_input_tokens,
+            "cache_write_tokens": usage.cache_write_tokens or None,
             "completion_tokens": usage.output_tokens,
         }
 

@@ -37,7 +37,7 @@ from ...workflows.transcript import (
 )
 from . import _streaming
 from ._http_errors import cut_off_reply, incomplete_reply
-from .openai_provider import openai_client
+from .openai_provider import openai_client, usage_count
 
 PROVIDER = "OpenAI"
 PROVIDER_ID, API = "openai-responses", "responses"
@@ -180,11 +180,13 @@ def to_model_response(response: Response, request: ModelRequest) -> ModelRespons
         usage = response.usage
         input_details = usage.input_tokens_details if usage else None
         output_details = usage.output_tokens_details if usage else None
+        # input_tokens counts cache reads and writes too, as Usage.input_tokens does.
         neutral_usage = Usage(
             input_tokens=usage.input_tokens if usage else 0,
             output_tokens=usage.output_tokens if usage else 0,
-            cached_input_tokens=(input_details.cached_tokens or 0) if input_details else 0,
-            reasoning_tokens=(output_details.reasoning_tokens or 0) if output_details else 0,
+            cached_input_tokens=usage_count(input_details, "cached_tokens"),
+            cache_write_tokens=usage_count(input_details, "cache_write_tokens"),
+            reasoning_tokens=usage_count(output_details, "reasoning_tokens"),
         )
         status = response.status
         details = response.incomplete_details
