@@ -14,9 +14,9 @@ from durable_agent.activities.providers import openai_responses_provider
 from durable_agent.activities.providers.openai_provider import complete as chat_complete
 from durable_agent.workflows.activity_io import ModelRequest
 from durable_agent.workflows.inputs import AgentInput, ModelSettings, Price
-from durable_agent.workflows.transcript import UserMessage
+from durable_agent.workflows.transcript import AssistantMessage, TextItem, UserMessage
 from tests import recorded
-from tests.fake_openai import FakeOpenAI, RecordedReply
+from tests.fake_openai import FakeOpenAI, RecordedReply, ResponsesReply
 from tests.helpers import FAST_MODEL_RETRY, Run, run_agent
 
 PROMPT = "Reply with exactly: OK"
@@ -124,3 +124,133 @@ async def test_the_next_call_reads_what_the_first_wrote(
 
     assert (response.usage.cached_input_tokens, response.usage.cache_write_tokens) == (4012, 0)
     assert response.usage.input_tokens == 4020
+
+
+# --- the Responses API's phase ------------------------------------------------------------------
+
+COMMENTARY = 'I\'ll check the capital lookup tool for "PotatoLand."'
+FINAL = "The capital of PotatoLand is **Potato City**."
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+async def test_an_assistant_message_goes_back_with_its_phase(
+    client: Client, task_queue: str, openai: FakeOpenAI, stream: bool
+) -> None:
+    """gpt-5.5's recorded turn: reasoning, a message with phase "commentary", a call. The next
+    request sends the message back with its phase, as OpenAI asks, beside the reasoning item
+    exactly as it came; the answer's "final_answer" is kept for the turn after."""
+    asked, answered = recorded.responses("openai_responses_phase")
+    openai.script += [RecordedReply(asked), RecordedReply(answered)]
+    done = await run(
+        client,
+        task_queue,
+        settings("openai-responses", "gpt-5.5", reasoning_effort="medium", stream=stream),
+        prompt="What is the capital of PotatoLand?",
+    )
+
+    assert done.result is not None and done.result.answer == FINAL
+    assert openai.phases_dropped == []
+    sent_back = openai.requests[1].body["input"]
+    reasoning, _, call = asked["output"]
+    assert sent_back[1] == reasoning  # every field as the API sent it
+    assert sent_back[2] == {"role": "assistant", "content": COMMENTARY, "phase": "commentary"}
+    assert sent_back[3] == {
+        "type": "function_call",
+        "call_id": call["call_id"],
+        "name": call["name"],
+        "arguments": call["arguments"],
+    }
+    # What pydantic-ai sent back when it recorded this turn, and the real API answered: the same
+    # text with the same phase (its ids and statuses are its own: this stateless request has none).
+    theirs = recorded.load("openai_responses_phase")["requests"]["1"]["input"][2]
+    assert (theirs["phase"], theirs["content"][0]["text"]) == ("commentary", COMMENTARY)
+
+    # The transcript keeps each message's phase, so the answer's goes back on the next turn too.
+    said, answer = done.transcript[1], done.transcript[-1]
+    assert isinstance(said, AssistantMessage) and isinstance(answer, AssistantMessage)
+    assert said.text_items == (
+        TextItem(
+            provider="openai-responses",
+            api="responses",
+            chars=len(COMMENTARY),
+            fields='{"phase":"commentary"}',
+        ),
+    )
+    next_turn = ModelRequest(
+        settings=settings("openai-responses", "gpt-5.5"),
+        system=None,
+        messages=[*done.transcript, UserMessage(content="And its population?")],
+        tools=[],
+        step=3,
+    )
+    items = openai_responses_provider.request_params(next_turn)["input"]
+    assert {"role": "assistant", "content": FINAL, "phase": "final_answer"} in items
+
+
+async def test_a_message_without_a_phase_keeps_its_bytes(openai: FakeOpenAI) -> None:
+    """A model that labels nothing: the message has no text items, and its JSON is as before."""
+    openai.script.append(ResponsesReply("plain"))
+    request = ModelRequest(
+        settings=settings("openai-responses", "gpt-5-mini"),
+        system=None,
+        messages=[UserMessage(content="hi")],
+        tools=[],
+        step=1,
+    )
+    response = await openai_responses_provider.complete(request)
+
+    assert response.message.text_items == ()
+    assert (
+        response.message.model_dump_json()
+        == '{"role":"assistant","content":"plain","tool_calls":[]}'
+    )
+
+
+async def test_the_phase_of_each_message_item_goes_back_with_its_own_text(
+    openai: FakeOpenAI,
+) -> None:
+    """Two message items in one reply, each with its phase: one text in the transcript, two
+    items again on the way back, each with its own."""
+    openai.script.append(
+        ResponsesReply(items=[("text", "Looking. "), ("text", "Found it.")], phase="commentary")
+    )
+    request = ModelRequest(
+        settings=settings("openai-responses", "gpt-5.5"),
+        system=None,
+        messages=[UserMessage(content="hi")],
+        tools=[],
+        step=1,
+    )
+    reply = (await openai_responses_provider.complete(request)).message
+    assert reply.content == "Looking. Found it."
+    first, second = reply.text_items
+    changed = reply.model_copy(
+        update={
+            "text_items": (first, second.model_copy(update={"fields": '{"phase":"final_answer"}'}))
+        }
+    )
+    items = openai_responses_provider.to_input_items([UserMessage(content="hi"), changed])[0]
+    assert items[1:] == [
+        {"role": "assistant", "content": "Looking. ", "phase": "commentary"},
+        {"role": "assistant", "content": "Found it.", "phase": "final_answer"},
+    ]
+
+
+async def test_a_gpt_5_6_reasoning_item_goes_back_whole(
+    client: Client, task_queue: str, openai: FakeOpenAI
+) -> None:
+    """gpt-5.6's recorded reasoning item carries `content: []` beside its encrypted content: it
+    goes back with every field, and the fake, like the API, takes only the item it sent."""
+    thought = recorded.responses("openai_responses_gpt_5_6_reasoning_call")[0]
+    openai.script += [RecordedReply(thought), ResponsesReply("done")]
+    done = await run(client, task_queue, settings("openai-responses", "gpt-5.6-sol"))
+
+    assert done.result is not None and done.result.answer == "done"
+    reasoning, call = thought["output"]
+    sent_back = openai.requests[1].body["input"]
+    assert sent_back[1] == reasoning
+    assert sent_back[2]["call_id"] == call["call_id"] and sent_back[3]["call_id"] == call["call_id"]
+    assert (
+        done.result.usage.reasoning_tokens
+        == thought["usage"]["output_tokens_details"]["reasoning_tokens"]
+    )
