@@ -21,7 +21,7 @@ from durable_agent.workflows.inputs import AgentInput, ModelSettings, Price
 from durable_agent.workflows.state import Usage
 from durable_agent.workflows.transcript import AssistantMessage, TextItem, UserMessage
 from tests import fake_anthropic, recorded
-from tests.fake_openai import FakeOpenAI, RecordedReply, ResponsesReply
+from tests.fake_openai import FakeOpenAI, RecordedReply, ResponsesReply, responses_error
 from tests.helpers import FAST_MODEL_RETRY, Run, run_agent
 
 PROMPT = "Reply with exactly: OK"
@@ -338,6 +338,52 @@ async def test_a_tool_use_goes_back_without_its_caller(
         text,
         {"type": "tool_use", "id": call["id"], "name": call["name"], "input": call["input"]},
     ]
+
+
+# --- the fakes hold the real rules for recorded items too ---------------------------------------
+
+
+def test_a_recorded_reasoning_item_changed_gets_the_apis_400() -> None:
+    reasoning = recorded.responses("openai_responses_gpt_5_6_reasoning_call")[0]["output"][0]
+    served = {reasoning["id"]: reasoning}
+    call = {"type": "function_call", "call_id": "c", "name": "n", "arguments": "{}"}
+    answer = {"type": "function_call_output", "call_id": "c", "output": "ok"}
+
+    def sent(item: dict[str, Any]) -> dict[str, Any]:
+        return {"input": [{"role": "user", "content": "hi"}, item, call, answer]}
+
+    assert responses_error(sent(reasoning), served) is None
+    changed = reasoning | {"encrypted_content": reasoning["encrypted_content"][:-4] + "AAAA"}
+    refused = responses_error(sent(changed), served)
+    assert refused is not None and refused.status == 400
+    assert "could not be verified" in refused.body["error"]["message"]
+    dropped = {k: v for k, v in reasoning.items() if k != "encrypted_content"}
+    refused = responses_error(sent(dropped), served)
+    assert refused is not None and "Items are not persisted" in refused.body["error"]["message"]
+
+
+def test_a_recorded_thinking_block_changed_gets_the_apis_400() -> None:
+    thinking, _, call = recorded.responses("anthropic_thinking_tool_use")[0]["content"]
+    served = {fake_anthropic.block_key(thinking)}
+
+    def sent(block: dict[str, Any]) -> dict[str, Any]:
+        use = {"type": "tool_use", "id": call["id"], "name": call["name"], "input": {}}
+        result = {"type": "tool_result", "tool_use_id": call["id"], "content": "Mexico"}
+        return {
+            "max_tokens": 4096,
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [block, use]},
+                {"role": "user", "content": [result]},
+            ],
+        }
+
+    assert fake_anthropic.request_error(sent(thinking), served) is None
+    changed = thinking | {"thinking": thinking["thinking"] + " "}
+    refused = fake_anthropic.request_error(sent(changed), served)
+    assert refused is not None and refused.status == 400
+    assert "Invalid `signature`" in refused.body["error"]["message"]
 
 
 # --- every field: read, or left for a reason ----------------------------------------------------
