@@ -4,7 +4,9 @@ Prices are US dollars per million tokens. The shipped table holds list prices fo
 as of PRICES_AS_OF; a provider's price change, or a negotiated rate, goes in a JSON file named by
 $AGENT_PRICES (`{"model": {"input": 2.5, "cached_input": 1.25, "cache_write": 0, "output": 10}}`)
 or in a run's `ModelSettings.price`. Models are matched by exact name, else by the longest known
-name their own starts with ("gpt-4o-mini-2024-07-18" is priced as "gpt-4o-mini").
+name their own starts with ("gpt-4o-mini-2024-07-18" is priced as "gpt-4o-mini"), but not across a
+version's dot: "gpt-5.6-sol" is another model than "gpt-5", priced otherwise (and billed for its
+cache writes), so it has no price here rather than gpt-5's.
 
 Cost is computed in the model activity, where reading the file is allowed; the workflow only adds
 up the figures the activities returned, so budgets stay deterministic.
@@ -22,19 +24,29 @@ from ..workflows.state import Usage
 
 PRICES_AS_OF = "2026-11"
 
+OPENAI_CACHE_WRITES = (
+    "https://developers.openai.com/api/docs/guides/prompt-caching (as quoted 2026-07 to 2026-09): "
+    "no cache-write fee before GPT-5.6; from GPT-5.6, writes at 1.25x input (cache_write_tokens)"
+)
+"""The source of the OpenAI cache-write prices below, and its date: the guide as other projects
+quoted it in July to September 2026 (the page itself could not be read for this table)."""
+
 _p = Price
 SHIPPED_PRICES: dict[str, Price] = {
-    # OpenAI: cached input is billed at the cached rate; there is no cache-write charge.
-    "gpt-5": _p(input=1.25, cached_input=0.125, output=10.0),
-    "gpt-5-mini": _p(input=0.25, cached_input=0.025, output=2.0),
-    "gpt-5-nano": _p(input=0.05, cached_input=0.005, output=0.40),
-    "gpt-4.1": _p(input=2.0, cached_input=0.50, output=8.0),
-    "gpt-4.1-mini": _p(input=0.40, cached_input=0.10, output=1.60),
-    "gpt-4.1-nano": _p(input=0.10, cached_input=0.025, output=0.40),
-    "gpt-4o": _p(input=2.50, cached_input=1.25, output=10.0),
-    "gpt-4o-mini": _p(input=0.15, cached_input=0.075, output=0.60),
-    "o3": _p(input=2.0, cached_input=0.50, output=8.0),
-    "o4-mini": _p(input=1.10, cached_input=0.275, output=4.40),
+    # OpenAI: cached input is billed at the cached rate. Cache writes: 0 on every model below,
+    # all from before GPT-5.6 (OPENAI_CACHE_WRITES). GPT-5.6 and later write at 1.25x input and
+    # are not listed: their list prices moved more than once since July 2026, and could not be
+    # checked against OpenAI's pricing page for this table; price them in $AGENT_PRICES.
+    "gpt-5": _p(input=1.25, cached_input=0.125, cache_write=0.0, output=10.0),
+    "gpt-5-mini": _p(input=0.25, cached_input=0.025, cache_write=0.0, output=2.0),
+    "gpt-5-nano": _p(input=0.05, cached_input=0.005, cache_write=0.0, output=0.40),
+    "gpt-4.1": _p(input=2.0, cached_input=0.50, cache_write=0.0, output=8.0),
+    "gpt-4.1-mini": _p(input=0.40, cached_input=0.10, cache_write=0.0, output=1.60),
+    "gpt-4.1-nano": _p(input=0.10, cached_input=0.025, cache_write=0.0, output=0.40),
+    "gpt-4o": _p(input=2.50, cached_input=1.25, cache_write=0.0, output=10.0),
+    "gpt-4o-mini": _p(input=0.15, cached_input=0.075, cache_write=0.0, output=0.60),
+    "o3": _p(input=2.0, cached_input=0.50, cache_write=0.0, output=8.0),
+    "o4-mini": _p(input=1.10, cached_input=0.275, cache_write=0.0, output=4.40),
     # Anthropic: cache reads at 0.1x input, 5-minute cache writes at 1.25x input.
     "claude-opus-4-6": _p(input=5.0, cached_input=0.50, cache_write=6.25, output=25.0),
     "claude-sonnet-4-6": _p(input=3.0, cached_input=0.30, cache_write=3.75, output=15.0),
@@ -72,7 +84,10 @@ def price_for(model: str, table: dict[str, Price] | None = None) -> Price | None
     table = price_table() if table is None else table
     if model in table:
         return table[model]
-    matches = [name for name in table if model.startswith(name)]
+    # A dated name extends its model's ("gpt-4o-2024-11-20"); a dot starts another version.
+    matches = [
+        name for name in table if model.startswith(name) and not model[len(name) :].startswith(".")
+    ]
     return table[max(matches, key=len)] if matches else None
 
 

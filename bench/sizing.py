@@ -33,7 +33,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import spend
-from durable_agent.activities.pricing import PRICES_AS_OF, SHIPPED_PRICES, price_for
+from durable_agent.activities.pricing import (
+    OPENAI_CACHE_WRITES,
+    PRICES_AS_OF,
+    SHIPPED_PRICES,
+    price_for,
+)
 from durable_agent.cli.plumbing import OneLineArgumentParser
 
 REPO = Path(__file__).resolve().parent.parent
@@ -134,7 +139,7 @@ def model_prices(model_name: str) -> dict[str, Figure]:
     write = (
         published(price.cache_write, f"{listed}; {ANTHROPIC_CACHING}")
         if provider == "anthropic"
-        else published(price.cache_write, f"OpenAI caches by itself, writes free: {listed}")
+        else published(price.cache_write, f"{listed}; {OPENAI_CACHE_WRITES}")
     )
     return {
         "model_input_usd_a_million_tokens": published(price.input, listed),
@@ -474,7 +479,7 @@ def model(
     }
 
 
-def cache_model(anthropic: bool, conversation: bool) -> str:
+def cache_model(anthropic: bool, conversation: bool, writes: bool = False) -> str:
     if conversation:
         return (
             "priced call by call; a warm cache serves the prompt of the call before, and a turn's "
@@ -484,6 +489,11 @@ def cache_model(anthropic: bool, conversation: bool) -> str:
         return (
             "each token is written once, by the first call that sends it, and read by every call "
             "after"
+        )
+    if writes:  # an OpenAI model that bills its cache writes (GPT-5.6 and later)
+        return (
+            "1 - uncached_input_share of the input is read from it, at the cached price, and the "
+            "rest written to it, at the cache-write price"
         )
     return "1 - uncached_input_share of the input is read from it, at the cached price"
 
@@ -533,7 +543,9 @@ def spending(
     return {
         "spend": {
             "model": model_name,
-            "model_cache": cache_model(anthropic, "conversations" in scenario),
+            "model_cache": cache_model(
+                anthropic, "conversations" in scenario, spend.writes_cache(v, anthropic)
+            ),
             "model_input_tokens_a_month": month.input,
             "model_output_tokens_a_month": month.output,
             **priced,

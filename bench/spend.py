@@ -12,9 +12,12 @@ that answers.
 
 The cache, by provider:
 
-- **OpenAI** caches a prefix it has seen by itself and charges nothing to write it. In a run, the
-  measured share `1 - uncached_input_share` of the input is read from the cache (it counts the
-  short first calls that OpenAI's 1,024-token minimum leaves uncached).
+- **OpenAI** caches a prefix it has seen by itself. In a run, the measured share
+  `1 - uncached_input_share` of the input is read from the cache (it counts the short first calls
+  that OpenAI's 1,024-token minimum leaves uncached). Models before GPT-5.6 charge nothing to
+  write it; GPT-5.6 and later bill the write at 1.25x input (`cache_write_tokens`), so a model
+  with a cache-write price writes what it does not read: the uncached share, at most (a prompt
+  under the minimum writes nothing).
 - **Anthropic** caches up to the breakpoint the provider adapter puts on the last message: a
   call reads what the call before it sent (at the cached price, 0.1x input) and writes what is
   new (at the cache-write price, 1.25x input). So each token of a run is written once, by the
@@ -49,7 +52,7 @@ class Tokens:
     cached: float = 0.0
     """Input read from the prefix cache."""
     written: float = 0.0
-    """Input written to the prefix cache (Anthropic)."""
+    """Input written to the prefix cache (Anthropic; OpenAI from GPT-5.6)."""
     output: float = 0.0
 
     def __add__(self, other: Tokens) -> Tokens:
@@ -93,6 +96,12 @@ def dollars(tokens: Tokens, v: dict[str, float]) -> float:
     return usd(tokens, v)["model_usd"]
 
 
+def writes_cache(v: dict[str, float], anthropic: bool) -> bool:
+    """Whether what a call sends past the cached prefix is billed as a cache write: on
+    Anthropic, and on an OpenAI model with a cache-write price (GPT-5.6 and later)."""
+    return anthropic or v["model_cache_write_usd_a_million_tokens"] > 0
+
+
 def run_tokens(v: dict[str, float], steps: float, anthropic: bool) -> Tokens:
     """One run of `steps` steps: steps + 1 calls, the k-th (from 0) sending a + b x k."""
     a, b = v["input_tokens_a_call"], v["input_tokens_a_step"]
@@ -102,14 +111,17 @@ def run_tokens(v: dict[str, float], steps: float, anthropic: bool) -> Tokens:
         written = a + b * steps  # the last call's prompt: each token written once
         return Tokens(cached=sent - written, written=written, output=output)
     uncached = sent * v["uncached_input_share"]
+    if writes_cache(v, anthropic):
+        return Tokens(cached=sent - uncached, written=uncached, output=output)
     return Tokens(uncached=uncached, cached=sent - uncached, output=output)
 
 
-def _call(prompt: float, read: float, anthropic: bool, output: float) -> Tokens:
-    """One call that finds `read` tokens of its prompt in the cache."""
+def _call(prompt: float, read: float, writes: bool, output: float) -> Tokens:
+    """One call that finds `read` tokens of its prompt in the cache, and writes the rest when
+    `writes` (see `writes_cache`)."""
     read = min(read, prompt)
     rest = prompt - read
-    if anthropic:
+    if writes:
         return Tokens(cached=read, written=rest, output=output)
     return Tokens(uncached=rest, cached=read, output=output)
 
@@ -138,6 +150,7 @@ def conversation(
     tokens of a turn's first call blend a warm cache (`warm_share` of turns) and a cold one.
     """
     a, b = v["input_tokens_a_call"], v["input_tokens_a_step"]
+    writes = writes_cache(v, anthropic)
     warm = v["turn_cache_warm_share"] if warm_share is None else warm_share
     summary_size = v["summary_tokens"]
     prompt, previous = a, 0.0  # the next call's prompt; the prompt the cache holds
@@ -152,14 +165,14 @@ def conversation(
                 # The summary reads what the prompt loses (the new summary sits in the target),
                 # on a cold cache: its prompt is new.
                 removed = prompt - target + summary_size
-                made = _call(removed, 0, anthropic, summary_size)
+                made = _call(removed, 0, writes, summary_size)
                 summary, tokens = summary + made, tokens + made
                 compactions += 1
                 prompt, previous = target, 0.0
-                hot = cold = _call(prompt, 0, anthropic, output)
+                hot = cold = _call(prompt, 0, writes, output)
             else:
-                hot = _call(prompt, previous, anthropic, output)
-                cold = _call(prompt, 0, anthropic, output)
+                hot = _call(prompt, previous, writes, output)
+                cold = _call(prompt, 0, writes, output)
             tokens += (hot * warm + cold * (1 - warm)) if call == 0 else hot
             largest = max(largest, prompt)
             previous = prompt

@@ -29,6 +29,10 @@ the connection after N events instead (a stream that breaks off).
 
 Faults a network brings are scripted too: `Hangup()` resets the connection without an answer,
 `Slow(seconds, entry)` answers only after a delay, and `HttpReply(raw=...)` sends any bytes.
+
+`RecordedReply(body)` answers with a message recorded from the real API (tests/recorded/), sent as
+it was (as events when the request streams); its thinking blocks, signed by the real API, are
+taken back as the API would: exactly as they were sent.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import hmac
 import json
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -92,6 +97,13 @@ class Reply:
     """Streamed: the time between two events."""
 
 
+@dataclass
+class RecordedReply:
+    """A message recorded from the real API, sent as it was (see tests/recorded/)."""
+
+    body: dict[str, Any]
+
+
 def signature(thinking: str) -> str:
     """The fake's signature of a thinking text: any change to the text breaks it."""
     return base64.b64encode(hmac.new(_SECRET, thinking.encode(), hashlib.sha256).digest()).decode()
@@ -134,7 +146,7 @@ class Slow:
     """Answer with `then`, but only after `seconds`: slower than the client's timeout, say."""
 
     seconds: float
-    then: Reply | HttpReply
+    then: Reply | RecordedReply | HttpReply
 
 
 def error(
@@ -157,8 +169,10 @@ class Recorded:
     body: Any
 
 
-def request_error(body: dict[str, Any]) -> HttpReply | None:
-    """The API's 400 for a request it refuses before the model sees it; None when valid."""
+def request_error(body: dict[str, Any], served: Collection[str] = ()) -> HttpReply | None:
+    """The API's 400 for a request it refuses before the model sees it; None when valid.
+    `served`: the reasoning blocks of recorded messages (`block_key`), which the real API
+    signed."""
     if not isinstance(body.get("max_tokens"), int):
         return error(400, "max_tokens: Field required")
     messages = body.get("messages") or []
@@ -170,7 +184,7 @@ def request_error(body: dict[str, Any]) -> HttpReply | None:
             f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
             f"Found {breakpoints}.",
         )
-    return pairing_error(messages) or thinking_error(body) or tool_choice_error(body)
+    return pairing_error(messages) or thinking_error(body, served) or tool_choice_error(body)
 
 
 def tool_choice_error(body: dict[str, Any]) -> HttpReply | None:
@@ -191,7 +205,13 @@ def tool_choice_error(body: dict[str, Any]) -> HttpReply | None:
     return None
 
 
-def thinking_error(body: dict[str, Any]) -> HttpReply | None:
+def block_key(block: dict[str, Any]) -> str:
+    """A thinking or redacted_thinking block as served, to know it again when it comes back."""
+    kept = {key: value for key, value in block.items() if key != "cache_control"}
+    return json.dumps(kept, sort_keys=True)
+
+
+def thinking_error(body: dict[str, Any], served: Collection[str] = ()) -> HttpReply | None:
     """The API's 400s for thinking: settings that do not go with it, a thinking block changed
     or not made by the API, the open tool-use turn without its thinking (thinking on) or with
     it (thinking off); None when the request keeps the rules."""
@@ -222,6 +242,11 @@ def thinking_error(body: dict[str, Any]) -> HttpReply | None:
     for index, message in enumerate(messages):
         for position, block in enumerate(_blocks(message.get("content"))):
             where = f"messages.{index}.content.{position}"
+            if (
+                block.get("type") in ("thinking", "redacted_thinking")
+                and block_key(block) in served
+            ):
+                continue  # a recorded block, signed by the real API, sent back as it came
             if block.get("type") == "thinking":
                 text, signed = block.get("thinking"), block.get("signature")
                 if not isinstance(text, str) or not isinstance(signed, str):
@@ -360,13 +385,15 @@ def sent_key(headers: dict[str, str]) -> str | None:
 class FakeAnthropic:
     def __init__(
         self,
-        script: list[Reply | HttpReply | Hangup | Slow] | None = None,
+        script: list[Reply | RecordedReply | HttpReply | Hangup | Slow] | None = None,
         *,
         api_key: str = "sk-ant-test-fake",
     ) -> None:
         self.script = list(script or [])
         self.api_key = api_key
         self.requests: list[Recorded] = []
+        self.served: set[str] = set()
+        """Every thinking and redacted_thinking block of the recorded messages served."""
         self.hold = threading.Event()
         """What a streamed `Reply(pause_after=N)` waits for."""
         self._lock = threading.Lock()
@@ -411,7 +438,7 @@ class FakeAnthropic:
                 return error(400, "anthropic-version: header is required")
             if not isinstance(body, dict):
                 return error(400, "The request body is not valid JSON.")
-            if broken := request_error(body):
+            if broken := request_error(body, self.served):
                 return broken
             if not self.script:
                 return error(
@@ -423,6 +450,18 @@ class FakeAnthropic:
             delay, entry = entry.seconds, entry.then
         if isinstance(entry, Hangup):
             return entry
+        if isinstance(entry, RecordedReply):
+            recorded = entry.body
+            with self._lock:
+                self.served.update(
+                    block_key(block)
+                    for block in recorded.get("content") or ()
+                    if block.get("type") in ("thinking", "redacted_thinking")
+                )
+            if body.get("stream"):
+                entry = HttpReply(200, None, events=sse_events(recorded))
+            else:
+                entry = HttpReply(200, recorded)
         if isinstance(entry, Reply):
             message = _message(entry, body, number, len(raw))
             raw_reply = None

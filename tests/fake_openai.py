@@ -15,11 +15,18 @@ Faults a network brings are scripted too: `Hangup()` resets the connection witho
 
 The Responses API (POST /v1/responses) is served too, statelessly, as with `store=false`: a
 `ResponsesReply` answers with reasoning items (their `encrypted_content` sealed by the fake, and
-sent only when the request's `include` asks for it), text and function calls. Like the real API it
-answers 400 to a reasoning item sent back without its encrypted content ("Item with id 'rs_...'
-not found. Items are not persisted when 'store' is set to false..."), with its content changed,
-or without the item it preceded; to a `function_call` without its `function_call_output` (and
-the reverse); and to a `previous_response_id`, since it keeps nothing.
+sent only when the request's `include` asks for it), text (with the `phase` newer models label it
+with) and function calls. Like the real API it answers 400 to a reasoning item sent back without
+its encrypted content ("Item with id 'rs_...' not found. Items are not persisted when 'store' is
+set to false..."), with its content changed, or without the item it preceded; to a
+`function_call` without its `function_call_output` (and the reverse); and to a
+`previous_response_id`, since it keeps nothing. An assistant message sent back without the
+`phase` the fake gave it is no 400 at the real API, which only reads the turn worse: the fake
+notes it in `phases_dropped` for the test to see.
+
+`RecordedReply(body)` answers with a body recorded from the real API (tests/recorded/), sent as
+it was (as events when the request streams); the fake takes its reasoning items back as the API
+would, by their encrypted content as it was sent.
 
 With `"stream": true` a Chat Completions reply comes as chunks of deltas (usage last, when
 `stream_options.include_usage`), and a Responses reply as the API's server-sent events
@@ -44,7 +51,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -73,8 +80,20 @@ class Reply:
     """Defaults to an estimate from the request's size."""
     completion_tokens: int | None = None
     cached_tokens: int = 0
+    cache_write_tokens: int | None = None
+    """prompt_tokens_details.cache_write_tokens, which GPT-5.6 and later report; None leaves it
+    out, as the models before them do."""
+    reasoning_tokens: int = 0
+    """completion_tokens_details.reasoning_tokens."""
     model: str | None = None
     """Defaults to the requested model."""
+
+
+@dataclass
+class RecordedReply:
+    """A body recorded from the real API, sent as it was (see tests/recorded/)."""
+
+    body: dict[str, Any]
 
 
 @dataclass
@@ -84,6 +103,8 @@ class ResponsesReply:
     text: str | None = None
     calls: list[tuple[str, str, str]] = field(default_factory=list)
     """(call_id, name, arguments as raw text) per function call."""
+    phase: str | None = None
+    """The text's message item's `phase` ("commentary", "final_answer"); None leaves it out."""
     reasoning: str | None = None
     """The summary of a reasoning item before everything else."""
     items: list[tuple[str, Any]] | None = None
@@ -92,6 +113,8 @@ class ResponsesReply:
     input_tokens: int | None = None
     """Defaults to an estimate from the request's size."""
     cached_tokens: int = 0
+    cache_write_tokens: int | None = 0
+    """None leaves it out of input_tokens_details, as models before GPT-5.6 did."""
     output_tokens: int | None = None
     reasoning_tokens: int | None = None
     """Defaults to an estimate from the reasoning summaries (the real ones think longer)."""
@@ -114,8 +137,12 @@ def seal(item_id: str, summary: Any) -> str:
     return "gAAAA" + base64.b64encode(digest).decode()
 
 
-def responses_error(body: dict[str, Any]) -> HttpReply | None:
-    """The Responses API's 400 for a stateless request it refuses; None when it is valid."""
+def responses_error(
+    body: dict[str, Any], served: Mapping[str, dict[str, Any]] | None = None
+) -> HttpReply | None:
+    """The Responses API's 400 for a stateless request it refuses; None when it is valid.
+    `served`: reasoning items of recorded bodies by id, which carry the real API's encrypted
+    content rather than the fake's seal."""
     if body.get("previous_response_id"):
         return error(
             400,
@@ -137,7 +164,14 @@ def responses_error(body: dict[str, Any]) -> HttpReply | None:
             encrypted = item.get("encrypted_content")
             if not encrypted:
                 return error(400, NOT_PERSISTED.format(id=item_id), param="input")
-            if not hmac.compare_digest(encrypted, seal(item_id, item.get("summary"))):
+            recorded = (served or {}).get(item_id)
+            if recorded is not None:
+                intact = encrypted == recorded.get("encrypted_content") and item.get(
+                    "summary"
+                ) == recorded.get("summary")
+            else:
+                intact = hmac.compare_digest(encrypted, seal(item_id, item.get("summary")))
+            if not intact:
                 return error(
                     400,
                     f"The encrypted content for item {item_id} could not be verified.",
@@ -172,6 +206,30 @@ def responses_error(body: dict[str, Any]) -> HttpReply | None:
     return None
 
 
+def message_text(item: dict[str, Any]) -> str | None:
+    """The text of an assistant message input item (its content as a string, or its text parts
+    joined); None for any other item."""
+    if item.get("role") != "assistant" or item.get("type", "message") != "message":
+        return None
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(str(part.get("text", "")) for part in content or () if isinstance(part, dict))
+
+
+def phases_dropped(body: dict[str, Any], phases: Mapping[str, str]) -> list[str]:
+    """The texts of the assistant messages `body` sends back without the `phase` they were
+    served with (`phases`: a served message item's text, and its phase). The API takes such a
+    request, and reads the turn worse ("dropping it can degrade performance")."""
+    items = body.get("input")
+    dropped = []
+    for item in items if isinstance(items, list) else ():
+        text = message_text(item) if isinstance(item, dict) else None
+        if text is not None and text in phases and item.get("phase") != phases[text]:
+            dropped.append(text)
+    return dropped
+
+
 @dataclass
 class HttpReply:
     status: int
@@ -199,7 +257,7 @@ class Slow:
     """Answer with `then`, but only after `seconds`: slower than the client's timeout, say."""
 
     seconds: float
-    then: Reply | ResponsesReply | HttpReply
+    then: Reply | ResponsesReply | RecordedReply | HttpReply
 
 
 def error(
@@ -299,7 +357,8 @@ class _Server(ThreadingHTTPServer):
 class FakeOpenAI:
     def __init__(
         self,
-        script: list[Reply | ResponsesReply | HttpReply | Hangup | Slow] | None = None,
+        script: list[Reply | ResponsesReply | RecordedReply | HttpReply | Hangup | Slow]
+        | None = None,
         *,
         api_key: str = "sk-test-fake",
         responder: Callable[[dict[str, Any]], Reply | HttpReply] | None = None,
@@ -319,6 +378,12 @@ class FakeOpenAI:
         self.latency_seconds = latency_seconds
         self.hold = hold
         self.requests: list[Recorded] = []
+        self.served_reasoning: dict[str, dict[str, Any]] = {}
+        """Every reasoning item served with its encrypted content, by id."""
+        self.served_phases: dict[str, str] = {}
+        """Every message item served with a phase: its text, and the phase."""
+        self.phases_dropped: list[tuple[int, str]] = []
+        """(request number, text) of each assistant message sent back without its phase."""
         self.stream_hold = threading.Event()
         """What a streamed `ResponsesReply(pause_after=N)` waits for."""
         self.in_flight = 0
@@ -377,13 +442,15 @@ class FakeOpenAI:
                     headers=self.refusal_headers,
                 )
             if responses:
-                if broken := responses_error(body or {}):
+                if broken := responses_error(body or {}, self.served_reasoning):
                     return broken
+                for text in phases_dropped(body or {}, self.served_phases):
+                    self.phases_dropped.append((number, text))
             elif broken := pairing_error((body or {}).get("messages", [])):
                 return broken
             if broken := tool_choice_error(body or {}, responses=responses):
                 return broken
-            entry: Reply | ResponsesReply | HttpReply | Hangup | Slow
+            entry: Reply | ResponsesReply | RecordedReply | HttpReply | Hangup | Slow
             if self.responder is not None:
                 entry = self.responder(body or {})
             elif self.script:
@@ -400,16 +467,28 @@ class FakeOpenAI:
             # Served: it counts in flight until its answer is sent (`finished`).
             self.in_flight += 1
             self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
-        if isinstance(entry, Reply):
+        stream = bool((body or {}).get("stream"))
+        include_usage = ((body or {}).get("stream_options") or {}).get("include_usage", False)
+        if isinstance(entry, RecordedReply):
+            recorded_body = entry.body
+            if responses:
+                self._served(recorded_body)
+            if stream and responses:
+                entry = HttpReply(200, None, events=responses_events(recorded_body))
+            elif stream:
+                entry = HttpReply(200, None, events=chat_events(recorded_body, include_usage))
+            else:
+                entry = HttpReply(200, recorded_body)
+        elif isinstance(entry, Reply):
             completion = _completion(entry, body or {}, number, len(raw))
-            if (body or {}).get("stream"):
-                usage = ((body or {}).get("stream_options") or {}).get("include_usage", False)
-                entry = HttpReply(200, None, events=chat_events(completion, usage))
+            if stream:
+                entry = HttpReply(200, None, events=chat_events(completion, include_usage))
             else:
                 entry = HttpReply(200, completion)
         elif isinstance(entry, ResponsesReply):
             response = _response(entry, body or {}, number, len(raw))
-            if (body or {}).get("stream"):
+            self._served(response)
+            if stream:
                 entry = HttpReply(
                     200,
                     None,
@@ -420,6 +499,16 @@ class FakeOpenAI:
             else:
                 entry = HttpReply(200, response)
         return replace(entry, delay_seconds=entry.delay_seconds + delay, served=True)
+
+    def _served(self, response: dict[str, Any]) -> None:
+        """Remember what a Responses reply carried that a later request must send back."""
+        with self._lock:
+            for item in response.get("output") or ():
+                if item.get("type") == "reasoning" and item.get("encrypted_content"):
+                    self.served_reasoning[str(item.get("id"))] = item
+                elif item.get("type") == "message" and item.get("phase"):
+                    text = "".join(part.get("text", "") for part in item.get("content") or ())
+                    self.served_phases[text] = item["phase"]
 
     def finished(self, reply: HttpReply) -> None:
         """A served reply is about to be sent: it no longer counts in flight. (Before it is
@@ -465,8 +554,19 @@ def _completion(reply: Reply, request: dict[str, Any], number: int, size: int) -
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": reply.cached_tokens, "audio_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
+            "prompt_tokens_details": {
+                "cached_tokens": reply.cached_tokens,
+                "audio_tokens": 0,
+                **(
+                    {"cache_write_tokens": reply.cache_write_tokens}
+                    if reply.cache_write_tokens is not None
+                    else {}
+                ),
+            },
+            "completion_tokens_details": {
+                "reasoning_tokens": reply.reasoning_tokens,
+                "audio_tokens": 0,
+            },
         },
         "service_tier": "default",
         "system_fingerprint": "fp_fake",
@@ -501,6 +601,8 @@ def _response(
                 "status": "completed",
                 "content": [{"type": "output_text", "text": value, "annotations": []}],
             }
+            if reply.phase is not None:
+                item["phase"] = reply.phase
         else:
             call_id, name, arguments = value
             item = {
@@ -540,7 +642,14 @@ def _response(
         "top_p": 1.0,
         "usage": {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": reply.cached_tokens, "cache_write_tokens": 0},
+            "input_tokens_details": {
+                "cached_tokens": reply.cached_tokens,
+                **(
+                    {"cache_write_tokens": reply.cache_write_tokens}
+                    if reply.cache_write_tokens is not None
+                    else {}
+                ),
+            },
             "output_tokens": completion,
             "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
             "total_tokens": prompt + completion,

@@ -217,6 +217,19 @@ async def test_each_step_resends_the_previous_request_as_its_prefix(fake: FakeAn
     assert len(cache_paths(two)) == 3
 
 
+@pytest.mark.parametrize("purpose", ["judge", "summary"])
+async def test_a_request_sent_once_carries_no_cache_breakpoint(
+    fake: FakeAnthropic, purpose: str
+) -> None:
+    """A judge's or a summary's prefix is never read again: a breakpoint would write a cache
+    at 1.25x the input price for nothing."""
+    fake.script.append(Reply("ok"))
+    request = make_request(TRANSCRIPT, system="sys", tools=[ADD, SEARCH])
+    await complete(request.model_copy(update={"purpose": purpose}))
+
+    assert cache_paths(fake.requests[0].body) == []
+
+
 async def test_unset_options_and_empty_tools_are_left_out(fake: FakeAnthropic) -> None:
     fake.script.append(Reply("hello"))
     await complete(make_request([UserMessage(content="hi")]))

@@ -193,6 +193,25 @@ def test_output_and_cache_write_prices_move_the_model_total() -> None:
     )
 
 
+def test_an_openai_model_that_bills_cache_writes_pays_for_them() -> None:
+    """GPT-5.6 and later write what they cache at 1.25x input: with a cache-write price, the
+    uncached share of an OpenAI run is written at it, not read at the input price."""
+    inputs = committed_inputs()
+    v = values(inputs)
+    base = model(inputs, TEN_STEPS, "openai")["spend"]
+    price = 1.25 * v["model_input_usd_a_million_tokens"]
+    billed = inputs | {
+        "model_cache_write_usd_a_million_tokens": Figure(price, "assumed", "a GPT-5.6 model's")
+    }
+    spend = model(billed, TEN_STEPS, "openai")["spend"]
+    assert spend["model_uncached_input_usd_a_month"] == 0
+    assert spend["model_cache_write_usd_a_month"] == pytest.approx(
+        1.25 * base["model_uncached_input_usd_a_month"]
+    )
+    assert spend["model_cached_input_usd_a_month"] == base["model_cached_input_usd_a_month"]
+    assert "written to it, at the cache-write price" in spend["model_cache"]
+
+
 @pytest.mark.parametrize("model_name", ["gpt-4o-mini", "claude-sonnet-4-6"])
 def test_a_conversation_by_turn_grows_without_compaction_and_is_bounded_with_it(
     model_name: str,

@@ -21,12 +21,24 @@ V = {
     "model_cache_write_usd_a_million_tokens": 1.25,
     "model_output_usd_a_million_tokens": 5.0,
 }
+OPENAI = V | {"model_cache_write_usd_a_million_tokens": 0.0}
+"""An OpenAI model from before GPT-5.6: it charges nothing to write its cache."""
 
 
 def test_a_run_on_openai_reads_the_measured_share_from_the_cache() -> None:
     # Two steps: three calls of 1,000, 1,100 and 1,200 tokens; two replies asking for tools and
     # the answer.
-    assert run_tokens(V, 2, anthropic=False) == Tokens(uncached=825, cached=2475, output=60)
+    assert run_tokens(OPENAI, 2, anthropic=False) == Tokens(uncached=825, cached=2475, output=60)
+
+
+def test_an_openai_model_that_bills_cache_writes_writes_what_it_does_not_read() -> None:
+    # GPT-5.6 and later: the same run, its uncached share written at the cache-write price.
+    tokens = run_tokens(V, 2, anthropic=False)
+    assert tokens == Tokens(written=825, cached=2475, output=60)
+    assert usd(tokens, V)["model_cache_write_usd"] == pytest.approx(825 * 1.25 / 1e6)
+    # A conversation's call on a cold cache writes its whole prompt, as on Anthropic.
+    cold = conversation(V, turns=2, steps=1, anthropic=False, threshold=None)
+    assert cold[1].tokens == Tokens(written=1100 + 100, cached=1100, output=50)
 
 
 def test_a_run_on_anthropic_writes_each_token_once_and_reads_it_after() -> None:
@@ -43,20 +55,20 @@ def test_a_run_on_anthropic_writes_each_token_once_and_reads_it_after() -> None:
 
 def test_a_conversation_turn_by_turn_on_a_cold_and_a_warm_cache() -> None:
     # One step a turn: a call that asks for a tool, then the answer, 100 tokens later.
-    cold = conversation(V, turns=2, steps=1, anthropic=False, threshold=None)
+    cold = conversation(OPENAI, turns=2, steps=1, anthropic=False, threshold=None)
     assert cold[0].tokens == Tokens(uncached=1000 + 100, cached=1000, output=50)
     # The second turn starts on a cold cache, so its first call pays for all 1,100 tokens.
     assert cold[1].tokens == Tokens(uncached=1100 + 100, cached=1100, output=50)
-    warm = conversation(V, turns=2, steps=1, anthropic=False, threshold=None, warm_share=1)
+    warm = conversation(OPENAI, turns=2, steps=1, anthropic=False, threshold=None, warm_share=1)
     assert warm[1].tokens == Tokens(uncached=100, cached=1100 + 1100, output=50)
-    half = conversation(V, turns=2, steps=1, anthropic=False, threshold=None, warm_share=0.5)
+    half = conversation(OPENAI, turns=2, steps=1, anthropic=False, threshold=None, warm_share=0.5)
     assert half[1].tokens == Tokens(uncached=650, cached=1650, output=50)
     on_anthropic = conversation(V, turns=2, steps=1, anthropic=True, threshold=None)
     assert on_anthropic[1].tokens == Tokens(written=1200, cached=1100, output=50)
 
 
 def test_a_compaction_costs_a_summary_and_the_cache() -> None:
-    turns = conversation(V, turns=2, steps=1, anthropic=False, threshold=1150)
+    turns = conversation(OPENAI, turns=2, steps=1, anthropic=False, threshold=1150)
     assert turns[0].compactions == 0
     # The second turn's answer would send 1,200 tokens, over 1,150: a summary call reads what
     # the prompt loses (1,200 - 690 + the 50-token summary) and the answer sends 690 (60% of

@@ -22,6 +22,7 @@ from durable_agent.workflows.activity_io import ModelRequest
 from durable_agent.workflows.errors import AgentConfigurationError, AgentProviderError
 from durable_agent.workflows.inputs import ModelSettings
 from durable_agent.workflows.specs import ToolSpec
+from durable_agent.workflows.state import Usage
 from durable_agent.workflows.transcript import (
     AssistantMessage,
     Message,
@@ -173,6 +174,30 @@ async def test_reply_maps_parallel_calls_usage_and_cached_tokens(fake: FakeOpenA
     assert response.usage.cached_input_tokens == 1024
     assert response.model == "gpt-test-2025-01-01"
     assert response.finish_reason == "tool_calls"
+
+
+async def test_reply_maps_cache_writes_and_reasoning_tokens(fake: FakeOpenAI) -> None:
+    """GPT-5.6 and later report the prompt tokens they wrote to the cache (and bill them):
+    a part of prompt_tokens, as the cached ones are."""
+    fake.script.append(
+        Reply(
+            "ok",
+            prompt_tokens=5000,
+            cached_tokens=1024,
+            cache_write_tokens=3968,
+            completion_tokens=300,
+            reasoning_tokens=256,
+        )
+    )
+    response = await complete(make_request([UserMessage(content="go")]))
+
+    assert response.usage == Usage(
+        input_tokens=5000,
+        output_tokens=300,
+        cached_input_tokens=1024,
+        cache_write_tokens=3968,
+        reasoning_tokens=256,
+    )
 
 
 async def test_final_text_reply(fake: FakeOpenAI) -> None:

@@ -32,6 +32,29 @@ def test_dated_model_names_take_the_longest_known_prefix() -> None:
     assert pricing.price_for("my-local-llama") is None
 
 
+def test_openai_prices_say_what_a_cache_write_costs() -> None:
+    """Every OpenAI model in the table is from before GPT-5.6, which writes its cache for free:
+    each says so (0, not a default), and where the table learnt it."""
+    openai = {n: p for n, p in pricing.SHIPPED_PRICES.items() if not n.startswith("claude")}
+    for name, price in openai.items():
+        assert "cache_write" in price.model_fields_set and price.cache_write == 0, name
+    source = pricing.OPENAI_CACHE_WRITES
+    assert "developers.openai.com/api/docs/guides/prompt-caching" in source
+    assert "2026" in source and "GPT-5.6" in source and "1.25x" in source
+
+
+def test_a_later_version_is_not_priced_as_an_earlier_one() -> None:
+    """gpt-5.6 bills cache writes and costs otherwise: gpt-5's price would be wrong twice.
+    Unknown is not zero: the cost is None until a price file names it."""
+    assert pricing.price_for("gpt-5.6-sol") is None
+    assert pricing.price_for("gpt-5.5-2026-04-23") is None
+    assert pricing.price_for("gpt-5-2025-08-07") == pricing.SHIPPED_PRICES["gpt-5"]
+    assert pricing.price_for("gpt-4.1-mini-2025-04-14") == pricing.SHIPPED_PRICES["gpt-4.1-mini"]
+    usage = Usage(input_tokens=4020, cache_write_tokens=4012, output_tokens=4)
+    priced = Price(input=5.0, cached_input=0.5, cache_write=6.25, output=30.0)
+    assert pricing.cost_usd(usage, priced) == pytest.approx((8 * 5 + 4012 * 6.25 + 4 * 30) / 1e6)
+
+
 def test_a_price_file_overrides_the_shipped_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

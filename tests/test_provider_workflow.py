@@ -21,11 +21,20 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+import tests.tools_for_tests as test_tools
 from durable_agent.activities import pricing
-from durable_agent.workflows.inputs import AgentInput, ModelSettings
-from durable_agent.workflows.state import Usage
+from durable_agent.workflows.compaction import SUMMARY_SYSTEM
+from durable_agent.workflows.inputs import (
+    AgentInput,
+    AutoMode,
+    Limits,
+    ModelSettings,
+    ToolApprovalPolicy,
+)
+from durable_agent.workflows.state import ApprovalCriteria, Usage
 from tests import fake_anthropic, fake_openai
 from tests.helpers import FAST_MODEL_RETRY, Run, run_agent
+from tests.test_anthropic_adapter import cache_paths
 
 PROMPT = "where is order 1042"
 SYSTEM = "You are the support agent of a small shop. Answer from the tools' data only."
@@ -85,11 +94,12 @@ class OpenAI:
 
     def usage_fields(self, usage: Usage) -> dict[str, Any]:
         """`usage` as the provider reports it, in the fields of `reply`."""
-        assert usage.cache_write_tokens == 0, "OpenAI reports no cache writes"
-        # prompt_tokens counts every input token, the cached ones included.
+        # prompt_tokens counts every input token, cache reads and writes included (writes are
+        # reported from GPT-5.6 on; left out before, as None leaves them).
         return {
             "prompt_tokens": usage.input_tokens,
             "cached_tokens": usage.cached_input_tokens,
+            "cache_write_tokens": usage.cache_write_tokens or None,
             "completion_tokens": usage.output_tokens,
         }
 
@@ -429,6 +439,69 @@ async def test_anthropic_cache_breakpoints_and_the_cost_of_cache_reads_and_write
     results = third["messages"][4]["content"]
     assert "cache_control" not in results[0] and results[1]["cache_control"] == EPHEMERAL
     assert "cache_control" not in third["messages"][2]["content"][0]
+
+
+@only(ANTHROPIC)
+async def test_anthropic_one_off_requests_carry_no_cache_breakpoint(
+    client: Client, task_queue: str, provider: Provider, fake: Fake
+) -> None:
+    """A judge's verdict and a compaction's summary are sent once: no later call reads their
+    prefix, so a breakpoint would only write a cache at 1.25x the input. The loop's own calls,
+    whose prefix the next step reads, keep theirs."""
+    test_tools.events.clear()
+    verdict = {"decision": "approve", "confidence": 0.95, "reason": "a draft"}
+    fake.script += [
+        # About 1,500 tokens: the next step's request stays under the limit, the one after not.
+        provider.reply(calls=[("toolu_big", "blob", {"size": 6000})]),
+        provider.reply(
+            calls=[
+                ("toolu_more", "blob", {"size": 2400}),
+                ("toolu_write", "write_thing", {"label": "draft-1"}),
+            ]
+        ),
+        provider.reply(calls=[("toolu_verdict", "verdict", verdict)]),  # the judge
+        provider.reply("Read a blob of 6,000 characters."),  # the summary
+        provider.reply("done"),
+    ]
+    judge = ModelSettings(provider="anthropic", model="claude-judge", retry=FAST_MODEL_RETRY)
+    approval = ToolApprovalPolicy(
+        auto_mode=AutoMode(
+            judge=judge,
+            criteria={"writes": ApprovalCriteria(effect="writes", approve_when="a draft")},
+            tools={"write_thing": "writes"},
+        )
+    )
+    run = await run_agent(
+        client,
+        task_queue,
+        agent_input(
+            provider,
+            system=SYSTEM,
+            tools=["blob", "write_thing"],
+            tool_approval=approval,
+            compaction="summary",
+            limits=Limits(max_context_tokens=2300),
+        ),
+    )
+
+    assert run.result is not None, run.error
+    assert run.result.answer == "done" and fake.remaining == 0
+    assert [c.policy for c in run.result.compactions] == ["summary"]
+    assert [label for kind, label in test_tools.events if kind == "start"] == ["draft-1"]
+    assert_every_request_valid(provider, fake)
+    bodies = [request.body for request in fake.requests]
+    judged = [b for b in bodies if [t["name"] for t in b.get("tools", ())] == ["verdict"]]
+    summarised = [b for b in bodies if b["system"][0]["text"] == SUMMARY_SYSTEM]
+    steps = [b for b in bodies if b not in judged and b not in summarised]
+    assert (len(judged), len(summarised), len(steps)) == (1, 1, 3)
+    assert cache_paths(judged[0]) == [] and cache_paths(summarised[0]) == []
+    for body in steps:
+        last = len(body["messages"]) - 1
+        assert sorted(cache_paths(body)) == [
+            f"messages[{last}].content[{len(body['messages'][last]['content']) - 1}]",
+            "system[0]",
+            f"tools[{len(body['tools']) - 1}]",
+        ]
 
 
 def test_anthropic_usage_of_one_call_is_priced_like_the_run() -> None:

@@ -9,6 +9,8 @@ An assistant message may also hold the model's reasoning (`ReasoningPart`): opaq
 the provider and API that made it, kept byte for byte. It goes back to that provider only
 (`reasoning_for`): Anthropic refuses a tool-use turn without its signed thinking, OpenAI's
 stateless Responses API an item whose encrypted reasoning is gone. Another provider never sees it.
+So do the fields a provider asks to have sent back with the items its text came in (`TextItem`:
+the Responses API's `phase`).
 
 Pure data and pure functions: imported by the workflow (deterministic) and by activities alike.
 """
@@ -62,6 +64,24 @@ class ReasoningPart(_Frozen):
     call. A provider gets its parts back in the order it wrote them."""
 
 
+class TextItem(_Frozen):
+    """One item a reply's text came in, kept when its provider asks to have fields of it sent
+    back that the text alone does not carry: the Responses API's `phase` of an assistant
+    message ("commentary" or "final_answer"), which its newer models read on every later
+    request ("dropping it can degrade performance"). The text itself is the message's
+    `content`; this holds the item's share of it and those fields, for the provider and API
+    that made them only."""
+
+    provider: str
+    """The provider that made it ("openai-responses"): only it is sent the fields."""
+    api: str
+    """The API within the provider ("responses")."""
+    chars: int = Field(ge=0)
+    """How many characters of the message's content the item held, the items in reply order."""
+    fields: str
+    """The fields to send back with the item, as a JSON object text: {"phase":"commentary"}."""
+
+
 class UserMessage(_Frozen):
     role: Literal["user"] = "user"
     content: str
@@ -76,6 +96,9 @@ class AssistantMessage(_Frozen):
     """The model's reasoning before (and between) its text and calls, for the provider that
     made it. Left out of the JSON when there is none, so messages without reasoning keep the
     bytes (and the linear-history references) they always had."""
+    text_items: tuple[TextItem, ...] = Field(default=(), exclude_if=lambda items: not items)
+    """The items the text came in, when its provider asks to have fields of them sent back
+    (see TextItem). Left out of the JSON when there are none, as `reasoning` is."""
 
 
 class ToolResult(_Frozen):

@@ -7,7 +7,9 @@ sources (profiles, federation). A client is built per call and closed after it.
 The request is built from the transcript alone, in a fixed order, so the same transcript always
 gives the same request bytes. Three prompt-cache breakpoints mark the growing prefix: the last
 tool definition, the system block and the last block of the last message. Step k+1 re-sends
-step k's request as its prefix, so the provider serves it from the cache written at step k.
+step k's request as its prefix, so the provider serves it from the cache written at step k. A
+request sent once (a judge's verdict, a compaction's summary: `ModelRequest.purpose`) carries
+none: no later call reads its prefix, and a cache write costs 1.25x the input it replaces.
 
 Thinking (`thinking_budget_tokens`, `adaptive_thinking`): the reply's `thinking` and
 `redacted_thinking` blocks are kept in the transcript as reasoning parts, exactly as sent, and go
@@ -132,12 +134,20 @@ def request_params_counted(request: ModelRequest) -> tuple[dict[str, Any], int]:
         params["thinking"] = thinking
     if settings.reasoning_effort is not None:
         params["output_config"] = {"effort": settings.reasoning_effort}
+    # Only the loop's steps grow a prefix that the next call reads.
+    cached = request.purpose == "step"
     if request.system:
-        params["system"] = [{"type": "text", "text": request.system, "cache_control": _cache()}]
-    params["messages"], left_out = anthropic_turns(request.messages, thinking=thinking is not None)
+        system: dict[str, Any] = {"type": "text", "text": request.system}
+        if cached:
+            system["cache_control"] = _cache()
+        params["system"] = [system]
+    params["messages"], left_out = anthropic_turns(
+        request.messages, thinking=thinking is not None, cached=cached
+    )
     if request.tools:
         tools = [_tool(spec) for spec in request.tools]
-        tools[-1]["cache_control"] = _cache()
+        if cached:
+            tools[-1]["cache_control"] = _cache()
         params["tools"] = tools
         if request.tool_choice is not None:
             # A judge's verdict, one call. With thinking on the API refuses a forced tool
@@ -179,15 +189,15 @@ def to_anthropic_messages(
 
 
 def anthropic_turns(
-    messages: list[Message] | tuple[Message, ...], *, thinking: bool
+    messages: list[Message] | tuple[Message, ...], *, thinking: bool, cached: bool = True
 ) -> tuple[list[dict[str, Any]], int]:
     """The transcript as Messages API turns, and the reasoning parts left out.
 
     Every message becomes content blocks, and consecutive messages of one role become one turn
     (the API requires user and assistant to alternate): the tool results that answer an
     assistant message form one user turn, in call order, with any user message after them. The
-    last block of the last turn carries a cache breakpoint. Thinking blocks go back in their
-    place, as they came, when `thinking` is on; otherwise, and for any other provider's
+    last block of the last turn carries a cache breakpoint when `cached`. Thinking blocks go back
+    in their place, as they came, when `thinking` is on; otherwise, and for any other provider's
     reasoning, they are left out.
     """
     turns: list[dict[str, Any]] = []
@@ -201,7 +211,7 @@ def anthropic_turns(
             turns[-1]["content"].extend(blocks)
         else:
             turns.append({"role": role, "content": blocks})
-    if turns:
+    if turns and cached:
         last = turns[-1]["content"]
         last[-1] = {**last[-1], "cache_control": _cache()}
     return turns, left_out

@@ -63,6 +63,7 @@ __all__ = [
     "request_params",
     "retry_after",
     "to_openai_messages",
+    "usage_count",
 ]
 
 PROVIDER = "OpenAI"
@@ -203,15 +204,16 @@ def to_model_response(response: ChatCompletion, request: ModelRequest) -> ModelR
         text = reply.content if reply.content is not None else reply.refusal
         finish_reason = choice.finish_reason
         usage = response.usage
-        cached = (
-            usage.prompt_tokens_details.cached_tokens
-            if usage and usage.prompt_tokens_details
-            else 0
-        )
+        prompt_details = usage.prompt_tokens_details if usage else None
+        completion_details = usage.completion_tokens_details if usage else None
+        # prompt_tokens counts every input token, cache reads and writes included (as
+        # Usage.input_tokens does). Writes are reported by GPT-5.6 and later, which bill them.
         neutral_usage = Usage(
             input_tokens=usage.prompt_tokens if usage else 0,
             output_tokens=usage.completion_tokens if usage else 0,
-            cached_input_tokens=cached or 0,
+            cached_input_tokens=usage_count(prompt_details, "cached_tokens"),
+            cache_write_tokens=usage_count(prompt_details, "cache_write_tokens"),
+            reasoning_tokens=usage_count(completion_details, "reasoning_tokens"),
         )
     except ApplicationError:
         raise
@@ -238,6 +240,13 @@ def to_model_response(response: ChatCompletion, request: ModelRequest) -> ModelR
         finish_reason=finish_reason,
         response_id=getattr(response, "id", None) or None,
     )
+
+
+def usage_count(details: object, name: str) -> int:
+    """A count of a usage details object; 0 when the body leaves it out. The SDK builds its
+    models without validation, so a field a body does not carry (`cache_write_tokens` before
+    GPT-5.6) is missing from the object, not 0, even where the SDK's type requires it."""
+    return int(getattr(details, name, None) or 0)
 
 
 def to_openai_messages(

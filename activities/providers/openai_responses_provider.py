@@ -7,7 +7,9 @@ transcript as reasoning parts, exactly as sent, and go back in their place, each
 it preceded: with `store=False` the API can only read a reasoning item from its encrypted
 content ("Item with id 'rs_...' not found" otherwise). Another provider's reasoning is left out,
 and the step's record counts it. Each `function_call` goes back with its `call_id`, followed by
-its `function_call_output`.
+its `function_call_output`. An assistant message goes back with its `phase` ("commentary",
+"final_answer"), which the API asks to have resent on every assistant message for its newer
+models: the transcript keeps it (`TextItem`), for this API only.
 
 The key comes from OPENAI_API_KEY and the endpoint from OPENAI_BASE_URL, as for Chat Completions
 (`provider="openai"`, which stays Chat Completions for OpenAI-compatible servers). Errors are
@@ -30,6 +32,7 @@ from ...workflows.transcript import (
     AssistantMessage,
     Message,
     ReasoningPart,
+    TextItem,
     ToolCall,
     ToolResult,
     UserMessage,
@@ -37,12 +40,16 @@ from ...workflows.transcript import (
 )
 from . import _streaming
 from ._http_errors import cut_off_reply, incomplete_reply
-from .openai_provider import openai_client
+from .openai_provider import openai_client, usage_count
 
 PROVIDER = "OpenAI"
 PROVIDER_ID, API = "openai-responses", "responses"
 """How the transcript tags the reasoning this adapter keeps."""
 INCLUDE = ["reasoning.encrypted_content"]
+MESSAGE_FIELDS_SENT_BACK = ("phase",)
+"""The fields of an assistant message item the API asks to have sent back with its text. Not its
+`id` (with store=false it names nothing the API could look up, and the API refuses ids it did not
+store), nor `status` or the text parts' `annotations` and `logprobs` (the reply's own record)."""
 
 
 async def complete(request: ModelRequest) -> ModelResponse:
@@ -127,7 +134,10 @@ def to_input_items(
                 if isinstance(item, ReasoningPart):
                     out.append(json.loads(item.data))  # every field as the API sent it
                 elif isinstance(item, str):
-                    out.append({"role": "assistant", "content": item})
+                    out += [
+                        {"role": "assistant", "content": text, **fields}
+                        for text, fields in _text_items(message, item)
+                    ]
                 else:
                     # Arguments go back exactly as the model wrote them, even when not valid JSON.
                     out.append(
@@ -139,6 +149,24 @@ def to_input_items(
                         }
                     )
     return out, left_out
+
+
+def _text_items(message: AssistantMessage, text: str) -> list[tuple[str, dict[str, Any]]]:
+    """The message's text as the items it came in, each with the fields to send back with it;
+    the text whole, with none, when it kept none of this API's. Each item takes its share of
+    the text in order, and the last whatever is left (a text cut to fit the history is shorter
+    than its items were)."""
+    kept = [item for item in message.text_items if (item.provider, item.api) == (PROVIDER_ID, API)]
+    if not kept:
+        return [(text, {})]
+    out: list[tuple[str, dict[str, Any]]] = []
+    start = 0
+    for number, item in enumerate(kept):
+        end = len(text) if number == len(kept) - 1 else start + item.chars
+        if text[start:end]:
+            out.append((text[start:end], json.loads(item.fields)))
+        start = end
+    return out
 
 
 def _tool(spec: ToolSpec) -> dict[str, Any]:
@@ -160,17 +188,24 @@ def to_model_response(response: Response, request: ModelRequest) -> ModelRespons
         refusals: list[str] = []
         calls: list[ToolCall] = []
         thoughts: list[tuple[Any, bool, int]] = []
+        # Per message item: its text, its refusal, and the fields to send back with it.
+        messages: list[tuple[str, str, dict[str, Any]]] = []
         last_type: str | None = None
         for item in response.output:
             last_type = item.type
             if item.type == "reasoning":
                 thoughts.append((item, bool(texts), len(calls)))
             elif item.type == "message":
-                for part in item.content:
-                    if part.type == "output_text":
-                        texts.append(part.text)
-                    elif part.type == "refusal":
-                        refusals.append(part.refusal)
+                said = [part.text for part in item.content if part.type == "output_text"]
+                refused = [part.refusal for part in item.content if part.type == "refusal"]
+                texts += said
+                refusals += refused
+                fields = {
+                    name: value
+                    for name in MESSAGE_FIELDS_SENT_BACK
+                    if (value := getattr(item, name, None)) is not None
+                }
+                messages.append(("".join(said), "".join(refused), fields))
             elif item.type == "function_call":
                 # Arguments are kept as raw text, even invalid JSON: the workflow answers that.
                 calls.append(
@@ -180,11 +215,13 @@ def to_model_response(response: Response, request: ModelRequest) -> ModelRespons
         usage = response.usage
         input_details = usage.input_tokens_details if usage else None
         output_details = usage.output_tokens_details if usage else None
+        # input_tokens counts cache reads and writes too, as Usage.input_tokens does.
         neutral_usage = Usage(
             input_tokens=usage.input_tokens if usage else 0,
             output_tokens=usage.output_tokens if usage else 0,
-            cached_input_tokens=(input_details.cached_tokens or 0) if input_details else 0,
-            reasoning_tokens=(output_details.reasoning_tokens or 0) if output_details else 0,
+            cached_input_tokens=usage_count(input_details, "cached_tokens"),
+            cache_write_tokens=usage_count(input_details, "cache_write_tokens"),
+            reasoning_tokens=usage_count(output_details, "reasoning_tokens"),
         )
         status = response.status
         details = response.incomplete_details
@@ -232,8 +269,25 @@ def to_model_response(response: Response, request: ModelRequest) -> ModelRespons
         )
         for item, after_text, before in thoughts
     )
+    # The text is the items' texts joined (their refusals when none wrote text): each item's
+    # share of it, with its fields, when any item has fields to send back.
+    shares = [(said if texts else refused, fields) for said, refused, fields in messages]
+    text_items = tuple(
+        TextItem(
+            provider=PROVIDER_ID,
+            api=API,
+            chars=len(share),
+            fields=json.dumps(fields, ensure_ascii=False, separators=(",", ":")),
+        )
+        for share, fields in shares
+        if share
+    )
+    if not any(fields for share, fields in shares if share):
+        text_items = ()
     return ModelResponse(
-        message=AssistantMessage(content=text, tool_calls=tuple(calls), reasoning=reasoning),
+        message=AssistantMessage(
+            content=text, tool_calls=tuple(calls), reasoning=reasoning, text_items=text_items
+        ),
         usage=neutral_usage,
         model=model,
         finish_reason="tool_calls" if calls else "stop",
