@@ -39,7 +39,7 @@ from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.bounds import MAX_SECONDS
 from durable_agent.workflows.specs import RetrySettings
 from durable_agent.workflows.state import RunState
-from tests.helpers import call, scripted_input, turn
+from tests.helpers import call, eventually, scripted_input, turn
 from tests.test_auto_mode import waiting_for_a_person
 
 USER = {"role": "user", "content": "hi"}
@@ -333,3 +333,27 @@ async def test_a_conversation_idle_for_its_maximum_ends_when_asked(
         await run.turn(1)
         result = await asyncio.wait_for(run.end(), timeout=60)
     assert [turn.answer for turn in result.turns] == ["hello"]
+
+
+async def test_a_field_of_a_newer_release_leaves_the_run_for_a_newer_worker(
+    client: Client, task_queue: str
+) -> None:
+    """A message with a field this code does not know is what a newer release's run looks like
+    to an older worker (a rollback, a rolling upgrade): its task fails, as before, and the run
+    is not failed, so that a worker of that release can take it."""
+    newer = {"role": "user", "content": "hi", "added_by_a_later_release": 1}
+    raw = {"prompt": "hi", "fork": fork_seed([newer])}
+    async with build_worker(client, task_queue):
+        handle = await client.start_workflow(
+            "AgentWorkflow", raw, id=f"newer-{uuid.uuid4()}", task_queue=task_queue
+        )
+
+        async def task_failed() -> bool:
+            history = await handle.fetch_history()
+            kinds = [event.event_type for event in history.events]
+            return EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED in kinds
+
+        await eventually(task_failed, what="the workflow task to fail")
+        description = await handle.describe()
+        await handle.terminate("checked")
+    assert description.status is not None and description.status.name == "RUNNING"

@@ -8,7 +8,11 @@ Temporal retries forever: the run shows RUNNING in the Web UI, answers no query,
 told. An error that is a Temporal failure fails the workflow instead (the SDK's own rule for
 payload conversion, as its `PayloadValidationError` does for Nexus), so the run's input is
 refused as `AgentInputInvalid`, its message naming each field and rule. Only the run's input:
-an update's undecodable argument is already refused to its sender, and a signal's dropped.
+an update's undecodable argument is already refused to its sender, and a signal's dropped. And
+not a field this code does not know where the contract allows none: that is how a newer
+release's run looks to an older worker, and its task is left to fail until a newer worker takes
+it (a client that follows the contract sends none: its schemas say `additionalProperties:
+false`, and AgentClient and the HTTP API refuse one).
 
 The clients (`AgentClient.start`, the HTTP API) check an input the same way before they start
 anything (`check_wire`), so that a Python app never gets as far. Deterministic: pure decoding.
@@ -70,9 +74,17 @@ class RefusesUndecodableInput(PydanticPayloadConverter):
         try:
             return super().from_payloads(payloads, type_hints)
         except ValidationError as error:
-            if type_hints is not None and AgentInput in type_hints:
+            if type_hints is not None and AgentInput in type_hints and not _newer(error):
                 raise refusal(error) from None
             raise
+
+
+def _newer(error: ValidationError) -> bool:
+    """Whether the input has a field this code does not know, where the contract allows none
+    (a message's): a newer release's run, handed on to this worker in a rolling upgrade or a
+    rollback. Its task fails, as before, so that a worker of that release takes it; failing the
+    run would lose it."""
+    return any(problem["type"] == "extra_forbidden" for problem in error.errors())
 
 
 @functools.cache

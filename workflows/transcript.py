@@ -76,7 +76,7 @@ class TextItem(_Frozen):
     """The provider that made it ("openai-responses"): only it is sent the fields."""
     api: str
     """The API within the provider ("responses")."""
-    chars: int = Field(ge=0)
+    chars: Count
     """How many characters of the message's content the item held, the items in reply order."""
     fields: str
     """The fields to send back with the item, as a JSON object text: {"phase":"commentary"}."""
