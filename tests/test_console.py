@@ -136,6 +136,33 @@ async def test_a_waiting_call_is_shown_field_by_field_and_rejected_with_a_reason
     assert refusal.is_error and "not without the customer's word" in refusal.content
 
 
+async def test_a_field_of_emoji_cut_for_length_says_how_long_it_was(
+    api: httpx.AsyncClient, browser: Browser
+) -> None:
+    """The server counts a field's characters as Python does (code points); a browser's string
+    length counts UTF-16 units, two for an emoji, so a field of emoji cut at 300 characters
+    once seemed whole: it was shown cut, with no marker."""
+    reason = "\N{GRINNING FACE}" * 400
+    script = [
+        turn(call("cancel_order", order_id=1042, reason=reason)),
+        turn(text="Not cancelled."),
+    ]
+    workflow_id = await start(
+        api,
+        AgentInput(
+            prompt="Cancel order 1042.",
+            tools=["cancel_order"],
+            model=ModelSettings(provider="scripted", script=script, price=DEMO_PRICE),
+        ),
+    )
+    await browser.open(f"{api.base_url}/runs/{workflow_id}#token={TOKEN}", "Tool call cancel_order")
+    # The value as JSON: its quotes and 400 emoji, 402 characters, of which 300 are shown.
+    text, _ = await browser.shows("order_id", "1042", "… (402 characters in all)")
+    assert reason[:299] in text and reason[:300] not in text
+    await click(browser, ".call button.reject")
+    await browser.shows("Answer", "Not cancelled.")
+
+
 async def test_a_conversation_streams_its_answer_as_it_is_written_and_takes_the_next_message(
     api: httpx.AsyncClient,
     browser: Browser,

@@ -98,6 +98,12 @@ function link(path, ...children) {
   return el("a", { href: path, "data-route": true }, ...children);
 }
 
+// What the server counts as a text's characters (Python's len: code points). A string's
+// `length` counts UTF-16 units, two for an emoji: a cut field of emoji would seem whole.
+function characters(text) {
+  return [...text].length;
+}
+
 function money(usd) {
   return usd === null || usd === undefined ? "unknown" : `$${Number(usd).toFixed(4)}`;
 }
@@ -424,7 +430,7 @@ function showRun(app, workflowId) {
                 "dd",
                 { className: "code" },
                 field.value,
-                field.chars > field.value.length ? ` … (${field.chars} characters in all)` : "",
+                field.chars > characters(field.value) ? ` … (${field.chars} characters in all)` : "",
               ),
             ]),
           )
