@@ -6,7 +6,9 @@ reason.
     app = http_api.create_app(agents, token="...")   # a FastAPI app; uvicorn serves it
 
 Every route needs `Authorization: Bearer <token>` (compared in constant time; 401 otherwise),
-the OpenAPI document included. A run's events stream as SSE, each with its offset as `id:`;
+the OpenAPI document included, but the console's page and its files. The token is checked before
+any of a request's body is read, and a body is never read past MAX_BODY_BYTES (`_Door`). A run's
+events stream as SSE, each with its offset as `id:`;
 a client that reconnects with `Last-Event-ID` gets every later event once, also after the run
 ended, and the stream ends with an event named `done` carrying the result or the error
 (serving/streams.py)."""
@@ -45,9 +47,12 @@ API_TOKEN_VARIABLE = "AGENT_API_TOKEN"
 MIN_TOKEN_CHARS = 16
 LIST_LIMIT = 50
 MAX_BODY_BYTES = 4_000_000
-"""A request body over this is refused (413) before it is read: a run's input may have
+"""A request body over this is refused (413), and never read past it: a run's input may have
 1,800,000 bytes of JSON (workflows/input_limits.py), with room for how a client writes it."""
 RUNS_QUERY = "WorkflowType='AgentWorkflow'"
+PUBLIC_PATHS = ("/console/", "/runs/")
+"""Besides `/`, what a request may GET without the token: the console's page and its files,
+which hold no data (serving/console.py)."""
 
 
 @dataclass(frozen=True)
@@ -141,11 +146,10 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
         raise ValueError("the API needs a token")
 
     def authorized(authorization: Annotated[str | None, Header()] = None) -> None:
-        scheme, _, given = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
-            raise HTTPException(
-                401, "Authorization: Bearer <token> is needed", {"WWW-Authenticate": "Bearer"}
-            )
+        # `_Door` refused the request already, before its body; this puts the header in the
+        # OpenAPI document.
+        if not _token_matches(authorization, token):
+            raise HTTPException(401, UNAUTHORIZED, {"WWW-Authenticate": "Bearer"})
 
     app = FastAPI(
         title="durable-agent",
@@ -313,29 +317,113 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
         return await agents.run(workflow_id).status()
 
     app.include_router(api)
-    add_console(app)
-    app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
+    app.add_middleware(_Door, token=token, limit=MAX_BODY_BYTES)
+    add_console(app)  # its headers go on every answer, the door's refusals too
     return app
 
 
-class _BodyLimit:
-    """Refuses a request whose body is over `limit` bytes (413), or of no declared length
-    (411), before any of it is read: a body is read whole before it is validated."""
+UNAUTHORIZED = "Authorization: Bearer <token> is needed"
 
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit = app, limit
+
+def _token_matches(authorization: str | None, token: str) -> bool:
+    scheme, _, given = (authorization or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), token.encode())
+
+
+class _BodyTooLarge(HTTPException):
+    """Raised from `receive` when a body's bytes pass the limit; FastAPI passes an HTTPException
+    raised while it reads a body on as it is, and answers it."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the body has more than {limit:,} bytes", {"Connection": "close"})
+
+
+class _Door:
+    """What a request meets before any of its body is read, in this order:
+
+    - the token, for every route but the console's page and files (401): FastAPI reads and
+      parses a route's body before it runs the route's dependencies, so a request without the
+      token was read whole (an unauthenticated 150 MB body grew the server by 300 MB);
+    - the body's framing: Content-Length with Transfer-Encoding is refused (400: RFC 9112 6.1,
+      the pattern of request smuggling; the parser would go by Transfer-Encoding and read a
+      chunked body of any size past a small declared length), and a body without a declared
+      length (411);
+    - a declared length over `limit` (413).
+
+    Then the body's bytes are counted as they arrive, whatever the headers said: past `limit`
+    the request is refused (413) and its connection closed, with nothing more read.
+
+    A request refused before its body keeps its connection (but for the pair of headers): the
+    server reads what is left of the body and drops it, as it comes, without keeping it, so
+    that a client that sends its whole body before it reads the answer gets the answer (a
+    closed connection with unread bytes is reset, and the answer can be lost with it)."""
+
+    def __init__(self, app: Any, token: str, limit: int) -> None:
+        self.app, self.token, self.limit = app, token, limit
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
-            headers = dict(scope["headers"])
-            length = headers.get(b"content-length", b"")
-            refusal = None
-            if not length.isdigit():
-                if headers.get(b"transfer-encoding"):
-                    refusal = (411, "send the body with a Content-Length")
-            elif int(length) > self.limit:
-                refusal = (413, f"the body has {int(length):,} bytes: at most {self.limit:,}")
-            if refusal is not None:
-                status, detail = refusal
-                return await JSONResponse({"detail": detail}, status)(scope, receive, send)
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            return await refusal(scope, receive, send)
+        answered = False
+
+        async def sending(message: Any) -> None:
+            nonlocal answered
+            answered = answered or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, self._counted(receive), sending)
+        except _BodyTooLarge as refused:
+            # FastAPI answers it; a reader of the body that is not FastAPI's may not.
+            if answered:
+                raise
+            detail = {"detail": refused.detail}
+            await JSONResponse(detail, 413, refused.headers)(scope, receive, send)
+
+    def _refusal(self, scope: Any) -> JSONResponse | None:
+        headers: dict[bytes, list[bytes]] = {}
+        for name, value in scope["headers"]:
+            headers.setdefault(name.lower(), []).append(value)
+        lengths = headers.get(b"content-length", [])
+        chunked = b"transfer-encoding" in headers
+        # Where a request's body ends is in doubt: the connection is closed rather than read
+        # on to the next request (RFC 9112 6.1: a server MUST close it).
+        smuggling = chunked and bool(lengths)
+        close = {"Connection": "close"} if smuggling else {}
+        authorization = next(iter(headers.get(b"authorization", [])), b"").decode("latin-1")
+        if not _public(scope) and not _token_matches(authorization, self.token):
+            return JSONResponse(
+                {"detail": UNAUTHORIZED}, 401, {"WWW-Authenticate": "Bearer", **close}
+            )
+        if smuggling:
+            detail = "Content-Length and Transfer-Encoding together: send one"
+            return JSONResponse({"detail": detail}, 400, close)
+        if chunked:
+            return JSONResponse({"detail": "send the body with a Content-Length"}, 411)
+        if lengths and lengths[0].isdigit() and int(lengths[0]) > self.limit:
+            detail = f"the body has {int(lengths[0]):,} bytes: at most {self.limit:,}"
+            return JSONResponse({"detail": detail}, 413)
+        return None
+
+    def _counted(self, receive: Any) -> Any:
+        read = 0
+
+        async def counted() -> Any:
+            nonlocal read
+            message = await receive()
+            if message["type"] == "http.request":
+                read += len(message.get("body", b""))
+                if read > self.limit:
+                    raise _BodyTooLarge(self.limit)
+            return message
+
+        return counted
+
+
+def _public(scope: Any) -> bool:
+    path = scope["path"]
+    console = path == "/" or path.startswith(PUBLIC_PATHS)
+    return console and scope["method"] in ("GET", "HEAD")

@@ -7,15 +7,18 @@ import asyncio
 import json
 import re
 import uuid
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 from urllib.parse import quote
 
 import httpx2 as httpx
 from temporalio.client import Client
 
 from durable_agent.activities.pricing import DEMO_PRICE
+from durable_agent.client.agent_client import AgentClient
 from durable_agent.client.contract import example_input
 from durable_agent.demo import script as demo
+from durable_agent.serving import http_api
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.inputs import AgentInput, ModelSettings
 from tests.helpers import TEST_WORKER_OPTIONS
@@ -307,3 +310,135 @@ async def test_a_callback_is_published_and_answered_over_http(api: httpx.AsyncCl
     events = await sse(api, workflow_id)
     assert "callback_requested" in [e.get("event") for e in events]
     assert json.loads(events[-1]["data"])["result"]["answer"] == "It says hi."
+
+
+BODY_CHUNK = b"x" * 1_000_000
+HUGE_BODY = 150_000_000
+"""The body of the request that once grew serve by twice its size."""
+
+
+def peak_memory(pid: int) -> int:
+    """A process's peak resident memory (VmHWM), in bytes."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^VmHWM:\s+(\d+) kB$", status, re.MULTILINE).group(1)) * 1024  # type: ignore[union-attr]
+
+
+async def answer_head(reader: asyncio.StreamReader) -> int:
+    """The status of the answer on a raw connection."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1])
+
+
+async def test_the_token_is_checked_before_any_body_is_read_on_every_route(
+    api: httpx.AsyncClient,
+) -> None:
+    """Every route (the OpenAPI document's), asked without the token with a body declared and
+    not sent, is answered 401 at once: nothing of the body is waited for, read or parsed."""
+    schema = (await api.get("/openapi.json")).json()
+    routes = [
+        (method.upper(), path.replace("{workflow_id}", "x"))
+        for path, methods in schema["paths"].items()
+        for method in methods
+    ]
+    routes += [("GET", "/openapi.json"), ("POST", "/")]
+    assert ("POST", "/api/runs") in routes and ("POST", "/api/runs/x/decisions") in routes
+    for method, path in routes:
+        reader, writer = await asyncio.open_connection(api.base_url.host, api.base_url.port)
+        try:
+            writer.write(
+                f"{method} {path} HTTP/1.1\r\nHost: serve\r\nContent-Type: application/json\r\n"
+                f"Content-Length: 3000000\r\n\r\n".encode()
+            )
+            await writer.drain()
+            # Before any byte of the body: a server that waited for it would never answer.
+            status = await asyncio.wait_for(answer_head(reader), 10)
+        finally:
+            writer.close()
+        assert status == 401, (method, path)
+    # With a body the route cannot parse, the answer is still 401, not 422.
+    unparsed = await api.post(
+        "/api/runs", content=b"{" * 3_000_000, headers={**JSON_BODY, "Authorization": ""}
+    )
+    assert unparsed.status_code == 401, unparsed.text
+
+
+async def test_content_length_with_transfer_encoding_is_refused_and_the_body_not_read(
+    api: httpx.AsyncClient,
+) -> None:
+    """`Content-Length: 5` with `Transfer-Encoding: chunked` once passed the body's limit, and
+    the chunked body was read whole: 150 MB grew serve by 300 MB. The pair is refused at once,
+    with the token (400) or without (401), the connection closed, and serve does not grow."""
+    server = api.process.pid  # type: ignore[attr-defined]
+    token = api.headers["Authorization"]
+    for authorization, refused_with in ((token, 400), ("Bearer wrong", 401)):
+        peak_before = peak_memory(server)
+        reader, writer = await asyncio.open_connection(api.base_url.host, api.base_url.port)
+        writer.write(
+            "POST /api/runs HTTP/1.1\r\nHost: serve\r\nContent-Type: application/json\r\n"
+            f"Authorization: {authorization}\r\nContent-Length: 5\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n5\r\n[1, 2\r\n".encode()
+        )
+        await writer.drain()
+        try:
+            status: int | None = await asyncio.wait_for(answer_head(reader), 10)
+        except TimeoutError:
+            status = None  # the server reads on: it gets the rest
+        sent = 0
+        try:
+            chunk = f"{len(BODY_CHUNK):x}\r\n".encode() + BODY_CHUNK + b"\r\n"
+            while sent < HUGE_BODY:
+                writer.write(chunk)
+                await writer.drain()
+                sent += len(BODY_CHUNK)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        except ConnectionError:
+            pass  # the server closed the connection: it takes no more
+        if status is None:
+            status = await asyncio.wait_for(answer_head(reader), 60)
+        writer.close()
+        grown = peak_memory(server) - peak_before
+        assert grown < 50_000_000, f"serve grew by {grown:,} bytes"
+        assert sent < HUGE_BODY, "the server read the whole body"
+        assert status == refused_with
+
+
+async def test_a_body_is_never_read_past_the_limit_whatever_its_headers_said() -> None:
+    """Behind the checks of the headers, the body's bytes are counted as they come: a body
+    longer than it said (which no parser serve runs on lets through) is refused at the limit,
+    and what comes after is never asked for."""
+    app = http_api.create_app(cast(AgentClient, None), token=TOKEN)
+    chunks = [b"[" + b"1," * 999_999] * 10  # 20 MB, said to be 5 bytes
+    asked = 0
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal asked
+        asked += 1
+        return {"type": "http.request", "body": chunks[asked - 1], "more_body": True}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/runs",
+        "raw_path": b"/api/runs",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"authorization", f"Bearer {TOKEN}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", b"5"),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+    await app(scope, receive, send)
+    assert sent[0]["status"] == 413
+    assert (b"connection", b"close") in sent[0]["headers"]
+    assert asked == 3  # 4,000,000 bytes pass in the third 2,000,000
