@@ -41,7 +41,7 @@ from ..workflows.paging import TracePage, TranscriptPage
 from ..workflows.state import AutoModeChange, PendingCallback, PlanState, ToolApproval
 from ..workflows.status import AGENT_STATUS, RunStatus
 from .console import add_console
-from .streams import Streams
+from .streams import Streams, StreamsFull
 
 API_TOKEN_VARIABLE = "AGENT_API_TOKEN"
 MIN_TOKEN_CHARS = 16
@@ -194,6 +194,10 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
     async def too_large(request: Request, error: AgentInputTooLarge) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=413)
 
+    @app.exception_handler(StreamsFull)
+    async def full(request: Request, error: StreamsFull) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=429)
+
     @api.post("/runs", status_code=201)
     async def start(body: StartRun) -> Started:
         """Start a run or a conversation; answers its id."""
@@ -302,12 +306,14 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
         if offset < 0:
             raise HTTPException(422, "Last-Event-ID: an event's id, 0 or more")
         run = agents.run(workflow_id)
-        await run.handle.describe()  # 404 now, rather than an empty stream, for an unknown id
-        return StreamingResponse(
-            streams.sse(run, offset),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        )
+        give_back = streams.hold(run.id)  # 429 past a bound, before any work
+        try:
+            await run.handle.describe()  # 404 now, rather than an empty stream, for an unknown id
+        except BaseException:
+            give_back()
+            raise
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        return streams.response(run, offset, give_back, headers)
 
     # Last: a run's id may hold a slash (a sub-agent's does), and this path would match the
     # others' too.

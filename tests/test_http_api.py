@@ -4,6 +4,7 @@ server, asked over HTTP (serving/http_api.py, docs/http-api.md)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import uuid
@@ -12,6 +13,7 @@ from typing import Any, cast
 from urllib.parse import quote
 
 import httpx2 as httpx
+import pytest
 from temporalio.client import Client
 
 from durable_agent.activities.pricing import DEMO_PRICE
@@ -21,8 +23,9 @@ from durable_agent.demo import script as demo
 from durable_agent.serving import http_api
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.inputs import AgentInput, ModelSettings
-from tests.helpers import TEST_WORKER_OPTIONS
+from tests.helpers import TEST_WORKER_OPTIONS, eventually
 from tests.serve_process import TOKEN, serving
+from tests.server_requests import served
 
 JSON_BODY = {"content-type": "application/json"}
 
@@ -329,6 +332,18 @@ async def answer_head(reader: asyncio.StreamReader) -> int:
     return int(head.split(b" ", 2)[1])
 
 
+async def end(api: httpx.AsyncClient, *workflow_ids: str) -> None:
+    """Cancel the runs and wait for their ends, so that no later listing finds them waiting."""
+    for workflow_id in workflow_ids:
+        assert (await api.post(f"/api/runs/{workflow_id}/cancel")).status_code == 202
+
+    async def ended() -> bool:
+        statuses = [(await api.get(f"/api/runs/{w}")).json()["status"] for w in workflow_ids]
+        return all(status in ("completed", "failed") for status in statuses)
+
+    await eventually(ended, timeout=30, what="the runs cancelled")
+
+
 async def test_the_token_is_checked_before_any_body_is_read_on_every_route(
     api: httpx.AsyncClient,
 ) -> None:
@@ -442,3 +457,83 @@ async def test_a_body_is_never_read_past_the_limit_whatever_its_headers_said() -
     assert sent[0]["status"] == 413
     assert (b"connection", b"close") in sent[0]["headers"]
     assert asked == 3  # 4,000,000 bytes pass in the third 2,000,000
+
+
+async def test_twenty_streams_of_a_quiet_run_cost_the_server_about_one_request_a_second(
+    api: httpx.AsyncClient, client: Client, metrics_port: int
+) -> None:
+    """The streams of one run share its follower and its text reader, and a run that waits for
+    a person is not read for streamed text: twenty streams of it once cost the dev server about
+    185 requests a second (a describe every 100 ms each); now one follower's query a second,
+    and a describe every few of them, whatever the number of streams."""
+    workflow_id = (await api.post("/api/runs", json=plan_input())).json()["workflow_id"]
+    caught_up = [asyncio.Event() for _ in range(20)]
+
+    async def follow(caught: asyncio.Event) -> None:
+        async with api.stream("GET", f"/api/runs/{workflow_id}/events", timeout=60) as stream:
+            async for line in stream.aiter_lines():
+                if line == "event: plan_submitted":
+                    caught.set()
+
+    streams = [asyncio.create_task(follow(caught)) for caught in caught_up]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(c.wait() for c in caught_up)), 30)
+        before = await served(client, metrics_port)
+
+        async def asked() -> int:
+            return (await served(client, metrics_port))["QueryWorkflow"] - before["QueryWorkflow"]
+
+        async def five_asks() -> bool:
+            return await asked() >= 5
+
+        # Five of the follower's asks, at its quiet pace of one a second.
+        await eventually(five_asks, timeout=30, what="five asks of the run's follower")
+        after = await served(client, metrics_port)
+    finally:
+        for stream in streams:
+            stream.cancel()
+        await asyncio.gather(*streams, return_exceptions=True)
+    described = after["DescribeWorkflowExecution"] - before["DescribeWorkflowExecution"]
+    queried = after["QueryWorkflow"] - before["QueryWorkflow"]
+    assert described <= 2, f"{described} describes in {queried} asks of the follower"
+    await end(api, workflow_id)
+
+
+async def test_streams_past_a_runs_or_the_servers_bound_are_refused_with_429(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENT_API_MAX_RUN_STREAMS", "2")
+    monkeypatch.setenv("AGENT_API_MAX_STREAMS", "3")
+    address = client.service_client.config.target_host
+    worker = build_worker(client, task_queue, **TEST_WORKER_OPTIONS)
+    async with worker, serving("--address", address, "--task-queue", task_queue) as http:
+        runs = [(await http.post("/api/runs", json=plan_input())).json()["workflow_id"]]
+        runs += [(await http.post("/api/runs", json=plan_input())).json()["workflow_id"]]
+        async with contextlib.AsyncExitStack() as held:
+
+            async def open_stream(workflow_id: str) -> httpx.Response:
+                path = f"/api/runs/{workflow_id}/events"
+                return await held.enter_async_context(http.stream("GET", path, timeout=60))
+
+            first = [await open_stream(runs[0]) for _ in range(2)]
+            assert [s.status_code for s in first] == [200, 200]
+            third = await http.get(f"/api/runs/{runs[0]}/events")
+            assert third.status_code == 429
+            assert "AGENT_API_MAX_RUN_STREAMS" in third.json()["detail"]
+            assert (await open_stream(runs[1])).status_code == 200
+            over = await http.get(f"/api/runs/{runs[1]}/events")
+            assert over.status_code == 429 and "AGENT_API_MAX_STREAMS" in over.json()["detail"]
+            # A stream that ends gives its place back.
+            await first[0].aclose()
+
+            async def admitted() -> bool:
+                again = await held.enter_async_context(
+                    http.stream("GET", f"/api/runs/{runs[1]}/events", timeout=60)
+                )
+                if again.status_code == 429:
+                    await again.aclose()
+                    return False
+                return again.status_code == 200
+
+            await eventually(admitted, what="a place given back")
+        await end(http, *runs)
