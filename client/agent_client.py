@@ -100,7 +100,10 @@ from ..workflows.status import SEARCH_ATTRIBUTES, RunStatus, starting_search_att
 from ..workflows.transcript import Message
 from . import forking
 
-AWAITING_APPROVAL_QUERY = "AgentStatus='awaiting_approval'"
+AWAITING_APPROVAL_QUERY = "AgentStatus='awaiting_approval' AND ExecutionStatus='Running'"
+"""The runs that wait for a person. A run that was terminated while it waited keeps its last
+AgentStatus; it waits for nobody, and asking it what it waits on would wait for a worker to
+replay it."""
 CLOSED_RUNS_QUERY = (
     "WorkflowType='AgentWorkflow' AND (ExecutionStatus='Completed' OR ExecutionStatus='Failed')"
 )
@@ -910,9 +913,10 @@ class AgentClient:
             update_retry_for=self.update_retry_for,
         )
 
-    async def awaiting_approval(self) -> AsyncIterator[AgentRun]:
-        """The runs whose plan waits for a person, found through the AgentStatus attribute."""
-        async for execution in self.client.list_workflows(AWAITING_APPROVAL_QUERY):
+    async def awaiting_approval(self, limit: int | None = None) -> AsyncIterator[AgentRun]:
+        """The runs that wait for a person, found through the AgentStatus attribute (at most
+        `limit`, newest first)."""
+        async for execution in self.client.list_workflows(AWAITING_APPROVAL_QUERY, limit=limit):
             yield self.run(execution.id)
 
     async def closed_runs(

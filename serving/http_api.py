@@ -15,6 +15,7 @@ ended, and the stream ends with an event named `done` carrying the result or the
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import os
 import secrets
@@ -46,6 +47,12 @@ from .streams import Streams, StreamsFull
 API_TOKEN_VARIABLE = "AGENT_API_TOKEN"
 MIN_TOKEN_CHARS = 16
 LIST_LIMIT = 50
+MAX_WAITING_ASKED = 100
+"""The waiting runs one listing asks for what they wait on (a query each); the runs past it are
+listed with their status alone."""
+LIST_SHARED_SECONDS = 2.0
+"""How long a listing of the runs is given to every caller that asks for as many: the console
+reads it every 3 s a tab, and each listing queries each waiting run."""
 MAX_BODY_BYTES = 4_000_000
 """A request body over this is refused (413), and never read past it: a run's input may have
 1,800,000 bytes of JSON (workflows/input_limits.py), with room for how a client writes it."""
@@ -144,6 +151,7 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
     streams = Streams() if streams is None else streams
     if not token:
         raise ValueError("the API needs a token")
+    listings = _SharedListings(agents)
 
     def authorized(authorization: Annotated[str | None, Header()] = None) -> None:
         # `_Door` refused the request already, before its body; this puts the header in the
@@ -207,27 +215,10 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
 
     @api.get("/runs")
     async def runs(limit: Annotated[int, Query(ge=1, le=1000)] = LIST_LIMIT) -> list[RunListed]:
-        """The runs that wait for a person first, each with what it waits on, then the newest
-        others (at most `limit` in all)."""
-        waiting = await overview.waiting_runs(agents)
-        listed = [
-            RunListed(
-                workflow_id=run.workflow_id,
-                status="awaiting_approval",
-                waiting=run.as_json(),
-            )
-            for run in waiting
-        ][:limit]
-        seen = {run.workflow_id for run in listed}
-        async for execution in agents.client.list_workflows(RUNS_QUERY, limit=limit):
-            if len(listed) >= limit:
-                break
-            if execution.id in seen:
-                continue
-            seen.add(execution.id)
-            status = execution.typed_search_attributes.get(AGENT_STATUS)
-            listed.append(RunListed(workflow_id=execution.id, status=status))
-        return listed
+        """The runs that wait for a person first, each with what it waits on (the newest
+        MAX_WAITING_ASKED at most), then the newest others (at most `limit` in all). A listing
+        made in the last LIST_SHARED_SECONDS is shared."""
+        return await listings.get(limit)
 
     @api.get("/runs/{workflow_id:path}/transcript")
     async def transcript(
@@ -334,6 +325,56 @@ UNAUTHORIZED = "Authorization: Bearer <token> is needed"
 def _token_matches(authorization: str | None, token: str) -> bool:
     scheme, _, given = (authorization or "").partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), token.encode())
+
+
+class _SharedListings:
+    """`GET /api/runs`, made once for every caller that asks for as many runs while it is made
+    or within LIST_SHARED_SECONDS of its end: N console tabs cost one listing, not N."""
+
+    def __init__(self, agents: AgentClient) -> None:
+        self._agents = agents
+        self._made: dict[int, asyncio.Task[list[RunListed]]] = {}
+        self._ended: dict[int, float] = {}
+
+    async def get(self, limit: int) -> list[RunListed]:
+        now = asyncio.get_running_loop().time()
+        for count, task in list(self._made.items()):
+            if not task.done():
+                continue
+            failed = task.cancelled() or task.exception() is not None
+            if failed or now - self._ended.get(count, now) > LIST_SHARED_SECONDS:
+                del self._made[count]
+        if limit not in self._made:
+            self._made[limit] = asyncio.create_task(self._list_and_time(limit))
+        # Shielded: a caller that leaves does not cancel the listing the others wait for.
+        return await asyncio.shield(self._made[limit])
+
+    async def _list_and_time(self, limit: int) -> list[RunListed]:
+        try:
+            return await self._list(limit)
+        finally:
+            self._ended[limit] = asyncio.get_running_loop().time()
+
+    async def _list(self, limit: int) -> list[RunListed]:
+        waiting = await overview.waiting_runs(self._agents, min(limit, MAX_WAITING_ASKED))
+        listed = [
+            RunListed(
+                workflow_id=run.workflow_id,
+                status="awaiting_approval",
+                waiting=run.as_json(),
+            )
+            for run in waiting
+        ][:limit]
+        seen = {run.workflow_id for run in listed}
+        async for execution in self._agents.client.list_workflows(RUNS_QUERY, limit=limit):
+            if len(listed) >= limit:
+                break
+            if execution.id in seen:
+                continue
+            seen.add(execution.id)
+            status = execution.typed_search_attributes.get(AGENT_STATUS)
+            listed.append(RunListed(workflow_id=execution.id, status=status))
+        return listed
 
 
 class _BodyTooLarge(HTTPException):

@@ -537,3 +537,31 @@ async def test_streams_past_a_runs_or_the_servers_bound_are_refused_with_429(
 
             await eventually(admitted, what="a place given back")
         await end(http, *runs)
+
+
+async def test_the_list_asks_at_most_limit_waiting_runs_once_for_all_its_callers(
+    api: httpx.AsyncClient, client: Client, metrics_port: int
+) -> None:
+    """`GET /api/runs?limit=N` asks at most N waiting runs for what they wait on, and callers
+    that ask together (console tabs) share one listing: it once asked every waiting run, one
+    at a time, on every call."""
+    started = [(await api.post("/api/runs", json=plan_input())).json()["workflow_id"]]
+    started += [(await api.post("/api/runs", json=plan_input())).json()["workflow_id"]]
+    started += [(await api.post("/api/runs", json=plan_input())).json()["workflow_id"]]
+
+    async def all_listed() -> bool:
+        runs = (await api.get("/api/runs", timeout=30)).json()
+        return set(started) <= {run["workflow_id"] for run in runs if run["waiting"]}
+
+    await eventually(all_listed, timeout=30, what="the three runs listed as waiting")
+    before = await served(client, metrics_port)
+    lists = await asyncio.gather(
+        *(api.get("/api/runs", params={"limit": 2}, timeout=30) for _ in range(10))
+    )
+    after = await served(client, metrics_port)
+    for listed in lists:
+        runs = listed.json()
+        assert len(runs) == 2 and all(run["waiting"] for run in runs), runs
+        assert {run["workflow_id"] for run in runs} <= set(started)
+    assert after["QueryWorkflow"] - before["QueryWorkflow"] <= 2
+    await end(api, *started)
