@@ -10,6 +10,11 @@ timed from the call to its answer. Event lag is the time from an event's `at` (t
 time when it published it) to its arrival, for every event of `--runs` runs of `--steps`
 steps followed by SSE, and as many followed by `AgentRun.events()` (`--together`: two SSE
 clients follow each run at once, sharing serve's one follower of it).
+
+What the event streams cost the dev server: `--streams` SSE clients of one run, for
+`--seconds` while it waits for a person and as long while it waits for a model call that does
+not stream, counted by the dev server itself (its `service_requests` metric, each way of asking
+on its own: describes, queries, all requests of the namespace).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
 from durable_agent.cli.plumbing import exit_now
 from durable_agent.client.agent_client import AgentClient, AgentRun, percentile
-from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.dev_server import embedded_dev_server, free_port
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.inputs import (
     AgentInput,
@@ -45,6 +50,7 @@ from durable_agent.workflows.inputs import (
     ScriptedCall,
     ScriptedTurn,
 )
+from tests.server_requests import served
 
 CLI = str(Path(sysconfig.get_path("scripts")) / "durable-agent")
 LISTENING = re.compile(r"HTTP API on (http://\S+)/api")
@@ -156,19 +162,89 @@ async def event_lags(
     }
 
 
+async def streams_cost(
+    agents: AgentClient,
+    http: httpx.AsyncClient,
+    metrics_port: int,
+    streams: int,
+    seconds: float,
+) -> dict[str, Any]:
+    """The requests a second the dev server serves while `streams` SSE clients follow one run
+    that waits for a person (its plan), then one in a model call that does not stream."""
+    waiting = AgentInput(
+        prompt="Plan it.",
+        plan=True,
+        model=ModelSettings(script=[ScriptedTurn(calls=[plan_call()])]),
+    )
+    in_a_call = AgentInput(
+        prompt="Think long.",
+        model=ModelSettings(script=[ScriptedTurn(text="done", delay_seconds=seconds + 10)]),
+    )
+    measured: dict[str, Any] = {"streams": streams, "seconds": seconds}
+    for name, agent_input, awaited in (
+        ("waiting_for_a_person", waiting, "plan_submitted"),
+        ("in_a_model_call", in_a_call, "step_started"),
+    ):
+        run = await agents.start(agent_input, workflow_id=f"bench-{uuid.uuid4()}")
+        caught_up = [asyncio.Event() for _ in range(streams)]
+        followers = [
+            asyncio.create_task(follow_until_cancelled(http, run.id, awaited, c)) for c in caught_up
+        ]
+        try:
+            await asyncio.wait_for(asyncio.gather(*(c.wait() for c in caught_up)), 60)
+            await asyncio.sleep(2)  # past the streams' start (each describes the run once)
+            before = await served(agents.client, metrics_port)
+            begun = time.perf_counter()
+            await asyncio.sleep(seconds)
+            after = await served(agents.client, metrics_port)
+            took = time.perf_counter() - begun
+        finally:
+            for follower in followers:
+                follower.cancel()
+            await asyncio.gather(*followers, return_exceptions=True)
+            await run.handle.terminate("measured")
+        described = after["DescribeWorkflowExecution"] - before["DescribeWorkflowExecution"]
+        queried = after["QueryWorkflow"] - before["QueryWorkflow"]
+        # The worker's too (its polls and heartbeats), less the count's own marker.
+        everything = after.total() - before.total() - 1
+        measured[name] = {
+            "describes_per_s": round(described / took, 2),
+            "queries_per_s": round(queried / took, 2),
+            "streams_requests_per_s": round((described + queried) / took, 2),
+            "all_requests_per_s": round(everything / took, 2),
+        }
+    return measured
+
+
+def plan_call() -> ScriptedCall:
+    return ScriptedCall(name="submit_plan", arguments={"steps": ["Wait for a person."]})
+
+
+async def follow_until_cancelled(
+    http: httpx.AsyncClient, workflow_id: str, awaited: str, caught_up: asyncio.Event
+) -> None:
+    async with http.stream("GET", f"/api/runs/{workflow_id}/events", timeout=None) as stream:
+        async for line in stream.aiter_lines():
+            if line == f"event: {awaited}":
+                caught_up.set()
+
+
 async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--starts", type=int, default=100)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--together", action="store_true", help="two SSE clients a run")
+    parser.add_argument("--streams", type=int, default=20, help="SSE clients of the run measured")
+    parser.add_argument("--seconds", type=float, default=10.0, help="how long each is measured")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     token = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["AGENT_MESSAGE_STORE"] = str(Path(scratch) / "messages.db")
         os.environ["AGENT_RESULT_STORE"] = str(Path(scratch) / "results.db")
-        async with embedded_dev_server() as env:
+        metrics_port = free_port()
+        async with embedded_dev_server(extra_args=["--metrics-port", str(metrics_port)]) as env:
             # The starts go to a queue no worker serves: they only start, and load nothing.
             idle, task_queue = f"bench-idle-{uuid.uuid4()}", f"bench-{uuid.uuid4()}"
             address = env.client.service_client.config.target_host
@@ -185,6 +261,9 @@ async def main(argv: list[str] | None = None) -> int:
                     agents = AgentClient(env.client, task_queue)
                     await event_lags(agents, http, 1, 3)  # the stream's first use, not counted
                     lags = await event_lags(agents, http, args.runs, args.steps, args.together)
+                    cost = await streams_cost(
+                        agents, http, metrics_port, args.streams, args.seconds
+                    )
             finally:
                 server.terminate()
                 await server.communicate()
@@ -199,8 +278,17 @@ async def main(argv: list[str] | None = None) -> int:
         f"{lags['sse_median_ms']} ms, p95 {lags['sse_p95_ms']} ms; AgentRun.events() median "
         f"{lags['client_median_ms']} ms, p95 {lags['client_p95_ms']} ms"
     )
+    for state in ("waiting_for_a_person", "in_a_model_call"):
+        rates = cost[state]
+        print(
+            f"{cost['streams']} SSE clients of one run {state.replace('_', ' ')}: "
+            f"{rates['streams_requests_per_s']} requests/s to the dev server "
+            f"({rates['describes_per_s']} describes, {rates['queries_per_s']} queries; "
+            f"{rates['all_requests_per_s']} with the worker's)"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"start": started, "event_lag": lags}, indent=2))
+        measured = {"start": started, "event_lag": lags, "streams_cost": cost}
+        args.json.write_text(json.dumps(measured, indent=2))
     return 0
 
 

@@ -18,7 +18,7 @@ import uvicorn
 from ..client.agent_client import AgentClient
 from ..serving import http_api
 from ..serving.self_contained import SETUP_ERRORS, check_self_contained, self_contained, setup_error
-from ..serving.streams import Streams
+from ..serving.streams import Streams, stream_bounds
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
 from .plumbing import Command, CommandLineError, parse, say
 
@@ -69,6 +69,7 @@ def main(argv: Sequence[str], *, prog: str = "starter.py serve") -> int:
     try:
         options = parse(command, prog, argv)
         token = http_api.api_token()
+        options["stream_bounds"] = stream_bounds()
         if options["address"] is None:
             check_self_contained(options["tools"])
     except CommandLineError as stop:
@@ -88,7 +89,8 @@ def main(argv: Sequence[str], *, prog: str = "starter.py serve") -> int:
 
 async def _serve(options: dict[str, Any], token: http_api.Token) -> None:
     async with _agents(options) as agents:
-        streams = Streams()
+        max_streams, max_run_streams = options["stream_bounds"]
+        streams = Streams(max_streams=max_streams, max_run_streams=max_run_streams)
         app = http_api.create_app(agents, token=token.value, streams=streams)
         config = uvicorn.Config(
             app,

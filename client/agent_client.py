@@ -100,7 +100,10 @@ from ..workflows.status import SEARCH_ATTRIBUTES, RunStatus, starting_search_att
 from ..workflows.transcript import Message
 from . import forking
 
-AWAITING_APPROVAL_QUERY = "AgentStatus='awaiting_approval'"
+AWAITING_APPROVAL_QUERY = "AgentStatus='awaiting_approval' AND ExecutionStatus='Running'"
+"""The runs that wait for a person. A run that was terminated while it waited keeps its last
+AgentStatus; it waits for nobody, and asking it what it waits on would wait for a worker to
+replay it."""
 CLOSED_RUNS_QUERY = (
     "WorkflowType='AgentWorkflow' AND (ExecutionStatus='Completed' OR ExecutionStatus='Failed')"
 )
@@ -123,6 +126,10 @@ STREAM_POLL_COOLDOWN = timedelta(milliseconds=100)
 STREAM_MAX_POLL_INTERVAL = timedelta(seconds=1)
 """How long a follower of a run that publishes nothing waits between asks, at most: the delay
 grows by half from STREAM_POLL_COOLDOWN while nothing comes, and drops back when an event does."""
+STREAM_CLOSED_CHECK_ASKS = 5
+"""While a followed run publishes nothing, the follower describes it once every this many asks
+at STREAM_MAX_POLL_INTERVAL, to end when the run was terminated (which publishes no last event):
+a describe at every quiet ask would double what following a quiet run costs the server."""
 STREAM_POLL_QUERY = "__temporal_workflow_stream_poll"
 """The stream's own query (temporalio.contrib.workflow_streams): the events from an offset, at
 once. A query is answered by a worker and recorded nowhere; the stream's update, which waits for
@@ -597,10 +604,12 @@ class AgentRun:
 
         The events are read by query, which writes nothing to the run's history, so following a
         run costs it nothing (docs/performance.md, "Following a run"). While nothing comes, the
-        asks slow from `poll_cooldown` to STREAM_MAX_POLL_INTERVAL; only at that pace does it
-        describe the run, to end when the run was terminated (a terminated run publishes no last
-        event, so its follower ends a couple of seconds after it)."""
+        asks slow from `poll_cooldown` to STREAM_MAX_POLL_INTERVAL; only at that pace, at its
+        first ask and then at every STREAM_CLOSED_CHECK_ASKS-th, does it describe the run, to
+        end when the run was terminated (a terminated run publishes no last event, so its
+        follower ends up to about ten seconds after it)."""
         pause = poll_cooldown.total_seconds()
+        quiet_asks = 0
         offset = from_offset
         # The workflow id alone: the latest run of the chain, which holds the stream's events.
         handle = self.client.get_workflow_handle(self.id)
@@ -630,13 +639,17 @@ class AgentRun:
                 return
             if page.items:
                 pause = poll_cooldown.total_seconds()
+                quiet_asks = 0
             elif pause < STREAM_MAX_POLL_INTERVAL.total_seconds():
                 pause = min(pause * 1.5, STREAM_MAX_POLL_INTERVAL.total_seconds())
-            elif await self._closed():
+            else:
                 # A terminated run publishes no last event. Asked only once the asks have
                 # slowed to their longest, so a follower in the short quiet of a model call
-                # does not describe the run on every empty page.
-                return
+                # does not describe the run on every empty page; then only at every few asks,
+                # so a run that waits days for a person costs about one request a second.
+                if quiet_asks % STREAM_CLOSED_CHECK_ASKS == 0 and await self._closed():
+                    return
+                quiet_asks += 1
             await asyncio.sleep(pause)
 
     async def _closed(self) -> bool:
@@ -655,24 +668,53 @@ class AgentRun:
         per delta. A live view, best effort: the last ~100 ms of a call may end before it is
         read, and a sub-agent's calls are its own run's. The transcript has every reply whole."""
         reader = DeltaReader()
-        latest = self.client.get_workflow_handle(self.id)  # follows continue-as-new
-        converter = self.client.data_converter
         while True:
-            description = await latest.describe()
-            for pending in description.raw_description.pending_activities:
-                if pending.activity_type.name != MODEL_ACTIVITY:
-                    continue
-                progress = None
-                if pending.heartbeat_details.payloads:
-                    decoded = await converter.decode(
-                        pending.heartbeat_details.payloads, [StreamProgress]
-                    )
-                    progress = decoded[0] if isinstance(decoded[0], StreamProgress) else None
-                for delta in reader.read(progress, pending.attempt):
+            now = await self.model_calls()
+            for call in now.calls:
+                for delta in reader.read(call.progress, call.attempt):
                     yield delta
-            if description.status != WorkflowExecutionStatus.RUNNING:
+            if not now.running:
                 return
             await asyncio.sleep(interval.total_seconds())
+
+    async def model_calls(self) -> ModelCalls:
+        """The run's pending model calls, each with what it has streamed so far, by one describe
+        of its latest run (it follows continue-as-new); what `deltas` reads at each interval."""
+        description = await self.client.get_workflow_handle(self.id).describe()
+        calls = []
+        for pending in description.raw_description.pending_activities:
+            if pending.activity_type.name != MODEL_ACTIVITY:
+                continue
+            progress = None
+            if pending.heartbeat_details.payloads:
+                decoded = await self.client.data_converter.decode(
+                    pending.heartbeat_details.payloads, [StreamProgress]
+                )
+                progress = decoded[0] if isinstance(decoded[0], StreamProgress) else None
+            # A streaming call beats with its progress at once; a beat without details is a
+            # call that does not stream.
+            beaten = pending.HasField("last_heartbeat_time")
+            calls.append(ModelCall(progress, pending.attempt, beaten and progress is None))
+        running = description.status == WorkflowExecutionStatus.RUNNING
+        return ModelCalls(running, calls)
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """A pending model call: what it has streamed (None: nothing yet, or it does not stream),
+    its attempt, and whether it is known not to stream (it has beaten without progress)."""
+
+    progress: StreamProgress | None
+    attempt: int
+    not_streaming: bool
+
+
+@dataclass(frozen=True)
+class ModelCalls:
+    """A run's pending model calls, and whether it runs (a run that ended has none to come)."""
+
+    running: bool
+    calls: list[ModelCall]
 
 
 class DeltaReader:
@@ -873,9 +915,10 @@ class AgentClient:
             update_retry_for=self.update_retry_for,
         )
 
-    async def awaiting_approval(self) -> AsyncIterator[AgentRun]:
-        """The runs whose plan waits for a person, found through the AgentStatus attribute."""
-        async for execution in self.client.list_workflows(AWAITING_APPROVAL_QUERY):
+    async def awaiting_approval(self, limit: int | None = None) -> AsyncIterator[AgentRun]:
+        """The runs that wait for a person, found through the AgentStatus attribute (at most
+        `limit`, newest first)."""
+        async for execution in self.client.list_workflows(AWAITING_APPROVAL_QUERY, limit=limit):
             yield self.run(execution.id)
 
     async def closed_runs(

@@ -18,10 +18,13 @@ from temporalio.service import RPCError
 
 from ..workflows.inputs import AgentResult
 from ..workflows.state import PlanState, ToolApproval
-from .agent_client import AgentClient, ClosedRun, StepStats, step_stats
+from .agent_client import AgentClient, AgentRun, ClosedRun, StepStats, step_stats
 
 STATUS_TIMEOUT_SECONDS = 5.0
 """Each waiting run is asked for its status; a run whose worker is gone does not answer."""
+STATUS_CONCURRENCY = 8
+"""Waiting runs asked for their status at once: one at a time, a few runs whose worker is gone
+held a listing for STATUS_TIMEOUT_SECONDS each."""
 NO_ANSWER = "no worker answered the status query"
 NO_LABEL = "(no label)"
 
@@ -46,22 +49,28 @@ class WaitingRun:
         }
 
 
-async def waiting_runs(client: AgentClient) -> list[WaitingRun]:
-    """The runs that wait for a person now (found through visibility, then asked for their
-    status: one decided since it was indexed is left out). A sub-agent that waits is listed by
-    its parent, with the ids that decide through it, and not again on its own."""
-    found: list[WaitingRun] = []
-    async for agent_run in client.awaiting_approval():
-        try:
-            status = await asyncio.wait_for(agent_run.status(), STATUS_TIMEOUT_SECONDS)
-        except (RPCError, WorkflowQueryFailedError, TimeoutError) as error:
-            reason = str(getattr(error, "message", "") or error).strip().splitlines()
-            found.append(WaitingRun(agent_run.id, error=next(iter(reason), "") or NO_ANSWER))
-            continue
+async def waiting_runs(client: AgentClient, limit: int | None = None) -> list[WaitingRun]:
+    """The runs that wait for a person now (found through visibility, the newest `limit` of
+    them, then asked for their status, STATUS_CONCURRENCY at once: one decided since it was
+    indexed is left out). A sub-agent that waits is listed by its parent, with the ids that
+    decide through it, and not again on its own."""
+    asking = asyncio.Semaphore(STATUS_CONCURRENCY)
+
+    async def waiting(agent_run: AgentRun) -> WaitingRun | None:
+        async with asking:
+            try:
+                status = await asyncio.wait_for(agent_run.status(), STATUS_TIMEOUT_SECONDS)
+            except (RPCError, WorkflowQueryFailedError, TimeoutError) as error:
+                reason = str(getattr(error, "message", "") or error).strip().splitlines()
+                return WaitingRun(agent_run.id, error=next(iter(reason), "") or NO_ANSWER)
         plan = status.plan if status.plan and status.plan.status == "awaiting_approval" else None
         calls = [*status.approvals, *status.sub_agent_approvals]
         if status.status == "awaiting_approval" and (plan is not None or calls):
-            found.append(WaitingRun(agent_run.id, plan, calls))
+            return WaitingRun(agent_run.id, plan, calls)
+        return None
+
+    runs = [agent_run async for agent_run in client.awaiting_approval(limit)]
+    found = [run for run in await asyncio.gather(*map(waiting, runs)) if run is not None]
     asked_by_parents = {getattr(c, "workflow_id", None) for run in found for c in run.calls}
     return [run for run in found if not (run.calls and run.workflow_id in asked_by_parents)]
 

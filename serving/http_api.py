@@ -6,13 +6,16 @@ reason.
     app = http_api.create_app(agents, token="...")   # a FastAPI app; uvicorn serves it
 
 Every route needs `Authorization: Bearer <token>` (compared in constant time; 401 otherwise),
-the OpenAPI document included. A run's events stream as SSE, each with its offset as `id:`;
+the OpenAPI document included, but the console's page and its files. The token is checked before
+any of a request's body is read, and a body is never read past MAX_BODY_BYTES (`_Door`). A run's
+events stream as SSE, each with its offset as `id:`;
 a client that reconnects with `Last-Event-ID` gets every later event once, also after the run
 ended, and the stream ends with an event named `done` carrying the result or the error
 (serving/streams.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import os
 import secrets
@@ -40,15 +43,24 @@ from ..workflows.paging import TracePage, TranscriptPage
 from ..workflows.state import AutoModeChange, PendingCallback, PlanState, ToolApproval
 from ..workflows.status import AGENT_STATUS, RunStatus
 from .console import add_console
-from .streams import Streams
+from .streams import Streams, StreamsFull
 
 API_TOKEN_VARIABLE = "AGENT_API_TOKEN"
 MIN_TOKEN_CHARS = 16
 LIST_LIMIT = 50
+MAX_WAITING_ASKED = 100
+"""The waiting runs one listing asks for what they wait on (a query each); the runs past it are
+listed with their status alone."""
+LIST_SHARED_SECONDS = 2.0
+"""How long a listing of the runs is given to every caller that asks for as many: the console
+reads it every 3 s a tab, and each listing queries each waiting run."""
 MAX_BODY_BYTES = 4_000_000
-"""A request body over this is refused (413) before it is read: a run's input may have
+"""A request body over this is refused (413), and never read past it: a run's input may have
 1,800,000 bytes of JSON (workflows/input_limits.py), with room for how a client writes it."""
 RUNS_QUERY = "WorkflowType='AgentWorkflow'"
+PUBLIC_PATHS = ("/console/", "/runs/")
+"""Besides `/`, what a request may GET without the token: the console's page and its files,
+which hold no data (serving/console.py)."""
 
 
 @dataclass(frozen=True)
@@ -140,13 +152,13 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
     streams = Streams() if streams is None else streams
     if not token:
         raise ValueError("the API needs a token")
+    listings = _SharedListings(agents)
 
     def authorized(authorization: Annotated[str | None, Header()] = None) -> None:
-        scheme, _, given = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
-            raise HTTPException(
-                401, "Authorization: Bearer <token> is needed", {"WWW-Authenticate": "Bearer"}
-            )
+        # `_Door` refused the request already, before its body; this puts the header in the
+        # OpenAPI document.
+        if not _token_matches(authorization, token):
+            raise HTTPException(401, UNAUTHORIZED, {"WWW-Authenticate": "Bearer"})
 
     app = FastAPI(
         title="durable-agent",
@@ -195,6 +207,10 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
     async def invalid(request: Request, error: AgentInputInvalid) -> JSONResponse:
         return JSONResponse({"detail": error.message, "type": error.type}, status_code=422)
 
+    @app.exception_handler(StreamsFull)
+    async def full(request: Request, error: StreamsFull) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=429)
+
     @api.post("/runs", status_code=201)
     async def start(body: StartRun) -> Started:
         """Start a run or a conversation; answers its id."""
@@ -204,27 +220,10 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
 
     @api.get("/runs")
     async def runs(limit: Annotated[int, Query(ge=1, le=1000)] = LIST_LIMIT) -> list[RunListed]:
-        """The runs that wait for a person first, each with what it waits on, then the newest
-        others (at most `limit` in all)."""
-        waiting = await overview.waiting_runs(agents)
-        listed = [
-            RunListed(
-                workflow_id=run.workflow_id,
-                status="awaiting_approval",
-                waiting=run.as_json(),
-            )
-            for run in waiting
-        ][:limit]
-        seen = {run.workflow_id for run in listed}
-        async for execution in agents.client.list_workflows(RUNS_QUERY, limit=limit):
-            if len(listed) >= limit:
-                break
-            if execution.id in seen:
-                continue
-            seen.add(execution.id)
-            status = execution.typed_search_attributes.get(AGENT_STATUS)
-            listed.append(RunListed(workflow_id=execution.id, status=status))
-        return listed
+        """The runs that wait for a person first, each with what it waits on (the newest
+        MAX_WAITING_ASKED at most), then the newest others (at most `limit` in all). A listing
+        made in the last LIST_SHARED_SECONDS is shared."""
+        return await listings.get(limit)
 
     @api.get("/runs/{workflow_id:path}/transcript")
     async def transcript(
@@ -303,12 +302,14 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
         if offset < 0:
             raise HTTPException(422, "Last-Event-ID: an event's id, 0 or more")
         run = agents.run(workflow_id)
-        await run.handle.describe()  # 404 now, rather than an empty stream, for an unknown id
-        return StreamingResponse(
-            streams.sse(run, offset),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-        )
+        give_back = streams.hold(run.id)  # 429 past a bound, before any work
+        try:
+            await run.handle.describe()  # 404 now, rather than an empty stream, for an unknown id
+        except BaseException:
+            give_back()
+            raise
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        return streams.response(run, offset, give_back, headers)
 
     # Last: a run's id may hold a slash (a sub-agent's does), and this path would match the
     # others' too.
@@ -318,29 +319,163 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
         return await agents.run(workflow_id).status()
 
     app.include_router(api)
-    add_console(app)
-    app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
+    app.add_middleware(_Door, token=token, limit=MAX_BODY_BYTES)
+    add_console(app)  # its headers go on every answer, the door's refusals too
     return app
 
 
-class _BodyLimit:
-    """Refuses a request whose body is over `limit` bytes (413), or of no declared length
-    (411), before any of it is read: a body is read whole before it is validated."""
+UNAUTHORIZED = "Authorization: Bearer <token> is needed"
 
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit = app, limit
+
+def _token_matches(authorization: str | None, token: str) -> bool:
+    scheme, _, given = (authorization or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), token.encode())
+
+
+class _SharedListings:
+    """`GET /api/runs`, made once for every caller that asks for as many runs while it is made
+    or within LIST_SHARED_SECONDS of its end: N console tabs cost one listing, not N."""
+
+    def __init__(self, agents: AgentClient) -> None:
+        self._agents = agents
+        self._made: dict[int, asyncio.Task[list[RunListed]]] = {}
+        self._ended: dict[int, float] = {}
+
+    async def get(self, limit: int) -> list[RunListed]:
+        now = asyncio.get_running_loop().time()
+        for count, task in list(self._made.items()):
+            if not task.done():
+                continue
+            failed = task.cancelled() or task.exception() is not None
+            if failed or now - self._ended.get(count, now) > LIST_SHARED_SECONDS:
+                del self._made[count]
+        if limit not in self._made:
+            self._made[limit] = asyncio.create_task(self._list_and_time(limit))
+        # Shielded: a caller that leaves does not cancel the listing the others wait for.
+        return await asyncio.shield(self._made[limit])
+
+    async def _list_and_time(self, limit: int) -> list[RunListed]:
+        try:
+            return await self._list(limit)
+        finally:
+            self._ended[limit] = asyncio.get_running_loop().time()
+
+    async def _list(self, limit: int) -> list[RunListed]:
+        waiting = await overview.waiting_runs(self._agents, min(limit, MAX_WAITING_ASKED))
+        listed = [
+            RunListed(
+                workflow_id=run.workflow_id,
+                status="awaiting_approval",
+                waiting=run.as_json(),
+            )
+            for run in waiting
+        ][:limit]
+        seen = {run.workflow_id for run in listed}
+        async for execution in self._agents.client.list_workflows(RUNS_QUERY, limit=limit):
+            if len(listed) >= limit:
+                break
+            if execution.id in seen:
+                continue
+            seen.add(execution.id)
+            status = execution.typed_search_attributes.get(AGENT_STATUS)
+            listed.append(RunListed(workflow_id=execution.id, status=status))
+        return listed
+
+
+class _BodyTooLarge(HTTPException):
+    """Raised from `receive` when a body's bytes pass the limit; FastAPI passes an HTTPException
+    raised while it reads a body on as it is, and answers it."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the body has more than {limit:,} bytes", {"Connection": "close"})
+
+
+class _Door:
+    """What a request meets before any of its body is read, in this order:
+
+    - the token, for every route but the console's page and files (401): FastAPI reads and
+      parses a route's body before it runs the route's dependencies, so a request without the
+      token was read whole (an unauthenticated 150 MB body grew the server by 300 MB);
+    - the body's framing: Content-Length with Transfer-Encoding is refused (400: RFC 9112 6.1,
+      the pattern of request smuggling; the parser would go by Transfer-Encoding and read a
+      chunked body of any size past a small declared length), and a body without a declared
+      length (411);
+    - a declared length over `limit` (413).
+
+    Then the body's bytes are counted as they arrive, whatever the headers said: past `limit`
+    the request is refused (413) and its connection closed, with nothing more read.
+
+    A request refused before its body keeps its connection (but for the pair of headers): the
+    server reads what is left of the body and drops it, as it comes, without keeping it, so
+    that a client that sends its whole body before it reads the answer gets the answer (a
+    closed connection with unread bytes is reset, and the answer can be lost with it)."""
+
+    def __init__(self, app: Any, token: str, limit: int) -> None:
+        self.app, self.token, self.limit = app, token, limit
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
-            headers = dict(scope["headers"])
-            length = headers.get(b"content-length", b"")
-            refusal = None
-            if not length.isdigit():
-                if headers.get(b"transfer-encoding"):
-                    refusal = (411, "send the body with a Content-Length")
-            elif int(length) > self.limit:
-                refusal = (413, f"the body has {int(length):,} bytes: at most {self.limit:,}")
-            if refusal is not None:
-                status, detail = refusal
-                return await JSONResponse({"detail": detail}, status)(scope, receive, send)
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            return await refusal(scope, receive, send)
+        answered = False
+
+        async def sending(message: Any) -> None:
+            nonlocal answered
+            answered = answered or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, self._counted(receive), sending)
+        except _BodyTooLarge as refused:
+            # FastAPI answers it; a reader of the body that is not FastAPI's may not.
+            if answered:
+                raise
+            detail = {"detail": refused.detail}
+            await JSONResponse(detail, 413, refused.headers)(scope, receive, send)
+
+    def _refusal(self, scope: Any) -> JSONResponse | None:
+        headers: dict[bytes, list[bytes]] = {}
+        for name, value in scope["headers"]:
+            headers.setdefault(name.lower(), []).append(value)
+        lengths = headers.get(b"content-length", [])
+        chunked = b"transfer-encoding" in headers
+        # Where a request's body ends is in doubt: the connection is closed rather than read
+        # on to the next request (RFC 9112 6.1: a server MUST close it).
+        smuggling = chunked and bool(lengths)
+        close = {"Connection": "close"} if smuggling else {}
+        authorization = next(iter(headers.get(b"authorization", [])), b"").decode("latin-1")
+        if not _public(scope) and not _token_matches(authorization, self.token):
+            return JSONResponse(
+                {"detail": UNAUTHORIZED}, 401, {"WWW-Authenticate": "Bearer", **close}
+            )
+        if smuggling:
+            detail = "Content-Length and Transfer-Encoding together: send one"
+            return JSONResponse({"detail": detail}, 400, close)
+        if chunked:
+            return JSONResponse({"detail": "send the body with a Content-Length"}, 411)
+        if lengths and lengths[0].isdigit() and int(lengths[0]) > self.limit:
+            detail = f"the body has {int(lengths[0]):,} bytes: at most {self.limit:,}"
+            return JSONResponse({"detail": detail}, 413)
+        return None
+
+    def _counted(self, receive: Any) -> Any:
+        read = 0
+
+        async def counted() -> Any:
+            nonlocal read
+            message = await receive()
+            if message["type"] == "http.request":
+                read += len(message.get("body", b""))
+                if read > self.limit:
+                    raise _BodyTooLarge(self.limit)
+            return message
+
+        return counted
+
+
+def _public(scope: Any) -> bool:
+    path = scope["path"]
+    console = path == "/" or path.startswith(PUBLIC_PATHS)
+    return console and scope["method"] in ("GET", "HEAD")

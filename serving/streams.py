@@ -1,11 +1,20 @@
 """The HTTP API's event streams (serving/http_api.py, `GET /api/runs/{id}/events`): a run's
 events as Server-Sent Events, from an offset, to an event named `done`.
 
-Every stream of one run reads from one follower (`AgentRun.events`), which keeps what it read
-while any of them is open: two queries that reach a run together are not answered together
-(one waits about a second, docs/http-api.md), so two people on one run's page, or a page and a
-service, would otherwise see its events a second apart. A stream that resumes from before what
-the shared follower began at reads with a follower of its own.
+Every stream of one run reads from what the run's streams share (`_Watch`), which lives while
+any of them is open:
+
+- **One follower of its events** (`AgentRun.events`): two queries that reach a run together are
+  not answered together (one waits about a second, docs/http-api.md), so two people on one
+  run's page, or a page and a service, would otherwise see its events a second apart. A stream
+  that resumes from before what the shared follower began at reads the events before it with a
+  follower of its own, then joins it.
+- **One reader of its model calls' streamed text** (`_ModelCalls`), by describe: only while a
+  model call is pending, every 100 ms only while one streams, and not at all while the run waits
+  (for a person, for a tool, for a message). Its followers' events say when to look.
+
+How many streams a server holds, and a run, is bounded (MAX_STREAMS, MAX_RUN_STREAMS): one more
+is refused with 429 (`StreamsFull`) before it starts.
 
 `Streams` also ends every open stream when the server stops: a stream is endless while its run
 works, and uvicorn waits for every open response before it stops. An ended stream has no `done`;
@@ -17,32 +26,127 @@ import asyncio
 import bisect
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
+import os
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
+from fastapi.responses import StreamingResponse
 from temporalio.service import RPCError
 
-from ..client.agent_client import AgentRun, AgentRunFailed
+from ..client.agent_client import (
+    DELTA_POLL_INTERVAL,
+    AgentRun,
+    AgentRunFailed,
+    DeltaReader,
+    ModelCall,
+)
+from ..workflows.errors import AgentConfigurationError
 from ..workflows.events import AgentEvent
 
 SSE_POLL_COOLDOWN = timedelta(milliseconds=50)
 """How soon a follower asks again after an event (the client's default is 100 ms): the SSE lag
 goal is 100 ms at p95 (bench/http_api.py)."""
+TEXT_POLL_INTERVAL = DELTA_POLL_INTERVAL
+"""How often a run's streamed text is read while a model call streams: the workers send it at
+most this often too."""
+TEXT_POLL_MAX_INTERVAL = timedelta(seconds=1)
+"""The longest pause between reads of a pending model call not yet known to stream or not (one
+not started, or one of a worker whose calls send no heartbeat): the pause grows by half from
+TEXT_POLL_INTERVAL to this."""
+CALL_BEGINS = ("step_started", "retry")
+"""The events after which a model call may be pending (a step's call, or a call's next attempt):
+the streams' text reader looks then, and otherwise not."""
+
+MAX_STREAMS = 256
+"""The event streams one server holds at once (each an open connection and a reader of it); the
+next is refused with 429. $AGENT_API_MAX_STREAMS sets another."""
+MAX_RUN_STREAMS = 32
+"""The event streams of one run one server holds at once; $AGENT_API_MAX_RUN_STREAMS sets
+another. They share one follower and one text reader: what a run costs the cluster does not
+grow with them, this bounds what they cost the server."""
+MAX_STREAMS_VARIABLE = "AGENT_API_MAX_STREAMS"
+MAX_RUN_STREAMS_VARIABLE = "AGENT_API_MAX_RUN_STREAMS"
 _STOPPING = "stopping"
 
 
-class Streams:
-    """The open event streams of one server, and the followers they share."""
+class StreamsFull(Exception):
+    """One more event stream would be over a bound (429): the server's or the run's."""
 
-    def __init__(self) -> None:
+
+def stream_bounds(environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
+    """The bounds on the streams of a server and of a run: $AGENT_API_MAX_STREAMS and
+    $AGENT_API_MAX_RUN_STREAMS, else MAX_STREAMS and MAX_RUN_STREAMS. AgentConfigurationError
+    for a value that is not a whole number of 1 or more."""
+    bounds = []
+    for variable, default in (
+        (MAX_STREAMS_VARIABLE, MAX_STREAMS),
+        (MAX_RUN_STREAMS_VARIABLE, MAX_RUN_STREAMS),
+    ):
+        given = environ.get(variable, "").strip() or str(default)
+        if not given.isdigit() or int(given) < 1:
+            raise AgentConfigurationError(
+                f"{variable} is {given!r}: give a whole number, 1 or more"
+            )
+        bounds.append(int(given))
+    return bounds[0], bounds[1]
+
+
+class Streams:
+    """The open event streams of one server, and what the streams of each run share: at most
+    `max_streams` at once, and `max_run_streams` of one run."""
+
+    def __init__(
+        self, *, max_streams: int = MAX_STREAMS, max_run_streams: int = MAX_RUN_STREAMS
+    ) -> None:
+        self.max_streams, self.max_run_streams = max_streams, max_run_streams
         self._open: set[asyncio.Queue[str | None]] = set()
-        self._followers: dict[str, _Follower] = {}
+        self._watches: dict[str, _Watch] = {}
+        self._held: Counter[str] = Counter()
 
     def end_all(self) -> None:
         """End every open stream (the server stops)."""
         for queue in self._open:
             queue.put_nowait(_STOPPING)
+
+    def hold(self, run_id: str) -> Callable[[], None]:
+        """A place for one more stream of the run, and what gives it back (once); StreamsFull
+        when the server, or the run, holds as many as it may. Taken before the stream's first
+        await, so that requests that come together cannot all pass the bound."""
+        held = self._held.total()
+        if held >= self.max_streams:
+            raise StreamsFull(
+                f"this server holds {held} event streams, its most ({MAX_STREAMS_VARIABLE}):"
+                " close one, or try again later"
+            )
+        if self._held[run_id] >= self.max_run_streams:
+            raise StreamsFull(
+                f"this server holds {self._held[run_id]} event streams of run {run_id}, the most"
+                f" for one run ({MAX_RUN_STREAMS_VARIABLE}); they all get the same events:"
+                " close one, or try again later"
+            )
+        self._held[run_id] += 1
+        given_back = False
+
+        def give_back() -> None:
+            nonlocal given_back
+            if given_back:
+                return
+            given_back = True
+            self._held[run_id] -= 1
+            if not self._held[run_id]:
+                del self._held[run_id]
+
+        return give_back
+
+    def response(
+        self, run: AgentRun, offset: int, give_back: Callable[[], None], headers: dict[str, str]
+    ) -> StreamingResponse:
+        """The run's stream from `offset` (`sse`) as the response that sends it, which gives its
+        place (`hold`) back however it ends."""
+        stream = self.sse(run, offset)
+        return _Held(give_back, stream, media_type="text/event-stream", headers=headers)
 
     async def sse(self, run: AgentRun, offset: int) -> AsyncIterator[str]:
         """The run's events from `offset`, each as `id: OFFSET`, `event: KIND`; the model's
@@ -50,71 +154,117 @@ class Streams:
         queue: asyncio.Queue[str | None] = asyncio.Queue()
         self._open.add(queue)
         try:
-            async for chunk in self._stream(run, offset, queue):
-                yield chunk
+            with self._watching(run, offset) as watch:
+                async for chunk in self._stream(watch, run, offset, queue):
+                    yield chunk
         finally:
             self._open.discard(queue)
 
     async def _stream(
-        self, run: AgentRun, offset: int, queue: asyncio.Queue[str | None]
+        self, watch: _Watch, run: AgentRun, offset: int, queue: asyncio.Queue[str | None]
     ) -> AsyncIterator[str]:
-        async def deltas() -> None:
-            with contextlib.suppress(RPCError):
-                async for delta in run.deltas():
-                    await queue.put(_event("delta", delta.model_dump_json()))
+        reader = DeltaReader()
+
+        def text(calls: list[ModelCall]) -> None:
+            for call in calls:
+                for delta in reader.read(call.progress, call.attempt):
+                    queue.put_nowait(_event("delta", delta.model_dump_json()))
 
         async def progress() -> None:
             try:
-                with self._following(run, offset) as follower:
-                    async for at, event in follower.read(offset):
-                        await queue.put(_event(event.kind, event.model_dump_json(), at))
+                async for at, event in watch.read(run, offset):
+                    await queue.put(_event(event.kind, event.model_dump_json(), at))
             finally:
                 await queue.put(None)
 
-        readers = [asyncio.create_task(progress()), asyncio.create_task(deltas())]
+        reading = asyncio.create_task(progress())
         try:
-            while (chunk := await queue.get()) is not None:
-                if chunk is _STOPPING:
-                    return
-                yield chunk
+            with watch.model_calls.listening(text):
+                while (chunk := await queue.get()) is not None:
+                    if chunk is _STOPPING:
+                        return
+                    yield chunk
             yield _event("done", json.dumps(await _outcome(run)))
         finally:
-            for reader in readers:
-                reader.cancel()
-            await asyncio.gather(*readers, return_exceptions=True)
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
 
     @contextlib.contextmanager
-    def _following(self, run: AgentRun, offset: int) -> Iterator[_Follower]:
-        """The run's shared follower, started here if it has none; a follower of its own for a
-        stream that resumes from before the shared one began. Stopped with its last reader."""
-        shared = self._followers.get(run.id)
-        if shared is None:
-            follower = self._followers[run.id] = _Follower(run, offset)
-        elif shared.start <= offset:
-            follower = shared
-        else:
-            follower = _Follower(run, offset)
-        follower.readers += 1
+    def _watching(self, run: AgentRun, offset: int) -> Iterator[_Watch]:
+        """What the run's streams share, begun here (its follower from `offset`) if it has
+        none; stopped with its last stream."""
+        watch = self._watches.get(run.id)
+        if watch is None:
+            watch = self._watches[run.id] = _Watch(run, offset)
+        watch.streams += 1
         try:
-            yield follower
+            yield watch
         finally:
-            follower.readers -= 1
-            if not follower.readers:
-                follower.stop()
-                if self._followers.get(run.id) is follower:
-                    del self._followers[run.id]
+            watch.streams -= 1
+            if not watch.streams:
+                watch.stop()
+                del self._watches[run.id]
+
+
+class _Held(StreamingResponse):
+    """A stream's response, which gives its place back however it ends: also when its client
+    left before its first byte, when its body is never iterated."""
+
+    def __init__(self, release: Callable[[], None], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+class _Watch:
+    """What the streams of one run share: the follower of its events from where the first of
+    them began, and the reader of its model calls, told by that follower when to look."""
+
+    def __init__(self, run: AgentRun, start: int) -> None:
+        self.streams = 0
+        self.model_calls = _ModelCalls(run)
+        self.follower = _Follower(run, start, self.model_calls.look)
+
+    async def read(self, run: AgentRun, offset: int) -> AsyncIterator[tuple[int, AgentEvent]]:
+        """The run's events from `offset`, to its end: those before the shared follower began
+        from a follower of this stream's own, the rest from the shared one."""
+        shared = self.follower
+        if offset < shared.start:
+            own = _Follower(run, offset)
+            try:
+                async for at, event in own.read(offset):
+                    yield at, event
+                    offset = at + 1
+                    if offset >= shared.start:
+                        break
+            finally:
+                own.stop()
+        async for at, event in shared.read(max(offset, shared.start)):
+            yield at, event
+
+    def stop(self) -> None:
+        self.follower.stop()
+        self.model_calls.stop()
 
 
 class _Follower:
-    """One `AgentRun.events` reader from `start`, and every event it has read, for its readers."""
+    """One `AgentRun.events` reader from `start`, and every event it has read, for its readers.
+    `on_call`: called when an event says a model call may begin (CALL_BEGINS)."""
 
-    def __init__(self, run: AgentRun, start: int) -> None:
+    def __init__(
+        self, run: AgentRun, start: int, on_call: Callable[[], None] | None = None
+    ) -> None:
         self.start = start
-        self.readers = 0
         self._offsets: list[int] = []
         self._events: list[AgentEvent] = []
         self._ended = False
         self._changed = asyncio.Event()
+        self._on_call = on_call
         self._task = asyncio.create_task(self._follow(run))
 
     async def _follow(self, run: AgentRun) -> None:
@@ -122,6 +272,8 @@ class _Follower:
             async for item in run.events(self.start, poll_cooldown=SSE_POLL_COOLDOWN):
                 self._offsets.append(item.offset)
                 self._events.append(item.data)
+                if self._on_call is not None and item.data.kind in CALL_BEGINS:
+                    self._on_call()
                 self._wake()
         except RPCError:
             pass  # the run is gone
@@ -145,6 +297,73 @@ class _Follower:
             if self._ended:
                 return
             await self._changed.wait()
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+
+class _ModelCalls:
+    """A run's pending model calls, read by describe (AgentRun.model_calls) for its streams'
+    `delta` events: once when the first stream opens (a call may be pending already), then only
+    when told to `look` (an event says a call begins), for as long as a model call is pending.
+    Every TEXT_POLL_INTERVAL while the call streams; while it is not known to stream, at a
+    pause growing to TEXT_POLL_MAX_INTERVAL; no more once it is known not to."""
+
+    def __init__(self, run: AgentRun) -> None:
+        self._run = run
+        self._latest: list[ModelCall] = []
+        self._listeners: list[Callable[[list[ModelCall]], None]] = []
+        self._told = asyncio.Event()
+        self._told.set()
+        self._task = asyncio.create_task(self._read())
+
+    def look(self) -> None:
+        self._told.set()
+
+    @contextlib.contextmanager
+    def listening(self, listener: Callable[[list[ModelCall]], None]) -> Iterator[None]:
+        """`listener` gets every reading from now, the newest one first (a call that streams
+        already: what it has written so far)."""
+        listener(self._latest)
+        self._listeners.append(listener)
+        try:
+            yield
+        finally:
+            self._listeners.remove(listener)
+
+    async def _read(self) -> None:
+        with contextlib.suppress(RPCError):  # the run is gone: its followers say so
+            while True:
+                await self._told.wait()
+                if not await self._while_pending():
+                    return
+
+    async def _while_pending(self) -> bool:
+        """Read while a model call is pending; False once the run has ended."""
+        fastest = TEXT_POLL_INTERVAL.total_seconds()
+        pause, missed = fastest, 0
+        while True:
+            self._told.clear()
+            now = await self._run.model_calls()
+            self._latest = now.calls
+            for listener in list(self._listeners):
+                listener(now.calls)
+            if not now.running:
+                return False
+            if any(call.progress is not None for call in now.calls):
+                pause = fastest
+            elif not now.calls:
+                # Looked at once after an event: the call may be a moment from being
+                # scheduled, or over already. A second look, then wait for the next event.
+                missed += 1
+                if missed > 1:
+                    return True
+            elif all(call.not_streaming for call in now.calls):
+                return True
+            else:
+                pause = min(pause * 1.5, TEXT_POLL_MAX_INTERVAL.total_seconds())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._told.wait(), pause)
 
     def stop(self) -> None:
         self._task.cancel()

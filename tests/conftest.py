@@ -18,7 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 import tests.tools_for_tests  # noqa: F401  (registers the test tools)
 from durable_agent.activities import pg_store
 from durable_agent.activities.providers import scripted
-from durable_agent.serving.dev_server import embedded_dev_server
+from durable_agent.serving.dev_server import embedded_dev_server, free_port
 from durable_agent.serving.worker import build_worker
 from tests import fake_anthropic
 from tests.browser import Browser, headless_chromium
@@ -30,8 +30,14 @@ _LOCAL_HOSTS = {"127.0.0.1", "::1", "localhost"}
 
 
 @pytest.fixture(scope="session")
-async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
-    async with embedded_dev_server() as env:
+def metrics_port() -> int:
+    """Where the session's dev server says what it has served (tests/server_requests.py)."""
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+async def temporal_env(metrics_port: int) -> AsyncIterator[WorkflowEnvironment]:
+    async with embedded_dev_server(extra_args=["--metrics-port", str(metrics_port)]) as env:
         yield env
 
 

@@ -1,5 +1,6 @@
 """The HTTP API's benchmark runs and reports what docs/http-api.md cites: no figure is asserted
-(timings are the benchmark's to report), only that every start and every event was measured."""
+(timings are the benchmark's to report), only that every start and every event was measured, and
+what the event streams cost the server."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def test_the_http_benchmark_measures_starts_both_ways_and_every_events_lag(
         [
             sys.executable,
             "bench/http_api.py",
-            *("--starts", "5", "--runs", "2", "--steps", "3"),
+            *("--starts", "5", "--runs", "2", "--steps", "3", "--streams", "3", "--seconds", "2"),
             "--json",
             str(out),
         ],
@@ -35,3 +36,8 @@ def test_the_http_benchmark_measures_starts_both_ways_and_every_events_lag(
     # A three-step run publishes at least a start and an end of each step, and completed.
     assert lag["runs"] == 2 and lag["events"] >= 2 * 7
     assert lag["sse_p95_ms"] >= lag["sse_median_ms"] > 0
+    # What the streams cost the server, counted by the server, each way (no figure asserted).
+    cost = measured["streams_cost"]
+    assert cost["streams"] == 3
+    for state in ("waiting_for_a_person", "in_a_model_call"):
+        assert cost[state]["queries_per_s"] > 0, cost

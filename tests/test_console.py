@@ -19,6 +19,7 @@ from temporalio.client import Client
 from durable_agent.activities.pricing import DEMO_PRICE
 from durable_agent.client.agent_client import AgentClient
 from durable_agent.demo import script as demo
+from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.inputs import (
     AgentInput,
     AutoMode,
@@ -29,8 +30,8 @@ from durable_agent.workflows.inputs import (
 from durable_agent.workflows.state import ApprovalCriteria
 from tests import fake_anthropic
 from tests.browser import Browser
-from tests.helpers import FAST_MODEL_RETRY, call, eventually, turn
-from tests.serve_process import TOKEN
+from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, eventually, turn
+from tests.serve_process import TOKEN, serving
 from tests.test_sub_agent_approvals import CANCEL, REFUND, delegating_input
 
 pytestmark = pytest.mark.browser
@@ -134,6 +135,64 @@ async def test_a_waiting_call_is_shown_field_by_field_and_rejected_with_a_reason
     transcript = await AgentClient(client, task_queue).run(workflow_id).transcript()
     refusal = next(m for m in transcript if m.role == "tool")
     assert refusal.is_error and "not without the customer's word" in refusal.content
+
+
+async def test_a_field_of_emoji_cut_for_length_says_how_long_it_was(
+    api: httpx.AsyncClient, browser: Browser
+) -> None:
+    """The server counts a field's characters as Python does (code points); a browser's string
+    length counts UTF-16 units, two for an emoji, so a field of emoji cut at 300 characters
+    once seemed whole: it was shown cut, with no marker."""
+    reason = "\N{GRINNING FACE}" * 400
+    script = [
+        turn(call("cancel_order", order_id=1042, reason=reason)),
+        turn(text="Not cancelled."),
+    ]
+    workflow_id = await start(
+        api,
+        AgentInput(
+            prompt="Cancel order 1042.",
+            tools=["cancel_order"],
+            model=ModelSettings(provider="scripted", script=script, price=DEMO_PRICE),
+        ),
+    )
+    await browser.open(f"{api.base_url}/runs/{workflow_id}#token={TOKEN}", "Tool call cancel_order")
+    # The value as JSON: its quotes and 400 emoji, 402 characters, of which 300 are shown.
+    text, _ = await browser.shows("order_id", "1042", "… (402 characters in all)")
+    assert reason[:299] in text and reason[:300] not in text
+    await click(browser, ".call button.reject")
+    await browser.shows("Answer", "Not cancelled.")
+
+
+async def test_a_run_page_refused_its_stream_says_why_and_follows_once_it_may(
+    client: Client, task_queue: str, browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """serve holds a bounded number of event streams of a run (429 past it): the page says so,
+    asks again, and follows the run once a place is free."""
+    monkeypatch.setenv("AGENT_API_MAX_RUN_STREAMS", "1")
+    address = client.service_client.config.target_host
+    worker = build_worker(client, task_queue, **TEST_WORKER_OPTIONS)
+    async with worker, serving("--address", address, "--task-queue", task_queue) as http:
+        model = ModelSettings(provider="scripted", script=demo.demo_plan_script(), price=DEMO_PRICE)
+        workflow_id = await start(
+            http, AgentInput(prompt="Where is my order?", plan=True, model=model)
+        )
+        async with http.stream("GET", f"/api/runs/{workflow_id}/events", timeout=60) as taken:
+            assert taken.status_code == 200
+            await browser.open(
+                f"{http.base_url}/runs/{workflow_id}#token={TOKEN}",
+                "Plan v1 waits for approval",
+                "not shown as they come",
+                "AGENT_API_MAX_RUN_STREAMS",
+            )
+        # The place is free: the page follows the run, and its answer comes with the stream.
+        approved = await http.post(
+            f"/api/runs/{workflow_id}/decisions", json={"kind": "plan", "approve": True}
+        )
+        assert approved.status_code == 200, approved.text
+        text, _ = await browser.shows("Answer", "plan_decided approved")
+        assert "not shown as they come" not in text
+        await browser.send("Page.navigate", url="about:blank")
 
 
 async def test_a_conversation_streams_its_answer_as_it_is_written_and_takes_the_next_message(

@@ -4,22 +4,29 @@ server, asked over HTTP (serving/http_api.py, docs/http-api.md)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import uuid
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
 from urllib.parse import quote
 
 import httpx2 as httpx
+import pytest
 from temporalio.client import Client
 
 from durable_agent.activities.pricing import DEMO_PRICE
+from durable_agent.client.agent_client import AgentClient
 from durable_agent.client.contract import example_input
 from durable_agent.demo import script as demo
+from durable_agent.serving import http_api
 from durable_agent.serving.worker import build_worker
-from durable_agent.workflows.inputs import AgentInput, ModelSettings
-from tests.helpers import TEST_WORKER_OPTIONS
+from durable_agent.workflows.inputs import AgentInput, ModelSettings, ScriptedTurn
+from tests.helpers import TEST_WORKER_OPTIONS, eventually
 from tests.serve_process import TOKEN, serving
+from tests.server_requests import served
 
 JSON_BODY = {"content-type": "application/json"}
 
@@ -307,3 +314,276 @@ async def test_a_callback_is_published_and_answered_over_http(api: httpx.AsyncCl
     events = await sse(api, workflow_id)
     assert "callback_requested" in [e.get("event") for e in events]
     assert json.loads(events[-1]["data"])["result"]["answer"] == "It says hi."
+
+
+BODY_CHUNK = b"x" * 1_000_000
+HUGE_BODY = 150_000_000
+"""The body of the request that once grew serve by twice its size."""
+
+
+def peak_memory(pid: int) -> int:
+    """A process's peak resident memory (VmHWM), in bytes."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"^VmHWM:\s+(\d+) kB$", status, re.MULTILINE).group(1)) * 1024  # type: ignore[union-attr]
+
+
+async def answer_head(reader: asyncio.StreamReader) -> int:
+    """The status of the answer on a raw connection."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1])
+
+
+async def end(api: httpx.AsyncClient, *workflow_ids: str) -> None:
+    """Cancel the runs and wait for their ends, so that no later listing finds them waiting."""
+    for workflow_id in workflow_ids:
+        assert (await api.post(f"/api/runs/{workflow_id}/cancel")).status_code == 202
+
+    async def ended() -> bool:
+        statuses = [(await api.get(f"/api/runs/{w}")).json()["status"] for w in workflow_ids]
+        return all(status in ("completed", "failed") for status in statuses)
+
+    await eventually(ended, timeout=30, what="the runs cancelled")
+
+
+async def test_the_token_is_checked_before_any_body_is_read_on_every_route(
+    api: httpx.AsyncClient,
+) -> None:
+    """Every route (the OpenAPI document's), asked without the token with a body declared and
+    not sent, is answered 401 at once: nothing of the body is waited for, read or parsed."""
+    schema = (await api.get("/openapi.json")).json()
+    routes = [
+        (method.upper(), path.replace("{workflow_id}", "x"))
+        for path, methods in schema["paths"].items()
+        for method in methods
+    ]
+    routes += [("GET", "/openapi.json"), ("POST", "/")]
+    assert ("POST", "/api/runs") in routes and ("POST", "/api/runs/x/decisions") in routes
+    for method, path in routes:
+        reader, writer = await asyncio.open_connection(api.base_url.host, api.base_url.port)
+        try:
+            writer.write(
+                f"{method} {path} HTTP/1.1\r\nHost: serve\r\nContent-Type: application/json\r\n"
+                f"Content-Length: 3000000\r\n\r\n".encode()
+            )
+            await writer.drain()
+            # Before any byte of the body: a server that waited for it would never answer.
+            status = await asyncio.wait_for(answer_head(reader), 10)
+        finally:
+            writer.close()
+        assert status == 401, (method, path)
+    # With a body the route cannot parse, the answer is still 401, not 422.
+    unparsed = await api.post(
+        "/api/runs", content=b"{" * 3_000_000, headers={**JSON_BODY, "Authorization": ""}
+    )
+    assert unparsed.status_code == 401, unparsed.text
+
+
+async def test_content_length_with_transfer_encoding_is_refused_and_the_body_not_read(
+    api: httpx.AsyncClient,
+) -> None:
+    """`Content-Length: 5` with `Transfer-Encoding: chunked` once passed the body's limit, and
+    the chunked body was read whole: 150 MB grew serve by 300 MB. The pair is refused at once,
+    with the token (400) or without (401), the connection closed, and serve does not grow."""
+    server = api.process.pid  # type: ignore[attr-defined]
+    token = api.headers["Authorization"]
+    for authorization, refused_with in ((token, 400), ("Bearer wrong", 401)):
+        peak_before = peak_memory(server)
+        reader, writer = await asyncio.open_connection(api.base_url.host, api.base_url.port)
+        writer.write(
+            "POST /api/runs HTTP/1.1\r\nHost: serve\r\nContent-Type: application/json\r\n"
+            f"Authorization: {authorization}\r\nContent-Length: 5\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n5\r\n[1, 2\r\n".encode()
+        )
+        await writer.drain()
+        try:
+            status: int | None = await asyncio.wait_for(answer_head(reader), 10)
+        except TimeoutError:
+            status = None  # the server reads on: it gets the rest
+        sent = 0
+        try:
+            chunk = f"{len(BODY_CHUNK):x}\r\n".encode() + BODY_CHUNK + b"\r\n"
+            while sent < HUGE_BODY:
+                writer.write(chunk)
+                await writer.drain()
+                sent += len(BODY_CHUNK)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        except ConnectionError:
+            pass  # the server closed the connection: it takes no more
+        if status is None:
+            status = await asyncio.wait_for(answer_head(reader), 60)
+        writer.close()
+        grown = peak_memory(server) - peak_before
+        assert grown < 50_000_000, f"serve grew by {grown:,} bytes"
+        assert sent < HUGE_BODY, "the server read the whole body"
+        assert status == refused_with
+
+
+async def test_a_body_is_never_read_past_the_limit_whatever_its_headers_said() -> None:
+    """Behind the checks of the headers, the body's bytes are counted as they come: a body
+    longer than it said (which no parser serve runs on lets through) is refused at the limit,
+    and what comes after is never asked for."""
+    app = http_api.create_app(cast(AgentClient, None), token=TOKEN)
+    chunks = [b"[" + b"1," * 999_999] * 10  # 20 MB, said to be 5 bytes
+    asked = 0
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal asked
+        asked += 1
+        return {"type": "http.request", "body": chunks[asked - 1], "more_body": True}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/runs",
+        "raw_path": b"/api/runs",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"authorization", f"Bearer {TOKEN}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", b"5"),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+    await app(scope, receive, send)
+    assert sent[0]["status"] == 413
+    assert (b"connection", b"close") in sent[0]["headers"]
+    assert asked == 3  # 4,000,000 bytes pass in the third 2,000,000
+
+
+def slow_model_input() -> dict[str, Any]:
+    """A run whose model call (not streamed) takes a minute."""
+    script = [ScriptedTurn(text="done", delay_seconds=60)]
+    agent_input = AgentInput(prompt="Think long.", model=ModelSettings(script=script))
+    return agent_input.model_dump(mode="json", exclude_defaults=True)
+
+
+@pytest.mark.parametrize(
+    ("waiting_for", "agent_input", "last_event"),
+    [
+        ("a person", plan_input, "plan_submitted"),
+        ("a model call that does not stream", slow_model_input, "step_started"),
+    ],
+)
+async def test_twenty_streams_of_a_quiet_run_cost_the_server_about_one_request_a_second(
+    api: httpx.AsyncClient,
+    client: Client,
+    metrics_port: int,
+    waiting_for: str,
+    agent_input: Callable[[], dict[str, Any]],
+    last_event: str,
+) -> None:
+    """The streams of one run share its follower and its text reader, which reads only while a
+    model call streams: twenty streams of a run that waits (for a person, or for a model call
+    that does not stream) once cost the dev server about 185 requests a second (a describe every
+    100 ms each); now one follower's query a second, and a describe every few of them, whatever
+    the number of streams."""
+    workflow_id = (await api.post("/api/runs", json=agent_input())).json()["workflow_id"]
+    caught_up = [asyncio.Event() for _ in range(20)]
+
+    async def follow(caught: asyncio.Event) -> None:
+        async with api.stream("GET", f"/api/runs/{workflow_id}/events", timeout=60) as stream:
+            async for line in stream.aiter_lines():
+                if line == f"event: {last_event}":
+                    caught.set()
+
+    streams = [asyncio.create_task(follow(caught)) for caught in caught_up]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(c.wait() for c in caught_up)), 30)
+        before = await served(client, metrics_port)
+
+        async def asked() -> int:
+            return (await served(client, metrics_port))["QueryWorkflow"] - before["QueryWorkflow"]
+
+        async def five_asks() -> bool:
+            return await asked() >= 5
+
+        # Five of the follower's asks, at its quiet pace of one a second.
+        await eventually(five_asks, timeout=30, what="five asks of the run's follower")
+        after = await served(client, metrics_port)
+    finally:
+        for stream in streams:
+            stream.cancel()
+        await asyncio.gather(*streams, return_exceptions=True)
+    described = after["DescribeWorkflowExecution"] - before["DescribeWorkflowExecution"]
+    queried = after["QueryWorkflow"] - before["QueryWorkflow"]
+    # Its check for a terminated run: at the first ask at its slowest, then at every fifth.
+    assert described <= 3, f"waiting for {waiting_for}: {described} describes in {queried} asks"
+    await end(api, workflow_id)
+
+
+async def test_streams_past_a_runs_or_the_servers_bound_are_refused_with_429(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENT_API_MAX_RUN_STREAMS", "2")
+    monkeypatch.setenv("AGENT_API_MAX_STREAMS", "3")
+    address = client.service_client.config.target_host
+    worker = build_worker(client, task_queue, **TEST_WORKER_OPTIONS)
+    async with worker, serving("--address", address, "--task-queue", task_queue) as http:
+        runs = [(await http.post("/api/runs", json=plan_input())).json()["workflow_id"]]
+        runs += [(await http.post("/api/runs", json=plan_input())).json()["workflow_id"]]
+        async with contextlib.AsyncExitStack() as held:
+
+            async def open_stream(workflow_id: str) -> httpx.Response:
+                path = f"/api/runs/{workflow_id}/events"
+                return await held.enter_async_context(http.stream("GET", path, timeout=60))
+
+            first = [await open_stream(runs[0]) for _ in range(2)]
+            assert [s.status_code for s in first] == [200, 200]
+            third = await http.get(f"/api/runs/{runs[0]}/events")
+            assert third.status_code == 429
+            assert "AGENT_API_MAX_RUN_STREAMS" in third.json()["detail"]
+            assert (await open_stream(runs[1])).status_code == 200
+            over = await http.get(f"/api/runs/{runs[1]}/events")
+            assert over.status_code == 429 and "AGENT_API_MAX_STREAMS" in over.json()["detail"]
+            # A stream that ends gives its place back.
+            await first[0].aclose()
+
+            async def admitted() -> bool:
+                again = await held.enter_async_context(
+                    http.stream("GET", f"/api/runs/{runs[1]}/events", timeout=60)
+                )
+                if again.status_code == 429:
+                    await again.aclose()
+                    return False
+                return again.status_code == 200
+
+            await eventually(admitted, what="a place given back")
+        await end(http, *runs)
+
+
+async def test_the_list_asks_at_most_limit_waiting_runs_once_for_all_its_callers(
+    api: httpx.AsyncClient, client: Client, metrics_port: int
+) -> None:
+    """`GET /api/runs?limit=N` asks at most N waiting runs for what they wait on, and callers
+    that ask together (console tabs) share one listing: it once asked every waiting run, one
+    at a time, on every call."""
+    started = [(await api.post("/api/runs", json=plan_input())).json()["workflow_id"]]
+    started += [(await api.post("/api/runs", json=plan_input())).json()["workflow_id"]]
+    started += [(await api.post("/api/runs", json=plan_input())).json()["workflow_id"]]
+
+    async def all_listed() -> bool:
+        runs = (await api.get("/api/runs", timeout=30)).json()
+        return set(started) <= {run["workflow_id"] for run in runs if run["waiting"]}
+
+    await eventually(all_listed, timeout=30, what="the three runs listed as waiting")
+    before = await served(client, metrics_port)
+    lists = await asyncio.gather(
+        *(api.get("/api/runs", params={"limit": 2}, timeout=30) for _ in range(10))
+    )
+    after = await served(client, metrics_port)
+    for listed in lists:
+        runs = listed.json()
+        assert len(runs) == 2 and all(run["waiting"] for run in runs), runs
+        assert {run["workflow_id"] for run in runs} <= set(started)
+    assert after["QueryWorkflow"] - before["QueryWorkflow"] <= 2
+    await end(api, *started)

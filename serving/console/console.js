@@ -10,6 +10,7 @@
 const TOKEN_KEY = "durable-agent-token";
 const LIST_REFRESH_MS = 3000;
 const MAX_PROGRESS_LINES = 300;
+const REFUSED_STREAM_RETRY_MS = 5000;
 const DELEGATE = "delegate";
 
 // ---------------------------------------------------------------------------------------------
@@ -96,6 +97,12 @@ function el(tag, attributes = {}, ...children) {
 
 function link(path, ...children) {
   return el("a", { href: path, "data-route": true }, ...children);
+}
+
+// What the server counts as a text's characters (Python's len: code points). A string's
+// `length` counts UTF-16 units, two for an emoji: a cut field of emoji would seem whole.
+function characters(text) {
+  return [...text].length;
 }
 
 function money(usd) {
@@ -424,7 +431,7 @@ function showRun(app, workflowId) {
                 "dd",
                 { className: "code" },
                 field.value,
-                field.chars > field.value.length ? ` … (${field.chars} characters in all)` : "",
+                field.chars > characters(field.value) ? ` … (${field.chars} characters in all)` : "",
               ),
             ]),
           )
@@ -619,8 +626,16 @@ function showRun(app, workflowId) {
     refreshSoon();
   }
 
+  // A stream past a bound of the server's is refused (429): the page says so until it follows.
+  let refusedShown = false;
+  function onRefused(why) {
+    if (why) notify(why, true);
+    else if (refusedShown) notify("");
+    refusedShown = Boolean(why);
+  }
+
   refresh();
-  follow(workflowId, stop.signal, onEvent);
+  follow(workflowId, stop.signal, onEvent, onRefused);
   return () => {
     stop.abort();
     clearTimeout(pending);
@@ -643,38 +658,59 @@ function showOutcome(outcome) {
 }
 
 // The run's Server-Sent Events, read with fetch (EventSource cannot send the token), resumed
-// from the last event's id after a dropped connection, until `done`.
-async function follow(workflowId, signal, onEvent) {
+// from the last event's id after a dropped connection, until `done`. A stream the server
+// refuses for its bounds (429) is asked for again a while later; `onRefused` gets why, then
+// null once it follows.
+async function follow(workflowId, signal, onEvent, onRefused) {
   let last = null;
   while (!signal.aborted) {
+    let pause = 1000;
     try {
       const headers = authorization();
       if (last !== null) headers["Last-Event-ID"] = String(last);
       const response = await fetch(apiPath(workflowId, "/events"), { headers, signal });
-      if (!response.ok) return;
-      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buffer = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffer += value;
-        let end;
-        while ((end = buffer.indexOf("\n\n")) >= 0) {
-          const fields = {};
-          for (const line of buffer.slice(0, end).split("\n")) {
-            const colon = line.indexOf(": ");
-            if (colon > 0) fields[line.slice(0, colon)] = line.slice(colon + 2);
-          }
-          buffer = buffer.slice(end + 2);
-          if (fields.id !== undefined) last = Number(fields.id);
-          onEvent(fields.event, JSON.parse(fields.data));
-          if (fields.event === "done") return;
-        }
+      if (response.status === 429) {
+        const data = await response.json();
+        pause = REFUSED_STREAM_RETRY_MS;
+        onRefused(
+          `Its events are not shown as they come: ${describe(data.detail)}. Asked again every ${pause / 1000} s.`,
+        );
+      } else if (!response.ok) {
+        return;
+      } else {
+        onRefused(null);
+        const ended = await readEvents(response, onEvent, (id) => {
+          last = id;
+        });
+        if (ended) return;
       }
     } catch (error) {
       if (signal.aborted) return;
     }
-    await new Promise((resolve) => setTimeout(resolve, 1000));
+    await new Promise((resolve) => setTimeout(resolve, pause));
+  }
+}
+
+// One response's events, each to `onEvent` (and its id to `onId`); true when it ended with `done`.
+async function readEvents(response, onEvent, onId) {
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return false;
+    buffer += value;
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const fields = {};
+      for (const line of buffer.slice(0, end).split("\n")) {
+        const colon = line.indexOf(": ");
+        if (colon > 0) fields[line.slice(0, colon)] = line.slice(colon + 2);
+      }
+      buffer = buffer.slice(end + 2);
+      if (fields.id !== undefined) onId(Number(fields.id));
+      onEvent(fields.event, JSON.parse(fields.data));
+      if (fields.event === "done") return true;
+    }
   }
 }
 
