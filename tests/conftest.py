@@ -20,7 +20,7 @@ from durable_agent.activities import pg_store
 from durable_agent.activities.providers import scripted
 from durable_agent.serving.dev_server import embedded_dev_server, free_port
 from durable_agent.serving.worker import build_worker
-from tests import fake_anthropic
+from tests import fake_anthropic, fake_openai
 from tests.browser import Browser, headless_chromium
 from tests.helpers import TEST_WORKER_OPTIONS
 from tests.postgres import PostgresServer, postgres_server
@@ -57,6 +57,15 @@ def claude(monkeypatch: pytest.MonkeyPatch) -> Iterator[fake_anthropic.FakeAnthr
     with fake_anthropic.FakeAnthropic() as server:
         monkeypatch.setenv("ANTHROPIC_API_KEY", server.api_key)
         monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+        yield server
+
+
+@pytest.fixture
+def openai(monkeypatch: pytest.MonkeyPatch) -> Iterator[fake_openai.FakeOpenAI]:
+    """The fake OpenAI API (tests/fake_openai.py), where this process's SDK calls go."""
+    with fake_openai.FakeOpenAI() as server:
+        monkeypatch.setenv("OPENAI_API_KEY", server.api_key)
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         yield server
 
 

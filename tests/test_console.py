@@ -107,13 +107,9 @@ async def test_a_person_approves_a_waiting_plan_on_its_page_and_sees_the_run_com
     await nothing_ran(browser)
 
 
-async def test_a_waiting_call_is_shown_field_by_field_and_rejected_with_a_reason(
-    api: httpx.AsyncClient, browser: Browser, client: Client, task_queue: str
-) -> None:
-    script = [
-        turn(call("cancel_order", order_id=1042, reason=INJECTED)),
-        turn(text=f"I could not cancel it. {INJECTED}"),
-    ]
+async def cancel_waiting(api: httpx.AsyncClient, browser: Browser, script: list[Any]) -> str:
+    """A run whose model asks to cancel order 1042 as `script` says, its page open on the
+    waiting call; answers its id."""
     workflow_id = await start(
         api,
         AgentInput(
@@ -123,6 +119,17 @@ async def test_a_waiting_call_is_shown_field_by_field_and_rejected_with_a_reason
         ),
     )
     await browser.open(f"{api.base_url}/runs/{workflow_id}#token={TOKEN}", "Tool call cancel_order")
+    return workflow_id
+
+
+async def test_a_waiting_call_is_shown_field_by_field_and_rejected_with_a_reason(
+    api: httpx.AsyncClient, browser: Browser, client: Client, task_queue: str
+) -> None:
+    script = [
+        turn(call("cancel_order", order_id=1042, reason=INJECTED)),
+        turn(text=f"I could not cancel it. {INJECTED}"),
+    ]
+    workflow_id = await cancel_waiting(api, browser, script)
     text, _ = await browser.shows("order_id", "1042", json.dumps(INJECTED))
     await nothing_ran(browser)
 
@@ -148,15 +155,7 @@ async def test_a_field_of_emoji_cut_for_length_says_how_long_it_was(
         turn(call("cancel_order", order_id=1042, reason=reason)),
         turn(text="Not cancelled."),
     ]
-    workflow_id = await start(
-        api,
-        AgentInput(
-            prompt="Cancel order 1042.",
-            tools=["cancel_order"],
-            model=ModelSettings(provider="scripted", script=script, price=DEMO_PRICE),
-        ),
-    )
-    await browser.open(f"{api.base_url}/runs/{workflow_id}#token={TOKEN}", "Tool call cancel_order")
+    await cancel_waiting(api, browser, script)
     # The value as JSON: its quotes and 400 emoji, 402 characters, of which 300 are shown.
     text, _ = await browser.shows("order_id", "1042", "… (402 characters in all)")
     assert reason[:299] in text and reason[:300] not in text

@@ -7,7 +7,6 @@ import asyncio
 import json
 import subprocess
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -189,16 +188,6 @@ async def _chain_length(run: AgentRun) -> int:
     async for _ in run.client.list_workflows(f"WorkflowId='{run.id}'"):
         count += 1
     return count
-
-
-@pytest.fixture
-def openai(monkeypatch: pytest.MonkeyPatch) -> Iterator[fake_openai.FakeOpenAI]:
-    """The OpenAI fake, which answers 400 to a transcript that breaks the pairing rule, with
-    the worker's environment pointing at it; tests fill its script."""
-    with fake_openai.FakeOpenAI() as fake:
-        monkeypatch.setenv("OPENAI_API_KEY", fake.api_key)
-        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
-        yield fake
 
 
 def on_openai(**options: Any) -> AgentInput:

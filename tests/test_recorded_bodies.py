@@ -30,12 +30,15 @@ GPT_5_6 = Price(input=5.0, cached_input=0.5, cache_write=6.25, output=30.0)
 shipped table: a run names its price)."""
 
 
-@pytest.fixture
-def openai(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
-    with FakeOpenAI() as server:
-        monkeypatch.setenv("OPENAI_API_KEY", server.api_key)
-        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        yield server
+def asking(model: str) -> ModelRequest:
+    """A first request to the Responses API: "hi", with no tools."""
+    return ModelRequest(
+        settings=settings("openai-responses", model),
+        system=None,
+        messages=[UserMessage(content="hi")],
+        tools=[],
+        step=1,
+    )
 
 
 def settings(provider: str, model: str, **options: Any) -> ModelSettings:
@@ -195,14 +198,7 @@ async def test_an_assistant_message_goes_back_with_its_phase(
 async def test_a_message_without_a_phase_keeps_its_bytes(openai: FakeOpenAI) -> None:
     """A model that labels nothing: the message has no text items, and its JSON is as before."""
     openai.script.append(ResponsesReply("plain"))
-    request = ModelRequest(
-        settings=settings("openai-responses", "gpt-5-mini"),
-        system=None,
-        messages=[UserMessage(content="hi")],
-        tools=[],
-        step=1,
-    )
-    response = await openai_responses_provider.complete(request)
+    response = await openai_responses_provider.complete(asking("gpt-5-mini"))
 
     assert response.message.text_items == ()
     assert (
@@ -219,14 +215,7 @@ async def test_the_phase_of_each_message_item_goes_back_with_its_own_text(
     openai.script.append(
         ResponsesReply(items=[("text", "Looking. "), ("text", "Found it.")], phase="commentary")
     )
-    request = ModelRequest(
-        settings=settings("openai-responses", "gpt-5.5"),
-        system=None,
-        messages=[UserMessage(content="hi")],
-        tools=[],
-        step=1,
-    )
-    reply = (await openai_responses_provider.complete(request)).message
+    reply = (await openai_responses_provider.complete(asking("gpt-5.5"))).message
     assert reply.content == "Looking. Found it."
     first, second = reply.text_items
     changed = reply.model_copy(
