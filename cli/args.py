@@ -21,6 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 from ..activities.mcp_config import MCP_CONFIG_VARIABLE, McpConfig, mcp_config_from
 from ..activities.toolkits import DEMO_TOOLS
 from ..client.agent_client import AgentClient
+from ..demo.script import DEMO_MODEL
 from ..workflows.bounds import MAX_STEPS, MAX_TOKENS, MAX_USD
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.input_limits import InputTooLarge
@@ -170,7 +171,7 @@ def read_rules(path: Path) -> AutoRules:
 _RUN_OPTIONS = [
     option("--prompt-file", "read the prompt from FILE (UTF-8 text, of any length)", type=FILE),
     option("--provider", "the model's provider", type=PROVIDER, show_default=KEYED),
-    option("--model", "the model's name", show_default="the provider's"),
+    option("--model", "the model's name", show_default="the provider's; the scripted demo's own"),
     option("--script", "scripted provider: play this JSON list of ScriptedTurn", type=FILE),
     option("--thinking-budget", "anthropic: think for up to N tokens (>= 1024)", type=TOKENS),
     option(
@@ -245,12 +246,13 @@ def _run_args(chat: bool, **params: Any) -> RunArgs:
     if script is not None and provider != "scripted":
         refuse("--script is for the scripted provider")
     script = None if script is None else read_script(script)
-    if provider == "scripted" and script is None and tools and not {"demo", DEMO_TOOLS} & {*tools}:
+    demo = provider == "scripted" and script is None
+    if demo and tools and not {"demo", DEMO_TOOLS} & {*tools}:
         refuse(
             "the scripted demo calls the demo's tools: with --tools, give --script or a real "
             "provider (or add --tools demo)"
         )
-    model = params.pop("model") or CATALOGUE[provider].default_model
+    model = params.pop("model") or (DEMO_MODEL if demo else CATALOGUE[provider].default_model)
     try:  # the settings' own checks, as one line, before anything starts
         ModelSettings(
             provider=provider,
