@@ -148,11 +148,19 @@ def argument(name: str, said_as: str, **attrs: Any) -> Callable[[Any], Any]:
 
 
 def read_script(path: Path) -> tuple[ScriptedTurn, ...]:
-    """--script's turns; a file that cannot be read or is not a list of ScriptedTurn refused."""
+    """--script's turns; refused, with the first problem and the reply it is in, when the file
+    cannot be read or is not a list of ScriptedTurn."""
     try:
         return tuple(_SCRIPT.validate_json(path.read_bytes()))
-    except (OSError, ValueError) as error:
-        refuse(f"--script {path}: {str(error).splitlines()[0]}")
+    except OSError as error:
+        refuse(f"--script {path}: {error.strerror or error}")
+    except ValidationError as error:
+        first = error.errors()[0]
+        loc = first["loc"]
+        where = ".".join(str(part) for part in loc[1:])
+        if loc:  # a turn, named as providers.md names it: reply N is played at step N
+            where = f"reply {int(loc[0]) + 1}" + (f", {where}" if where else "")
+        refuse(f"--script {path}: {where + ': ' if where else ''}{first['msg']}")
 
 
 def read_rules(path: Path) -> AutoRules:

@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from durable_agent.cli import starter as starter_cli
 from durable_agent.client.agent_client import AgentClient
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.inputs import AgentInput, ModelSettings, ScriptedTurn
@@ -85,3 +87,16 @@ async def test_a_script_run_from_the_command_line_is_not_labelled_the_demo(
     code, out, err = await starter(PROMPT, "--print-input")
     assert code == 0, err
     assert json.loads(out)["model"]["model"] == "scripted-demo"
+
+
+def test_a_script_that_is_not_a_list_of_turns_is_refused_saying_where(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "order.json"
+    path.write_text('[{"text": "hi"}, {"calls": [{"arguments": {}}]}]')
+
+    assert starter_cli.main([PROMPT, "--script", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"starter.py: error: --script {path}: reply 2, calls.0.name: Field required (see --help)\n"
+    )
