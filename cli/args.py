@@ -21,6 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 from ..activities.mcp_config import MCP_CONFIG_VARIABLE, McpConfig, mcp_config_from
 from ..activities.toolkits import DEMO_TOOLS
 from ..client.agent_client import AgentClient
+from ..demo.script import DEMO_MODEL
 from ..workflows.bounds import MAX_STEPS, MAX_TOKENS, MAX_USD
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.input_limits import InputTooLarge
@@ -147,11 +148,19 @@ def argument(name: str, said_as: str, **attrs: Any) -> Callable[[Any], Any]:
 
 
 def read_script(path: Path) -> tuple[ScriptedTurn, ...]:
-    """--script's turns; a file that cannot be read or is not a list of ScriptedTurn refused."""
+    """--script's turns; refused, with the first problem and the reply it is in, when the file
+    cannot be read or is not a list of ScriptedTurn."""
     try:
         return tuple(_SCRIPT.validate_json(path.read_bytes()))
-    except (OSError, ValueError) as error:
-        refuse(f"--script {path}: {str(error).splitlines()[0]}")
+    except OSError as error:
+        refuse(f"--script {path}: {error.strerror or error}")
+    except ValidationError as error:
+        first = error.errors()[0]
+        loc = first["loc"]
+        where = ".".join(str(part) for part in loc[1:])
+        if loc:  # a turn, named as providers.md names it: reply N is played at step N
+            where = f"reply {int(loc[0]) + 1}" + (f", {where}" if where else "")
+        refuse(f"--script {path}: {where + ': ' if where else ''}{first['msg']}")
 
 
 def read_rules(path: Path) -> AutoRules:
@@ -170,7 +179,7 @@ def read_rules(path: Path) -> AutoRules:
 _RUN_OPTIONS = [
     option("--prompt-file", "read the prompt from FILE (UTF-8 text, of any length)", type=FILE),
     option("--provider", "the model's provider", type=PROVIDER, show_default=KEYED),
-    option("--model", "the model's name", show_default="the provider's"),
+    option("--model", "the model's name", show_default="the provider's; the scripted demo's own"),
     option("--script", "scripted provider: play this JSON list of ScriptedTurn", type=FILE),
     option("--thinking-budget", "anthropic: think for up to N tokens (>= 1024)", type=TOKENS),
     option(
@@ -245,12 +254,13 @@ def _run_args(chat: bool, **params: Any) -> RunArgs:
     if script is not None and provider != "scripted":
         refuse("--script is for the scripted provider")
     script = None if script is None else read_script(script)
-    if provider == "scripted" and script is None and tools and not {"demo", DEMO_TOOLS} & {*tools}:
+    demo = provider == "scripted" and script is None
+    if demo and tools and not {"demo", DEMO_TOOLS} & {*tools}:
         refuse(
             "the scripted demo calls the demo's tools: with --tools, give --script or a real "
             "provider (or add --tools demo)"
         )
-    model = params.pop("model") or CATALOGUE[provider].default_model
+    model = params.pop("model") or (DEMO_MODEL if demo else CATALOGUE[provider].default_model)
     try:  # the settings' own checks, as one line, before anything starts
         ModelSettings(
             provider=provider,

@@ -75,7 +75,10 @@ def example_input() -> dict[str, Any]:
         prompt=EXAMPLE_PROMPT,
         system=demo.SUPPORT_DEMO_SYSTEM,
         model=ModelSettings(
-            provider="scripted", script=demo.support_demo_script(), price=DEMO_PRICE
+            provider="scripted",
+            model=demo.DEMO_MODEL,
+            script=demo.support_demo_script(),
+            price=DEMO_PRICE,
         ),
     )
     return agent_input.model_dump(mode="json", exclude_defaults=True)

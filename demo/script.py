@@ -13,6 +13,9 @@ SUPPORT_DEMO_SYSTEM = (
 """No timestamps or counters: the prompt is the start of a prefix the provider can cache."""
 
 DEMO_PROMPT = "Where is my latest order? My email is a@b.com."
+DEMO_MODEL = "scripted-demo"
+"""The demo's model name, wherever it plays (the CLI, `contract --example`): a run of another
+script is labelled with the model it was given, or the scripted provider's `scripted`."""
 
 
 def support_demo_script(email: str = "a@b.com") -> list[ScriptedTurn]:

@@ -324,7 +324,7 @@ async def test_every_step_and_call_is_traced(client: Client, task_queue: str) ->
     trace = run.trace  # the `trace` query, asked before the worker stopped
     assert trace == run.result.step_records
     first, second, *_, last = trace
-    assert (first.step, first.provider, first.model) == (1, "scripted", "scripted-demo")
+    assert (first.step, first.provider, first.model) == (1, "scripted", "scripted")
     assert (first.messages_sent, first.finish_reason, first.model_attempts) == (1, "tool_calls", 1)
     assert second.messages_sent == 1 + 1 + 4  # the prompt, the reply, its four results
     assert second.usage == Usage(input_tokens=50, output_tokens=5, cost_usd=None)
@@ -358,11 +358,11 @@ async def test_worker_logs_name_the_run_the_step_and_the_call(
     )
     assert tool_lines[0].__dict__["temporal_activity"]["workflow_id"] == run.handle.id
     model_lines = [
-        r for r in caplog.records if "scripted call to scripted-demo failed" in r.getMessage()
+        r for r in caplog.records if "scripted call to scripted failed" in r.getMessage()
     ]
     assert model_lines[0].getMessage().startswith("step 2: ")
     step_lines = [
-        r for r in caplog.records if r.getMessage().startswith("step 1: scripted-demo replied")
+        r for r in caplog.records if r.getMessage().startswith("step 1: scripted replied")
     ]
     assert (
         step_lines and step_lines[0].__dict__["temporal_workflow"]["workflow_id"] == run.handle.id

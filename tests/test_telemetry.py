@@ -161,11 +161,11 @@ async def test_a_run_is_one_trace_under_the_app_span(
     assert run.parent(run.one("RunWorkflow:AgentWorkflow")) is start
     assert run.parent(run.one("CompleteWorkflow:AgentWorkflow")) is start
 
-    chats = run.named("chat scripted-demo")
+    chats = run.named("chat scripted")
     assert len(chats) == 3
     for chat in chats:
         assert run.ancestry(chat) == [
-            "chat scripted-demo",
+            "chat scripted",
             "RunActivity:call_model",
             "StartActivity:call_model",
             "StartWorkflow:AgentWorkflow",
@@ -217,12 +217,12 @@ async def test_the_chat_span_has_the_genai_attributes(
         ),
     )
 
-    first, second = sorted(run.named("chat scripted-demo"), key=lambda s: s.start_time or 0)
+    first, second = sorted(run.named("chat scripted"), key=lambda s: s.start_time or 0)
     assert attributes(first) == {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "scripted",
-        "gen_ai.request.model": "scripted-demo",
-        "gen_ai.response.model": "scripted-demo",
+        "gen_ai.request.model": "scripted",
+        "gen_ai.response.model": "scripted",
         "gen_ai.response.finish_reasons": ("tool_calls",),
         "gen_ai.usage.input_tokens": 1200,
         "gen_ai.usage.output_tokens": 40,
@@ -358,7 +358,7 @@ async def test_contents_in_spans_when_opted_in(
 
     run = await traced_run(client, task_queue, exporter, content_run_input())
 
-    first, second = sorted(run.named("chat scripted-demo"), key=lambda s: s.start_time or 0)
+    first, second = sorted(run.named("chat scripted"), key=lambda s: s.start_time or 0)
     assert json.loads(attributes(first)["gen_ai.input.messages"]) == [
         {"role": "user", "parts": [{"type": "text", "content": "where is PROMPT-7f3a"}]}
     ]
@@ -534,7 +534,7 @@ def test_the_console_exporter_writes_spans_to_stderr() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "1", "False"]  # stdout: only what the code prints
     span = json.loads(done.stderr)
-    assert span["name"] == "chat scripted-demo"
+    assert span["name"] == "chat scripted"
     assert span["attributes"]["gen_ai.provider.name"] == "scripted"
     assert span["resource"]["attributes"]["service.name"] == "durable-agent-loop"
 
@@ -622,7 +622,7 @@ def test_with_the_sdks_opentelemetry_plugin_a_runs_spans_are_made_once(client: C
         assert counts["RunWorkflow:AgentWorkflow"] == 1, (setup, counts)
         assert counts["RunActivity:call_model"] == 2, (setup, counts)
         assert counts["RunActivity:read_thing"] == 1, (setup, counts)
-        assert counts["chat scripted-demo"] == 2, (setup, counts)
+        assert counts["chat scripted"] == 2, (setup, counts)
         assert counts["execute_tool read_thing"] == 1, (setup, counts)
 
 

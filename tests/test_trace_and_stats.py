@@ -151,7 +151,7 @@ async def test_trace_prints_one_row_per_step_and_totals_on_stderr(
     rows = table_rows(table)
     assert list(rows) == ["1", "2", "3", "4", "5", "total"]
     first = rows["1"]
-    assert first.split()[:2] == ["1", "scripted-demo"]
+    assert first.split()[:2] == ["1", "scripted"]
     flaky = re.search(r"flaky ok (\d+)ms x3,", first)
     assert flaky is not None, first
     assert int(flaky.group(1)) >= 100  # two retries 50 ms apart: every attempt is counted

@@ -17,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_agent.activities.pricing import DEMO_PRICE
 from durable_agent.client.agent_client import AgentClient, AgentRun
-from durable_agent.demo.script import DEMO_PLAN, SUPPORT_DEMO_SYSTEM, demo_plan_script
+from durable_agent.demo.script import DEMO_MODEL, DEMO_PLAN, SUPPORT_DEMO_SYSTEM, demo_plan_script
 from durable_agent.serving.dev_server import embedded_dev_server, free_port
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.inputs import AgentInput, ModelSettings
@@ -60,7 +60,7 @@ async def test_a_waiting_runs_page_says_what_waits_and_what_to_send(
                 label="order-status",
                 system=SUPPORT_DEMO_SYSTEM,
                 plan=True,
-                model=ModelSettings(script=demo_plan_script(), price=DEMO_PRICE),
+                model=ModelSettings(model=DEMO_MODEL, script=demo_plan_script(), price=DEMO_PRICE),
             )
         )
         call_run = await agents.start(

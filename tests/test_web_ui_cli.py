@@ -98,7 +98,7 @@ async def test_describe_metadata_and_a_list_query_on_cost_show_what_a_run_is(
         # the limits and the tools offered.
         described = await temporal_cli(temporal_env, "workflow", "describe", "-w", run.id)
         assert f'StaticSummary  "{label}: Cancel order 1042: it arrived damaged."' in described
-        assert "`scripted-demo`" in described and "made-up price" in described
+        assert "`scripted` `scripted`" in described and "made-up price" in described
         assert "5 steps" in described and "`get_order`, `cancel_order`" in described
 
         # Every handler a person uses says what it takes.

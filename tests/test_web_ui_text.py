@@ -76,7 +76,7 @@ def test_the_details_name_the_model_limits_tools_and_policy() -> None:
             sub_agents=True,
         )
     )
-    assert "`scripted` `scripted-demo`" in details and "made-up price" in details
+    assert "`scripted` `scripted`" in details and "made-up price" in details
     assert "7 steps, \\$2.5" in details
     assert "`get_order`, `cancel_order`; also `delegate` (sub-agents)" in details
     assert "except `cancel_order`" in details

@@ -18,7 +18,7 @@ from .bounds import (
     Steps,
     Tokens,
 )
-from .providers import REASONING_EFFORTS, Provider
+from .providers import CATALOGUE, REASONING_EFFORTS, Provider
 from .specs import DEFAULT_MAX_RESULT_CHARS, RetrySettings, ToolSpec
 from .state import (
     AutoRules,
@@ -81,7 +81,10 @@ MIN_THINKING_BUDGET = 1024
 
 class ModelSettings(BaseModel):
     provider: Provider = "scripted"
-    model: str = "scripted-demo"
+    model: str = Field(default_factory=lambda given: CATALOGUE[given["provider"]].default_model)
+    """The model's name, as its provider knows it; unset, the provider's default
+    (workflows/providers.py): `scripted` for the scripted provider, whose name is only a label
+    (the demo names itself `scripted-demo`)."""
     script: list[ScriptedTurn] = []
     """The scripted provider's conversation (ignored by real providers)."""
     timeout_seconds: Seconds = 120.0

@@ -37,7 +37,8 @@ class ProviderFacts:
 
 CATALOGUE: dict[Provider, ProviderFacts] = {
     "scripted": ProviderFacts(
-        default_model="scripted-demo",
+        # Only a label, for a user's script; the demo names itself (demo/script.py).
+        default_model="scripted",
         key_variable=None,
         chosen_by_its_key=False,
         admitted=False,

@@ -1,8 +1,9 @@
 """A deterministic model that plays a scripted conversation: the offline demo and the tests.
 
-It is stateless: the reply it plays is chosen by counting the assistant messages already in the
-transcript, so a retried or replayed call gets the same reply. It fails the run (non-retryably)
-when the conversation leaves its script, saying where and how.
+It is stateless: the reply it plays is the one for the request's step (reply N at step N), so a
+retried or replayed call gets the same reply. It fails the run (non-retryably) when the
+conversation leaves its script, saying where and how. docs/providers.md#the-scripted-model is
+its reference.
 """
 
 from __future__ import annotations
