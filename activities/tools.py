@@ -76,6 +76,8 @@ class RegisteredTool:
     activity: Callable[[ToolActivityInput], Any] | None
     """None for a callback tool, whose body runs on a client (`callback_tool`)."""
     compensation_activity: Callable[[CompensationInput], Any] | None = None
+    compensation_function: Callable[[CompensationInput], Any] | None = None
+    """What `compensation_activity` calls: tools that share one share its activity."""
     errors_to_model: tuple[type[Exception], ...] = DEFAULT_ERRORS_TO_MODEL
     origin: str = ""
     """The module that made it (the one being loaded when a toolkit registered it): what
@@ -105,6 +107,17 @@ class ToolRegistry:
         compensation = registered.spec.compensation
         if compensation is not None and compensation in self._tools:
             raise ValueError(f"compensation {compensation!r} has a tool's name")
+        # One compensation may undo several tools; two functions of one name cannot both be it.
+        for other in self._tools.values():
+            if (
+                compensation is not None
+                and other.spec.compensation == compensation
+                and other.compensation_function != registered.compensation_function
+            ):
+                raise ValueError(
+                    f"two compensations are named {compensation!r} (of {other.spec.name!r} and "
+                    f"{name!r}): a compensation runs as an activity of its name, so rename one"
+                )
         self._tools[name] = registered
 
     def tools(self) -> dict[str, RegisteredTool]:
@@ -137,10 +150,15 @@ class ToolRegistry:
     def activities(self) -> list[Callable[..., Any]]:
         """Every tool's activity and every compensation's, for the worker to register."""
         activities: list[Callable[..., Any]] = []
+        compensations: set[str] = set()
         for registered in self._tools.values():
             if registered.activity is not None:
                 activities.append(registered.activity)
-            if registered.compensation_activity is not None:
+            undo = registered.spec.compensation
+            if registered.compensation_activity is not None and undo not in compensations:
+                # Tools that share a compensation share its activity: a worker refuses two
+                # activities of one name.
+                compensations.add(undo or "")
                 activities.append(registered.compensation_activity)
         return activities
 
@@ -407,6 +425,7 @@ def make_tool(
             side_effects=side_effects,
         ),
         compensation_activity=_compensation_activity(compensation) if compensation else None,
+        compensation_function=compensation,
         errors_to_model=tuple(errors_to_model),
         origin=modules_loading[-1] if modules_loading else getattr(fn, "__module__", "") or "",
     )

@@ -6,12 +6,14 @@ import asyncio
 import uuid
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.testing import ActivityEnvironment
 
+import tests.shared_undo_tools as shared_undo
 import tests.tools_for_tests as test_tools
-from durable_agent.activities.tools import registered_tools
+from durable_agent.activities.tools import DEFAULT_TOOLS, ToolRegistry, make_tool, registered_tools
 from durable_agent.demo import tools as demo_tools
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.activity_io import ToolActivityInput
@@ -244,3 +246,44 @@ async def test_a_huge_return_value_cannot_fail_a_call_after_its_effect(
     assert not run.transcript[2].is_error  # type: ignore[union-attr]
     records = run.failure.details[0]["compensations"]
     assert [(r["tool"], r["status"]) for r in records] == [("huge_effect", "completed")]
+
+
+async def test_tools_that_share_a_compensation_serve_and_undo_with_it(
+    client: Client, task_queue: str
+) -> None:
+    """Two tools undone by one function: the worker serves its activity once (it refused to
+    start with two activities of one name), and a failed run undoes each tool's call with it."""
+    served = [a.__temporal_activity_definition.name for a in DEFAULT_TOOLS.activities()]  # type: ignore[attr-defined]
+    assert served.count("undo_note") == 1
+    shared_undo.undone.clear()
+    run = await run_agent(
+        client,
+        task_queue,
+        scripted_input(
+            [
+                turn(call("note_a", text="one")),
+                turn(call("note_b", text="two")),
+                turn(text="never reached"),
+            ],
+            tools=["note_a", "note_b"],
+            limits=Limits(max_steps=2),
+        ),
+    )
+    assert run.failure.type == "AgentStepLimitExceeded"
+    assert shared_undo.undone == [("note_b", "two"), ("note_a", "one")]
+
+
+def test_two_compensations_of_one_name_are_refused() -> None:
+    def undo_note(call: CompensationInput) -> None:
+        """Another function of the shared one's name."""
+
+    def note_c(text: str) -> str:
+        """Write a note in book C."""
+        return text
+
+    registry = ToolRegistry()
+    registry.add(
+        make_tool(shared_undo.note_a, side_effects=True, compensation=shared_undo.undo_note)
+    )
+    with pytest.raises(ValueError, match="two compensations are named 'undo_note'"):
+        registry.add(make_tool(note_c, side_effects=True, compensation=undo_note))
