@@ -33,7 +33,7 @@ from ..workflows.inputs import (
 )
 from ..workflows.providers import CATALOGUE, KEYED_PROVIDERS, PROVIDERS, Provider
 from ..workflows.state import AutoRules
-from .plumbing import Argument, Command, bad_byte, parse, said_as, say
+from .plumbing import Argument, Command, bad_byte, parse, program, said_as, say
 
 STDIN = "-"
 """The prompt that says: read it from standard input."""
@@ -235,7 +235,7 @@ def _run_args(chat: bool, **params: Any) -> RunArgs:
     if no_wait and params["trace"]:
         refuse(
             "--trace prints the steps once the run has ended; with --no-wait, use "
-            "`starter.py trace WORKFLOW_ID` later"
+            f"`{program()} trace WORKFLOW_ID` later"
         )
     if tools and address is not None:
         refuse("--tools is for the embedded worker; with --address, start the worker with --tools")
@@ -317,7 +317,7 @@ RUN = Command(
     params=[_PROMPT, flag("--conversation", "then wait for the next message"), *_RUN_OPTIONS],
     callback=partial(_run_args, False),
     help=f"Start an agent run: PROMPT is what it should do (`{STDIN}`: read from standard input). "
-    "Its commands on a server: starter.py COMMAND --help (docs/cli.md).",
+    "docs/cli.md has the rest.",
 )
 CHAT = Command(
     "chat",
@@ -330,7 +330,8 @@ CHAT = Command(
 
 
 def parse_run(argv: Sequence[str], *, chat: bool = False) -> RunArgs:
-    run: RunArgs = parse(CHAT if chat else RUN, "starter.py chat" if chat else "starter.py", argv)
+    prog = f"{program()} chat" if chat else program()
+    run: RunArgs = parse(CHAT if chat else RUN, prog, argv)
     return run
 
 

@@ -38,7 +38,7 @@ from ..workflows.providers import STREAMING_PROVIDERS
 from ..workflows.state import FailureDetails, Usage
 from . import conversation, decide
 from .args import Following, RunArgs, subcommand
-from .plumbing import say
+from .plumbing import program, say
 from .tables import DeltaLines, StepLines, trace_table, usage_text
 
 CANCEL_WAIT_SECONDS = 10.0
@@ -79,7 +79,7 @@ async def run(args: RunArgs) -> int:
     try:
         tracing = telemetry.configure_from_env()
     except telemetry.TelemetryConfigurationError as error:
-        say(f"starter.py: error: {error}")
+        say(f"{program()}: error: {error}")
         return 2
     try:
         return await _run(args)
@@ -93,14 +93,14 @@ async def _run(args: RunArgs) -> int:
         say("a conversation: type a message, Enter sends it (/end or Ctrl-D ends it)")
         first = await decide.stdin().next()
         if first is None or not first.strip():
-            say("starter.py chat: no first message")
+            say(f"{program()} chat: no first message")
             return 2
         args = dataclasses.replace(args, prompt=first.strip())
     agent_input = build_input(args)
     try:  # before a server starts: the run could not start with it
         check_input(json_bytes(agent_input), len(agent_input.prompt))
     except InputTooLarge as refused:
-        say(f"starter.py: error: {refused}")
+        say(f"{program()}: error: {refused}")
         return 2
     if args.print_input:  # for a client in another language (docs/contract.md)
         print(agent_input.model_dump_json())
@@ -125,7 +125,7 @@ async def _run(args: RunArgs) -> int:
     try:
         check_self_contained(args.tools)
     except SETUP_ERRORS as error:
-        say(f"starter.py: error: {setup_error(error)}")
+        say(f"{program()}: error: {setup_error(error)}")
         return 2
     mcp = McpTools(args.mcp_config) if args.mcp_config is not None else None
     # A conversation takes Ctrl-C as an interrupt: its server must not get the terminal's SIGINT.

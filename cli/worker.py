@@ -21,7 +21,7 @@ from ..encryption import payload_codec
 from ..serving import sandbox_runner as sandbox, worker as serving
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
-from .plumbing import Command, CommandLineError, exit_now, parse
+from .plumbing import Command, CommandLineError, exit_now, invoked_name, parse
 
 
 class _Names(click.ParamType):
@@ -125,4 +125,4 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "worker.py") -> int:
 
 
 if __name__ == "__main__":
-    exit_now(main())
+    exit_now(main(prog=invoked_name()))

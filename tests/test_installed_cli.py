@@ -1,0 +1,124 @@
+"""The installed `durable-agent` command in a subprocess, as a pip user meets it (issue 48): it
+names itself as it was typed, so what it tells a person to paste can be pasted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import sys
+import uuid
+from pathlib import Path
+
+from temporalio.client import Client
+
+from durable_agent.workflows.inputs import ScriptedTurn
+from tests.helpers import call, turn
+from tests.serve_process import CLI
+from tests.test_agent_client import serving
+
+REPO = Path(__file__).resolve().parent.parent
+PROMPT = "Where is my latest order? My email is a@b.com."
+
+
+async def durable_agent(*argv: str) -> tuple[int, str, str]:
+    """The installed command to its end: (exit status, stdout, stderr)."""
+    done = await asyncio.create_subprocess_exec(
+        CLI,
+        *argv,
+        cwd=REPO,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(done.communicate(), 90)
+    assert done.returncode is not None
+    return done.returncode, out.decode(), err.decode()
+
+
+def script_file(tmp_path: Path, *turns: ScriptedTurn) -> str:
+    path = tmp_path / f"script-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps([t.model_dump(mode="json") for t in turns]))
+    return str(path)
+
+
+# The program's name ------------------------------------------------------------------------
+
+
+async def test_the_command_names_itself_as_it_was_typed() -> None:
+    code, out, err = await durable_agent("--help")
+    assert code == 0 and out.startswith("usage: durable-agent [OPTIONS] [PROMPT]"), out
+    code, out, err = await durable_agent("calls", "--help")
+    assert code == 0 and out.startswith("usage: durable-agent calls "), out
+    code, out, err = await durable_agent("worker", "--help")
+    assert code == 0 and out.startswith("usage: durable-agent worker "), out
+
+    code, out, err = await durable_agent(PROMPT, "--nope")
+    assert (code, out) == (2, "")
+    assert err.startswith("durable-agent: error: No such option '--nope'"), err
+    code, out, err = await durable_agent("approve-call", "agent-1")
+    assert (code, err) == (
+        2,
+        "durable-agent approve-call: error: Missing argument 'CALL_ID' (see --help)\n",
+    )
+    code, out, err = await durable_agent("contract", "--nope")
+    assert code == 2 and err.startswith("durable-agent contract: error: No such option"), err
+    code, out, err = await durable_agent(PROMPT, "--no-wait", "--trace", "--address", "x:1")
+    assert code == 2 and "use `durable-agent trace WORKFLOW_ID` later" in err, err
+
+    # The checkout's script and `python -m` say what was typed there.
+    for typed, name in (
+        ([sys.executable, "starter.py"], "starter.py"),
+        (
+            [sys.executable, "-m", "durable_agent.cli.starter"],
+            "python -m durable_agent.cli.starter",
+        ),
+    ):
+        done = await asyncio.create_subprocess_exec(
+            *typed, "--nope", cwd=REPO, stderr=asyncio.subprocess.PIPE
+        )
+        _, err_bytes = await done.communicate()
+        assert done.returncode == 2
+        assert err_bytes.decode().startswith(f"{name}: error: No such option '--nope'")
+
+
+async def test_the_command_a_waiting_call_names_can_be_pasted(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A run started against a worker prints how to decide its call that waits: that line,
+    pasted, decides it."""
+    address = client.service_client.config.target_host
+    script = script_file(
+        tmp_path,
+        turn(call("cancel_order", order_id=104999, reason="asked")),
+        turn(text="Cancelled.", expect='"cancelled": true'),
+    )
+    async with serving(client, task_queue):
+        following = await asyncio.create_subprocess_exec(
+            CLI,
+            "Cancel 104999.",
+            "--script",
+            script,
+            "--address",
+            address,
+            "--task-queue",
+            task_queue,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert following.stderr is not None
+        said: list[str] = []
+        async with asyncio.timeout(60):
+            while not said or not said[-1].startswith("decide with: "):
+                line = await following.stderr.readline()
+                assert line, "".join(said)
+                said.append(line.decode())
+        hint = said[-1].removeprefix("decide with: ")
+        approve = shlex.split(hint.split(" [--remember]")[0])
+        assert approve[:2] == ["durable-agent", "approve-call"], hint
+        assert ", or durable-agent deny-call " in hint, hint
+        code, _, err = await durable_agent(*approve[1:])
+        assert code == 0, err
+        answer, rest = await asyncio.wait_for(following.communicate(), 60)
+    assert following.returncode == 0, "".join(said) + rest.decode()
+    assert answer.decode() == "Cancelled.\n"
