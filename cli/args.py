@@ -182,7 +182,12 @@ _RUN_OPTIONS = [
     flag("--approve-all", "a trusted job: no tool call waits for a person"),
     option("--allow", "this tool's calls run without asking", multiple=True, metavar="TOOL"),
     option("--label", "the kind of task, for `stats` (e.g. order-status)", type=Text()),
-    option("--system", "the system prompt (default: the support demo's)", type=Text()),
+    option(
+        "--system",
+        "the system prompt",
+        type=Text(),
+        show_default="the demo's in a demo run (docs/cli.md), else none",
+    ),
     option(
         "--tools", "the embedded worker's, as `worker --tools`", multiple=True, metavar="MODULE"
     ),

@@ -64,13 +64,22 @@ def build_input(args: RunArgs) -> AgentInput:
     return AgentInput(
         prompt=args.prompt,
         conversation=args.conversation,
-        system=args.system or (None if args.tools else demo.SUPPORT_DEMO_SYSTEM),
+        system=args.system or (demo.SUPPORT_DEMO_SYSTEM if is_demo(args) else None),
         model=model,
         limits=Limits(max_steps=args.max_steps, max_cost_usd=args.max_cost_usd),
         plan=args.plan,
         label=args.label,
         tool_approval=ToolApprovalPolicy(approve_all=args.approve_all, allow=list(args.allow)),
     )
+
+
+def is_demo(args: RunArgs) -> bool:
+    """A run of the demo, which alone gets the demo shop's system prompt when --system is not
+    given: a self-contained run on the demo's tools (no --tools), or the scripted demo's own
+    conversation (the scripted provider without --script), which calls them. Any other run,
+    against a user's worker (--address) above all, has no system prompt unless given one."""
+    plays_the_demo = args.provider == "scripted" and args.script is None
+    return (args.address is None and not args.tools) or plays_the_demo
 
 
 async def run(args: RunArgs) -> int:

@@ -1,17 +1,23 @@
 """The installed `durable-agent` command in a subprocess, as a pip user meets it (issue 48): it
-names itself as it was typed, so what it tells a person to paste can be pasted."""
+names itself as it was typed, so what it tells a person to paste can be pasted; a run against a
+user's worker (`--address`) plays no part of the demo, and a user's worker creates nothing of
+it."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import sys
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from temporalio.client import Client
 
+from durable_agent.demo import script as demo
 from durable_agent.workflows.inputs import ScriptedTurn
 from tests.helpers import call, turn
 from tests.serve_process import CLI
@@ -122,3 +128,82 @@ async def test_the_command_a_waiting_call_names_can_be_pasted(
         answer, rest = await asyncio.wait_for(following.communicate(), 60)
     assert following.returncode == 0, "".join(said) + rest.decode()
     assert answer.decode() == "Cancelled.\n"
+
+
+# The demo stays the demo's ----------------------------------------------------------------
+
+
+async def test_a_run_against_a_users_worker_has_no_system_prompt_unless_given(
+    tmp_path: Path,
+) -> None:
+    script = script_file(tmp_path, turn(text="hello"))
+    against = ("--address", "127.0.0.1:7233")
+
+    async def system_of(*argv: str) -> str | None:
+        code, out, err = await durable_agent(*argv, "--print-input", PROMPT)
+        assert code == 0, err
+        system: str | None = json.loads(out).get("system")
+        return system
+
+    # A user's agent is not the demo's shop assistant.
+    assert await system_of(*against, "--script", script) is None
+    assert await system_of(*against, "--provider", "openai") is None
+    assert await system_of(*against, "--provider", "anthropic", "--system", "Be terse.") == (
+        "Be terse."
+    )
+    # The demo's runs keep it: self-contained on the demo's tools, or its scripted conversation.
+    assert await system_of() == demo.SUPPORT_DEMO_SYSTEM
+    assert await system_of("--provider", "openai") == demo.SUPPORT_DEMO_SYSTEM
+    assert await system_of(*against) == demo.SUPPORT_DEMO_SYSTEM
+    assert await system_of("--tools", "tests.retail_toolkit", "--script", script) is None
+
+
+@asynccontextmanager
+async def worker(address: str, task_queue: str, cwd: Path, *argv: str) -> AsyncIterator[str]:
+    """`durable-agent worker` in `cwd`, with no AGENT_DEMO_DB, until it serves; then what it
+    logged."""
+    env = {k: v for k, v in os.environ.items() if k != "AGENT_DEMO_DB"}
+    env["PYTHONPATH"] = str(REPO)  # where the tests' tool modules are
+    process = await asyncio.create_subprocess_exec(
+        CLI,
+        "worker",
+        "--address",
+        address,
+        "--task-queue",
+        task_queue,
+        *argv,
+        cwd=cwd,
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    said: list[str] = []
+    try:
+        async with asyncio.timeout(60):
+            while not said or f"task queue {task_queue}" not in said[-1]:
+                line = await process.stderr.readline()
+                assert line, "".join(said)
+                said.append(line.decode())
+        yield "".join(said)
+    finally:
+        process.terminate()
+        await process.communicate()
+
+
+async def test_a_worker_of_a_users_tools_creates_nothing_of_the_demo(
+    client: Client, tmp_path: Path
+) -> None:
+    address = client.service_client.config.target_host
+    users, demos = tmp_path / "app", tmp_path / "demo"
+    users.mkdir()
+    demos.mkdir()
+    async with worker(
+        address, f"q-{uuid.uuid4()}", users, "--tools", "tests.plugin_tools_a"
+    ) as said:
+        assert "serving 2 tools: alpha_lookup, read_result" in said
+        assert "demo database" not in said
+    assert not (users / ".agent-demo").exists()
+    # A worker that serves the demo's tools (given none) has their database where it runs.
+    async with worker(address, f"q-{uuid.uuid4()}", demos) as said:
+        assert f"demo database {demos / '.agent-demo' / 'demo.db'}" in said
+    assert (demos / ".agent-demo" / "demo.db").exists()
