@@ -59,6 +59,9 @@ class RunArgs:
     system: str | None
     tools: tuple[str, ...]
     """The modules and toolkits the embedded worker loads; () for the demo's tools."""
+    offered_tools: tuple[str, ...] = ()
+    """--tool: the tools the run is offered (AgentInput.tools), of those the worker at
+    --address serves, in order, each once; () offers every one."""
     address: str | None
     """None: self-contained, on an embedded dev server with an in-process worker."""
     namespace: str
@@ -191,6 +194,13 @@ _RUN_OPTIONS = [
     option(
         "--tools", "the embedded worker's, as `worker --tools`", multiple=True, metavar="MODULE"
     ),
+    click.Option(
+        ["--tool", "offered_tools"],
+        help="with --address: offer the run this tool of the worker's (default: every one)",
+        multiple=True,
+        metavar="NAME",
+        type=Text(),
+    ),
     option("--address", "Temporal frontend (none: self-contained)", envvar="TEMPORAL_ADDRESS"),
     option("--namespace", "the server's namespace", default="default"),
     option("--task-queue", "the workers' task queue", default=DEFAULT_TASK_QUEUE),
@@ -244,6 +254,12 @@ def _run_args(chat: bool, **params: Any) -> RunArgs:
         )
     if tools and address is not None:
         refuse("--tools is for the embedded worker; with --address, start the worker with --tools")
+    offered = params["offered_tools"] = tuple(dict.fromkeys(params["offered_tools"]))
+    if offered and address is None and not params["print_input"]:
+        refuse(
+            "--tool chooses among the tools of the worker at --address; self-contained, --tools "
+            "MODULE chooses what the embedded worker serves"
+        )
     keyed = (p for p, variable in KEYED_PROVIDERS.items() if os.environ.get(variable))
     provider: Provider = params.pop("provider") or next(keyed, None) or "scripted"
     script = params.pop("script")
@@ -254,6 +270,11 @@ def _run_args(chat: bool, **params: Any) -> RunArgs:
         refuse(
             "the scripted demo calls the demo's tools: with --tools, give --script or a real "
             "provider (or add --tools demo)"
+        )
+    if provider == "scripted" and script is None and offered:
+        refuse(
+            "the scripted demo calls the demo's tools: with --tool, give --script or a real "
+            "provider"
         )
     model = params.pop("model") or CATALOGUE[provider].default_model
     try:  # the settings' own checks, as one line, before anything starts

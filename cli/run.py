@@ -65,6 +65,7 @@ def build_input(args: RunArgs) -> AgentInput:
         prompt=args.prompt,
         conversation=args.conversation,
         system=args.system or (demo.SUPPORT_DEMO_SYSTEM if is_demo(args) else None),
+        tools=list(args.offered_tools) or None,
         model=model,
         limits=Limits(max_steps=args.max_steps, max_cost_usd=args.max_cost_usd),
         plan=args.plan,

@@ -1,7 +1,7 @@
 """The installed `durable-agent` command in a subprocess, as a pip user meets it (issue 48): it
 names itself as it was typed, so what it tells a person to paste can be pasted; a run against a
 user's worker (`--address`) plays no part of the demo, and a user's worker creates nothing of
-it."""
+it; `--tool` chooses a run's tools among the worker's."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from durable_agent.activities.providers import scripted
 from durable_agent.demo import script as demo
 from durable_agent.workflows.inputs import ScriptedTurn
 from tests.helpers import call, turn
@@ -207,3 +208,53 @@ async def test_a_worker_of_a_users_tools_creates_nothing_of_the_demo(
     async with worker(address, f"q-{uuid.uuid4()}", demos) as said:
         assert f"demo database {demos / '.agent-demo' / 'demo.db'}" in said
     assert (demos / ".agent-demo" / "demo.db").exists()
+
+
+# Tools per run ------------------------------------------------------------------------------
+
+
+async def test_tool_offers_a_run_only_the_named_tools_of_its_worker(
+    client: Client, task_queue: str, tmp_path: Path, scripted_requests: None
+) -> None:
+    address = client.service_client.config.target_host
+    script = script_file(
+        tmp_path,
+        turn(call("get_customer", email="a@b.com"), call("get_order", order_id=1042)),
+        turn(text="Only the order.", expect="no tool named 'get_customer'"),
+    )
+    where = ("--address", address, "--task-queue", task_queue)
+    async with serving(client, task_queue):
+        code, out, err = await durable_agent(
+            PROMPT,
+            "--script",
+            script,
+            "--tool",
+            "get_order",
+            "--tool",
+            "get_tracking",
+            "--json",
+            *where,
+        )
+        assert code == 0, err
+        printed = json.loads(out)
+        assert printed["answer"] == "Only the order."
+        (request, *_) = scripted.recorded_requests(printed["workflow_id"])
+        offered = {spec.name for spec in request.tools}
+        assert {"get_order", "get_tracking"} <= offered and "get_customer" not in offered
+        assert not offered & {"search_orders", "cancel_order", "send_email"}
+
+        # A tool the worker does not serve fails the run at once, naming it.
+        code, out, err = await durable_agent(
+            PROMPT, "--script", script, "--tool", "no_such_tool", *where
+        )
+        assert (code, out) == (1, "")
+        assert "AgentConfigurationError" in err and "no_such_tool" in err, err
+
+    # Where it does not apply: one line, exit 2, nothing started.
+    for argv, reason in (
+        (["--tool", "get_order", "--script", script], "--tool chooses among the tools of the"),
+        (["--tool", "get_order", *where], "the scripted demo calls the demo's tools: with --tool"),
+    ):
+        code, out, err = await durable_agent(PROMPT, *argv)
+        assert (code, out) == (2, ""), err
+        assert len(err.splitlines()) == 1 and err.startswith(f"durable-agent: error: {reason}")
