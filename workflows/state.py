@@ -313,8 +313,9 @@ undone when the run failed."""
 class ToolCallRecord(BaseModel):
     id: str
     name: str
-    arguments: str
-    """As the model wrote them (cut at 1,000 characters)."""
+    arguments: str = ""
+    """As the model wrote them (cut at 1,000 characters). Records made before 0.1.0 have none:
+    the default lets their runs' results and failures still read."""
     outcome: ToolOutcome
     error: str | None = None
     """What the model was told, when the outcome is not ok (cut at 300 characters)."""
