@@ -25,6 +25,7 @@ from durable_agent.workflows.state import (
     ToolCallRecord,
     Usage,
 )
+from durable_agent.workflows.status import SubAgentReport
 from durable_agent.workflows.transcript import Transcript, UserMessage
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -136,3 +137,18 @@ def test_what_every_committed_run_handed_back_still_reads() -> None:
         ("cancel_order", "completed", False),
     ]
     assert details.step_records[0].tool_calls[0].arguments == ""
+
+
+def test_an_approval_recorded_before_its_parsed_arguments_keeps_its_bytes() -> None:
+    """A waiting call as 0.3.0 reported it to its parent (the sub_agent_approvals signal's
+    input): it reads without parsed_arguments, and is written back byte for byte."""
+    history = HISTORIES / "releases" / "0.3.0" / "sub_agent_waiting~c1.json"
+    for event in json.loads(history.read_text())["events"]:
+        signal = event.get("signalExternalWorkflowExecutionInitiatedEventAttributes")
+        if signal is not None:
+            payload = json_format.ParseDict(signal["input"]["payloads"][0], Payload())
+            break
+    converter = pydantic_data_converter.payload_converter
+    (report,) = converter.from_payloads([payload], [SubAgentReport])
+    assert [a.parsed_arguments for a in report.approvals] == [None]
+    assert converter.to_payloads([report])[0].data == payload.data
