@@ -1,11 +1,12 @@
 """The installed `durable-agent` command in a subprocess, as a pip user meets it (issue 48): it
 names itself as it was typed, so what it tells a person to paste can be pasted; a run against a
 user's worker (`--address`) plays no part of the demo, and a user's worker creates nothing of
-it; `--tool` chooses a run's tools among the worker's."""
+it; `--tool` chooses a run's tools among the worker's; `stats` counts every run once."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shlex
@@ -18,9 +19,10 @@ from pathlib import Path
 from temporalio.client import Client
 
 from durable_agent.activities.providers import scripted
+from durable_agent.client.agent_client import AgentRunFailed
 from durable_agent.demo import script as demo
 from durable_agent.workflows.inputs import ScriptedTurn
-from tests.helpers import call, turn
+from tests.helpers import call, eventually, turn
 from tests.serve_process import CLI
 from tests.test_agent_client import serving
 
@@ -258,3 +260,47 @@ async def test_tool_offers_a_run_only_the_named_tools_of_its_worker(
         code, out, err = await durable_agent(PROMPT, *argv)
         assert (code, out) == (2, ""), err
         assert len(err.splitlines()) == 1 and err.startswith(f"durable-agent: error: {reason}")
+
+
+# stats -------------------------------------------------------------------------------------
+
+
+async def test_stats_counts_every_run_once_as_completed_failed_or_other(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    address = client.service_client.config.target_host
+    label = f"s-{uuid.uuid4().hex[:8]}"
+    answer = script_file(tmp_path, turn(text="done"))
+    never = script_file(tmp_path, turn(call("get_order", order_id=1042)), turn(text="never"))
+    waits = script_file(
+        tmp_path, turn(call("cancel_order", order_id=104999, reason="asked")), turn(text="never")
+    )
+    where = ("--address", address, "--task-queue", task_queue, "--label", label)
+    async with serving(client, task_queue) as agents:
+        for _ in range(2):
+            code, _, err = await durable_agent(PROMPT, "--script", answer, *where)
+            assert code == 0, err
+        code, _, err = await durable_agent(PROMPT, "--script", never, "--max-steps", "1", *where)
+        assert code == 1, err
+        # One cancelled while its call waits for a person.
+        code, out, err = await durable_agent(PROMPT, "--script", waits, "--no-wait", *where)
+        assert code == 0, err
+        cancelled = agents.run(out.strip())
+        await cancelled.handle.cancel()
+        with contextlib.suppress(AgentRunFailed):
+            await cancelled.result()
+
+    async def all_four() -> bool:
+        code, out, err = await durable_agent("stats", "--label", label, "--address", address)
+        assert code == 0, err
+        return f"{label}  " in out and out.split(f"{label}  ")[1].split()[:3] == ["2", "1", "1"]
+
+    await eventually(all_four, timeout=30, interval=0.5)
+    code, out, err = await durable_agent("stats", "--label", label, "--address", address)
+    header, row = out.splitlines()[:2]
+    assert header.split()[:4] == ["label", "completed", "failed", "other"], out
+    assert row.split()[:7] == [label, "2", "1", "1", "1", "1", "1"], out
+    code, out, err = await durable_agent("stats", "--label", label, "--json", "--address", address)
+    (group,) = json.loads(out)["groups"]
+    counts = {key: group[key] for key in ("runs", "completed", "failed", "other")}
+    assert counts == {"runs": 4, "completed": 2, "failed": 1, "other": 1}
