@@ -64,26 +64,31 @@ IN_THE_DATABASE = ("AGENT_MESSAGE_STORE", "AGENT_RESULT_STORE")
 """The stores that AGENT_STORE_URL moves into PostgreSQL."""
 
 
-def store_paths(environ: Mapping[str, str] | None = None) -> list[tuple[str, Path]]:
+def store_paths(
+    environ: Mapping[str, str] | None = None, *, demo: bool = True
+) -> list[tuple[str, Path]]:
     """(what it is, absolute path) for each store kept in a file, as the stores would resolve
-    them now: all three, or with AGENT_STORE_URL only the demo database."""
+    them now: all three, or with AGENT_STORE_URL only the demo database; without the demo
+    database unless `demo` (the worker serves the demo's tools)."""
     env = os.environ if environ is None else environ
     in_database = store_url_from_env(env) is not None
     return [
         (name, Path(env.get(variable) or Path.cwd() / default).absolute())
         for name, variable, default in STORES
-        if not (in_database and variable in IN_THE_DATABASE)
+        if not (in_database and variable in IN_THE_DATABASE) and (demo or variable != DB_PATH_ENV)
     ]
 
 
-def check_stores(environ: Mapping[str, str] | None = None) -> None:
+def check_stores(environ: Mapping[str, str] | None = None, *, demo: bool = True) -> None:
     """Raise StoreNotWritable for the first store that cannot be written. A malformed
-    AGENT_STORE_URL is an AgentConfigurationError."""
+    AGENT_STORE_URL is an AgentConfigurationError. `demo`: the worker serves the demo's tools,
+    so their database is checked too; a worker that does not must not create it (in the
+    working directory of a user's app, `.agent-demo/`)."""
     env = os.environ if environ is None else environ
     url = store_url_from_env(env)
     if url is not None:
         check_postgres(url)
-    for name, path in store_paths(env):
+    for name, path in store_paths(env, demo=demo):
         try:
             check_writable(path)
         except (OSError, sqlite3.Error) as error:
@@ -160,16 +165,19 @@ def _reason(error: OSError | sqlite3.Error) -> str:
     return str(error) or type(error).__name__
 
 
-def describe_stores(environ: Mapping[str, str] | None = None) -> str:
+def describe_stores(environ: Mapping[str, str] | None = None, *, demo: bool = True) -> str:
     """Where the stores are and whether they are sealed, for the worker's start-up log line:
-    without payload keys it says they are unencrypted. The URL without its password."""
+    without payload keys it says they are unencrypted. The URL without its password; the demo
+    database only when the worker serves the demo's tools (`demo`)."""
     env = os.environ if environ is None else environ
     url = store_url_from_env(env)
     where = [] if url is None else [f"message store and result store in {redacted(url)}"]
-    where += [f"{name.removeprefix('the ')} {path}" for name, path in store_paths(env)]
+    where += [f"{name.removeprefix('the ')} {path}" for name, path in store_paths(env, demo=demo)]
     keys = payload_codec.keys_from_env(env)
     if keys:
-        sealed = f"the stores sealed with payload key {keys[0].id} (the demo database is not)"
+        sealed = f"the stores sealed with payload key {keys[0].id}" + (
+            " (the demo database is not)" if demo else ""
+        )
     else:
         sealed = (
             "unencrypted: what runs send and receive is kept in the clear, in files only their "

@@ -187,6 +187,12 @@ def load_tools(names: Iterable[str], into: ToolRegistry | None = None) -> list[s
     return sorted((into or DEFAULT_TOOLS).tools())
 
 
+def serves_demo(registry: ToolRegistry | None = None) -> bool:
+    """Whether `registry` (default: the process's) serves the demo's tools, whose database a
+    worker then checks it can write (and so creates): only then."""
+    return bool((registry or DEFAULT_TOOLS).from_module(DEMO_TOOLS))
+
+
 def load_default_tools() -> None:
     """The demo's tools, unless this process chose its tools with `load_tools`."""
     if not _chosen:
@@ -263,5 +269,6 @@ __all__ = [
     "load_tools",
     "public_methods",
     "register_toolkit",
+    "serves_demo",
     "tools_from_env",
 ]

@@ -34,7 +34,7 @@ from ..workflows.inputs import (
 )
 from ..workflows.providers import CATALOGUE, KEYED_PROVIDERS, PROVIDERS, Provider
 from ..workflows.state import AutoRules
-from .plumbing import Argument, Command, bad_byte, parse, said_as, say
+from .plumbing import Argument, Command, bad_byte, parse, program, said_as, say
 
 STDIN = "-"
 """The prompt that says: read it from standard input."""
@@ -60,6 +60,9 @@ class RunArgs:
     system: str | None
     tools: tuple[str, ...]
     """The modules and toolkits the embedded worker loads; () for the demo's tools."""
+    offered_tools: tuple[str, ...] = ()
+    """--tool: the tools the run is offered (AgentInput.tools), of those the worker at
+    --address serves, in order, each once; () offers every one."""
     address: str | None
     """None: self-contained, on an embedded dev server with an in-process worker."""
     namespace: str
@@ -191,9 +194,21 @@ _RUN_OPTIONS = [
     flag("--approve-all", "a trusted job: no tool call waits for a person"),
     option("--allow", "this tool's calls run without asking", multiple=True, metavar="TOOL"),
     option("--label", "the kind of task, for `stats` (e.g. order-status)", type=Text()),
-    option("--system", "the system prompt (default: the support demo's)", type=Text()),
+    option(
+        "--system",
+        "the system prompt",
+        type=Text(),
+        show_default="the demo's in a demo run (docs/cli.md), else none",
+    ),
     option(
         "--tools", "the embedded worker's, as `worker --tools`", multiple=True, metavar="MODULE"
+    ),
+    click.Option(
+        ["--tool", "offered_tools"],
+        help="with --address: offer the run this tool of the worker's (default: every one)",
+        multiple=True,
+        metavar="NAME",
+        type=Text(),
     ),
     option("--address", "Temporal frontend (none: self-contained)", envvar="TEMPORAL_ADDRESS"),
     option("--namespace", "the server's namespace", default="default"),
@@ -244,10 +259,16 @@ def _run_args(chat: bool, **params: Any) -> RunArgs:
     if no_wait and params["trace"]:
         refuse(
             "--trace prints the steps once the run has ended; with --no-wait, use "
-            "`starter.py trace WORKFLOW_ID` later"
+            f"`{program()} trace WORKFLOW_ID` later"
         )
     if tools and address is not None:
         refuse("--tools is for the embedded worker; with --address, start the worker with --tools")
+    offered = params["offered_tools"] = tuple(dict.fromkeys(params["offered_tools"]))
+    if offered and address is None and not params["print_input"]:
+        refuse(
+            "--tool chooses among the tools of the worker at --address; self-contained, --tools "
+            "MODULE chooses what the embedded worker serves"
+        )
     keyed = (p for p, variable in KEYED_PROVIDERS.items() if os.environ.get(variable))
     provider: Provider = params.pop("provider") or next(keyed, None) or "scripted"
     script = params.pop("script")
@@ -259,6 +280,11 @@ def _run_args(chat: bool, **params: Any) -> RunArgs:
         refuse(
             "the scripted demo calls the demo's tools: with --tools, give --script or a real "
             "provider (or add --tools demo)"
+        )
+    if demo and offered:
+        refuse(
+            "the scripted demo calls the demo's tools: with --tool, give --script or a real "
+            "provider"
         )
     model = params.pop("model") or (DEMO_MODEL if demo else CATALOGUE[provider].default_model)
     try:  # the settings' own checks, as one line, before anything starts
@@ -327,7 +353,7 @@ RUN = Command(
     params=[_PROMPT, flag("--conversation", "then wait for the next message"), *_RUN_OPTIONS],
     callback=partial(_run_args, False),
     help=f"Start an agent run: PROMPT is what it should do (`{STDIN}`: read from standard input). "
-    "Its commands on a server: starter.py COMMAND --help (docs/cli.md).",
+    "docs/cli.md has the rest.",
 )
 CHAT = Command(
     "chat",
@@ -340,7 +366,8 @@ CHAT = Command(
 
 
 def parse_run(argv: Sequence[str], *, chat: bool = False) -> RunArgs:
-    run: RunArgs = parse(CHAT if chat else RUN, "starter.py chat" if chat else "starter.py", argv)
+    prog = f"{program()} chat" if chat else program()
+    run: RunArgs = parse(CHAT if chat else RUN, prog, argv)
     return run
 
 

@@ -25,7 +25,7 @@ from ..workflows.inputs import AgentResult
 from ..workflows.state import TurnRecord
 from . import decide
 from .args import Following, Text, argument, subcommand
-from .plumbing import say
+from .plumbing import program, say
 from .tables import StepLines, usage_text
 
 ENDS = ("/end", "/quit", "/exit")
@@ -57,8 +57,8 @@ async def converse(agent_run: AgentRun, following: Following, *, chat: bool) -> 
     record = await follow_turn(agent_run, 1, following)
     where = f" --address {following.address}" if following.address else ""
     say(
-        f"conversation {agent_run.id} waits for the next message: starter.py send "
-        f"{agent_run.id} TEXT{where} [--wait]; starter.py end {agent_run.id}{where}"
+        f"conversation {agent_run.id} waits for the next message: {program()} send "
+        f"{agent_run.id} TEXT{where} [--wait]; {program()} end {agent_run.id}{where}"
     )
     return 0 if record is not None and record.outcome == "answered" else 1
 

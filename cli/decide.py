@@ -28,7 +28,7 @@ from ..workflows.events import AgentEvent
 from ..workflows.input_limits import TOO_LARGE, check_comment, check_reason
 from ..workflows.state import AutoRules, PlanState, ToolApproval
 from .args import FILE, POSITIVE, Following, Text, argument, read_rules, refuse, subcommand
-from .plumbing import one_line, say
+from .plumbing import one_line, program, say
 
 APPROVALS = ("", "y", "yes")
 
@@ -78,7 +78,7 @@ def show(workflow_id: str, question: Question, following: Following, *, ask: boo
             say(f"plan v{plan.version} of {workflow_id} waits for approval:")
             for number, step in enumerate(plan.steps, start=1):
                 say(f"  {number}. {step}")
-            how = f"approve {workflow_id}{where} [--comment TEXT], or starter.py reject "
+            how = f"approve {workflow_id}{where} [--comment TEXT], or {program()} reject "
             how += f"{workflow_id}{where} --feedback TEXT"
             asking = "Approve it? Enter (or y) approves; anything else is your feedback, to plan"
             asking += " again:"
@@ -90,10 +90,10 @@ def show(workflow_id: str, question: Question, following: Following, *, ask: boo
                 f"{event.tool} {event.arguments}"
             )
             call = f"{workflow_id} {event.call_id}{where}"
-            how = f"approve-call {call} [--remember], or starter.py deny-call {call} --reason TEXT"
+            how = f"approve-call {call} [--remember], or {program()} deny-call {call} --reason TEXT"
             asking = "Run it? Enter (or y) approves; 'always' approves it and the run's later "
             asking += f"{event.tool} calls; anything else denies it, with that as the reason:"
-    say(asking if ask else f"decide with: starter.py {how}")
+    say(asking if ask else f"decide with: {program()} {how}")
 
 
 async def answer(agent_run: AgentRun, question: Question, line: str) -> None:

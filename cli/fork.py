@@ -23,7 +23,7 @@ from ..workflows.inputs import ModelSettings, ToolApprovalPolicy
 from ..workflows.providers import CATALOGUE, Provider
 from . import args
 from .args import Following
-from .plumbing import say
+from .plumbing import program, say
 from .run import follow
 from .tables import money, shorten, table
 
@@ -267,7 +267,7 @@ async def _say_waiting_calls(following: Following, agent_run: AgentRun) -> None:
         if event.kind == "approval_requested":
             say(
                 f"{agent_run.id} waits for a decision on {event.call_id} ({event.tool} "
-                f"{event.arguments}): starter.py approve-call {agent_run.id} {event.call_id} "
+                f"{event.arguments}): {program()} approve-call {agent_run.id} {event.call_id} "
                 f"--address {following.address} (or deny-call ... --reason TEXT)"
             )
 

@@ -1,7 +1,8 @@
 """Console plumbing that every command line of the project shares (starter.py, worker.py, the
 benchmarks): a bad command line is one line on stderr and exit status 2, people's messages go to
-stderr so that stdout carries only the answer or the JSON, and the process exits without the
-interpreter's teardown. Nothing here knows about runs."""
+stderr so that stdout carries only the answer or the JSON, every message names the command as
+it was typed (`program`: `durable-agent`, or `starter.py` in the checkout), and the process exits
+without the interpreter's teardown. Nothing here knows about runs."""
 
 from __future__ import annotations
 
@@ -11,9 +12,36 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from contextvars import ContextVar
 from typing import Any, NoReturn
 
 import click
+
+_program: ContextVar[str] = ContextVar("program", default="starter.py")
+
+
+def program() -> str:
+    """The command as this process was invoked (`durable-agent`, `starter.py`), for the usage
+    lines, the errors and the commands a message tells a person to paste. "starter.py" when
+    the CLI is called from Python (the tests), where no command was typed."""
+    return _program.get()
+
+
+def invoked_as(name: str) -> None:
+    """Name the command `name` in this context's messages (`program`)."""
+    _program.set(name)
+
+
+def invoked_name() -> str:
+    """How a person typed this process's command, to type it again: the script's name
+    (`durable-agent` on the PATH, `starter.py` in the checkout), or `python -m MODULE`."""
+    main = sys.modules.get("__main__")
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    package = getattr(main, "__package__", None)
+    if not package:  # a script: the console script or the checkout's file
+        return script or "durable-agent"
+    module = os.path.splitext(script)[0]
+    return f"python -m {package if module == '__main__' else f'{package}.{module}'}"
 
 
 class CommandLineError(SystemExit):

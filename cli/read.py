@@ -104,8 +104,9 @@ async def trace(agent_run: AgentRun, following: Following) -> int:
 
 
 @subcommand(
-    "Per label, the steps, tokens and cost of the runs that completed, and the max_steps their "
-    "distribution suggests (twice the p95 of the steps).",
+    "Per label, the runs that ended (completed, failed, other), the steps, tokens and cost of "
+    "those that completed, and the max_steps their distribution suggests (twice the p95 of "
+    "the steps).",
     of_run=False,
 )
 @click.option("--label", help="only the runs started with this --label")
@@ -120,7 +121,7 @@ async def stats(client: AgentClient, following: Following, label: str | None, li
         return 0
     if not read.groups:
         where = f" with label {label!r}" if label is not None else ""
-        say(f"no agent run{where} has completed or failed yet")
+        say(f"no agent run{where} has ended yet")
         return 0
     print(stats_table(read.groups))
     return 0

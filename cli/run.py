@@ -38,7 +38,7 @@ from ..workflows.providers import STREAMING_PROVIDERS
 from ..workflows.state import FailureDetails, Usage
 from . import conversation, decide
 from .args import Following, RunArgs, subcommand
-from .plumbing import say
+from .plumbing import program, say
 from .tables import DeltaLines, StepLines, trace_table, usage_text
 
 CANCEL_WAIT_SECONDS = 10.0
@@ -64,7 +64,8 @@ def build_input(args: RunArgs) -> AgentInput:
     return AgentInput(
         prompt=args.prompt,
         conversation=args.conversation,
-        system=args.system or (None if args.tools else demo.SUPPORT_DEMO_SYSTEM),
+        system=args.system or (demo.SUPPORT_DEMO_SYSTEM if is_demo(args) else None),
+        tools=list(args.offered_tools) or None,
         model=model,
         limits=Limits(max_steps=args.max_steps, max_cost_usd=args.max_cost_usd),
         plan=args.plan,
@@ -73,13 +74,22 @@ def build_input(args: RunArgs) -> AgentInput:
     )
 
 
+def is_demo(args: RunArgs) -> bool:
+    """A run of the demo, which alone gets the demo shop's system prompt when --system is not
+    given: a self-contained run on the demo's tools (no --tools), or the scripted demo's own
+    conversation (the scripted provider without --script), which calls them. Any other run,
+    against a user's worker (--address) above all, has no system prompt unless given one."""
+    plays_the_demo = args.provider == "scripted" and args.script is None
+    return (args.address is None and not args.tools) or plays_the_demo
+
+
 async def run(args: RunArgs) -> int:
     """Start the run (on an embedded server without --address) and follow it to its end, traced
     as the OTEL_* variables say (flushed before returning: the CLI exits with os._exit)."""
     try:
         tracing = telemetry.configure_from_env()
     except telemetry.TelemetryConfigurationError as error:
-        say(f"starter.py: error: {error}")
+        say(f"{program()}: error: {error}")
         return 2
     try:
         return await _run(args)
@@ -93,14 +103,14 @@ async def _run(args: RunArgs) -> int:
         say("a conversation: type a message, Enter sends it (/end or Ctrl-D ends it)")
         first = await decide.stdin().next()
         if first is None or not first.strip():
-            say("starter.py chat: no first message")
+            say(f"{program()} chat: no first message")
             return 2
         args = dataclasses.replace(args, prompt=first.strip())
     agent_input = build_input(args)
     try:  # before a server starts: the run could not start with it
         check_input(json_bytes(agent_input), len(agent_input.prompt))
     except InputTooLarge as refused:
-        say(f"starter.py: error: {refused}")
+        say(f"{program()}: error: {refused}")
         return 2
     if args.print_input:  # for a client in another language (docs/contract.md)
         print(agent_input.model_dump_json())
@@ -125,7 +135,7 @@ async def _run(args: RunArgs) -> int:
     try:
         check_self_contained(args.tools)
     except SETUP_ERRORS as error:
-        say(f"starter.py: error: {setup_error(error)}")
+        say(f"{program()}: error: {setup_error(error)}")
         return 2
     mcp = McpTools(args.mcp_config) if args.mcp_config is not None else None
     # A conversation takes Ctrl-C as an interrupt: its server must not get the terminal's SIGINT.

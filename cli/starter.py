@@ -35,7 +35,17 @@ from ..client.agent_client import (
 from ..encryption import payload_codec
 from . import contract, conversation, decide, fork, read, run, serve, worker
 from .args import CHAT, RUN, RunArgs, Subcommand, parse_run
-from .plumbing import Command, CommandLineError, exit_now, one_line, parse, say
+from .plumbing import (
+    Command,
+    CommandLineError,
+    exit_now,
+    invoked_as,
+    invoked_name,
+    one_line,
+    parse,
+    program,
+    say,
+)
 
 SUBCOMMANDS = {
     str(command.name): command
@@ -63,18 +73,22 @@ def parse_command_line(argv: Sequence[str] | None = None) -> RunArgs | Subcomman
     if words[:1] == [CHAT.name]:
         args: RunArgs | Subcommand = parse_run(words[1:], chat=True)
     elif words and words[0] in SUBCOMMANDS:
-        args = parse(SUBCOMMANDS[words[0]], f"starter.py {words[0]}", words[1:])
+        args = parse(SUBCOMMANDS[words[0]], f"{program()} {words[0]}", words[1:])
     else:
         args = parse_run(words)
     try:
         payload_codec.data_converter()  # a malformed key configuration is a usage error
     except payload_codec.PayloadKeyError as error:
-        say(f"starter.py: error: {error}")
+        say(f"{program()}: error: {error}")
         raise CommandLineError(2) from None
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
+    """The command line `argv` (default: this process's), its messages naming the command
+    `prog` (default: starter.py)."""
+    if prog is not None:
+        invoked_as(prog)
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:
@@ -86,11 +100,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(words: list[str]) -> int:
     if words[:1] == [SERVE]:
-        return worker.main(words[1:], prog=f"starter.py {SERVE}")
+        return worker.main(words[1:], prog=f"{program()} {SERVE}")
     if words[:1] == [CONTRACT]:
-        return contract.main(words[1:])
+        return contract.main(words[1:], prog=f"{program()} {CONTRACT}")
     if words[:1] == [API]:
-        return serve.main(words[1:])
+        return serve.main(words[1:], prog=f"{program()} {API}")
     try:
         return asyncio.run(dispatch(parse_command_line(words)))
     except CommandLineError as stop:
@@ -103,10 +117,10 @@ def _main(words: list[str]) -> int:
 async def main_async(argv: Sequence[str]) -> int:
     """`main` inside a running event loop (the tests use it), for a run or a subcommand."""
     if argv[:1] == [SERVE]:
-        say(f"starter.py {SERVE}: error: a worker runs its own event loop: use main()")
+        say(f"{program()} {SERVE}: error: a worker runs its own event loop: use main()")
         return 2
     if argv[:1] == [CONTRACT]:
-        return contract.main(argv[1:])
+        return contract.main(argv[1:], prog=f"{program()} {CONTRACT}")
     try:
         return await dispatch(parse_command_line(argv))
     except CommandLineError as stop:
@@ -140,8 +154,9 @@ async def dispatch(args: RunArgs | Subcommand) -> int:
 
 
 def console_main() -> None:
-    """The `durable-agent` console script that an installed project puts on the PATH."""
-    exit_now(main())
+    """The `durable-agent` console script that an installed project puts on the PATH (and the
+    checkout's starter.py): its messages name the command as it was typed."""
+    exit_now(main(prog=invoked_name()))
 
 
 if __name__ == "__main__":

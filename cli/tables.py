@@ -218,17 +218,20 @@ def money(cost: float | None) -> str:
 
 
 def stats_table(groups: Sequence[StepStats]) -> str:
-    """One row per label: the completed runs' steps (p50, p95, max), tokens and cost, the
-    max_steps they suggest and how many of them it would have cut short."""
-    header = ["label", "runs", "failed", "p50", "p95", "max", "mean tok", "p95 tok"]
+    """One row per label: its runs that ended, as many as completed, failed and ended
+    otherwise (which add up to them all); the completed runs' steps (p50, p95, max), mean
+    tokens and cost, the max_steps they suggest and how many of them it would have cut short.
+    (The p95 of the tokens is in the JSON: the row has no room for it.)"""
+    header = ["label", "completed", "failed", "other", "p50", "p95", "max", "mean tok"]
     rows = [[*header, "mean cost", "max_steps", "cut short"]]
     for g in groups:
         tokens = None if g.tokens_mean is None else round(g.tokens_mean)
-        numbers = [g.runs, g.failed, g.steps_p50, g.steps_p95, g.steps_max, tokens, g.tokens_p95]
-        cut_short = str(g.cut_short) if g.runs else "-"
+        numbers = [g.completed, g.failed, g.other, g.steps_p50, g.steps_p95, g.steps_max, tokens]
+        cut_short = str(g.cut_short) if g.completed else "-"
         rows.append([shorten(g.label, LABEL_COLUMN), *map(_dash, numbers), money(g.cost_mean_usd)])
         rows[-1] += [_dash(g.recommended_max_steps), cut_short]
     notes = [
+        "other: the runs cancelled, terminated or timed out, or whose outcome could not be read",
         "p50/p95/max: steps of the completed runs (nearest rank); tok: input + output tokens",
         "max_steps: twice the p95; cut short: the completed runs that took more steps than that",
     ]

@@ -21,7 +21,7 @@ from ..encryption import payload_codec
 from ..serving import sandbox_runner as sandbox, worker as serving
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
-from .plumbing import Command, CommandLineError, exit_now, parse
+from .plumbing import Command, CommandLineError, exit_now, invoked_name, parse
 
 
 class _Names(click.ParamType):
@@ -93,7 +93,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "worker.py") -> int:
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
         payload_codec.data_converter()  # a malformed key configuration is a usage error
-        check_stores()  # before connecting: nothing is served that could not be stored
+        # Before connecting: nothing is served that could not be stored. The demo's database is
+        # a store only where its tools are served: a user's worker does not create it.
+        check_stores(demo=toolkits.serves_demo())
         message_store.retention_hours_from_env()
         Admission.from_env()  # the model calls' limits
         mcp_config = mcp_config_from(args["mcp_config"])
@@ -109,7 +111,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "worker.py") -> int:
         sys.stderr.write(f"{prog}: error: {error.message}\n")
         return 2
     logging.info("serving %d tools: %s", len(served), ", ".join(served))
-    logging.info("stores: %s", describe_stores())
+    logging.info("stores: %s", describe_stores(demo=toolkits.serves_demo()))
     try:
         if telemetry.configure_from_env():
             logging.info("tracing on (OTEL_* variables)")
@@ -125,4 +127,4 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "worker.py") -> int:
 
 
 if __name__ == "__main__":
-    exit_now(main())
+    exit_now(main(prog=invoked_name()))

@@ -105,9 +105,13 @@ AWAITING_APPROVAL_QUERY = "AgentStatus='awaiting_approval' AND ExecutionStatus='
 AgentStatus; it waits for nobody, and asking it what it waits on would wait for a worker to
 replay it."""
 CLOSED_RUNS_QUERY = (
-    "WorkflowType='AgentWorkflow' AND (ExecutionStatus='Completed' OR ExecutionStatus='Failed')"
+    "WorkflowType='AgentWorkflow' AND (ExecutionStatus='Completed' OR ExecutionStatus='Failed'"
+    " OR ExecutionStatus='Canceled' OR ExecutionStatus='Terminated'"
+    " OR ExecutionStatus='TimedOut')"
 )
-"""The runs `closed_runs` reads: those that ended with an answer, and those that failed."""
+"""The runs `closed_runs` reads: every run that ended (a run that continued as new goes on)."""
+ClosedStatus = Literal["completed", "failed", "canceled", "terminated", "timed_out"]
+"""How a run ended, as visibility lists it."""
 READ_CONCURRENCY = 16
 """Results `closed_runs` fetches at once (one history read each)."""
 CLOSED_QUERY_TIMEOUT = timedelta(seconds=10)
@@ -924,10 +928,12 @@ class AgentClient:
     async def closed_runs(
         self, limit: int = 500, *, label: str | None = None
     ) -> AsyncIterator[ClosedRun]:
-        """The runs that completed or failed, newest first, each with its result or its failure
-        (found through visibility, which is eventually consistent: a run that just ended may be
-        missing). `label` keeps the runs whose AgentInput.label is that (read from the memo
-        while listing, so no other run's result is fetched); `limit` bounds the runs read."""
+        """The runs that ended, newest first: each that completed with its result, each that
+        failed with its failure, and those cancelled, terminated or timed out with how they
+        ended (found through visibility, which is eventually consistent: a run that just ended
+        may be missing). `label` keeps the runs whose AgentInput.label is that (read from the
+        memo while listing, so no other run's result is fetched); `limit` bounds the runs
+        read."""
         batch: list[tuple[WorkflowExecution, str | None]] = []
         read = 0
         async for execution in self.client.list_workflows(CLOSED_RUNS_QUERY):
@@ -946,18 +952,35 @@ class AgentClient:
             yield closed
 
     async def _closed(self, execution: WorkflowExecution, label: str | None) -> ClosedRun:
+        status = _closed_status(execution.status)
+        if status not in ("completed", "failed"):
+            return ClosedRun(execution.id, label, status)  # no answer and no failure to read
         handle = self.client.get_workflow_handle_for(
             AgentWorkflow.run, execution.id, run_id=execution.run_id
         )
         try:
             result = await AgentRun(handle, self.client).result()
         except AgentRunFailed as failure:
-            return ClosedRun(execution.id, label, failure=failure)
+            return ClosedRun(execution.id, label, status, failure=failure)
         except (RPCError, ValueError, TypeError, KeyError) as error:
             # Gone since it was listed (retention), a result of another shape, or one encrypted
-            # with a key this client does not have (KeyError: unknown encoding): not counted.
-            return ClosedRun(execution.id, label, error=f"{type(error).__name__}: {error}")
-        return ClosedRun(execution.id, label, result=result)
+            # with a key this client does not have (KeyError: unknown encoding).
+            return ClosedRun(execution.id, label, status, error=f"{type(error).__name__}: {error}")
+        return ClosedRun(execution.id, label, status, result=result)
+
+
+def _closed_status(status: WorkflowExecutionStatus | None) -> ClosedStatus:
+    match status:
+        case WorkflowExecutionStatus.FAILED:
+            return "failed"
+        case WorkflowExecutionStatus.CANCELED:
+            return "canceled"
+        case WorkflowExecutionStatus.TERMINATED:
+            return "terminated"
+        case WorkflowExecutionStatus.TIMED_OUT:
+            return "timed_out"
+        case _:
+            return "completed"
 
 
 async def _memo_label(execution: WorkflowExecution) -> str | None:
@@ -970,11 +993,13 @@ async def _memo_label(execution: WorkflowExecution) -> str | None:
 
 @dataclass(frozen=True)
 class ClosedRun:
-    """A run that ended: `result` when it completed, `failure` when it failed, `error` when its
-    outcome could not be read."""
+    """A run that ended, as `status` says: `result` when it completed, `failure` when it failed,
+    `error` when its outcome could not be read; a run cancelled, terminated or timed out has
+    none of them."""
 
     workflow_id: str
     label: str | None
+    status: ClosedStatus
     result: AgentResult | None = None
     failure: AgentRunFailed | None = None
     error: str | None = None
@@ -1001,8 +1026,12 @@ class StepStats:
 
     label: str
     runs: int
-    """Completed runs: the statistics below are theirs."""
+    """Every run of the label that ended: completed + failed + other."""
+    completed: int
+    """The runs that answered: the statistics below are theirs."""
     failed: int
+    other: int
+    """Runs cancelled, terminated or timed out, and those whose outcome could not be read."""
     steps_p50: int | None
     steps_p95: int | None
     steps_max: int | None
@@ -1015,10 +1044,16 @@ class StepStats:
     cut_short: int
 
 
-def step_stats(label: str, results: Sequence[AgentResult], failed: int = 0) -> StepStats:
-    """The statistics of the completed runs `results` (pure: no I/O)."""
+def step_stats(
+    label: str, results: Sequence[AgentResult], failed: int = 0, other: int = 0
+) -> StepStats:
+    """The statistics of the completed runs `results`, beside the counts of the label's runs
+    that `failed` or ended `other`wise (pure: no I/O)."""
+    runs = len(results) + failed + other
     if not results:
-        return StepStats(label, 0, failed, None, None, None, None, None, None, None, 0)
+        return StepStats(
+            label, runs, 0, failed, other, None, None, None, None, None, None, None, cut_short=0
+        )
     steps = [r.steps for r in results]
     tokens = [r.usage.total_tokens for r in results]
     costs = [r.usage.cost_usd for r in results]
@@ -1026,8 +1061,10 @@ def step_stats(label: str, results: Sequence[AgentResult], failed: int = 0) -> S
     recommended = max(1, math.ceil(2 * p95))
     return StepStats(
         label=label,
-        runs=len(results),
+        runs=runs,
+        completed=len(results),
         failed=failed,
+        other=other,
         steps_p50=int(percentile(steps, 50)),
         steps_p95=p95,
         steps_max=max(steps),

@@ -1,6 +1,6 @@
 """What a person reads across runs, rather than of one: the runs that wait for a person, each
-with what it waits on, and each label's completed runs as step statistics. The CLI's `list
---awaiting-approval` and `stats` print these; code calls them as they do.
+with what it waits on, and each label's runs that ended, the completed ones as step statistics.
+The CLI's `list --awaiting-approval` and `stats` print these; code calls them as they do.
 
     for waiting in await waiting_runs(agents):
         print(waiting.workflow_id, waiting.plan, [c.call_id for c in waiting.calls])
@@ -78,16 +78,18 @@ async def waiting_runs(client: AgentClient, limit: int | None = None) -> list[Wa
 @dataclass(frozen=True)
 class LabelStats:
     """Each label's step statistics, labels in order (runs without one last), and the runs
-    whose outcome could not be read (not counted)."""
+    whose outcome could not be read (each label's `other` counts them)."""
 
     groups: list[StepStats]
     unreadable: list[ClosedRun]
 
 
 async def label_stats(client: AgentClient, limit: int, label: str | None = None) -> LabelStats:
-    """The statistics of the newest `limit` closed runs (of `label` only, when given)."""
+    """The statistics of the newest `limit` runs that ended (of `label` only, when given):
+    each of them counted once, as completed, failed or other."""
     completed: defaultdict[str, list[AgentResult]] = defaultdict(list)
     failed: Counter[str] = Counter()
+    other: Counter[str] = Counter()
     unreadable: list[ClosedRun] = []
     async for closed in client.closed_runs(limit, label=label):
         group = closed.label if closed.label is not None else NO_LABEL
@@ -96,7 +98,9 @@ async def label_stats(client: AgentClient, limit: int, label: str | None = None)
         elif closed.failure is not None:
             failed[group] += 1
         else:
-            unreadable.append(closed)
-    labels = sorted({*completed, *failed}, key=lambda g: (g == NO_LABEL, g))
-    groups = [step_stats(group, completed[group], failed[group]) for group in labels]
+            other[group] += 1
+            if closed.error is not None:
+                unreadable.append(closed)
+    labels = sorted({*completed, *failed, *other}, key=lambda g: (g == NO_LABEL, g))
+    groups = [step_stats(g, completed[g], failed[g], other[g]) for g in labels]
     return LabelStats(groups, unreadable)

@@ -195,8 +195,9 @@ class AgentPlugin(SimplePlugin):
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         # Before anything is served: a store that cannot be written would fail a run only
-        # after its model call was paid for. Raises StoreNotWritable (one line).
-        check_stores()
+        # after its model call was paid for. Raises StoreNotWritable (one line). The demo's
+        # database only where the demo's tools are served: an app's worker does not create it.
+        check_stores(demo=toolkits.serves_demo(self.tools))
         config = super().configure_worker(config)
         client = config["client"].config(active_config=True)
         tracing = telemetry.missing_interceptors(

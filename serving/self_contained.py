@@ -31,7 +31,7 @@ def check_self_contained(tools: Sequence[str]) -> None:
     on later: the stores can be written, the model calls' admission limits parse. Before the
     server starts, and long before a model is paid for."""
     toolkits.load_tools(list(tools) or [toolkits.DEMO_TOOLS])
-    check_stores()
+    check_stores(demo=toolkits.serves_demo())
     Admission.from_env()
 
 

@@ -378,7 +378,11 @@ async def _outcome(run: AgentRun) -> dict[str, Any]:
         return {"status": "failed", "error": error, "details": details}
     except RPCError as error:
         return {"status": "unknown", "error": {"type": "RPCError", "message": error.message}}
-    return {"status": "completed", "result": result.model_dump(mode="json")}
+    answered = result.model_dump(mode="json")
+    # The result travels with its compensation log packed, an array an entry (effect_log.py):
+    # a person reads each effect by its fields' names, as `effects_page` answers them.
+    answered["side_effects"] = [effect.model_dump(mode="json") for effect in result.side_effects]
+    return {"status": "completed", "result": answered}
 
 
 def _event(name: str, data: str, event_id: int | None = None) -> str:

@@ -88,6 +88,8 @@ async def test_a_person_is_shown_every_field_the_tool_gets_each_cut_on_its_own(
     body = waiting.fields[1]
     assert (len(body.value), body.chars) == (FIELD_CHARS, body_chars)
     assert waiting.fields[2].value == json.dumps(ATTACKER)
+    # Too large to carry as data too: the transcript has the call whole.
+    assert waiting.parsed_arguments is None and status.approvals[0].parsed_arguments is None
     assert ATTACKER in metadata and NOT_WHOLE in metadata
     assert demo_tools.outbox() == []
 

@@ -121,7 +121,7 @@ def test_the_cli_prints_the_contract_the_example_and_a_runs_input_and_starts_not
     bad = run_cli("contract", "--examples")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
-        "starter.py contract: error: No such option '--examples'. Did you mean '--example'? "
+        "durable-agent contract: error: No such option '--examples'. Did you mean '--example'? "
         "(see --help)"
     ]
 

@@ -23,8 +23,14 @@ from durable_agent.client.contract import example_input
 from durable_agent.demo import script as demo
 from durable_agent.serving import http_api
 from durable_agent.serving.worker import build_worker
-from durable_agent.workflows.inputs import AgentInput, ModelSettings, ScriptedTurn
-from tests.helpers import TEST_WORKER_OPTIONS, eventually
+from durable_agent.workflows.inputs import (
+    AgentInput,
+    Limits,
+    ModelSettings,
+    ScriptedTurn,
+    ToolApprovalPolicy,
+)
+from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
 from tests.serve_process import TOKEN, serving
 from tests.server_requests import served
 
@@ -587,3 +593,70 @@ async def test_the_list_asks_at_most_limit_waiting_runs_once_for_all_its_callers
         assert {run["workflow_id"] for run in runs} <= set(started)
     assert after["QueryWorkflow"] - before["QueryWorkflow"] <= 2
     await end(api, *started)
+
+
+async def test_the_done_event_names_the_fields_of_each_side_effect_and_each_undo(
+    api: httpx.AsyncClient,
+) -> None:
+    """A completed run's side effects and a failed run's undos, each an object of named fields
+    (docs/http-api.md), not the compact arrays the result travels in."""
+    cancel = call("cancel_order", order_id=104999, reason="asked")
+    kept = scripted_input([turn(cancel), turn(text="Cancelled.")], tools=["cancel_order"])
+    undone = scripted_input(
+        [turn(cancel), turn(text="never")], tools=["cancel_order"], limits=Limits(max_steps=1)
+    )
+    answered = (await api.post("/api/runs", json=kept.model_dump(mode="json"))).json()
+    done = json.loads((await sse(api, answered["workflow_id"]))[-1]["data"])
+    assert done["status"] == "completed"
+    (effect,) = done["result"]["side_effects"]
+    assert effect["compensation"] == "reinstate_order" and effect["outcome_unknown"] is False
+    assert effect["call"]["tool"] == "cancel_order"
+    assert effect["call"]["tool_call_id"] == "call_1_1"
+    assert effect["call"]["arguments"] == {"order_id": 104999, "reason": "asked"}
+    assert effect["call"]["result"]["cancelled"] is True
+    assert effect["call"]["idempotency_key"].startswith(f"{answered['workflow_id']}/")
+
+    failing = (await api.post("/api/runs", json=undone.model_dump(mode="json"))).json()
+    done = json.loads((await sse(api, failing["workflow_id"]))[-1]["data"])
+    assert done["status"] == "failed" and done["error"]["type"] == "AgentStepLimitExceeded"
+    assert done["details"]["compensations"] == [
+        {
+            "tool": "cancel_order",
+            "tool_call_id": "call_1_1",
+            "status": "completed",
+            "compensation": "reinstate_order",
+            "error": None,
+            "outcome_unknown": False,
+        }
+    ]
+
+
+async def test_a_waiting_call_carries_the_arguments_the_tool_gets_as_data(
+    api: httpx.AsyncClient,
+) -> None:
+    cancel = call("cancel_order", id="cancel", order_id=104999, reason="asked")
+    waits = scripted_input(
+        [turn(cancel), turn(text="Not cancelled.", expect="not today")],
+        tools=["cancel_order"],
+        tool_approval=ToolApprovalPolicy(),
+    )
+    workflow_id = (await api.post("/api/runs", json=waits.model_dump(mode="json"))).json()[
+        "workflow_id"
+    ]
+
+    async def waiting() -> dict[str, Any]:
+        while not (approvals := (await api.get(f"/api/runs/{workflow_id}")).json()["approvals"]):
+            await asyncio.sleep(0.1)
+        return dict(approvals[0])
+
+    approval = await asyncio.wait_for(waiting(), 30)
+    assert approval["arguments"] == '{"order_id": 104999, "reason": "asked"}'  # as shown
+    assert approval["parsed_arguments"] == {"order_id": 104999, "reason": "asked"}
+    denied = await api.post(
+        f"/api/runs/{workflow_id}/decisions",
+        json={"kind": "tool_call", "call_id": "cancel", "approve": False, "reason": "not today"},
+    )
+    assert denied.status_code == 200, denied.text
+    assert denied.json()["parsed_arguments"] == approval["parsed_arguments"]
+    done = json.loads((await sse(api, workflow_id))[-1]["data"])
+    assert done["result"]["answer"] == "Not cancelled." and done["result"]["side_effects"] == []

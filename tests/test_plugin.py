@@ -304,6 +304,29 @@ async def test_two_plugins_in_one_process_serve_only_what_each_was_given(
     assert "beta_lookup" in cause.message
 
 
+async def test_an_apps_worker_creates_nothing_of_the_demo_unless_it_serves_its_tools(
+    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's database is a store only of a worker that serves the demo's tools: an app's
+    worker checks (and so creates) its own stores, and no `.agent-demo/` where it runs."""
+    monkeypatch.delenv("AGENT_DEMO_DB")
+    monkeypatch.chdir(tmp_path)
+    mine = AgentPlugin(tools=["tests.plugin_tools_a"])
+    async with Worker(client, task_queue=task_queue, plugins=[mine], **TEST_WORKER_OPTIONS):
+        script = [turn(call("alpha_lookup", key="k")), turn(text="{last_tool_result}")]
+        done = await client.execute_workflow(
+            AgentWorkflow.run,
+            scripted_input(script),
+            id=f"test-{uuid.uuid4()}",
+            task_queue=task_queue,
+        )
+    assert done.answer == "A has k"
+    assert not (tmp_path / ".agent-demo").exists()
+    demos = AgentPlugin(tools=["tests.plugin_tools_a", "demo"])
+    Worker(client, task_queue=f"{task_queue}-demo", plugins=[demos])
+    assert (tmp_path / ".agent-demo" / "demo.db").exists()
+
+
 async def test_a_plugin_given_stores_keeps_its_runs_in_them(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:

@@ -257,7 +257,7 @@ def test_the_console_script_serves_runs_with_worker(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("usage: starter.py worker") and "--task-queue" in done.stdout
+    assert done.stdout.startswith("usage: durable-agent worker") and "--task-queue" in done.stdout
 
 
 def test_a_bad_worker_command_line_exits_2_with_one_line(

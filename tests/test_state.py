@@ -11,10 +11,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import json_format
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.pydantic import pydantic_data_converter
+
 from durable_agent.workflows.budget import Budget
-from durable_agent.workflows.inputs import AgentInput, Limits
+from durable_agent.workflows.inputs import AgentInput, AgentResult, Limits
 from durable_agent.workflows.loop_detection import LoopDetector, call_key
-from durable_agent.workflows.state import RunState, StepRecord, ToolCallRecord, Usage
+from durable_agent.workflows.state import (
+    FailureDetails,
+    RunState,
+    StepRecord,
+    ToolCallRecord,
+    Usage,
+)
+from durable_agent.workflows.status import SubAgentReport
 from durable_agent.workflows.transcript import Transcript, UserMessage
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -87,3 +98,57 @@ def test_undoing_marks_the_trace_and_a_failure_carries_what_was_spent() -> None:
     assert state.step_records[0].tool_calls[0].outcome == "compensated"
     details = state.failure_details()
     assert details.steps == 0 and details.step_records == state.step_records
+
+
+def ended(history: Path) -> list[tuple[str, Payload]]:
+    """What a history's run handed back as it ended: its result, or its failure's details."""
+    found = []
+    for event in json.loads(history.read_text()).get("events", []):
+        attributes = event.get("workflowExecutionCompletedEventAttributes")
+        payloads = (attributes or {}).get("result", {}).get("payloads", [])
+        found += [("result", json_format.ParseDict(p, Payload())) for p in payloads]
+        failure = event.get("workflowExecutionFailedEventAttributes", {}).get("failure", {})
+        details = failure.get("applicationFailureInfo", {}).get("details", {})
+        found += [
+            ("failure", json_format.ParseDict(p, Payload())) for p in details.get("payloads", [])
+        ]
+    return found
+
+
+def test_what_every_committed_run_handed_back_still_reads() -> None:
+    """A client reads a run that ended (AgentRun.result(): its AgentResult, or the
+    FailureDetails its AgentRunFailed carries) with today's models, whichever release recorded
+    it: the oldest recorded their tool calls without their arguments, and their results and
+    failures could not be read (AgentRun.result() raised a ValidationError)."""
+    read = {"result": 0, "failure": 0}
+    converter = pydantic_data_converter.payload_converter
+    for history in sorted(HISTORIES.glob("**/*.json")):
+        for kind, payload in ended(history):
+            model = AgentResult if kind == "result" else FailureDetails
+            (value,) = converter.from_payloads([payload], [model])
+            assert isinstance(value, model), history
+            read[kind] += 1
+    assert read["result"] > 10 and read["failure"] >= 3, read
+    old = HISTORIES / "limit_with_compensation.json"
+    ((_, payload),) = ended(old)
+    (details,) = converter.from_payloads([payload], [FailureDetails])
+    assert [(c.tool, c.status, c.outcome_unknown) for c in details.compensations] == [
+        ("send_email", "completed", False),
+        ("cancel_order", "completed", False),
+    ]
+    assert details.step_records[0].tool_calls[0].arguments == ""
+
+
+def test_an_approval_recorded_before_its_parsed_arguments_keeps_its_bytes() -> None:
+    """A waiting call as 0.3.0 reported it to its parent (the sub_agent_approvals signal's
+    input): it reads without parsed_arguments, and is written back byte for byte."""
+    history = HISTORIES / "releases" / "0.3.0" / "sub_agent_waiting~c1.json"
+    for event in json.loads(history.read_text())["events"]:
+        signal = event.get("signalExternalWorkflowExecutionInitiatedEventAttributes")
+        if signal is not None:
+            payload = json_format.ParseDict(signal["input"]["payloads"][0], Payload())
+            break
+    converter = pydantic_data_converter.payload_converter
+    (report,) = converter.from_payloads([payload], [SubAgentReport])
+    assert [a.parsed_arguments for a in report.approvals] == [None]
+    assert converter.to_payloads([report])[0].data == payload.data

@@ -428,8 +428,9 @@ def test_step_stats_recommend_twice_the_p95_and_count_what_it_cuts() -> None:
     # 19th (3); twice that is 6, which the 9-step run exceeds.
     results = [result(2, tokens=100)] * 18 + [result(3, tokens=200), result(9, tokens=1000)]
 
-    stats = step_stats("order-status", results, failed=2)
-    assert (stats.label, stats.runs, stats.failed) == ("order-status", 20, 2)
+    stats = step_stats("order-status", results, failed=2, other=1)
+    assert (stats.label, stats.completed, stats.failed, stats.other) == ("order-status", 20, 2, 1)
+    assert stats.runs == 23  # each run counted once
     assert (stats.steps_p50, stats.steps_p95, stats.steps_max) == (2, 3, 9)
     assert stats.recommended_max_steps == 6
     assert stats.cut_short == 1
@@ -448,17 +449,13 @@ def test_step_stats_recommend_twice_the_p95_and_count_what_it_cuts() -> None:
     assert unknown.cost_mean_usd is None  # an unknown cost is not a zero cost
 
     none = step_stats("x", [], failed=3)
-    assert (none.runs, none.failed, none.steps_p95, none.recommended_max_steps) == (
-        0,
-        3,
-        None,
-        None,
-    )
+    assert (none.runs, none.completed, none.failed, none.other) == (3, 0, 3, 0)
+    assert (none.steps_p95, none.recommended_max_steps, none.cut_short) == (None, None, 0)
 
 
 def test_the_stats_table_has_a_row_per_label() -> None:
     groups = [
-        step_stats("order-status", [result(2)] * 18 + [result(3), result(9)], failed=2),
+        step_stats("order-status", [result(2)] * 18 + [result(3), result(9)], failed=2, other=1),
         step_stats("a-label-much-longer-than-the-column", [result(1)]),
         step_stats("(no label)", [], failed=1),
     ]
@@ -466,14 +463,13 @@ def test_the_stats_table_has_a_row_per_label() -> None:
     lines = stats_table(groups).splitlines()
     assert lines[0].split() == [
         "label",
-        "runs",
+        "completed",
         "failed",
+        "other",
         "p50",
         "p95",
         "max",
         "mean",
-        "tok",
-        "p95",
         "tok",
         "mean",
         "cost",
@@ -481,10 +477,10 @@ def test_the_stats_table_has_a_row_per_label() -> None:
         "cut",
         "short",
     ]
-    expected = ["order-status", "20", "2", "2", "3", "9", "110", "110", "$0.001000", "6", "1"]
+    expected = ["order-status", "20", "2", "1", "2", "3", "9", "110", "$0.001000", "6", "1"]
     assert lines[1].split() == expected
     assert lines[2].split()[0] == "a-label-much-..."
-    assert lines[3].split() == ["(no", "label)", "0", "1", *["-"] * 8]
+    assert lines[3].split() == ["(no", "label)", "0", "1", "0", *["-"] * 7]
     assert all(len(line) <= 100 for line in lines)
 
 
@@ -531,7 +527,7 @@ async def test_stats_groups_the_runs_that_ended_by_label(
         code, out, err = await cli("stats", "--label", label, "--json")
         assert code == 0, err
         groups = json.loads(out)["groups"]
-        return bool(groups) and groups[0]["runs"] + groups[0]["failed"] == 22
+        return bool(groups) and groups[0]["runs"] == 22
 
     await eventually(listed)
 
@@ -541,8 +537,10 @@ async def test_stats_groups_the_runs_that_ended_by_label(
     (group,) = printed["groups"]
     assert group == {
         "label": label,
-        "runs": 21,
+        "runs": 22,
+        "completed": 21,
         "failed": 1,
+        "other": 0,
         "steps_p50": 1,
         "steps_p95": 1,
         "steps_max": 5,
@@ -556,21 +554,21 @@ async def test_stats_groups_the_runs_that_ended_by_label(
     code, out, err = await cli("stats", "--label", label)
     assert code == 0, err
     row = next(line for line in out.splitlines() if line.startswith(label))
-    assert row.split() == [label, "21", "1", "1", "1", "5", "131", "110", "-", "2", "1"]
+    assert row.split() == [label, "21", "1", "0", "1", "1", "5", "131", "-", "2", "1"]
 
     code, out, err = await cli("stats", "--label", label, "--limit", "3", "--json")
     (limited,) = json.loads(out)["groups"]
-    assert limited["runs"] + limited["failed"] == 3
+    assert limited["runs"] == limited["completed"] + limited["failed"] == 3
 
     async def both() -> bool:
         _, out, _ = await cli("stats", "--json")
         groups = {g["label"]: g for g in json.loads(out)["groups"]}
-        return other in groups and groups.get(label, {}).get("runs") == 21
+        return other in groups and groups.get(label, {}).get("completed") == 21
 
     await eventually(both)  # without --label: every label, each in its own group
     code, out, err = await cli("stats", "--json")
     groups = {g["label"]: g for g in json.loads(out)["groups"]}
-    assert (groups[other]["runs"], groups[other]["failed"]) == (2, 0)
+    assert (groups[other]["runs"], groups[other]["completed"], groups[other]["failed"]) == (2, 2, 0)
     # Per run: 60 uncached input tokens at $10/M, 40 cached at $1/M, 10 output at $100/M.
     assert groups[other]["cost_mean_usd"] == pytest.approx((60 * 10 + 40 * 1 + 10 * 100) / 1e6)
     assert groups[other]["recommended_max_steps"] == 2
@@ -584,7 +582,7 @@ async def test_stats_with_no_run_of_the_label_says_so(
 
     code, out, err = await cli("stats", "--label", label)
     assert code == 0 and out == ""
-    assert err.strip() == f"no agent run with label '{label}' has completed or failed yet"
+    assert err.strip() == f"no agent run with label '{label}' has ended yet"
     code, out, _ = await cli("stats", "--label", label, "--json")
     assert json.loads(out) == {"label": label, "limit": 500, "unreadable": 0, "groups": []}
 

@@ -254,6 +254,7 @@ class ToolCallGate:
                 arguments=shown_arguments.text(fields, left_out),
                 fields=fields,
                 fields_left_out=left_out,
+                parsed_arguments=shown_arguments.parsed(action.arguments),
                 step=step,
                 asked_at=workflow.now(),
             )

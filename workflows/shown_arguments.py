@@ -16,6 +16,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .effect_log import MAX_KEPT_ARGUMENT_CHARS, json_chars
 from .outcomes import count
 from .state import ShownField, ToolApproval
 
@@ -24,6 +25,10 @@ FIELD_CHARS = 300
 MAX_FIELDS = 30
 """Fields a record keeps; the others are counted, and the text says how many are not shown."""
 NOT_WHOLE = "NOT SHOWN WHOLE"
+PARSED_CHARS = MAX_KEPT_ARGUMENT_CHARS
+"""A waiting call's record keeps its parsed arguments whole up to this much JSON, as an effect
+of the compensation log keeps them: the records travel in the run's state, across
+continue-as-new, so what they keep is bounded."""
 
 
 def fields_of(arguments: Mapping[str, Any]) -> tuple[list[ShownField], int]:
@@ -34,6 +39,11 @@ def fields_of(arguments: Mapping[str, Any]) -> tuple[list[ShownField], int]:
         text = json.dumps(value, ensure_ascii=False)
         shown.append(ShownField(name=name, value=text[:FIELD_CHARS], chars=len(text)))
     return shown, max(len(arguments) - MAX_FIELDS, 0)
+
+
+def parsed(arguments: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The arguments whole, for the record's `parsed_arguments`; None over PARSED_CHARS."""
+    return dict(arguments) if json_chars(arguments) <= PARSED_CHARS else None
 
 
 def text(fields: Sequence[ShownField], left_out: int, field_chars: int = FIELD_CHARS) -> str:

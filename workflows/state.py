@@ -210,6 +210,13 @@ class ToolApproval(BaseModel):
     """The same, field by field, for a screen to lay out."""
     fields_left_out: Recorded = Field(default=0, exclude_if=lambda left: not left)
     """Fields past shown_arguments.MAX_FIELDS, which neither `arguments` nor `fields` show."""
+    parsed_arguments: dict[str, Any] | None = Field(
+        default=None, exclude_if=lambda parsed: parsed is None
+    )
+    """The arguments the tool will get, whole, as data (as a tool or a script takes them):
+    what `arguments` shows a person, uncut. None when their JSON is over
+    shown_arguments.PARSED_CHARS (the run's transcript has the call whole), and in approvals
+    recorded before 0.4.0."""
     step: Recorded
     status: ApprovalStatus = "awaiting_approval"
     reason: str | None = None
@@ -294,6 +301,9 @@ CompensationStatus = Literal["completed", "failed", "not_undone"]
 
 
 class CompensationRecord(BaseModel):
+    """What undoing one side effect came to, as a failed run's details list it
+    (FailureDetails.compensations, newest effect first)."""
+
     tool: str
     tool_call_id: str
     status: CompensationStatus
@@ -313,8 +323,9 @@ undone when the run failed."""
 class ToolCallRecord(BaseModel):
     id: str
     name: str
-    arguments: str
-    """As the model wrote them (cut at 1,000 characters)."""
+    arguments: str = ""
+    """As the model wrote them (cut at 1,000 characters). Records made before 0.1.0 have none:
+    the default lets their runs' results and failures still read."""
     outcome: ToolOutcome
     error: str | None = None
     """What the model was told, when the outcome is not ok (cut at 300 characters)."""
