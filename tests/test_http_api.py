@@ -522,8 +522,12 @@ async def test_twenty_streams_of_a_quiet_run_cost_the_server_about_one_request_a
         await asyncio.gather(*streams, return_exceptions=True)
     described = after["DescribeWorkflowExecution"] - before["DescribeWorkflowExecution"]
     queried = after["QueryWorkflow"] - before["QueryWorkflow"]
-    # Its check for a terminated run: at the first ask at its slowest, then at every fifth.
-    assert described <= 3, f"waiting for {waiting_for}: {described} describes in {queried} asks"
+    # Its check for a terminated run: at the first ask at its slowest, then at every fifth. On
+    # a loaded machine the follower may ask more often than once a second (it slows down from an
+    # event's pace step by step), so the bound is by its asks: one stream's describe every 100 ms
+    # made hundreds here, whatever the asks.
+    bound = 2 + queried // 5
+    assert described <= bound, f"waiting for {waiting_for}: {described} describes in {queried} asks"
     await end(api, workflow_id)
 
 

@@ -28,7 +28,6 @@ from temporalio.api.query.v1 import WorkflowQuery
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.api.workflowservice.v1 import QueryWorkflowRequest, RegisterNamespaceRequest
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -36,6 +35,7 @@ from durable_agent.activities import telemetry
 from durable_agent.cli import worker
 from durable_agent.client.agent_client import ensure_search_attributes
 from durable_agent.encryption.payload_codec import (
+    AGENT_DATA_CONVERTER,
     ENCODING,
     EncryptionCodec,
     PayloadKey,
@@ -440,7 +440,7 @@ def test_a_malformed_key_configuration_is_one_clear_line(value: str, error: str)
 
 def test_keys_come_from_the_variable_or_a_file(tmp_path: Any) -> None:
     assert keys_from_env({}) is None
-    assert data_converter({}) is pydantic_data_converter
+    assert data_converter({}) is AGENT_DATA_CONVERTER
     pair_b = f"key-b={base64.b64encode(KEY_B.key).decode()}"
     assert keys_from_env({"AGENT_PAYLOAD_KEYS": f"{pair_b}, key-a={KEY_TEXT}"}) == [KEY_B, KEY_A]
 
