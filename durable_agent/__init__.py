@@ -19,6 +19,14 @@ imports have no place there; and a client process loads no provider SDK
 (tests/test_architecture.py).
 """
 
+import pkgutil
+
 import lazy_loader
 
+# In a checkout this folder holds the face alone, and it shadows the installed package wherever
+# the checkout is the current directory or a script's (`python starter.py`, `python -m pytest`).
+# The rest of the package is then the editable install's, laid out as a tree of links on
+# sys.path (pyproject.toml, [tool.distutils.editable_wheel]). Installed, this folder is the
+# whole package, and nothing is added.
+__path__ = pkgutil.extend_path(__path__, __name__)
 __getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
