@@ -4,8 +4,8 @@ The names an application needs, from one import:
 
     from durable_agent import AgentClient, AgentInput, AgentPlugin, tool
 
-- `AgentPlugin` and its `Stores`, `McpConfig`: the agent in the app's own Temporal client and
-  worker (`plugins=[...]`).
+- `AgentPlugin` and its `Stores`, `McpConfig`, `Admission`: the agent in the app's own Temporal
+  client and worker (`plugins=[...]`).
 - `AgentClient`, `AgentRun` and their errors: start, steer and read runs; `waiting_runs` and
   `label_stats` across runs; `evaluate`, and `ForkError` (docs/client.md, docs/debugging.md).
 - `tool`, `callback_tool`, `ToolError`, `current_call`, `CompensationInput`, `RetrySettings`,

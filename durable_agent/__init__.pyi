@@ -1,5 +1,6 @@
 """The public names of durable_agent, each from its one home (see __init__.py)."""
 
+from .activities.admission import Admission as Admission, ProviderLimits as ProviderLimits
 from .activities.mcp_config import McpConfig as McpConfig
 from .activities.message_store import (
     MessageStore as MessageStore,
