@@ -318,12 +318,12 @@ def callback_tool(
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
 ) -> Callable[..., Any]:
     """Declare a tool whose body runs on a client, not on a worker (docs/tools.md#callback-
-    tools): a typed signature, a docstring, and `...` for a body.
+    tools): a typed signature, a docstring, and a body that only raises.
 
         @callback_tool(timeout_seconds=120)
         def user_location() -> Location:
             '''Where the user's browser is.'''
-            ...
+            raise NotImplementedError("the user's browser answers it")
 
     The model is told it as any tool (its docstring's Args too). At a call the run waits,
     spending nothing, until a client answers it with `AgentRun.answer_callback(call_id,
