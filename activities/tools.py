@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, get_type_hints
+from typing import Any, TypeVar, get_type_hints, overload
 
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
@@ -207,9 +207,40 @@ class ToolCallContext:
 _current_call: ContextVar[ToolCallContext | None] = ContextVar("current_call", default=None)
 
 
-def current_call() -> ToolCallContext | None:
-    """The call being run, inside a tool (sync tools too); None outside one."""
-    return _current_call.get()
+def current_call() -> ToolCallContext:
+    """The call being run, inside a tool (sync tools too): `current_call().idempotency_key`.
+    Raises RuntimeError outside one, as Temporal's `activity.info()` does outside an activity."""
+    call = _current_call.get()
+    if call is None:
+        raise RuntimeError("current_call() is only known inside a tool, while a call runs it")
+    return call
+
+
+Function = TypeVar("Function", bound=Callable[..., Any])
+"""A decorated function's own type, which `@tool` and `@callback_tool` hand back unchanged: the
+function is registered, and its callers (an app's own tests, say) still see its signature."""
+
+
+@overload
+def tool(function: Function) -> Function: ...
+
+
+@overload
+def tool(
+    function: None = None,
+    *,
+    name: str | None = None,
+    side_effects: bool = False,
+    timeout_seconds: float = 30.0,
+    retry: RetrySettings | None = None,
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+    compensation: Callable[[CompensationInput], Any] | None = None,
+    compensation_timeout_seconds: float = 30.0,
+    compensation_retry: RetrySettings | None = None,
+    needs_approval: bool | None = None,
+    errors_to_model: tuple[type[Exception], ...] = DEFAULT_ERRORS_TO_MODEL,
+    local: bool = False,
+) -> Callable[[Function], Function]: ...
 
 
 def tool(
@@ -226,7 +257,7 @@ def tool(
     needs_approval: bool | None = None,
     errors_to_model: tuple[type[Exception], ...] = DEFAULT_ERRORS_TO_MODEL,
     local: bool = False,
-) -> Any:
+) -> Callable[..., Any]:
     """Register a function as a tool: bare (`@tool`) or with options (`@tool(side_effects=True)`).
 
     `name` is the tool's name for the model and its activity type (default: the function's
@@ -255,7 +286,7 @@ def tool(
     """
     _check_options(compensation=compensation, side_effects=side_effects, local=local)
 
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def register(fn: Function) -> Function:
         DEFAULT_TOOLS.add(
             make_tool(
                 fn,
@@ -277,6 +308,23 @@ def tool(
     return register(function) if function is not None else register
 
 
+@overload
+def callback_tool(function: Function) -> Function: ...
+
+
+@overload
+def callback_tool(
+    function: None = None,
+    *,
+    timeout_seconds: float = 300.0,
+    name: str | None = None,
+    side_effects: bool = False,
+    needs_approval: bool | None = None,
+    compensation: Callable[[CompensationInput], Any] | None = None,
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+) -> Callable[[Function], Function]: ...
+
+
 def callback_tool(
     function: Callable[..., Any] | None = None,
     *,
@@ -286,14 +334,14 @@ def callback_tool(
     needs_approval: bool | None = None,
     compensation: Callable[[CompensationInput], Any] | None = None,
     max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
-) -> Any:
+) -> Callable[..., Any]:
     """Declare a tool whose body runs on a client, not on a worker (docs/tools.md#callback-
-    tools): a typed signature, a docstring, and `...` for a body.
+    tools): a typed signature, a docstring, and a body that only raises.
 
         @callback_tool(timeout_seconds=120)
         def user_location() -> Location:
             '''Where the user's browser is.'''
-            ...
+            raise NotImplementedError("the user's browser answers it")
 
     The model is told it as any tool (its docstring's Args too). At a call the run waits,
     spending nothing, until a client answers it with `AgentRun.answer_callback(call_id,
@@ -303,7 +351,7 @@ def callback_tool(
     answer as the call's result) and `max_result_chars` are `@tool`'s."""
     _check_options(compensation=compensation, side_effects=side_effects, local=False)
 
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def register(fn: Function) -> Function:
         DEFAULT_TOOLS.add(
             make_callback_tool(
                 fn,

@@ -19,7 +19,7 @@ import os
 import re
 import sqlite3
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -586,8 +586,9 @@ def _apply_once(
     """Apply `effect` and record it under `key` (the current call's idempotency key by default)
     in one transaction; a key already recorded returns the first result and changes nothing."""
     if key is None:
-        call = current_call()
-        key = call.idempotency_key if call is not None else None
+        # Called outside a tool call (a test, a script), there is no key to apply it once by.
+        with suppress(RuntimeError):
+            key = current_call().idempotency_key
     with connect() as connection, _write_transaction(connection):
         if key is not None:
             done = connection.execute(

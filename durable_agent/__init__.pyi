@@ -1,10 +1,28 @@
 """The public names of durable_agent, each from its one home (see __init__.py)."""
 
+from .activities.admission import Admission as Admission, ProviderLimits as ProviderLimits
+from .activities.mcp_config import McpConfig as McpConfig
+from .activities.message_store import (
+    MessageStore as MessageStore,
+    SqliteMessageStore as SqliteMessageStore,
+    use_message_store as use_message_store,
+)
+from .activities.pg_store import PostgresMessageStore as PostgresMessageStore
+from .activities.result_store import (
+    PostgresResultStore as PostgresResultStore,
+    ResultStore as ResultStore,
+    SqliteResultStore as SqliteResultStore,
+    use_result_store as use_result_store,
+)
+from .activities.store_check import StoreNotWritable as StoreNotWritable
 from .activities.toolkits import Toolkit as Toolkit, register_toolkit as register_toolkit
 from .activities.tools import (
+    ToolCallContext as ToolCallContext,
     ToolError as ToolError,
+    ToolRegistry as ToolRegistry,
     callback_tool as callback_tool,
     current_call as current_call,
+    make_tool as make_tool,
     tool as tool,
 )
 from .client.agent_client import (
@@ -12,9 +30,25 @@ from .client.agent_client import (
     AgentRun as AgentRun,
     AgentRunFailed as AgentRunFailed,
     AgentUpdateNotDelivered as AgentUpdateNotDelivered,
+    SearchAttributesNotRegistered as SearchAttributesNotRegistered,
 )
-from .serving.plugin import AgentPlugin as AgentPlugin
+from .client.evaluation import (
+    EvalRow as EvalRow,
+    eval_totals as eval_totals,
+    evaluate as evaluate,
+    recent_completed as recent_completed,
+)
+from .client.forking import ForkError as ForkError, ForkStepOutOfRange as ForkStepOutOfRange
+from .client.overview import (
+    LabelStats as LabelStats,
+    WaitingRun as WaitingRun,
+    label_stats as label_stats,
+    waiting_runs as waiting_runs,
+)
+from .encryption.payload_codec import PayloadKeyError as PayloadKeyError
+from .serving.plugin import AgentPlugin as AgentPlugin, Stores as Stores
 from .workflows.agent import AgentWorkflow as AgentWorkflow
+from .workflows.approval import approval_predicate as approval_predicate
 from .workflows.errors import (
     AgentApprovalTimeout as AgentApprovalTimeout,
     AgentBudgetExceeded as AgentBudgetExceeded,
@@ -37,8 +71,10 @@ from .workflows.inputs import (
     ScriptedTurn as ScriptedTurn,
     ToolApprovalPolicy as ToolApprovalPolicy,
 )
+from .workflows.specs import RetrySettings as RetrySettings
 from .workflows.state import (
     ApprovalCriteria as ApprovalCriteria,
     AutoModeChange as AutoModeChange,
     AutoRules as AutoRules,
+    CompensationInput as CompensationInput,
 )

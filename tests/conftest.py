@@ -23,10 +23,24 @@ from durable_agent.serving.worker import build_worker
 from tests import fake_anthropic, fake_openai
 from tests.browser import Browser, headless_chromium
 from tests.helpers import TEST_WORKER_OPTIONS
+from tests.package_layout import installed_tree, out_of_date
 from tests.postgres import PostgresServer, postgres_server
 from tests.serve_process import serving
 
 _LOCAL_HOSTS = {"127.0.0.1", "::1", "localhost"}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The editable install links each file of the checkout (pyproject.toml says why): a module
+    added, renamed or removed since is not in it until `pip install -e .` runs again. Said here,
+    once, rather than as an import error in some test, or as a module mypy never checked."""
+    try:
+        problems = out_of_date(installed_tree())
+    except LookupError as error:
+        problems = [str(error)]
+    if problems:
+        told = "; ".join(problems)
+        pytest.exit(f'{told}: run `pip install -e ".[test]"` again', pytest.ExitCode.USAGE_ERROR)
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@ pyproject.toml's package-dir (workflows/ is `durable_agent.workflows`, and so on
 
 from __future__ import annotations
 
+import sys
 import tomllib
 from pathlib import Path
 
@@ -24,15 +25,40 @@ def project_modules() -> dict[str, Path]:
     return modules
 
 
-def installed_layout(under: Path) -> Path:
-    """`under`/durable_agent, the package as installed, made of links to the checkout's files (a
-    type checker does not know the editable install's import hook)."""
-    for package, folder in sorted(PACKAGE_DIRS.items()):
-        target = under.joinpath(*package.split("."))
-        if package == "durable_agent":
-            target.mkdir(parents=True)
-            for module in (*(ROOT / folder).glob("*.py"), *(ROOT / folder).glob("*.pyi")):
-                (target / module.name).symlink_to(module)
-        else:
-            target.symlink_to(ROOT / folder, target_is_directory=True)
-    return under / "durable_agent"
+def installed_files() -> list[str]:
+    """The checkout's code as the install lays it out, by path inside the installed tree: every
+    module of the package, the face's stub and its type marker."""
+    files = ["durable_agent/__init__.pyi", "durable_agent/py.typed"]
+    for name, path in project_modules().items():
+        parts = name.split(".")
+        files.append("/".join(parts) + ("/__init__.py" if path.name == "__init__.py" else ".py"))
+    return sorted(files)
+
+
+def installed_tree() -> Path:
+    """The folder on sys.path where `pip install -e .` laid the package out: durable_agent/ as
+    site-packages has it, each file a link to the checkout's (pyproject.toml,
+    [tool.distutils.editable_wheel]). Type checkers read the package there."""
+    face = ROOT / "durable_agent" / "__init__.py"
+    for entry in sys.path:
+        installed = Path(entry or ".") / "durable_agent"
+        if (installed / "workflows").is_dir() and (installed / "__init__.py").resolve() == face:
+            return installed.parent
+    raise LookupError(
+        "this checkout is not installed as a tree of links (an older install maps its folders by "
+        "an import hook, which type checkers do not follow)"
+    )
+
+
+def out_of_date(tree: Path) -> list[str]:
+    """What the installed tree lacks of the checkout's code, and its links to files now gone: a
+    module added, renamed or removed since `pip install -e .`; empty when it is current."""
+    lacking = [
+        f"the install lacks {file}" for file in installed_files() if not (tree / file).is_file()
+    ]
+    gone = sorted(
+        f"the install links {link.relative_to(tree)}, which is gone"
+        for link in (tree / "durable_agent").rglob("*")
+        if link.is_symlink() and not link.exists()
+    )
+    return lacking + gone

@@ -13,7 +13,13 @@ from temporalio.testing import ActivityEnvironment
 
 import tests.shared_undo_tools as shared_undo
 import tests.tools_for_tests as test_tools
-from durable_agent.activities.tools import DEFAULT_TOOLS, ToolRegistry, make_tool, registered_tools
+from durable_agent.activities.tools import (
+    DEFAULT_TOOLS,
+    ToolRegistry,
+    current_call,
+    make_tool,
+    registered_tools,
+)
 from durable_agent.demo import tools as demo_tools
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.activity_io import ToolActivityInput
@@ -124,6 +130,28 @@ async def test_a_retried_call_keeps_its_idempotency_key(client: Client, task_que
     assert attempts_a[0][0].startswith(f"{run.handle.id}/") and attempts_a[0][0].endswith(
         "/call_1_1"
     )
+
+
+async def test_current_call_is_the_running_call_and_refuses_outside_one() -> None:
+    """`current_call().idempotency_key`, as docs/tools.md writes it: the call's own key inside a
+    tool's body (a sync one runs in a thread); outside a call there is none, and it says so
+    rather than answering None for the next line to trip on."""
+    keys: list[str] = []
+
+    def remembers_its_key(order_id: int) -> str:
+        keys.append(current_call().idempotency_key)
+        return "ok"
+
+    made = make_tool(remembers_its_key)
+    assert made.activity is not None
+    call_input = ToolActivityInput(
+        tool_call_id="call_1", arguments={"order_id": 7}, idempotency_key="run/1/call_1"
+    )
+    await ActivityEnvironment().run(made.activity, call_input)
+
+    assert keys == ["run/1/call_1"]
+    with pytest.raises(RuntimeError, match=r"only known inside a tool, while a call runs it"):
+        current_call()
 
 
 async def test_a_side_effecting_tool_applies_its_effect_once_per_key() -> None:

@@ -49,8 +49,8 @@ def run_base(
 
 def project_modules() -> list[str]:
     """Every module of the installed package, by its import name: each package pyproject.toml
-    installs, and the modules in it (an editable install maps the folders by an import hook,
-    which pkgutil cannot walk through, so each package is listed on its own)."""
+    installs, and the modules in it (in the checkout, durable_agent/ holds the face alone, so
+    each package is listed on its own)."""
     packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
         "packages"
     ]

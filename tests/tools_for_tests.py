@@ -119,7 +119,6 @@ def undo_keyed_effect(undo: CompensationInput) -> str:
 def keyed_effect(label: str, fail_first: bool = False) -> dict[str, str]:
     """Side-effecting: records its idempotency key per attempt; can fail its first attempt."""
     call = current_call()
-    assert call is not None
     keys_seen.append((label, call.idempotency_key, call.attempt))
     if fail_first and call.attempt == 1:
         raise ConnectionError("first attempt fails")
@@ -186,7 +185,6 @@ def slow_effect(label: str, seconds: float) -> dict[str, str]:
     """Side-effecting and slow: a sync tool (no cancellation interrupts it) that applies its
     effect at the end, after `seconds`."""
     call = current_call()
-    assert call is not None
     slow_effect_started.set()
     time.sleep(seconds)
     applied[call.idempotency_key] = label
@@ -298,7 +296,6 @@ def charge_card(label: str, decline: bool = False) -> dict[str, str]:
     JSONDecodeError, which is a ValueError). `decline` refuses with a ToolError before
     charging anything."""
     call = current_call()
-    assert call is not None
     executions[f"charge_card:{label}"] += 1
     if decline:
         raise ToolError(f"the card for {label} was declined")

@@ -10,7 +10,7 @@ one a run reads.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from temporalio import workflow
 
@@ -22,15 +22,27 @@ with workflow.unsafe.imports_passed_through():
 
 ApprovalPredicate = Callable[[str, dict[str, Any]], bool]
 """(tool name, arguments) -> True to run the call without asking."""
+Predicate = TypeVar("Predicate", bound=ApprovalPredicate)
+"""A predicate's own type, handed back by `@approval_predicate` unchanged."""
+
+
+@overload
+def approval_predicate(function: Predicate) -> Predicate: ...
+
+
+@overload
+def approval_predicate(
+    function: None = None, *, name: str | None = None
+) -> Callable[[Predicate], Predicate]: ...
 
 
 def approval_predicate(
     function: ApprovalPredicate | None = None, *, name: str | None = None
-) -> Any:
+) -> Callable[..., Any]:
     """Register a predicate that approves calls without asking: `@approval_predicate` or
     `@approval_predicate(name="small_refunds")`. Name it in a run's policy to use it."""
 
-    def register(fn: ApprovalPredicate) -> ApprovalPredicate:
+    def register(fn: Predicate) -> Predicate:
         key = name or fn.__name__
         if key in _predicates and _predicates[key] is not fn:
             raise ValueError(f"an approval predicate named {key!r} is already registered")
