@@ -15,6 +15,11 @@ from .client.agent_client import (
 )
 from .serving.plugin import AgentPlugin as AgentPlugin
 from .workflows.agent import AgentWorkflow as AgentWorkflow
+from .workflows.decisions import (
+    ApprovalCriteria as ApprovalCriteria,
+    AutoModeChange as AutoModeChange,
+    AutoRules as AutoRules,
+)
 from .workflows.errors import (
     AgentApprovalTimeout as AgentApprovalTimeout,
     AgentBudgetExceeded as AgentBudgetExceeded,
@@ -36,9 +41,4 @@ from .workflows.inputs import (
     ScriptedCall as ScriptedCall,
     ScriptedTurn as ScriptedTurn,
     ToolApprovalPolicy as ToolApprovalPolicy,
-)
-from .workflows.state import (
-    ApprovalCriteria as ApprovalCriteria,
-    AutoModeChange as AutoModeChange,
-    AutoRules as AutoRules,
 )

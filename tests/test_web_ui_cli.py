@@ -28,8 +28,8 @@ from durable_agent.workflows.inputs import (
     ScriptedTurn,
     ToolApprovalPolicy,
 )
-from durable_agent.workflows.state import Usage
 from durable_agent.workflows.status import AGENT_COST_USD, AGENT_ERROR, AGENT_STATUS, AGENT_STEP
+from durable_agent.workflows.usage import Usage
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, eventually, turn
 
 STEP_USAGE = Usage(input_tokens=500_000, output_tokens=100_000)

@@ -32,6 +32,7 @@ from .callbacks import CallbackGate
 from .context import RunContext
 from .context_window import ContextWindow
 from .conversation import Conversation
+from .decisions import PlanDecision, PlanState
 from .errors import (
     AgentApprovalTimeout,
     AgentError,
@@ -49,7 +50,7 @@ from .outcomes import Outcome
 from .reporting import CANCELLED, Reporter
 from .saga import Saga
 from .specs import ToolSpec
-from .state import PlanDecision, PlanState, RunState, StepRecord, TurnOutcome
+from .state import RunState, StepRecord, TurnOutcome
 from .tool_runner import ToolRunner, not_run_because
 from .trace import Trace
 from .transcript import ToolCall, ToolResult, Transcript, UserMessage

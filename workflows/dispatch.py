@@ -27,11 +27,11 @@ from .builtin_tools import (
     SUBMIT_PLAN_SPEC,
     finish_spec,
 )
+from .decisions import ToolCallDecision
 from .inputs import ToolApprovalPolicy
 from .loop_detection import LoopDetector
 from .outcomes import Outcome, bounded
 from .specs import ToolSpec
-from .state import ToolCallDecision
 from .transcript import AssistantMessage, ToolCall
 from .versioning import Behaviours
 

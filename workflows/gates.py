@@ -25,6 +25,16 @@ from temporalio.exceptions import ApplicationError, FailureError
 from . import shown_arguments, versioning
 from .budget import Budget
 from .context import RunContext
+from .decisions import (
+    ApprovalCriteria,
+    AutoModeChange,
+    DecidedBy,
+    JudgeVerdict,
+    PlanDecision,
+    PlanState,
+    ToolApproval,
+    ToolCallDecision,
+)
 from .dispatch import PlannedCall, Run
 from .errors import AgentApprovalTimeout, AgentError
 from .input_limits import (
@@ -43,16 +53,6 @@ from .reporting import (
     judged_markdown,
     plan_markdown,
     verdict_line,
-)
-from .state import (
-    ApprovalCriteria,
-    AutoModeChange,
-    DecidedBy,
-    JudgeVerdict,
-    PlanDecision,
-    PlanState,
-    ToolApproval,
-    ToolCallDecision,
 )
 from .status import SUB_AGENT_APPROVALS_SIGNAL, SubAgentApproval, SubAgentReport
 from .transcript import ToolCall

@@ -20,6 +20,15 @@ from . import paging
 from .auto_mode_forwarding import SET_AUTO_MODE, AutoModeForwarding
 from .callbacks import CallbackGate
 from .conversation import Conversation
+from .decisions import (
+    AutoModeChange,
+    CallbackAnswer,
+    PendingCallback,
+    PlanDecision,
+    PlanState,
+    ToolApproval,
+    ToolCallDecision,
+)
 from .gates import PlanGate, ToolCallGate, ignored_by_signal, validator_refusal
 from .inputs import AgentInput
 from .paging import (
@@ -32,17 +41,7 @@ from .paging import (
 )
 from .reporting import Reporter
 from .saga import Saga
-from .state import (
-    AutoModeChange,
-    CallbackAnswer,
-    PendingCallback,
-    PlanDecision,
-    PlanState,
-    RunState,
-    StepRecord,
-    ToolApproval,
-    ToolCallDecision,
-)
+from .state import RunState, StepRecord
 from .status import STATUS_STEP_RECORDS, SUB_AGENT_APPROVALS_SIGNAL, RunStatus, SubAgentReport
 from .trace import Trace
 from .transcript import Message, Transcript

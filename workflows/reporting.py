@@ -30,11 +30,13 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from . import shown_arguments
 from .activity_io import ModelResponse
 from .context import RunContext
+from .decisions import JudgeVerdict, ToolApproval
 from .events import EVENTS_TOPIC, AgentEvent, AgentEventKind
 from .inputs import AgentInput
 from .outcomes import Outcome, count
-from .state import JudgeVerdict, StepRecord, ToolApproval, Usage
+from .state import StepRecord
 from .status import AGENT_COST_USD, AGENT_ERROR, AGENT_STATUS, AGENT_STEP, AgentStatus
+from .usage import Usage
 
 AGENT_STEP_EVERY = 10
 """While a run runs, AgentStep (and AgentCostUsd) is brought up to date at least this often
