@@ -90,7 +90,7 @@ from ..workflows.paging import (
     TranscriptPageRequest,
 )
 from ..workflows.payloads import check_wire
-from ..workflows.reporting import run_details, run_summary
+from ..workflows.run_summary import run_details, run_summary
 from ..workflows.state import AppliedEffect, EarlierSteps, FailureDetails, StepRecord, TurnRecord
 from ..workflows.status import SEARCH_ATTRIBUTES, RunStatus, starting_search_attributes
 from ..workflows.transcript import Message

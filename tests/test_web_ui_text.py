@@ -16,7 +16,6 @@ from durable_agent.workflows.inputs import (
 )
 from durable_agent.workflows.reporting import (
     CANCELLED,
-    SUMMARY_CHARS,
     calls_markdown,
     code_span,
     cost_text,
@@ -24,10 +23,9 @@ from durable_agent.workflows.reporting import (
     judged_markdown,
     markdown_text,
     plan_markdown,
-    run_details,
-    run_summary,
     verdict_line,
 )
+from durable_agent.workflows.run_summary import SUMMARY_CHARS, run_details, run_summary
 from durable_agent.workflows.usage import Usage
 
 
