@@ -3,9 +3,10 @@
 This file holds the run and its step loop; the handlers (queries, signals, updates) are
 handlers.py's, which AgentWorkflow inherits. Each concern the loop touches has a module of its
 own (docs/architecture.md): the run's state (state.py), the model (model_gateway.py), what each
-call means (dispatch.py), people (gates.py), running calls (tool_runner.py), undoing (saga.py),
-the context window (context_window.py), continue-as-new (continuation.py), a conversation's
-turns (conversation.py), progress (reporting.py) and history versions (versioning.py).
+call means (dispatch.py), people (plan_gate.py, tool_call_gate.py), running calls
+(tool_runner.py), undoing (saga.py), the context window (context_window.py), continue-as-new
+(continuation.py), a conversation's turns (conversation.py), progress (reporting.py) and
+history versions (versioning.py).
 
 Each step of the loop ends in a typed next step (`NextStep`: run again, a turn ended, wait for
 the next turn, hand on, finished), and `_loop` dispatches them in one place; a failure is an
@@ -32,14 +33,13 @@ from .callbacks import CallbackGate
 from .context import RunContext
 from .context_window import ContextWindow
 from .conversation import Conversation
-from .decisions import PlanDecision, PlanState
 from .errors import (
     AgentApprovalTimeout,
     AgentError,
     AgentFatalToolError,
     AgentInputTooLarge,
 )
-from .gates import PlanGate, ToolCallGate
+from .gates import ToolCallGate
 from .handlers import AgentHandlers
 from .input_limits import InputTooLarge, check_input, json_bytes
 from .inputs import AgentInput, AgentResult
@@ -47,6 +47,7 @@ from .judge import Judge
 from .loop_detection import LoopDetector
 from .model_gateway import ModelGateway
 from .outcomes import Outcome
+from .plan_gate import PlanGate, decision_text
 from .reporting import CANCELLED, Reporter
 from .saga import Saga
 from .specs import ToolSpec
@@ -391,7 +392,7 @@ class AgentWorkflow(AgentHandlers):
                     reply.outcomes[plan_call.id] = Outcome.error(plan_call, f"Error: {timeout}")
                     self._append_results(calls, reply.outcomes, record)
                     raise
-                text = _decision_text(decision, self._state.plan)
+                text = decision_text(decision, self._state.plan)
                 reply.outcomes[plan_call.id] = Outcome.ok(plan_call, text)
                 feedback = None if decision.approve else decision.comment
         self._append_results(calls, reply.outcomes, record)
@@ -490,17 +491,6 @@ def _answer_text(arguments: dict[str, Any], agent_input: AgentInput) -> str:
     if agent_input.output_schema is None:
         return str(arguments["answer"])
     return json.dumps(arguments, ensure_ascii=False)
-
-
-def _decision_text(decision: PlanDecision, plan: PlanState | None) -> str:
-    version = plan.version if plan else "?"
-    if decision.approve:
-        comment = f" Their comment: {decision.comment}" if decision.comment else ""
-        return (
-            f"A person approved plan v{version}.{comment} Carry it out now; the tools that "
-            "change data are available."
-        )
-    return f"A person rejected plan v{version}; their feedback follows. Plan again."
 
 
 def _ms_since(started: Any) -> int:

@@ -1,4 +1,4 @@
-"""Gates: where a run waits for a person. The plan gate (plan mode) and per-call approvals.
+"""The tool-call gate: where a run's calls wait for a person (the plan gate is plan_gate.py).
 
 A gate opens the requests, takes decisions from the workflow's handlers (validated first, so an
 update is refused with the reason and a signal is logged and ignored), and waits for them
@@ -18,11 +18,9 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure
-from temporalio.converter import DefaultFailureConverter, PayloadConverter
 from temporalio.exceptions import ApplicationError, FailureError
 
-from . import shown_arguments, versioning
+from . import shown_arguments
 from .budget import Budget
 from .context import RunContext
 from .decisions import (
@@ -30,28 +28,23 @@ from .decisions import (
     AutoModeChange,
     DecidedBy,
     JudgeVerdict,
-    PlanDecision,
-    PlanState,
     ToolApproval,
     ToolCallDecision,
 )
 from .dispatch import PlannedCall, Run
-from .errors import AgentApprovalTimeout, AgentError
+from .errors import AgentError
 from .input_limits import (
-    TOO_LARGE,
-    InputTooLarge,
-    check_comment,
     check_reason,
     quoted_id,
 )
 from .judge import Judge, check_change, effective_rules
 from .outcomes import count
+from .refusals import ignored
 from .reporting import (
     Explained,
     Reporter,
     calls_markdown,
     judged_markdown,
-    plan_markdown,
     verdict_line,
 )
 from .status import SUB_AGENT_APPROVALS_SIGNAL, SubAgentApproval, SubAgentReport
@@ -66,132 +59,6 @@ DECIDE_TOOL_CALL = "decide_tool_call"
 SUB_AGENT_CONFIRM_SECONDS = 60.0
 """How long a decision forwarded to a sub-agent waits for the sub-agent to report it taken
 before the update answers that it was sent but not yet taken."""
-REFUSED = "DecisionRefused"
-"""The type of the error an update's validator refuses a decision with."""
-
-
-def refusal(reason: str, type: str = REFUSED) -> ApplicationError:
-    """A validator's refusal: a non-retryable ApplicationError whose failure is its one-line
-    message and nothing else. Built from a finished failure, so the failure converter copies it
-    as it is and adds no Python stack trace (the Web UI's update dialog would show one)."""
-    failure = Failure(
-        message=reason,
-        application_failure_info=ApplicationFailureInfo(type=type, non_retryable=True),
-    )
-    error = DefaultFailureConverter().from_failure(failure, PayloadConverter.default)
-    assert isinstance(error, ApplicationError)
-    return error
-
-
-def validator_refusal(refused: ValueError) -> ApplicationError:
-    """What an update's validator raises for a refused input: TOO_LARGE for one over a bound
-    of workflows/input_limits.py, REFUSED for any other."""
-    kind = TOO_LARGE if isinstance(refused, InputTooLarge) else REFUSED
-    return refusal(str(refused), kind)
-
-
-def ignored_by_signal(refused: ValueError) -> bool:
-    """A signal's input was refused: whether to ignore it. One over a bound is taken still by a
-    run recorded before the bounds (versioning.ignores_oversized_signal)."""
-    return not isinstance(refused, InputTooLarge) or versioning.ignores_oversized_signal()
-
-
-class PlanGate:
-    """Plan mode: the run waits for a person to approve or reject the submitted plan."""
-
-    def __init__(
-        self, ctx: RunContext, reporter: Reporter, budget: Budget, signals: UnknownSignals
-    ):
-        self._state = ctx.state
-        self._reporter = reporter
-        self._budget = budget
-        self._timeout = ctx.input.approval_timeout_seconds
-        self._signals = signals
-        self._decision: PlanDecision | None = None
-
-    @property
-    def approved(self) -> bool:
-        return self._state.plan is not None and self._state.plan.status == "approved"
-
-    def validate(self, decision: PlanDecision) -> None:
-        plan = self._state.plan
-        waiting = plan if plan and plan.status == "awaiting_approval" else None
-        if waiting is None or self._decision is not None:
-            raise ValueError(
-                f"no plan is waiting for a decision (the run is {self._reporter.status}: "
-                f"{self._reporter.details}); a plan is decided only while it waits"
-            )
-        if decision.version is not None and decision.version != waiting.version:
-            raise ValueError(
-                f"plan version {decision.version} is not the one waiting: "
-                f"version {waiting.version} is"
-            )
-        if not decision.approve and not (decision.comment or "").strip():
-            raise ValueError(
-                "a rejection needs feedback for the model: send "
-                f'{{"approve": false, "version": {waiting.version}, "comment": "what to change"}}'
-            )
-        # The bound comes last: a run recorded before it replays the checks above alone.
-        check_comment(decision.comment)
-
-    def decide(self, decision: PlanDecision) -> PlanState:
-        """Apply a validated decision; answers the plan as decided."""
-        assert self._state.plan is not None  # the validator saw to it
-        self._decision = decision
-        self._state.plan = self._state.plan.model_copy(
-            update={
-                "status": "approved" if decision.approve else "rejected",
-                "comment": decision.comment,
-            }
-        )
-        return self._state.plan
-
-    def decide_by_signal(self, decision: PlanDecision) -> None:
-        try:
-            self.validate(decision)
-        except ValueError as refused:
-            if ignored_by_signal(refused):
-                # A signal cannot be refused to its sender; the run's log says why it was ignored.
-                workflow.logger.warning("plan decision ignored: %s", refused)
-                self._reporter.decision_ignored(str(refused))
-                return
-        self.decide(decision)
-
-    async def wait(self, steps: list[str]) -> PlanDecision:
-        """Wait, spending nothing, for a person to approve or reject the plan."""
-        state = self._state
-        version = state.plan.version + 1 if state.plan else 1
-        state.plan = PlanState(version=version, steps=steps, status="awaiting_approval")
-        self._decision = None
-        self._reporter.publish("plan_submitted", outcome=f"v{version}", text="\n".join(steps))
-        self._reporter.set_status(
-            "awaiting_approval",
-            f"waiting for a person to approve plan v{version} ({count(len(steps), 'step')}): "
-            "signal approve_plan or reject_plan, or update decide_plan",
-            markdown=plan_markdown(version, steps),
-        )
-        self._signals.drop_while_waiting()
-        self._budget.pause(workflow.now())
-        try:
-            await workflow.wait_condition(
-                lambda: self._decision is not None,
-                timeout=timedelta(seconds=self._timeout),
-                timeout_summary=f"approval of plan v{version}",
-            )
-        except TimeoutError:
-            raise AgentApprovalTimeout(
-                f"plan v{version} waited {self._timeout:g} s for a decision "
-                "(approval_timeout_seconds)",
-                self._budget.details(),
-            ) from None
-        finally:
-            if workflow.in_workflow():  # not when the worker drops the run from its cache
-                self._budget.resume(workflow.now())
-        decision = self._decision
-        assert decision is not None and state.plan is not None
-        self._reporter.set_status("running", f"plan v{version} {state.plan.status}")
-        self._reporter.publish("plan_decided", outcome=state.plan.status, text=decision.comment)
-        return decision
 
 
 class ToolCallGate:
@@ -319,13 +186,9 @@ class ToolCallGate:
         return await self._forward(decision)
 
     async def decide_by_signal(self, decision: ToolCallDecision) -> None:
-        try:
-            self.validate(decision)
-        except ValueError as refused:
-            if ignored_by_signal(refused):
-                workflow.logger.warning("tool call decision ignored: %s", refused)
-                self._reporter.decision_ignored(str(refused))
-                return
+        if (why := ignored("tool call decision", self.validate, decision)) is not None:
+            self._reporter.decision_ignored(why)
+            return
         if decision.call_id in self._by_call:
             self.decide(decision)
             return
