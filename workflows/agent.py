@@ -39,7 +39,6 @@ from .errors import (
     AgentFatalToolError,
     AgentInputTooLarge,
 )
-from .gates import ToolCallGate
 from .handlers import AgentHandlers
 from .input_limits import InputTooLarge, check_input, json_bytes
 from .inputs import AgentInput, AgentResult
@@ -52,6 +51,7 @@ from .reporting import CANCELLED, Reporter
 from .saga import Saga
 from .specs import ToolSpec
 from .state import RunState, StepRecord, TurnOutcome
+from .tool_call_gate import ToolCallGate
 from .tool_runner import ToolRunner, not_run_because
 from .trace import Trace
 from .transcript import ToolCall, ToolResult, Transcript, UserMessage

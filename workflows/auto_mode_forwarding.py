@@ -20,7 +20,7 @@ from temporalio.exceptions import FailureError
 
 from . import versioning
 from .decisions import AutoModeChange
-from .gates import ToolCallGate
+from .tool_call_gate import ToolCallGate
 
 SET_AUTO_MODE = "set_auto_mode"
 """The update an operator sends a run, and its signal twin, which a parent sends its sub-agents."""

@@ -26,7 +26,6 @@ from .decisions import (
     ToolApproval,
     ToolCallDecision,
 )
-from .gates import ToolCallGate
 from .inputs import AgentInput
 from .paging import (
     EffectsPage,
@@ -42,6 +41,7 @@ from .reporting import Reporter
 from .saga import Saga
 from .state import RunState, StepRecord
 from .status import STATUS_STEP_RECORDS, SUB_AGENT_APPROVALS_SIGNAL, RunStatus, SubAgentReport
+from .tool_call_gate import ToolCallGate
 from .trace import Trace
 from .transcript import Message, Transcript
 

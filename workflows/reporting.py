@@ -196,6 +196,43 @@ class Reporter:
     def reply_done(self) -> None:
         self._reported_calls.clear()
 
+    def asked(self, approval: ToolApproval) -> None:
+        """approval_requested: a call waits for a decision (auto mode's judge's, or a person's)."""
+        self.publish(
+            "approval_requested",
+            call_id=approval.call_id,
+            tool=approval.tool,
+            arguments=approval.arguments,
+        )
+
+    def decided(
+        self,
+        approval: ToolApproval,
+        *,
+        outcome: str | None = None,
+        text: str | None = None,
+        verdict: JudgeVerdict | None = None,
+    ) -> None:
+        """What came of a call that waited, in one shape: approval_decided, with its status
+        (unless `outcome` says otherwise) and why; or, given auto mode's `verdict`, judge_verdict,
+        with what came of it, the judge's reason, and its own call's latency and usage."""
+        more: dict[str, Any] = {}
+        if verdict is not None:
+            outcome, text = verdict.outcome, verdict.reason
+            more = {
+                "latency_ms": verdict.latency_ms,
+                "usage": verdict.usage,
+                "confidence": verdict.confidence,
+            }
+        self.publish(
+            "approval_decided" if verdict is None else "judge_verdict",
+            call_id=approval.call_id,
+            tool=approval.tool,
+            outcome=outcome or approval.status,
+            text=text,
+            **more,
+        )
+
 
 # --- the current details (Markdown) ---------------------------------------------------------
 

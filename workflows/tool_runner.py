@@ -50,7 +50,6 @@ from .errors import (
     describe_failure,
     failure_type,
 )
-from .gates import ToolCallGate
 from .inputs import AgentInput, AgentResult, Limits, ToolApprovalPolicy
 from .interruption import NOT_RUN, Interruption, cancelled_text
 from .judge import sub_agent_auto_mode
@@ -61,6 +60,7 @@ from .saga import Saga
 from .specs import ToolSpec
 from .state import AppliedEffect, CompensationInput, FailureDetails, ToolCallRecord
 from .status import starting_search_attributes
+from .tool_call_gate import ToolCallGate
 from .transcript import ToolCall
 
 ANSWER_RECORDED = "Answer recorded; the run ends here."
