@@ -16,6 +16,10 @@ and each rule has one home.
   module re-exports a name.
 - `workflow.patched` is called in workflows/versioning.py alone.
 - The face, a client and the workflow's modules load neither provider SDK.
+- Rooms stay small: no class of the package over 400 lines, no file of workflows/ over 450, and
+  the tool-call gate and its rooms under 250 each, so a new concern gets a room of its own.
+- docs/architecture.md's map of the rooms is true: it names every module of the package, in its
+  folder, and nothing else, and each folder imports only what the map says it may.
 """
 
 from __future__ import annotations
@@ -246,3 +250,52 @@ def test_every_package_folder_is_installed() -> None:
         for p in ROOT.glob("*/__init__.py")
         if p.parent.name not in {*PACKAGE_DIRS.values(), "tests", "bench"}
     ] == []
+
+
+MAX_CLASS_LINES = 400
+MAX_WORKFLOWS_FILE_LINES = 450
+MAX_GATE_LINES = 250
+GATE_ROOMS = {
+    "tool_call_gate": "ToolCallGate",
+    "call_approvals": "CallApprovals",
+    "auto_review": "AutoReview",
+    "sub_agent_relay": "SubAgentRelay",
+    "plan_gate": "PlanGate",
+}
+"""The tool-call gate (the surface the loop and the handlers call), its three rooms, and the plan
+gate: each once one class of 572 lines between them (issue 49)."""
+
+
+def _class_lines() -> dict[str, int]:
+    """Each class of the package, by `module.Class`: its lines, decorators included."""
+    sizes = {}
+    for name, tree in PARSED.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                sizes[f"{name}.{node.name}"] = node.end_lineno - first + 1
+    return sizes
+
+
+def test_no_class_of_the_package_is_over_400_lines() -> None:
+    sizes = _class_lines()
+    assert {name: n for name, n in sizes.items() if n > MAX_CLASS_LINES} == {}
+    assert len(sizes) > 100 and "durable_agent.workflows.agent.AgentWorkflow" in sizes
+
+
+def test_no_file_of_workflows_is_over_450_lines() -> None:
+    lengths = {
+        MODULES[name].name: len(MODULES[name].read_text().splitlines())
+        for name in MODULES
+        if room(name) == "workflows"
+    }
+    assert {file: n for file, n in lengths.items() if n > MAX_WORKFLOWS_FILE_LINES} == {}
+    assert len(lengths) > 50
+
+
+def test_the_gates_rooms_are_under_250_lines_each() -> None:
+    sizes = _class_lines()
+    gates = {
+        cls: sizes[f"durable_agent.workflows.{module}.{cls}"] for module, cls in GATE_ROOMS.items()
+    }
+    assert {cls: n for cls, n in gates.items() if n > MAX_GATE_LINES} == {}
