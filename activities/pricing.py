@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 
 from ..workflows.inputs import Price
-from ..workflows.state import Usage
+from ..workflows.usage import Usage
 
 PRICES_AS_OF = "2026-11"
 

@@ -49,6 +49,16 @@ from ..activities import telemetry
 from ..encryption import payload_codec
 from ..workflows.activity_io import ModelDelta, StreamProgress
 from ..workflows.agent import AgentWorkflow
+from ..workflows.decisions import (
+    AutoModeChange,
+    AutoRules,
+    CallbackAnswer,
+    PendingCallback,
+    PlanDecision,
+    PlanState,
+    ToolApproval,
+    ToolCallDecision,
+)
 from ..workflows.errors import (
     AgentConfigurationError,
     AgentError,
@@ -80,22 +90,8 @@ from ..workflows.paging import (
     TranscriptPageRequest,
 )
 from ..workflows.payloads import check_wire
-from ..workflows.reporting import run_details, run_summary
-from ..workflows.state import (
-    AppliedEffect,
-    AutoModeChange,
-    AutoRules,
-    CallbackAnswer,
-    EarlierSteps,
-    FailureDetails,
-    PendingCallback,
-    PlanDecision,
-    PlanState,
-    StepRecord,
-    ToolApproval,
-    ToolCallDecision,
-    TurnRecord,
-)
+from ..workflows.run_summary import run_details, run_summary
+from ..workflows.state import AppliedEffect, EarlierSteps, FailureDetails, StepRecord, TurnRecord
 from ..workflows.status import SEARCH_ATTRIBUTES, RunStatus, starting_search_attributes
 from ..workflows.transcript import Message
 from . import forking

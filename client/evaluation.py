@@ -24,7 +24,7 @@ from temporalio.client import Client
 
 from ..workflows.inputs import AgentResult, Limits, ModelSettings, ToolApprovalPolicy
 from ..workflows.providers import CATALOGUE, Provider
-from ..workflows.state import Usage
+from ..workflows.usage import Usage
 from . import forking
 from .agent_client import AgentClient, AgentRun, AgentRunFailed
 

@@ -39,6 +39,7 @@ from ..workflows.activity_io import (
     ToolActivityResult,
 )
 from ..workflows.builtin_tools import SUBMIT_PLAN, SUBMIT_PLAN_PARAMETERS
+from ..workflows.decisions import PlanState
 from ..workflows.inputs import (
     AgentInput,
     AgentResult,
@@ -51,8 +52,9 @@ from ..workflows.inputs import (
 )
 from ..workflows.model_gateway import MODEL_ACTIVITY
 from ..workflows.specs import ToolSpec
-from ..workflows.state import AppliedEffect, CompensationInput, FailureDetails, PlanState, Usage
+from ..workflows.state import AppliedEffect, CompensationInput, FailureDetails
 from ..workflows.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
+from ..workflows.usage import Usage
 
 AGENT_FORKED_FROM = SearchAttributeKey.for_keyword("AgentForkedFrom")
 """Set when a fork starts, to the workflow id it was forked from: list the forks of a run with

@@ -16,8 +16,8 @@ from typing import Any
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
+from ..workflows.decisions import PlanState, ToolApproval
 from ..workflows.inputs import AgentResult
-from ..workflows.state import PlanState, ToolApproval
 from .agent_client import AgentClient, AgentRun, ClosedRun, StepStats, step_stats
 
 STATUS_TIMEOUT_SECONDS = 5.0

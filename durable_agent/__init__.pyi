@@ -49,6 +49,11 @@ from .encryption.payload_codec import PayloadKeyError as PayloadKeyError
 from .serving.plugin import AgentPlugin as AgentPlugin, Stores as Stores
 from .workflows.agent import AgentWorkflow as AgentWorkflow
 from .workflows.approval import approval_predicate as approval_predicate
+from .workflows.decisions import (
+    ApprovalCriteria as ApprovalCriteria,
+    AutoModeChange as AutoModeChange,
+    AutoRules as AutoRules,
+)
 from .workflows.errors import (
     AgentApprovalTimeout as AgentApprovalTimeout,
     AgentBudgetExceeded as AgentBudgetExceeded,
@@ -72,9 +77,4 @@ from .workflows.inputs import (
     ToolApprovalPolicy as ToolApprovalPolicy,
 )
 from .workflows.specs import RetrySettings as RetrySettings
-from .workflows.state import (
-    ApprovalCriteria as ApprovalCriteria,
-    AutoModeChange as AutoModeChange,
-    AutoRules as AutoRules,
-    CompensationInput as CompensationInput,
-)
+from .workflows.state import CompensationInput as CompensationInput

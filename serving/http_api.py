@@ -37,10 +37,10 @@ from ..client.agent_client import (
     AgentUpdateNotDelivered,
 )
 from ..workflows.bounds import MAX_COUNT
+from ..workflows.decisions import AutoModeChange, PendingCallback, PlanState, ToolApproval
 from ..workflows.errors import AgentConfigurationError, AgentInputInvalid
 from ..workflows.inputs import AgentInput
 from ..workflows.paging import TracePage, TranscriptPage
-from ..workflows.state import AutoModeChange, PendingCallback, PlanState, ToolApproval
 from ..workflows.status import AGENT_STATUS, RunStatus
 from .console import add_console
 from .streams import Streams, StreamsFull

@@ -18,8 +18,8 @@ from temporalio.service import RPCError
 
 from durable_agent.client.agent_client import AgentClient, AgentRun, AgentRunFailed
 from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.decisions import PlanState
 from durable_agent.workflows.inputs import AgentInput, Limits
-from durable_agent.workflows.state import PlanState
 from durable_agent.workflows.transcript import AssistantMessage, UserMessage
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
 

@@ -14,8 +14,8 @@ from durable_agent.activities.providers.scripted import recorded_requests
 from durable_agent.workflows.activity_io import ModelRequest
 from durable_agent.workflows.inputs import Limits, ModelSettings, ScriptedTurn
 from durable_agent.workflows.specs import ToolSpec
-from durable_agent.workflows.state import Usage
 from durable_agent.workflows.transcript import AssistantMessage, ToolResult, UserMessage
+from durable_agent.workflows.usage import Usage
 from tests.helpers import call, run_agent, scripted_input, turn
 
 

@@ -16,6 +16,10 @@ and each rule has one home.
   module re-exports a name.
 - `workflow.patched` is called in workflows/versioning.py alone.
 - The face, a client and the workflow's modules load neither provider SDK.
+- Rooms stay small: no class of the package over 400 lines, no file of workflows/ over 450, and
+  the tool-call gate and its rooms under 250 each, so a new concern gets a room of its own.
+- docs/architecture.md's map of the rooms is true: it names every module of the package, in its
+  folder, and nothing else, and each folder imports only what the map says it may.
 """
 
 from __future__ import annotations
@@ -246,3 +250,123 @@ def test_every_package_folder_is_installed() -> None:
         for p in ROOT.glob("*/__init__.py")
         if p.parent.name not in {*PACKAGE_DIRS.values(), "tests", "bench"}
     ] == []
+
+
+MAX_CLASS_LINES = 400
+MAX_WORKFLOWS_FILE_LINES = 450
+MAX_GATE_LINES = 250
+GATE_ROOMS = {
+    "tool_call_gate": "ToolCallGate",
+    "call_approvals": "CallApprovals",
+    "auto_review": "AutoReview",
+    "sub_agent_relay": "SubAgentRelay",
+    "plan_gate": "PlanGate",
+}
+"""The tool-call gate (the surface the loop and the handlers call), its three rooms, and the plan
+gate: each once one class of 572 lines between them (issue 49)."""
+
+
+def _class_lines() -> dict[str, int]:
+    """Each class of the package, by `module.Class`: its lines, decorators included."""
+    sizes = {}
+    for name, tree in PARSED.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                sizes[f"{name}.{node.name}"] = node.end_lineno - first + 1
+    return sizes
+
+
+def test_no_class_of_the_package_is_over_400_lines() -> None:
+    sizes = _class_lines()
+    assert {name: n for name, n in sizes.items() if n > MAX_CLASS_LINES} == {}
+    assert len(sizes) > 100 and "durable_agent.workflows.agent.AgentWorkflow" in sizes
+
+
+def test_no_file_of_workflows_is_over_450_lines() -> None:
+    lengths = {
+        MODULES[name].name: len(MODULES[name].read_text().splitlines())
+        for name in MODULES
+        if room(name) == "workflows"
+    }
+    assert {file: n for file, n in lengths.items() if n > MAX_WORKFLOWS_FILE_LINES} == {}
+    assert len(lengths) > 50
+
+
+def test_the_gates_rooms_are_under_250_lines_each() -> None:
+    sizes = _class_lines()
+    gates = {
+        cls: sizes[f"durable_agent.workflows.{module}.{cls}"] for module, cls in GATE_ROOMS.items()
+    }
+    assert {cls: n for cls, n in gates.items() if n > MAX_GATE_LINES} == {}
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+ONE_SCREEN = (50, 100)
+"""The map's most lines, and most characters a line."""
+
+
+def _the_map() -> list[str]:
+    """The lines of docs/architecture.md's map: the first `text` block under "## The map"."""
+    section = ARCHITECTURE.read_text().split("\n## The map\n", 1)[1]
+    return section.split("```text\n", 1)[1].split("\n```", 1)[0].splitlines()
+
+
+def _read_map() -> tuple[dict[str, list[str]], dict[str, set[str]]]:
+    """The modules the map names (as import names, in the order named) and the rooms each
+    folder may import, by the folder's room. A folder's line starts at the margin; under it,
+    `  label: names` lines, continued by indented lines, and one `  imports:` line."""
+    package_of = {folder: package for package, folder in PACKAGE_DIRS.items()}
+    named: dict[str, list[str]] = {}
+    may_import: dict[str, set[str]] = {}
+    package = label = ""
+    for line in _the_map():
+        if not line.startswith(" "):
+            package = package_of[line.split()[0].rstrip("/")]
+            named[room(package)] = []
+            continue
+        head, colon, rest = line.strip().partition(":")
+        if line[2] != " " and colon:
+            label, line = head, rest
+        names = line.split()
+        if label == "imports":
+            folders = [] if names == ["nothing"] else [package_of[n.rstrip("/")] for n in names]
+            may_import[room(package)] = {room(p) for p in folders}
+        else:
+            named[room(package)] += [f"{package}.{n.replace('/', '.')}" for n in names]
+    return named, may_import
+
+
+def test_the_map_fits_one_screen() -> None:
+    lines = _the_map()
+    assert len(lines) <= ONE_SCREEN[0]
+    assert [line for line in lines if len(line) > ONE_SCREEN[1]] == []
+
+
+def test_the_map_names_every_module_once_in_its_folder_and_nothing_else() -> None:
+    named, may_import = _read_map()
+    assert set(named) == set(may_import) == {room(p) for p in PACKAGE_DIRS}
+    modules = {
+        folder: {n for n in MODULES if room(n) == folder and MODULES[n].name != "__init__.py"}
+        for folder in named
+    }
+    missing = {folder: sorted(modules[folder] - set(names)) for folder, names in named.items()}
+    unknown = {folder: sorted(set(names) - modules[folder]) for folder, names in named.items()}
+    twice = sorted(n for names in named.values() for n in set(names) if names.count(n) > 1)
+    assert {folder: names for folder, names in missing.items() if names} == {}
+    assert {folder: names for folder, names in unknown.items() if names} == {}
+    assert twice == []
+    assert (
+        len(named["workflows"]) > 50
+        and "durable_agent.workflows.tool_call_gate" in (named["workflows"])
+    )
+
+
+def test_each_folder_imports_only_what_the_map_allows() -> None:
+    _, may_import = _read_map()
+    offending = {
+        name: sorted(m for m in imports_of(name) if room(m) not in may_import[room(name)])
+        for name in MODULES
+    }
+    assert {name: found for name, found in offending.items() if found} == {}
+    assert may_import["workflows"] == {"workflows"} and may_import["durable_agent"] == set()

@@ -25,6 +25,12 @@ from durable_agent.activities.tools import tool_specs
 from durable_agent.client.agent_client import AgentRun, AgentRunFailed
 from durable_agent.serving.worker import build_worker, replayer
 from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.decisions import (
+    ApprovalCriteria,
+    AutoModeChange,
+    AutoRules,
+    ToolApproval,
+)
 from durable_agent.workflows.events import AgentEvent
 from durable_agent.workflows.inputs import (
     AutoMode,
@@ -35,7 +41,6 @@ from durable_agent.workflows.inputs import (
     ScriptedTurn,
     ToolApprovalPolicy,
 )
-from durable_agent.workflows.state import ApprovalCriteria, AutoModeChange, AutoRules, ToolApproval
 from tests import fake_anthropic, fake_openai
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, turn
 from tests.test_agent_client import serving

@@ -9,13 +9,7 @@ from durable_agent.workflows.call_ids import FILTER_BITS, MAX_EXACT_CALL_IDS, Ca
 from durable_agent.workflows.dispatch import with_unique_call_ids
 from durable_agent.workflows.loop_detection import MAX_REMEMBERED_CALLS, LoopDetector, call_key
 from durable_agent.workflows.paging import TracePageRequest
-from durable_agent.workflows.state import (
-    CompactionRecord,
-    RunState,
-    StepRecord,
-    ToolCallRecord,
-    Usage,
-)
+from durable_agent.workflows.state import CompactionRecord, RunState, StepRecord, ToolCallRecord
 from durable_agent.workflows.trace import (
     MAX_KEPT_COMPACTIONS,
     MAX_KEPT_STEP_RECORDS,
@@ -23,6 +17,7 @@ from durable_agent.workflows.trace import (
     Trace,
 )
 from durable_agent.workflows.transcript import AssistantMessage, ToolCall
+from durable_agent.workflows.usage import Usage
 
 START = datetime(2026, 12, 1, tzinfo=UTC)
 

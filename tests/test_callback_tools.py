@@ -20,8 +20,8 @@ from temporalio.service import RPCError
 
 from durable_agent.activities.tools import make_callback_tool
 from durable_agent.client.agent_client import AgentClient, AgentRun, AgentRunFailed
+from durable_agent.workflows.decisions import PendingCallback
 from durable_agent.workflows.inputs import CallbackTool, ToolApprovalPolicy
-from durable_agent.workflows.state import PendingCallback
 from durable_agent.workflows.status import AGENT_STATUS
 from tests.helpers import call, eventually, scripted_input, turn
 from tests.test_agent_client import serving

@@ -20,6 +20,7 @@ from durable_agent.activities.pricing import DEMO_PRICE
 from durable_agent.client.agent_client import AgentClient
 from durable_agent.demo import script as demo
 from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.decisions import ApprovalCriteria
 from durable_agent.workflows.inputs import (
     AgentInput,
     AutoMode,
@@ -27,7 +28,6 @@ from durable_agent.workflows.inputs import (
     ModelSettings,
     ToolApprovalPolicy,
 )
-from durable_agent.workflows.state import ApprovalCriteria
 from tests import fake_anthropic
 from tests.browser import Browser
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, eventually, turn

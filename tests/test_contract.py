@@ -22,8 +22,8 @@ from durable_agent.client.contract import contract, example_input
 from durable_agent.serving.dev_server import temporal_binary
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.decisions import PlanDecision, ToolCallDecision
 from durable_agent.workflows.inputs import AgentInput, AgentResult
-from durable_agent.workflows.state import PlanDecision, ToolCallDecision
 from tests.helpers import TEST_WORKER_OPTIONS, program
 
 NODE_CLIENT = Path(__file__).parent / "node_client"

@@ -24,8 +24,8 @@ from durable_agent.workflows.inputs import (
     ScriptedTurn,
     ToolApprovalPolicy,
 )
-from durable_agent.workflows.state import Usage
 from durable_agent.workflows.transcript import Transcript
+from durable_agent.workflows.usage import Usage
 from tests import fake_openai
 from tests.helpers import (
     FAST_MODEL_RETRY,

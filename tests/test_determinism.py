@@ -308,7 +308,8 @@ async def test_a_whole_run_under_the_sdks_own_sandbox(client: Client, task_queue
         replayed = await replayer("stock").replay_workflow(history, raise_on_replay_failure=False)
         assert replayed.replay_failure is None
 
-    rooms = {"agent", "dispatch", "saga", "gates", "context_window", "continuation", "compaction"}
+    rooms = {"agent", "dispatch", "saga", "tool_call_gate", "context_window", "continuation"}
+    rooms |= {"compaction", "plan_gate", "call_approvals", "sub_agent_relay"}
     assert {f"durable_agent.workflows.{room}" for room in rooms} <= set(sandbox_modules)
     shared = {name for name, fresh in sandbox_modules.items() if not fresh}
     assert shared == {"durable_agent.workflows.registry"}

@@ -11,11 +11,11 @@ import pytest
 
 from durable_agent.workflows import dispatch
 from durable_agent.workflows.builtin_tools import FINISH, SUBMIT_PLAN
+from durable_agent.workflows.decisions import ToolCallDecision
 from durable_agent.workflows.dispatch import Finish, Refuse, Run, RunFacts, SubmitPlan
 from durable_agent.workflows.inputs import ToolApprovalPolicy
 from durable_agent.workflows.loop_detection import MAX_IDENTICAL_CALLS, LoopDetector
 from durable_agent.workflows.specs import ToolSpec
-from durable_agent.workflows.state import ToolCallDecision
 from durable_agent.workflows.transcript import AssistantMessage, ToolCall
 from durable_agent.workflows.versioning import Behaviours
 

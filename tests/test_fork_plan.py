@@ -16,8 +16,8 @@ from durable_agent.client.forking import read_run, scripted_from
 from durable_agent.demo import tools as demo_tools
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.decisions import PlanState
 from durable_agent.workflows.inputs import ModelSettings, ScriptedTurn
-from durable_agent.workflows.state import PlanState
 from tests.helpers import (
     FAST_MODEL_RETRY,
     TEST_WORKER_OPTIONS,

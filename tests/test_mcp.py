@@ -266,8 +266,8 @@ async def test_read_only_hint_decides_the_scheduling(
 async def test_a_side_effecting_mcp_call_waits_for_approval(
     client: Client, task_queue: str, journal: Path, tmp_path: Path
 ) -> None:
+    from durable_agent.workflows.decisions import ToolCallDecision
     from durable_agent.workflows.inputs import ToolApprovalPolicy
-    from durable_agent.workflows.state import ToolCallDecision
 
     config = config_of({"shop": stdio_server(journal)}, tmp_path)
     script = [turn(call("shop__record", "c1", note="n")), turn(text="done")]
@@ -354,7 +354,7 @@ async def test_an_optional_server_down_is_left_out(
 
 async def _approve_when_waiting(handle: Any, call_id: str, before: Any = None) -> None:
     """Wait until `call_id` waits for a person, run `before`, then approve it."""
-    from durable_agent.workflows.state import ToolCallDecision
+    from durable_agent.workflows.decisions import ToolCallDecision
 
     async def waiting() -> bool:
         status = await handle.query(AgentWorkflow.status)

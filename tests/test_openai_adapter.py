@@ -22,7 +22,6 @@ from durable_agent.workflows.activity_io import ModelRequest
 from durable_agent.workflows.errors import AgentConfigurationError, AgentProviderError
 from durable_agent.workflows.inputs import ModelSettings
 from durable_agent.workflows.specs import ToolSpec
-from durable_agent.workflows.state import Usage
 from durable_agent.workflows.transcript import (
     AssistantMessage,
     Message,
@@ -30,6 +29,7 @@ from durable_agent.workflows.transcript import (
     ToolResult,
     UserMessage,
 )
+from durable_agent.workflows.usage import Usage
 from tests.fake_openai import FakeOpenAI, HttpReply, Reply, error
 
 ADD = ToolSpec(

@@ -23,8 +23,8 @@ from durable_agent.activities.providers.scripted import recorded_requests
 from durable_agent.serving.dev_server import embedded_dev_server, free_port
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.decisions import PlanDecision
 from durable_agent.workflows.inputs import AgentInput, AgentResult
-from durable_agent.workflows.state import PlanDecision
 from durable_agent.workflows.status import RunStatus
 from durable_agent.workflows.transcript import UserMessage
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn

@@ -10,7 +10,7 @@ from temporalio.client import Client
 
 from durable_agent.activities import pricing
 from durable_agent.workflows.inputs import AgentInput, Limits, Price
-from durable_agent.workflows.state import Usage
+from durable_agent.workflows.usage import Usage
 from tests.helpers import call, run_agent, scripted_input, turn
 
 SONNET = pricing.SHIPPED_PRICES["claude-sonnet-4-5"]

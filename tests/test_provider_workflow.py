@@ -24,6 +24,7 @@ from temporalio.client import Client
 import tests.tools_for_tests as test_tools
 from durable_agent.activities import pricing
 from durable_agent.workflows.compaction import SUMMARY_SYSTEM
+from durable_agent.workflows.decisions import ApprovalCriteria
 from durable_agent.workflows.inputs import (
     AgentInput,
     AutoMode,
@@ -31,7 +32,7 @@ from durable_agent.workflows.inputs import (
     ModelSettings,
     ToolApprovalPolicy,
 )
-from durable_agent.workflows.state import ApprovalCriteria, Usage
+from durable_agent.workflows.usage import Usage
 from tests import fake_anthropic, fake_openai
 from tests.helpers import FAST_MODEL_RETRY, Run, run_agent
 from tests.test_anthropic_adapter import cache_paths

@@ -30,7 +30,6 @@ from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentProviderError
 from durable_agent.workflows.inputs import AgentInput, ModelSettings, ToolApprovalPolicy
 from durable_agent.workflows.model_gateway import model_task_queue
-from durable_agent.workflows.state import Usage
 from durable_agent.workflows.transcript import (
     AssistantMessage,
     Message,
@@ -38,6 +37,7 @@ from durable_agent.workflows.transcript import (
     ToolResult,
     UserMessage,
 )
+from durable_agent.workflows.usage import Usage
 from tests import fake_anthropic
 from tests.fake_openai import (
     NOT_PERSISTED,

@@ -18,8 +18,8 @@ from durable_agent.activities.providers.anthropic_provider import complete as an
 from durable_agent.activities.providers.openai_provider import complete as chat_complete
 from durable_agent.workflows.activity_io import ModelRequest
 from durable_agent.workflows.inputs import AgentInput, ModelSettings, Price
-from durable_agent.workflows.state import Usage
 from durable_agent.workflows.transcript import AssistantMessage, TextItem, UserMessage
+from durable_agent.workflows.usage import Usage
 from tests import fake_anthropic, recorded
 from tests.fake_openai import FakeOpenAI, RecordedReply, ResponsesReply, responses_error
 from tests.helpers import FAST_MODEL_RETRY, Run, run_agent

@@ -41,6 +41,14 @@ from durable_agent.demo.script import DEMO_PROMPT, support_demo_script
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.activity_io import ModelResponse
 from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.decisions import (
+    ApprovalCriteria,
+    AutoModeChange,
+    CallbackAnswer,
+    PlanDecision,
+    PlanState,
+    ToolCallDecision,
+)
 from durable_agent.workflows.events import EVENTS_TOPIC, AgentEvent
 from durable_agent.workflows.inputs import (
     AgentInput,
@@ -55,14 +63,6 @@ from durable_agent.workflows.inputs import (
     ToolApprovalPolicy,
 )
 from durable_agent.workflows.model_gateway import ModelGateway
-from durable_agent.workflows.state import (
-    ApprovalCriteria,
-    AutoModeChange,
-    CallbackAnswer,
-    PlanDecision,
-    PlanState,
-    ToolCallDecision,
-)
 from durable_agent.workflows.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from tests.helpers import TEST_WORKER_OPTIONS, call, chain_histories, scripted_input, turn
 

@@ -18,15 +18,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from durable_agent.workflows.budget import Budget
 from durable_agent.workflows.inputs import AgentInput, AgentResult, Limits
 from durable_agent.workflows.loop_detection import LoopDetector, call_key
-from durable_agent.workflows.state import (
-    FailureDetails,
-    RunState,
-    StepRecord,
-    ToolCallRecord,
-    Usage,
-)
+from durable_agent.workflows.state import FailureDetails, RunState, StepRecord, ToolCallRecord
 from durable_agent.workflows.status import SubAgentReport
 from durable_agent.workflows.transcript import Transcript, UserMessage
+from durable_agent.workflows.usage import Usage
 
 HISTORIES = Path(__file__).parent / "histories"
 START = datetime(2026, 12, 1, tzinfo=UTC)

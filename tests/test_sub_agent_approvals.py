@@ -18,8 +18,8 @@ from temporalio.worker import Replayer
 from durable_agent.client.agent_client import AgentRun, AgentRunFailed
 from durable_agent.demo import tools as demo_tools
 from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.decisions import ToolCallDecision
 from durable_agent.workflows.inputs import AgentInput, ToolApprovalPolicy
-from durable_agent.workflows.state import ToolCallDecision
 from durable_agent.workflows.status import AGENT_STATUS, RunStatus
 from tests.helpers import call, eventually, scripted_input, turn
 from tests.test_agent_client import serving

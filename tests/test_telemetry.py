@@ -39,8 +39,8 @@ from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.activity_io import ModelRequest, ModelResponse
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.inputs import AgentInput, ModelSettings
-from durable_agent.workflows.state import Usage
 from durable_agent.workflows.transcript import AssistantMessage, UserMessage
+from durable_agent.workflows.usage import Usage
 from tests import fake_anthropic, fake_openai
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, scripted_input, turn
 

@@ -16,9 +16,9 @@ from durable_agent.client.agent_client import AgentRun
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.approval import approval_predicate
+from durable_agent.workflows.decisions import ToolCallDecision
 from durable_agent.workflows.events import AgentEvent
 from durable_agent.workflows.inputs import AgentInput, AgentResult, ToolApprovalPolicy
-from durable_agent.workflows.state import ToolCallDecision
 from durable_agent.workflows.transcript import Transcript
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 

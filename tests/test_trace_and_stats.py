@@ -31,7 +31,8 @@ from durable_agent.encryption import payload_codec
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.inputs import AgentResult, Limits, ModelSettings, Price
-from durable_agent.workflows.state import CompactionRecord, StepRecord, ToolCallRecord, Usage
+from durable_agent.workflows.state import CompactionRecord, StepRecord, ToolCallRecord
+from durable_agent.workflows.usage import Usage
 from tests import helpers
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 from tests.test_agent_client import end_leftovers

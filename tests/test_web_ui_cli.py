@@ -20,7 +20,6 @@ from durable_agent.client.agent_client import AgentClient, AgentRun, AgentRunFai
 from durable_agent.encryption.payload_codec import ENCODING, PayloadKey, data_converter
 from durable_agent.serving.dev_server import temporal_binary
 from durable_agent.serving.worker import build_worker
-from durable_agent.workflows.gates import REFUSED
 from durable_agent.workflows.inputs import (
     AgentInput,
     Limits,
@@ -28,8 +27,9 @@ from durable_agent.workflows.inputs import (
     ScriptedTurn,
     ToolApprovalPolicy,
 )
-from durable_agent.workflows.state import Usage
+from durable_agent.workflows.refusals import REFUSED
 from durable_agent.workflows.status import AGENT_COST_USD, AGENT_ERROR, AGENT_STATUS, AGENT_STEP
+from durable_agent.workflows.usage import Usage
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, eventually, turn
 
 STEP_USAGE = Usage(input_tokens=500_000, output_tokens=100_000)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from durable_agent.activities.pricing import DEMO_PRICE
+from durable_agent.workflows.decisions import ApprovalCriteria, JudgeVerdict, ToolApproval
 from durable_agent.workflows.inputs import (
     AgentInput,
     AutoMode,
@@ -15,7 +16,6 @@ from durable_agent.workflows.inputs import (
 )
 from durable_agent.workflows.reporting import (
     CANCELLED,
-    SUMMARY_CHARS,
     calls_markdown,
     code_span,
     cost_text,
@@ -23,11 +23,10 @@ from durable_agent.workflows.reporting import (
     judged_markdown,
     markdown_text,
     plan_markdown,
-    run_details,
-    run_summary,
     verdict_line,
 )
-from durable_agent.workflows.state import ApprovalCriteria, JudgeVerdict, ToolApproval, Usage
+from durable_agent.workflows.run_summary import SUMMARY_CHARS, run_details, run_summary
+from durable_agent.workflows.usage import Usage
 
 
 def test_a_code_span_holds_backticks_and_quotes_as_they_are() -> None:

@@ -29,8 +29,8 @@ from durable_agent.client.agent_client import AgentClient, AgentRun
 from durable_agent.serving.dev_server import temporal_binary
 from durable_agent.serving.worker import build_worker, deployment_config
 from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.decisions import PlanDecision
 from durable_agent.workflows.errors import AgentConfigurationError
-from durable_agent.workflows.state import PlanDecision
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
 
 

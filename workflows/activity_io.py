@@ -9,8 +9,8 @@ from pydantic import BaseModel, Field
 
 from .inputs import ModelSettings
 from .specs import DEFAULT_MAX_RESULT_CHARS, ToolSpec
-from .state import Usage
 from .transcript import AssistantMessage, Message
+from .usage import Usage
 
 
 class ModelRequest(BaseModel):

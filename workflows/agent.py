@@ -3,22 +3,22 @@
 This file holds the run and its step loop; the handlers (queries, signals, updates) are
 handlers.py's, which AgentWorkflow inherits. Each concern the loop touches has a module of its
 own (docs/architecture.md): the run's state (state.py), the model (model_gateway.py), what each
-call means (dispatch.py), people (gates.py), running calls (tool_runner.py), undoing (saga.py),
-the context window (context_window.py), continue-as-new (continuation.py), a conversation's
-turns (conversation.py), progress (reporting.py) and history versions (versioning.py).
+call means (dispatch.py), people (plan_gate.py, tool_call_gate.py), running calls
+(tool_runner.py), undoing (saga.py), the context window (context_window.py), continue-as-new
+(continuation.py), a conversation's turns (conversation.py), progress (reporting.py) and
+history versions (versioning.py).
 
-Each step of the loop ends in a typed next step (`NextStep`: run again, a turn ended, wait for
-the next turn, hand on, finished), and `_loop` dispatches them in one place; a failure is an
-`AgentError` raised. Deterministic code only: no clock but `workflow.now()`, no I/O. The
-transcript lives in the run's state, and every append goes through the pairing rule.
+Each step of the loop ends in a typed next step (`NextStep`, next_step.py: run again, a turn
+ended, wait for the next turn, hand on, finished), and `_loop` dispatches them in one place; a
+failure is an `AgentError` raised. The run's first state and the checks of its input are
+run_setup.py's. Deterministic code only: no clock but `workflow.now()`, no I/O. The transcript
+lives in the run's state, and every append goes through the pairing rule.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
-from dataclasses import dataclass
 from typing import Any
 
 from temporalio import workflow
@@ -27,6 +27,7 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from . import continuation, dispatch, fork, run_setup, versioning
 from .auto_mode_forwarding import AutoModeForwarding
 from .budget import Budget
+from .builtin_tools import finish_answer
 from .call_ids import CallIds
 from .callbacks import CallbackGate
 from .context import RunContext
@@ -36,20 +37,20 @@ from .errors import (
     AgentApprovalTimeout,
     AgentError,
     AgentFatalToolError,
-    AgentInputTooLarge,
 )
-from .gates import PlanGate, ToolCallGate
 from .handlers import AgentHandlers
-from .input_limits import InputTooLarge, check_input, json_bytes
 from .inputs import AgentInput, AgentResult
 from .judge import Judge
 from .loop_detection import LoopDetector
 from .model_gateway import ModelGateway
+from .next_step import Finished, HandOn, NextStep, RunAgain, TurnEnded, WaitForTurn
 from .outcomes import Outcome
+from .plan_gate import PlanGate, decision_text
 from .reporting import CANCELLED, Reporter
 from .saga import Saga
 from .specs import ToolSpec
-from .state import PlanDecision, PlanState, RunState, StepRecord, TurnOutcome
+from .state import StepRecord, TurnOutcome
+from .tool_call_gate import ToolCallGate
 from .tool_runner import ToolRunner, not_run_because
 from .trace import Trace
 from .transcript import ToolCall, ToolResult, Transcript, UserMessage
@@ -64,45 +65,12 @@ SCHEMA_NUDGE = (
 )
 
 
-# Where a step leaves the run: a small union, dispatched by `_loop` alone.
-@dataclass(frozen=True)
-class RunAgain:
-    """The step is done; the next one calls the model."""
-
-
-@dataclass(frozen=True)
-class TurnEnded:
-    """The model answered (or, in a conversation, the turn was interrupted or hit its step
-    limit): a run ends here, a conversation records the turn."""
-
-    outcome: TurnOutcome
-    answered: AgentResult | None = None
-
-
-@dataclass(frozen=True)
-class WaitForTurn:
-    """A conversation waits, spending nothing, for the next message."""
-
-
-@dataclass(frozen=True)
-class HandOn:
-    """Continue as new, at a step boundary or between turns."""
-
-
-@dataclass(frozen=True)
-class Finished:
-    result: AgentResult
-
-
-NextStep = RunAgain | TurnEnded | WaitForTurn | HandOn | Finished
-
-
 @workflow.defn
 class AgentWorkflow(AgentHandlers):
     @workflow.init
     def __init__(self, agent_input: AgentInput) -> None:
         self._input = agent_input
-        self._state = state = _initial_state(agent_input)
+        self._state = state = run_setup.initial_state(agent_input)
         # What the handlers use is built here; the loop's parts once the run has decided its
         # behaviours (context.py says why then).
         self._ctx = ctx = RunContext(agent_input, state)
@@ -238,7 +206,7 @@ class AgentWorkflow(AgentHandlers):
     async def _start(self) -> NextStep:
         agent_input = self._input
         if agent_input.carried is None:
-            self._check_input_size()
+            run_setup.check_input_size(agent_input, self._budget)
         await self._resolve_tools()
         talk = self._conversation
         if agent_input.carried is None and agent_input.fork is None:
@@ -336,15 +304,6 @@ class AgentWorkflow(AgentHandlers):
             case "continue_as_new":
                 return HandOn()
 
-    def _check_input_size(self) -> None:
-        """One rule for the input at the start and at every hand-on (input_limits.py): an input
-        that could not be carried fails now, before anything is paid for."""
-        try:
-            check_input(json_bytes(self._input), len(self._input.prompt))
-        except InputTooLarge as refused:
-            if versioning.refuses_oversized_input():
-                raise AgentInputTooLarge(str(refused), self._budget.details()) from None
-
     def _hand_on_due(self) -> bool:
         steps_this_run = self._state.steps - self._first_step_of_run
         return continuation.is_due(self._input, self._state, steps_this_run)
@@ -390,7 +349,7 @@ class AgentWorkflow(AgentHandlers):
                     reply.outcomes[plan_call.id] = Outcome.error(plan_call, f"Error: {timeout}")
                     self._append_results(calls, reply.outcomes, record)
                     raise
-                text = _decision_text(decision, self._state.plan)
+                text = decision_text(decision, self._state.plan)
                 reply.outcomes[plan_call.id] = Outcome.ok(plan_call, text)
                 feedback = None if decision.approve else decision.comment
         self._append_results(calls, reply.outcomes, record)
@@ -401,7 +360,7 @@ class AgentWorkflow(AgentHandlers):
             self._transcript.append(UserMessage(content=feedback))
         if reply.answer is None:
             return None
-        return self._result(_answer_text(reply.answer, self._input), reply.answer)
+        return self._result(finish_answer(reply.answer, self._input.output_schema), reply.answer)
 
     def _append_results(
         self, calls: tuple[ToolCall, ...], outcomes: dict[str, Outcome], record: StepRecord
@@ -485,36 +444,5 @@ class AgentWorkflow(AgentHandlers):
         )
 
 
-def _answer_text(arguments: dict[str, Any], agent_input: AgentInput) -> str:
-    if agent_input.output_schema is None:
-        return str(arguments["answer"])
-    return json.dumps(arguments, ensure_ascii=False)
-
-
-def _decision_text(decision: PlanDecision, plan: PlanState | None) -> str:
-    version = plan.version if plan else "?"
-    if decision.approve:
-        comment = f" Their comment: {decision.comment}" if decision.comment else ""
-        return (
-            f"A person approved plan v{version}.{comment} Carry it out now; the tools that "
-            "change data are available."
-        )
-    return f"A person rejected plan v{version}; their feedback follows. Plan again."
-
-
 def _ms_since(started: Any) -> int:
     return int((workflow.now() - started).total_seconds() * 1000)
-
-
-def _initial_state(agent_input: AgentInput) -> RunState:
-    """A run's state: carried on from the run it continued, a fork's seed, or a fresh one."""
-    if agent_input.carried is not None:
-        return agent_input.carried
-    if agent_input.fork is not None:
-        state = fork.seeded_state(agent_input.fork, workflow.now())
-    else:
-        state = RunState.start(workflow.now())
-    # A sub-agent holds the denials its parent was asked to remember.
-    for tool, denial in agent_input.remembered_denials.items():
-        state.remembered.setdefault(tool, denial)
-    return state

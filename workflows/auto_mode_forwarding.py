@@ -19,8 +19,8 @@ from temporalio import workflow
 from temporalio.exceptions import FailureError
 
 from . import versioning
-from .gates import ToolCallGate
-from .state import AutoModeChange
+from .decisions import AutoModeChange
+from .tool_call_gate import ToolCallGate
 
 SET_AUTO_MODE = "set_auto_mode"
 """The update an operator sends a run, and its signal twin, which a parent sends its sub-agents."""

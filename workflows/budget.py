@@ -12,8 +12,9 @@ from .errors import (
 )
 from .inputs import Limits
 from .specs import ToolSpec
-from .state import FailureDetails, RunState, Usage
+from .state import FailureDetails, RunState
 from .transcript import Message
+from .usage import Usage
 
 
 def estimate_tokens(text: str) -> int:

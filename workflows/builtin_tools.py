@@ -1,13 +1,14 @@
 """The tools the loop itself provides: finish, submit_plan, delegate and read_result.
 
-Specs and names only, as data: the loop offers them (workflows/dispatch.py decides what a call
-to one means) and no activity is registered for finish, submit_plan or delegate. read_result is
-an ordinary tool activity (activities/read_result.py) that the loop offers once a result was
-externalised. Pure.
+Specs and names, as data, and the answer an accepted finish gives: the loop offers them
+(workflows/dispatch.py decides what a call to one means) and no activity is registered for
+finish, submit_plan or delegate. read_result is an ordinary tool activity
+(activities/read_result.py) that the loop offers once a result was externalised. Pure.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .specs import ToolSpec
@@ -97,3 +98,11 @@ def finish_spec(output_schema: dict[str, Any] | None) -> ToolSpec:
         description=_FINISH_DESCRIPTION,
         parameters=output_schema or _DEFAULT_ANSWER_SCHEMA,
     )
+
+
+def finish_answer(arguments: dict[str, Any], output_schema: dict[str, Any] | None) -> str:
+    """The run's answer, of an accepted finish's arguments: its `answer`, or, with an output
+    schema, the arguments themselves as JSON."""
+    if output_schema is None:
+        return str(arguments["answer"])
+    return json.dumps(arguments, ensure_ascii=False)

@@ -21,11 +21,12 @@ from typing import Any
 from temporalio import workflow
 
 from . import json_schema
+from .decisions import CallbackAnswer, PendingCallback
 from .input_limits import QUOTED_ID_CHARS, InputTooLarge
 from .outcomes import Outcome, bounded
 from .reporting import Reporter
 from .specs import ToolSpec
-from .state import CallbackAnswer, PendingCallback, RunState
+from .state import RunState
 from .transcript import ToolCall
 
 MAX_ANSWER_BYTES = 256_000

@@ -15,11 +15,12 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 
 from . import compaction
 from .budget import Budget
+from .decisions import ToolApproval
 from .errors import AgentBudgetExceeded
 from .input_limits import MAX_INPUT_BYTES, json_bytes
 from .inputs import AgentInput, ForkSeed
 from .reporting import Reporter
-from .state import RunState, ToolApproval
+from .state import RunState
 from .transcript import pending_calls
 
 MAX_CARRIED_BYTES = MAX_INPUT_BYTES

@@ -32,16 +32,11 @@ from .input_limits import check_message, check_queue
 from .interruption import Interruption
 from .outcomes import bounded
 from .reporting import Reporter
-from .state import (
-    ConversationState,
-    QueuedMessage,
-    TurnOutcome,
-    TurnRecord,
-    Usage,
-)
+from .state import ConversationState, QueuedMessage, TurnOutcome, TurnRecord
 from .status import STATUS_TURNS, ConversationStatus
 from .transcript import Transcript, UserMessage
 from .unknown_signals import UnknownSignals
+from .usage import Usage
 
 MAX_QUEUED = 100
 """Messages that may wait for a safe point; one more is refused until the turn takes them (their

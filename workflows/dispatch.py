@@ -27,11 +27,11 @@ from .builtin_tools import (
     SUBMIT_PLAN_SPEC,
     finish_spec,
 )
+from .decisions import ToolCallDecision
 from .inputs import ToolApprovalPolicy
 from .loop_detection import LoopDetector
 from .outcomes import Outcome, bounded
 from .specs import ToolSpec
-from .state import ToolCallDecision
 from .transcript import AssistantMessage, ToolCall
 from .versioning import Behaviours
 
@@ -261,8 +261,8 @@ def with_unique_call_ids(
     result and for its idempotency key. With `bounded_ids`, one over MAX_CALL_ID_CHARS is
     renamed too (a sub-agent's workflow id is built from it). With `unqualified_ids`, one with a
     '/' is renamed too: a parent shows its sub-agent's calls qualified by the delegate call
-    (`call_1_1/call_2_1`, gates.py), and a call of its own named so would be decided in their
-    place."""
+    (`call_1_1/call_2_1`, sub_agent_relay.py), and a call of its own named so would be decided
+    in their place."""
     ids = [call.id for call in message.tool_calls]
     too_long = bounded_ids and any(len(i) > MAX_CALL_ID_CHARS for i in ids)
     qualified = unqualified_ids and any("/" in i for i in ids)

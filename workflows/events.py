@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .state import Usage
+from .usage import Usage
 
 EVENTS_TOPIC = "events"
 """The progress stream's topic: every `AgentEvent` of a run, in order."""

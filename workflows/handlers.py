@@ -5,14 +5,11 @@ Each handler is declared once and hands over to the part of the run it concerns:
 transcript, the trace, the saga, the gates, the conversation. A decision has one rule for
 whether it is taken (the part's `validate_...`): as an update it is refused with the reason
 (`refused`, one line, no stack trace), and as a signal of the same name, for `temporal workflow
-signal` and the Web UI's signal dialog, it is logged and ignored (`by_signal`). Deterministic
-code only.
+signal` and the Web UI's signal dialog, it is logged and ignored (`ignored`): refusals.py.
+Deterministic code only.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import ParamSpec
 
 from temporalio import workflow
 
@@ -20,7 +17,15 @@ from . import paging
 from .auto_mode_forwarding import SET_AUTO_MODE, AutoModeForwarding
 from .callbacks import CallbackGate
 from .conversation import Conversation
-from .gates import PlanGate, ToolCallGate, ignored_by_signal, validator_refusal
+from .decisions import (
+    AutoModeChange,
+    CallbackAnswer,
+    PendingCallback,
+    PlanDecision,
+    PlanState,
+    ToolApproval,
+    ToolCallDecision,
+)
 from .inputs import AgentInput
 from .paging import (
     EffectsPage,
@@ -30,45 +35,15 @@ from .paging import (
     TranscriptPage,
     TranscriptPageRequest,
 )
+from .plan_gate import PlanGate
+from .refusals import ignored, refused, validator_refusal
 from .reporting import Reporter
 from .saga import Saga
-from .state import (
-    AutoModeChange,
-    CallbackAnswer,
-    PendingCallback,
-    PlanDecision,
-    PlanState,
-    RunState,
-    StepRecord,
-    ToolApproval,
-    ToolCallDecision,
-)
+from .state import RunState, StepRecord
 from .status import STATUS_STEP_RECORDS, SUB_AGENT_APPROVALS_SIGNAL, RunStatus, SubAgentReport
+from .tool_call_gate import ToolCallGate
 from .trace import Trace
 from .transcript import Message, Transcript
-
-P = ParamSpec("P")
-
-
-def refused(check: Callable[P, None], *args: P.args, **kwargs: P.kwargs) -> None:
-    """An update's validator: `check`, its ValueError refused as one line."""
-    try:
-        check(*args, **kwargs)
-    except ValueError as refusal:
-        raise validator_refusal(refusal) from None
-
-
-def by_signal(what: str, check: Callable[P, None], *args: P.args, **kwargs: P.kwargs) -> bool:
-    """A decision sent by signal: whether to take it, by the update's own rule. A signal cannot
-    be refused to its sender, so a refused one is logged and ignored (one over a bound is taken
-    by a run recorded before the bounds: gates.ignored_by_signal)."""
-    try:
-        check(*args, **kwargs)
-    except ValueError as refusal:
-        if ignored_by_signal(refusal):
-            workflow.logger.warning("%s ignored: %s", what, refusal)
-            return False
-    return True
 
 
 class AgentHandlers:
@@ -274,7 +249,7 @@ class AgentHandlers:
         ),
     )
     async def set_auto_mode_by_signal(self, change: AutoModeChange) -> None:
-        if by_signal("auto mode change", self._tool_gate.validate_auto_mode_change, change):
+        if ignored("auto mode change", self._tool_gate.validate_auto_mode_change, change) is None:
             await self._auto_mode.take_by_signal(change)
 
     @workflow.signal(
@@ -302,7 +277,7 @@ class AgentHandlers:
 
     @workflow.signal(name="send_message")
     def send_message_by_signal(self, text: str) -> None:
-        if by_signal("message", self._conversation.validate_message, text):
+        if ignored("message", self._conversation.validate_message, text) is None:
             self._conversation.take_message(text)
 
     @workflow.update
@@ -317,7 +292,7 @@ class AgentHandlers:
 
     @workflow.signal(name="interrupt")
     def interrupt_by_signal(self) -> None:
-        if by_signal("interrupt", self._conversation.validate_interrupt):
+        if ignored("interrupt", self._conversation.validate_interrupt) is None:
             self._conversation.interrupt()
 
     @workflow.update
@@ -332,7 +307,7 @@ class AgentHandlers:
 
     @workflow.signal(name="end_conversation")
     def end_conversation_by_signal(self) -> None:
-        if by_signal("end", self._conversation.validate_end):
+        if ignored("end", self._conversation.validate_end) is None:
             self._conversation.end()
 
     @workflow.signal(

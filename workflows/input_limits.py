@@ -44,7 +44,7 @@ QUOTED_ID_CHARS = 100
 
 TOO_LARGE = "AgentInputTooLarge"
 """The type of the error an update's validator (and the client) refuses input over a bound with,
-so a caller can tell it from a decision the run cannot take now (gates.REFUSED)."""
+so a caller can tell it from a decision the run cannot take now (refusals.REFUSED)."""
 
 
 class InputTooLarge(ValueError):

@@ -18,21 +18,12 @@ from .bounds import (
     Steps,
     Tokens,
 )
+from .decisions import AutoRules, PlanState, ToolCallDecision
 from .providers import CATALOGUE, REASONING_EFFORTS, Provider
 from .specs import DEFAULT_MAX_RESULT_CHARS, RetrySettings, ToolSpec
-from .state import (
-    AutoRules,
-    CompactionRecord,
-    EarlierSteps,
-    EffectLog,
-    PlanState,
-    RunState,
-    StepRecord,
-    ToolCallDecision,
-    TurnRecord,
-    Usage,
-)
+from .state import CompactionRecord, EarlierSteps, EffectLog, RunState, StepRecord, TurnRecord
 from .transcript import Message, Transcript
+from .usage import Usage
 
 DEFAULT_TASK_QUEUE = "agent-loop"
 

@@ -23,21 +23,15 @@ from . import json_schema, versioning
 from .activity_io import ModelRequest, ModelResponse
 from .budget import Budget
 from .context import RunContext
+from .decisions import ApprovalCriteria, AutoModeChange, AutoRules, JudgeDecision, JudgeVerdict
 from .dispatch import parsed_json
 from .errors import AgentError
 from .inputs import AutoMode
 from .model_gateway import ModelGateway
 from .outcomes import bounded
 from .specs import ToolSpec
-from .state import (
-    ApprovalCriteria,
-    AutoModeChange,
-    AutoRules,
-    JudgeDecision,
-    JudgeVerdict,
-    Usage,
-)
 from .transcript import AssistantMessage, Message, ToolCall, UserMessage
+from .usage import Usage
 
 VERDICT = "verdict"
 VERDICT_PARAMETERS: dict[str, Any] = {

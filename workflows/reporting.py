@@ -1,6 +1,6 @@
 """Reporting: what a run tells the world while it goes, without touching its transcript.
 
-Four channels:
+Three channels (the static summary and details a run starts with are run_summary.py's):
 - the progress stream (`AgentEvent`s, workflow state only, no history event);
 - the search attributes AgentStatus, AgentStep, AgentCostUsd and AgentError (each upsert is a
   history event and a visibility write, so they move with the status, every AGENT_STEP_EVERY
@@ -8,9 +8,7 @@ Four channels:
 - the current details that the Web UI shows on a run's page, written for its Markdown renderer:
   what the run does or waits for, at which step, what it cost so far, and for a wait the
   handler and the exact input to paste into the UI's update dialog (no command: a query answers
-  them);
-- the static summary and details a run is started with (`run_summary`, `run_details`), which
-  the client sets from the run's input.
+  them).
 
 No transcript content goes into the search attributes. The current details quote what a person
 must decide on (a plan's steps, a waiting call's arguments), as the `status` query does; they are
@@ -30,20 +28,17 @@ from temporalio.contrib.workflow_streams import WorkflowStream
 from . import shown_arguments
 from .activity_io import ModelResponse
 from .context import RunContext
+from .decisions import JudgeVerdict, ToolApproval
 from .events import EVENTS_TOPIC, AgentEvent, AgentEventKind
-from .inputs import AgentInput
 from .outcomes import Outcome, count
-from .state import JudgeVerdict, StepRecord, ToolApproval, Usage
+from .state import StepRecord
 from .status import AGENT_COST_USD, AGENT_ERROR, AGENT_STATUS, AGENT_STEP, AgentStatus
+from .usage import Usage
 
 AGENT_STEP_EVERY = 10
 """While a run runs, AgentStep (and AgentCostUsd) is brought up to date at least this often
 (and whenever the status changes): a step then costs no search-attribute upsert of its own."""
 
-SUMMARY_CHARS = 120
-"""A run's static summary: one line, the label and the start of the prompt's first line."""
-DETAILS_TOOLS = 30
-"""Tools named in a run's static details; the rest are counted."""
 DETAILS_PLAN_STEPS = 30
 """A waiting plan's steps listed in the current details; the rest are counted."""
 DETAILS_STEP_CHARS = 300
@@ -201,6 +196,43 @@ class Reporter:
     def reply_done(self) -> None:
         self._reported_calls.clear()
 
+    def asked(self, approval: ToolApproval) -> None:
+        """approval_requested: a call waits for a decision (auto mode's judge's, or a person's)."""
+        self.publish(
+            "approval_requested",
+            call_id=approval.call_id,
+            tool=approval.tool,
+            arguments=approval.arguments,
+        )
+
+    def decided(
+        self,
+        approval: ToolApproval,
+        *,
+        outcome: str | None = None,
+        text: str | None = None,
+        verdict: JudgeVerdict | None = None,
+    ) -> None:
+        """What came of a call that waited, in one shape: approval_decided, with its status
+        (unless `outcome` says otherwise) and why; or, given auto mode's `verdict`, judge_verdict,
+        with what came of it, the judge's reason, and its own call's latency and usage."""
+        more: dict[str, Any] = {}
+        if verdict is not None:
+            outcome, text = verdict.outcome, verdict.reason
+            more = {
+                "latency_ms": verdict.latency_ms,
+                "usage": verdict.usage,
+                "confidence": verdict.confidence,
+            }
+        self.publish(
+            "approval_decided" if verdict is None else "judge_verdict",
+            call_id=approval.call_id,
+            tool=approval.tool,
+            outcome=outcome or approval.status,
+            text=text,
+            **more,
+        )
+
 
 # --- the current details (Markdown) ---------------------------------------------------------
 
@@ -235,7 +267,7 @@ def current_details(
 def plan_markdown(version: int, steps: Sequence[str]) -> Explained:
     """A waiting plan: its steps as a numbered list, and the inputs that decide it."""
     shown = [
-        f"{n}. {markdown_text(_bounded(step, DETAILS_STEP_CHARS))}"
+        f"{n}. {markdown_text(shortened(step, DETAILS_STEP_CHARS))}"
         for n, step in enumerate(steps[:DETAILS_PLAN_STEPS], start=1)
     ]
     if len(steps) > DETAILS_PLAN_STEPS:
@@ -357,81 +389,6 @@ def _json(value: dict[str, Any]) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _bounded(text: str, limit: int) -> str:
+def shortened(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters, its end cut to an ellipsis when it is longer."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-# --- the static summary and details (set by the client at the start) -----------------------
-
-
-def run_summary(agent_input: AgentInput) -> str:
-    """One line for the run's Summary: its label and the start of its prompt's first line."""
-    first_line = next(
-        (line.strip() for line in agent_input.prompt.splitlines() if line.strip()), ""
-    )
-    summary = f"{agent_input.label}: {first_line}" if agent_input.label else first_line
-    return _bounded(summary or "(empty prompt)", SUMMARY_CHARS)
-
-
-def run_details(agent_input: AgentInput) -> str:
-    """The run's static details (Markdown): the model, the limits and the tools offered."""
-    model = agent_input.model
-    limits = agent_input.limits
-    bounds = [f"{limits.max_steps} steps"]
-    if limits.max_cost_usd is not None:
-        bounds.append(f"\\${limits.max_cost_usd:g}")
-    if limits.max_total_tokens is not None:
-        bounds.append(f"{limits.max_total_tokens:,} tokens")
-    if limits.max_context_tokens is not None:
-        bounds.append(f"{limits.max_context_tokens:,} context tokens")
-    if limits.max_wall_seconds is not None:
-        bounds.append(f"{limits.max_wall_seconds:g} s of wall time")
-    if agent_input.tools is None:
-        tools = "every tool its worker registered"
-    else:
-        names = [code_span(name) for name in agent_input.tools[:DETAILS_TOOLS]]
-        more = len(agent_input.tools) - DETAILS_TOOLS
-        tools = ", ".join(names) + (f" and {count(more, 'more')}" if more > 0 else "") or "none"
-    extras = [
-        *(["`submit_plan` (plan mode: a person approves the plan)"] if agent_input.plan else []),
-        *(["`delegate` (sub-agents)"] if agent_input.sub_agents else []),
-    ]
-    price = model.price
-    made_up = (
-        "a made-up price (the scripted model costs nothing) of "
-        if model.provider == "scripted"
-        else ""
-    )
-    priced = (
-        f", priced by the run at {made_up}\\${price.input:g} / \\${price.output:g} per million "
-        "input / output tokens"
-        if price is not None
-        else ""
-    )
-    policy = agent_input.tool_approval
-    if policy.approve_all:
-        approvals = "no call waits for a person (approve_all)"
-    else:
-        allowed = ", ".join(code_span(name) for name in policy.allow)
-        approvals = "calls of tools that change data wait for a person" + (
-            f", except {allowed}" if allowed else ""
-        )
-        if (auto := policy.auto_mode) is not None:
-            judged = ", ".join(code_span(tool) for tool in auto.tools)
-            if auto.default is not None:
-                judged = f"{judged}, and any other" if judged else "every one"
-            judge = f"{code_span(auto.judge.provider)} {code_span(auto.judge.model)}"
-            approvals += (
-                f"; auto mode: a judge ({judge}) decides first the calls of {judged or 'none'}, "
-                "and hands a person those it is not sure of"
-            )
-    lines = [
-        f"- **Model**: {code_span(model.provider)} {code_span(model.model)}{priced}",
-        f"- **Limits**: {', '.join(bounds)}; a person may take "
-        f"{agent_input.approval_timeout_seconds:g} s to decide",
-        f"- **Tools**: {tools}" + (f"; also {', '.join(extras)}" if extras else ""),
-        f"- **Approvals**: {approvals}",
-    ]
-    if agent_input.label:
-        lines.append(f"- **Label**: {code_span(agent_input.label)}")
-    return "\n".join(lines)

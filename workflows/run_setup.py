@@ -18,14 +18,17 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
-from . import approval, json_schema, tool_catalog, versioning
+from . import approval, fork, json_schema, tool_catalog, versioning
+from .budget import Budget
 from .builtin_tools import RESERVED_TOOL_NAMES
 from .errors import (
     FATAL_ERROR_TYPES,
     AgentConfigurationError,
+    AgentInputTooLarge,
     activity_failure_cause,
     describe_failure,
 )
+from .input_limits import InputTooLarge, check_input, json_bytes
 from .inputs import AgentInput
 from .specs import ToolSpec
 from .state import RunState, RunTools, ToolSelection
@@ -158,3 +161,27 @@ async def _recorded(names: list[str] | None) -> RunTools:
         raise AgentConfigurationError(
             f"the worker could not list its tools: {describe_failure(cause)}"
         ) from None
+
+
+def initial_state(agent_input: AgentInput) -> RunState:
+    """A run's state: carried on from the run it continued, a fork's seed, or a fresh one."""
+    if agent_input.carried is not None:
+        return agent_input.carried
+    if agent_input.fork is not None:
+        state = fork.seeded_state(agent_input.fork, workflow.now())
+    else:
+        state = RunState.start(workflow.now())
+    # A sub-agent holds the denials its parent was asked to remember.
+    for tool, denial in agent_input.remembered_denials.items():
+        state.remembered.setdefault(tool, denial)
+    return state
+
+
+def check_input_size(agent_input: AgentInput, budget: Budget) -> None:
+    """One rule for the input at the start and at every hand-on (input_limits.py): an input
+    that could not be carried fails now, before anything is paid for."""
+    try:
+        check_input(json_bytes(agent_input), len(agent_input.prompt))
+    except InputTooLarge as refused:
+        if versioning.refuses_oversized_input():
+            raise AgentInputTooLarge(str(refused), budget.details()) from None

@@ -16,9 +16,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .decisions import ShownField, ToolApproval
 from .effect_log import MAX_KEPT_ARGUMENT_CHARS, json_chars
 from .outcomes import count
-from .state import ShownField, ToolApproval
 
 FIELD_CHARS = 300
 """A field's value (its JSON) as a waiting call's record keeps it; what is longer is cut."""

@@ -8,17 +8,10 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
+from .decisions import PendingCallback, PlanState, ToolApproval
 from .inputs import Limits
-from .state import (
-    EarlierSteps,
-    PendingCallback,
-    PlanState,
-    QueuedMessage,
-    StepRecord,
-    ToolApproval,
-    TurnRecord,
-    Usage,
-)
+from .state import EarlierSteps, QueuedMessage, StepRecord, TurnRecord
+from .usage import Usage
 
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 """running, awaiting_approval, compensating, completed or failed: find runs waiting on a person

@@ -1,4 +1,4 @@
-"""The tool runner: the only place that starts tool activities and sub-agents.
+"""The tool runner: the only place that starts tool activities, and sub-agents (sub_agents.py).
 
 It carries out a reply's dispatch plan. Read-only calls run concurrently; a side-effecting call
 runs alone, after everything the model asked for before it and before everything after it.
@@ -23,17 +23,16 @@ from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     CancelledError,
-    ChildWorkflowError,
     RetryState,
     TimeoutError,
     TimeoutType,
 )
 
-from . import json_schema, versioning
+from . import versioning
 from .activity_io import ToolActivityInput, ToolActivityResult
 from .auto_mode_forwarding import AutoModeForwarding
 from .budget import Budget
-from .builtin_tools import DELEGATE, DELEGATE_PARAMETERS, READ_RESULT
+from .builtin_tools import DELEGATE, READ_RESULT
 from .callbacks import CallbackGate
 from .context import RunContext
 from .dispatch import (
@@ -47,20 +46,17 @@ from .dispatch import (
 from .errors import (
     FATAL_ERROR_TYPES,
     activity_failure_cause,
-    describe_failure,
     failure_type,
 )
-from .gates import ToolCallGate
-from .inputs import AgentInput, AgentResult, Limits, ToolApprovalPolicy
 from .interruption import NOT_RUN, Interruption, cancelled_text
-from .judge import sub_agent_auto_mode
 from .model_gateway import ModelGateway
 from .outcomes import MAY_HAVE_TAKEN_EFFECT, Outcome
 from .reporting import Reporter
 from .saga import Saga
 from .specs import ToolSpec
-from .state import AppliedEffect, CompensationInput, FailureDetails, ToolCallRecord
-from .status import starting_search_attributes
+from .state import AppliedEffect, CompensationInput, ToolCallRecord
+from .sub_agents import SubAgents
+from .tool_call_gate import ToolCallGate
 from .transcript import ToolCall
 
 ANSWER_RECORDED = "Answer recorded; the run ends here."
@@ -68,8 +64,6 @@ AFTER_A_REFUSED_FINISH = (
     "Not run: it came after finish, which was not taken (see its result). Call it again if you "
     "still need it."
 )
-MAX_WORKFLOW_ID_CHARS = 1_000
-"""Temporal's bound on a workflow id: a sub-agent's is its parent's, a slash and the call id."""
 MAX_CALLS_IN_FLIGHT = 32
 """A reply's calls that run at once; the rest start as these finish, in call order. Temporal
 refuses a workflow task that would leave a run with more than 2,000 activities pending, and a
@@ -117,13 +111,13 @@ class ToolRunner:
         self._behaviours = ctx.behaviours
         self._budget = budget
         self._gate = gate
-        self._auto_mode = auto_mode
         self._callbacks = callbacks
         self._gateway = gateway
         self._saga = saga
         self._reporter = reporter
         self.tools = tools
         """The run's own tools, by name (filled when the run resolves them, before any call)."""
+        self._sub_agents = SubAgents(ctx, budget, gate, auto_mode, saga, tools)
         self.interruption = interruption
         """A conversation's: an interrupt stops the calls that may stop (interruption.py)."""
 
@@ -217,7 +211,7 @@ class ToolRunner:
                 arguments=call.arguments[:1000],
             )
             if run.spec.name == DELEGATE:
-                outcome = await self._delegate(call, run.arguments)
+                outcome = await self._sub_agents.delegate(call, run.arguments)
             elif run.spec.callback:
                 outcome = await self._answered(call, run)
             else:
@@ -376,135 +370,6 @@ class ToolRunner:
                 return cancelled_text(spec.name)
             return f"Error: {spec.name} was cancelled: the run was cancelled while it ran."
         return f"Error: {spec.name} failed: {failure_type(cause)}"
-
-    async def _delegate(self, call: ToolCall, arguments: dict[str, Any]) -> Outcome:
-        """Run a subtask as a child AgentWorkflow with a fresh context and what is left of this
-        run's budget; only its conclusion comes back."""
-        problem = json_schema.problems(DELEGATE_PARAMETERS, arguments)
-        if problem:
-            return Outcome.error(call, f"Error: invalid arguments for delegate: {problem}.")
-        if self._behaviours.bounded_sub_agents:
-            refusal = self._out_of_bounds(arguments)
-            if refusal is not None:
-                return Outcome.error(call, refusal)
-        if (full := self._saga.full()) and versioning.refuses_past_a_full_log():
-            return Outcome.error(call, f"Error: the sub-agent did not start: {full}.")
-        child_id = f"{workflow.info().workflow_id}/{call.id}"
-        if len(child_id) > MAX_WORKFLOW_ID_CHARS:
-            # Temporal would refuse the start, and fail every workflow task of this run with it.
-            return Outcome.error(
-                call,
-                f"Error: the sub-agent did not start: its workflow id would have "
-                f"{len(child_id):,} characters, over the {MAX_WORKFLOW_ID_CHARS:,} Temporal takes "
-                "(sub-agents nested too deep under a long workflow id). Do the task yourself.",
-            )
-        started = workflow.now()
-        # Its calls that wait for a person are reported here, and shown as this run's.
-        self._gate.sub_agent_started(call.id)
-        try:
-            child_input = self._child_input(arguments)
-            # It is given auto mode as it holds now; an operator's change after this reaches it
-            # by signal, once it has started.
-            judged = child_input.tool_approval.auto_mode is not None
-            self._auto_mode.sub_agent_starting(call.id, child_id, judged=judged)
-            # execute_child_workflow in its two halves (the same commands), to know when the
-            # sub-agent has started.
-            child = await workflow.start_child_workflow(
-                "AgentWorkflow",
-                child_input,
-                result_type=AgentResult,
-                id=child_id,
-                static_summary=f"sub-agent for {call.id}",
-                # Set at its start, as AgentClient sets a run's: its first upsert is not sent.
-                # (A parent recorded before ONE_MARKER started its children without them.)
-                search_attributes=starting_search_attributes()
-                if self._behaviours.skips_unchanged_upserts
-                else None,
-            )
-            self._auto_mode.sub_agent_started(call.id)
-            result: AgentResult = await child
-        except ChildWorkflowError as error:
-            cause = error.cause
-            if isinstance(cause, CancelledError) and self._behaviours.cancels_end_the_run:
-                raise asyncio.CancelledError(
-                    "the sub-agent was cancelled with its parent"
-                ) from None
-            # A failed sub-agent undid its own effects; what it spent still counts here.
-            self._budget.record_side_call(FailureDetails.of_error(cause).usage)
-            content = f"Error: the sub-agent failed: {describe_failure(cause)}"
-            return Outcome.error(call, content[:2000], latency_ms=_ms_since(started), attempts=1)
-        finally:
-            if workflow.in_workflow():  # not when the worker drops the run from its cache
-                self._gate.sub_agent_ended(call.id)
-                self._auto_mode.sub_agent_ended(call.id)
-        self._budget.record_side_call(result.usage)
-        self._saga.adopt(result.side_effects)
-        return Outcome.ok(call, result.answer, latency_ms=_ms_since(started), attempts=1)
-
-    def _out_of_bounds(self, arguments: dict[str, Any]) -> str | None:
-        """Why a sub-agent cannot have what the model asked for it, if it cannot: its tools are
-        a subset of this run's, and its steps come out of what this run has left."""
-        allowed = sorted(self.tools)
-        outside = [name for name in arguments.get("tools") or [] if name not in self.tools]
-        if outside:
-            return (
-                f"Error: a sub-agent can only use tools this run has ({', '.join(allowed)}); "
-                f"not {', '.join(outside)}. The sub-agent did not start."
-            )
-        if self._budget.steps_left < 1:
-            return "Error: this run has no steps left for a sub-agent. It did not start."
-        return None
-
-    def _child_input(self, arguments: dict[str, Any]) -> AgentInput:
-        parent = self._input
-        limits = parent.limits
-        max_steps = limits.max_steps
-        if self._behaviours.bounded_sub_agents:
-            max_steps = self._budget.steps_left
-        used = self._budget.usage
-        remaining_wall = self._budget.remaining_seconds(workflow.now())
-        policy: ToolApprovalPolicy = parent.tool_approval
-        remembered = [tool for tool, d in self._state.remembered.items() if d.approve]
-        # The callbacks this run's input declares are its own app's: a sub-agent's worker has
-        # no such tool to resolve.
-        declared = {tool.name for tool in parent.callback_tools}
-        tools = [name for name in arguments.get("tools") or self.tools if name not in declared]
-        return AgentInput(
-            prompt=str(arguments["task"]),
-            system=parent.system,
-            tools=tools,
-            model=parent.sub_agent_model or parent.model,
-            limits=Limits(
-                max_steps=max_steps,
-                max_context_tokens=limits.max_context_tokens,
-                max_total_tokens=None
-                if limits.max_total_tokens is None
-                else max(limits.max_total_tokens - used.total_tokens, 1),
-                max_cost_usd=None
-                if limits.max_cost_usd is None or used.cost_usd is None
-                else max(limits.max_cost_usd - used.cost_usd, 1e-9),
-                max_wall_seconds=None if remaining_wall is None else max(remaining_wall, 0.001),
-            ),
-            compaction=parent.compaction,
-            linear_history=parent.linear_history,
-            externalise_results=parent.externalise_results,
-            heartbeat_timeout_seconds=parent.heartbeat_timeout_seconds,
-            approval_timeout_seconds=parent.approval_timeout_seconds,
-            tool_approval=policy.model_copy(
-                update={
-                    "allow": [*policy.allow, *remembered],
-                    "auto_mode": sub_agent_auto_mode(
-                        policy.auto_mode, self._state.auto_mode_change
-                    ),
-                }
-            ),
-            remembered_denials={
-                tool: decision
-                for tool, decision in self._state.remembered.items()
-                if not decision.approve
-            },
-            effect_log_room=self._saga.room_left(),
-        )
 
 
 _FAILED_AS = {

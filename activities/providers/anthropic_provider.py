@@ -36,7 +36,6 @@ from temporalio.exceptions import ApplicationError
 from ...workflows.activity_io import ModelRequest, ModelResponse
 from ...workflows.errors import AgentConfigurationError, AgentProviderError
 from ...workflows.specs import ToolSpec
-from ...workflows.state import Usage
 from ...workflows.transcript import (
     AssistantMessage,
     Message,
@@ -46,6 +45,7 @@ from ...workflows.transcript import (
     UserMessage,
     reasoning_for,
 )
+from ...workflows.usage import Usage
 from . import _streaming
 from ._http_errors import (
     connection_error,

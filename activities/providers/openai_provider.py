@@ -29,7 +29,6 @@ from ...workflows.activity_io import ModelRequest, ModelResponse
 from ...workflows.errors import AgentConfigurationError, AgentProviderError
 from ...workflows.inputs import ModelSettings
 from ...workflows.specs import ToolSpec
-from ...workflows.state import Usage
 from ...workflows.transcript import (
     AssistantMessage,
     Message,
@@ -37,6 +36,7 @@ from ...workflows.transcript import (
     ToolResult,
     UserMessage,
 )
+from ...workflows.usage import Usage
 from . import _streaming
 from ._http_errors import (
     MAX_RETRY_AFTER,

@@ -27,7 +27,6 @@ from temporalio.exceptions import ApplicationError
 
 from ...workflows.activity_io import ModelRequest, ModelResponse
 from ...workflows.specs import ToolSpec
-from ...workflows.state import Usage
 from ...workflows.transcript import (
     AssistantMessage,
     Message,
@@ -38,6 +37,7 @@ from ...workflows.transcript import (
     UserMessage,
     reasoning_for,
 )
+from ...workflows.usage import Usage
 from . import _streaming
 from ._http_errors import cut_off_reply, incomplete_reply
 from .openai_provider import openai_client, usage_count

@@ -20,8 +20,8 @@ from temporalio import activity
 
 from ...workflows.activity_io import ModelRequest, ModelResponse
 from ...workflows.errors import ScriptedModelMismatch
-from ...workflows.state import Usage
 from ...workflows.transcript import AssistantMessage, ToolCall, ToolResult
+from ...workflows.usage import Usage
 
 _requests: OrderedDict[str, list[ModelRequest]] = OrderedDict()
 RECORDED_RUNS = 1_000
