@@ -16,7 +16,9 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-ASSETS = Path(__file__).parent / "console"
+# Resolved: an editable install serves this module through a link, and StaticFiles refuses a
+# file whose real path is outside its folder (each asset is a link into the checkout there).
+ASSETS = Path(__file__).resolve().parent / "console"
 SECURITY_HEADERS = {
     "content-security-policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
