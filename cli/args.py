@@ -2,17 +2,18 @@
 `RunArgs`, its rules across options in `_run_args`; each subcommand is an async function,
 declared where it runs with `@subcommand` and its options, and parses into a `Subcommand` that
 calls it once connected. A bad command line is one line on stderr and exit status 2
-(plumbing.parse). Nothing here connects to a server."""
+(serving/command_line.py). Nothing here connects to a server."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, NoReturn, get_args
+from typing import Any, ClassVar, get_args
 
 import click
 from click.core import ParameterSource
@@ -22,6 +23,15 @@ from ..activities.mcp_config import MCP_CONFIG_VARIABLE, McpConfig, mcp_config_f
 from ..activities.toolkits import DEMO_TOOLS
 from ..client.agent_client import AgentClient
 from ..demo.script import DEMO_MODEL
+from ..serving.command_line import (
+    Argument,
+    Command,
+    bad_byte,
+    parse,
+    refuse,
+    said_as,
+    say,
+)
 from ..workflows.bounds import MAX_STEPS, MAX_TOKENS, MAX_USD
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.input_limits import InputTooLarge
@@ -34,7 +44,21 @@ from ..workflows.inputs import (
 )
 from ..workflows.providers import CATALOGUE, KEYED_PROVIDERS, PROVIDERS, Provider
 from ..workflows.state import AutoRules
-from .plumbing import Argument, Command, bad_byte, parse, program, said_as, say
+
+_program: ContextVar[str] = ContextVar("program", default="starter.py")
+
+
+def program() -> str:
+    """The command as this process was invoked (`durable-agent`, `starter.py`), for the usage
+    lines, the errors and the commands a message tells a person to paste. "starter.py" when
+    the CLI is called from Python (the tests), where no command was typed."""
+    return _program.get()
+
+
+def invoked_as(name: str) -> None:
+    """Name the command `name` in this context's messages (`program`)."""
+    _program.set(name)
+
 
 STDIN = "-"
 """The prompt that says: read it from standard input."""
@@ -94,11 +118,6 @@ class Following:
     namespace: str = "default"
     stream: bool = False
     """Print the model's text on stderr as it is written."""
-
-
-def refuse(message: str) -> NoReturn:
-    """A command line that breaks one of its command's rules: one line, exit status 2."""
-    raise click.UsageError(message)
 
 
 class Text(click.ParamType):
@@ -367,7 +386,7 @@ CHAT = Command(
 
 def parse_run(argv: Sequence[str], *, chat: bool = False) -> RunArgs:
     prog = f"{program()} chat" if chat else program()
-    run: RunArgs = parse(CHAT if chat else RUN, prog, argv)
+    run: RunArgs = parse(CHAT if chat else RUN, argv, prog)
     return run
 
 

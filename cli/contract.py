@@ -10,8 +10,8 @@ from typing import Any
 import click
 
 from ..client.contract import contract, example_input
+from ..serving.command_line import Command, CommandLineError, parse
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
-from .plumbing import Command, CommandLineError, parse
 
 
 @click.command(
@@ -28,7 +28,7 @@ def command(**options: Any) -> dict[str, Any]:
 
 def main(argv: Sequence[str], *, prog: str = "starter.py contract") -> int:
     try:
-        options = parse(command, prog, argv)
+        options = parse(command, argv, prog)
     except CommandLineError as stop:
         return int(stop.code or 0)
     shown = example_input() if options["example"] else contract(options["task_queue"])

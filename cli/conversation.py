@@ -20,12 +20,12 @@ import click
 from temporalio.client import WorkflowUpdateFailedError
 
 from ..client.agent_client import AgentRun, AgentRunFailed, AgentUpdateNotDelivered
+from ..serving.command_line import say
 from ..workflows.input_limits import check_message
 from ..workflows.inputs import AgentResult
 from ..workflows.state import TurnRecord
 from . import decide
-from .args import Following, Text, argument, subcommand
-from .plumbing import program, say
+from .args import Following, Text, argument, program, subcommand
 from .tables import StepLines, usage_text
 
 ENDS = ("/end", "/quit", "/exit")

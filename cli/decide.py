@@ -24,11 +24,11 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from ..client.agent_client import AgentRun, AgentUpdateNotDelivered
+from ..serving.command_line import one_line, refuse, say
 from ..workflows.events import AgentEvent
 from ..workflows.input_limits import TOO_LARGE, check_comment, check_reason
 from ..workflows.state import AutoRules, PlanState, ToolApproval
-from .args import FILE, POSITIVE, Following, Text, argument, read_rules, refuse, subcommand
-from .plumbing import one_line, program, say
+from .args import FILE, POSITIVE, Following, Text, argument, program, read_rules, subcommand
 
 APPROVALS = ("", "y", "yes")
 

@@ -18,12 +18,12 @@ import click
 from ..client import evaluation, forking
 from ..client.agent_client import AgentClient, AgentRun
 from ..client.evaluation import EvalRow
+from ..serving.command_line import refuse, say
 from ..workflows.events import AgentEvent
 from ..workflows.inputs import ModelSettings, ToolApprovalPolicy
 from ..workflows.providers import CATALOGUE, Provider
 from . import args
-from .args import Following
-from .plumbing import program, say
+from .args import Following, program
 from .run import follow
 from .tables import money, shorten, table
 
@@ -46,10 +46,10 @@ def forked_run_options(function: Any) -> Any:
 
 def _fork_rules(options: dict[str, Any]) -> None:
     if options["no_wait"] and options["trace"]:
-        args.refuse("--trace prints the steps once the fork has ended; not with --no-wait")
+        refuse("--trace prints the steps once the fork has ended; not with --no-wait")
     if options["script"] is not None:
         if options["provider"] != "scripted":
-            args.refuse("--script is for the scripted provider (give --provider scripted)")
+            refuse("--script is for the scripted provider (give --provider scripted)")
         options["script"] = args.read_script(options["script"])
 
 
@@ -195,7 +195,7 @@ def _eval_rules(options: dict[str, Any]) -> None:
         try:
             evaluation.load_score(options["score"])
         except ValueError as error:
-            args.refuse(f"--score {options['score']}: {error}")
+            refuse(f"--score {options['score']}: {error}")
 
 
 @args.subcommand(

@@ -12,9 +12,9 @@ import click
 
 from ..client import overview
 from ..client.agent_client import AgentClient, AgentRun
+from ..serving.command_line import say
 from ..workflows.events import AgentEvent
 from .args import COUNT, POSITIVE, Following, subcommand
-from .plumbing import say
 from .tables import event_line, stats_table, trace_table, waiting_calls_table
 
 DEFAULT_STATS_LIMIT = 500

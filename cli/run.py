@@ -31,14 +31,14 @@ from ..client.agent_client import (
     SearchAttributesNotRegistered,
 )
 from ..demo import script as demo
+from ..serving.command_line import say
 from ..serving.self_contained import SETUP_ERRORS, check_self_contained, self_contained, setup_error
 from ..workflows.input_limits import InputTooLarge, check_input, json_bytes
 from ..workflows.inputs import AgentInput, AgentResult, Limits, ModelSettings, ToolApprovalPolicy
 from ..workflows.providers import STREAMING_PROVIDERS
 from ..workflows.state import FailureDetails, Usage
 from . import conversation, decide
-from .args import Following, RunArgs, subcommand
-from .plumbing import program, say
+from .args import Following, RunArgs, program, subcommand
 from .tables import DeltaLines, StepLines, trace_table, usage_text
 
 CANCEL_WAIT_SECONDS = 10.0

@@ -17,10 +17,10 @@ import uvicorn
 
 from ..client.agent_client import AgentClient
 from ..serving import http_api
+from ..serving.command_line import Command, CommandLineError, parse, say
 from ..serving.self_contained import SETUP_ERRORS, check_self_contained, self_contained, setup_error
 from ..serving.streams import Streams, stream_bounds
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
-from .plumbing import Command, CommandLineError, parse, say
 
 DEFAULT_PORT = 8000
 STOP_SECONDS = 10
@@ -67,7 +67,7 @@ def command(**options: Any) -> dict[str, Any]:
 
 def main(argv: Sequence[str], *, prog: str = "starter.py serve") -> int:
     try:
-        options = parse(command, prog, argv)
+        options = parse(command, argv, prog)
         token = http_api.api_token()
         options["stream_bounds"] = stream_bounds()
         if options["address"] is None:

@@ -33,19 +33,17 @@ from ..client.agent_client import (
     SearchAttributesNotRegistered,
 )
 from ..encryption import payload_codec
-from . import contract, conversation, decide, fork, read, run, serve, worker
-from .args import CHAT, RUN, RunArgs, Subcommand, parse_run
-from .plumbing import (
+from ..serving.command_line import (
     Command,
     CommandLineError,
     exit_now,
-    invoked_as,
     invoked_name,
     one_line,
     parse,
-    program,
     say,
 )
+from . import contract, conversation, decide, fork, read, run, serve, worker
+from .args import CHAT, RUN, RunArgs, Subcommand, invoked_as, parse_run, program
 
 SUBCOMMANDS = {
     str(command.name): command
@@ -73,7 +71,7 @@ def parse_command_line(argv: Sequence[str] | None = None) -> RunArgs | Subcomman
     if words[:1] == [CHAT.name]:
         args: RunArgs | Subcommand = parse_run(words[1:], chat=True)
     elif words and words[0] in SUBCOMMANDS:
-        args = parse(SUBCOMMANDS[words[0]], f"{program()} {words[0]}", words[1:])
+        args = parse(SUBCOMMANDS[words[0]], words[1:], f"{program()} {words[0]}")
     else:
         args = parse_run(words)
     try:

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..client.agent_client import StepStats
+from ..serving.command_line import say
 from ..workflows.activity_io import ModelDelta
 from ..workflows.events import AgentEvent
 from ..workflows.reporting import verdict_line
@@ -32,7 +33,6 @@ from ..workflows.state import (
     Usage,
 )
 from ..workflows.status import SubAgentApproval
-from .plumbing import say
 
 TABLE_WIDTH = 100
 """`trace` tables fit a terminal this wide (long tool lists wrap)."""

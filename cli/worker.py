@@ -19,9 +19,9 @@ from ..activities.store_check import StoreNotWritable, check_stores, describe_st
 from ..client.agent_client import SearchAttributesNotRegistered
 from ..encryption import payload_codec
 from ..serving import sandbox_runner as sandbox, worker as serving
+from ..serving.command_line import Command, CommandLineError, exit_now, invoked_name, parse
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
-from .plumbing import Command, CommandLineError, exit_now, invoked_name, parse
 
 
 class _Names(click.ParamType):
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "worker.py") -> int:
     2 for a bad command line or configuration (a malformed key, a store that cannot be written).
     `prog` names the command in its messages (`starter.py worker`)."""
     try:
-        args = parse(command, prog, sys.argv[1:] if argv is None else argv)
+        args = parse(command, argv, prog)
         served = toolkits.load_tools(args["tools"] or [toolkits.DEMO_TOOLS])
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
