@@ -9,7 +9,9 @@ stderr, exiting.
 - `args`: the run's options and their rules (`RunArgs`), `@subcommand`, and the command's name
   as it was typed (`program`).
 - `run`: start a run, follow it and report it; `result`.
-- `conversation`: a conversation at the terminal (`chat`), and send, interrupt, end.
+- `conversation`: a conversation's turns followed, and send, interrupt, end.
+- `terminal/`: a person at this terminal, typing: the lines read as they come and Ctrl-C, a
+  decision typed, and `chat`, a conversation held there.
 - `decide`: a plan or a tool call that waits for a person; approve, reject, approve-call,
   deny-call.
 - `read`: watch, status, calls, list, trace, stats. `fork`: fork, diff, eval.

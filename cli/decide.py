@@ -1,7 +1,6 @@
-"""A plan or a tool call that waits for a person, and the person's decision: asked at the
-terminal while a self-contained run is followed (Enter or y approves; for a plan anything else
-is feedback, for a call 'always' also approves the tool's later calls and anything else is the
-reason for a denial), or sent by a subcommand (approve, reject, approve-call, deny-call).
+"""A plan or a tool call that waits for a person: shown while a run is followed, with the
+subcommands that decide it (approve, reject, approve-call, deny-call), or asked at this terminal
+(terminal/answers.py reads the answer).
 
 Every decision goes through the run's update, so a refusal (decided meanwhile elsewhere, a
 version that is not the one waiting, an unknown call) comes back with the run's reason, in one
@@ -9,28 +8,21 @@ line. A decision that did not go through is reported and the run goes on."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import sys
-import threading
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import click
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
 
-from ..client.agent_client import AgentRun, AgentUpdateNotDelivered
+from ..client.agent_client import AgentRun
 from ..serving.command_line import one_line, refuse, say
 from ..workflows.events import AgentEvent
 from ..workflows.input_limits import TOO_LARGE, check_comment, check_reason
 from ..workflows.state import AutoRules, PlanState, ToolApproval
 from .args import FILE, POSITIVE, Following, Text, argument, program, read_rules, subcommand
-
-APPROVALS = ("", "y", "yes")
 
 
 @dataclass(frozen=True)
@@ -96,91 +88,11 @@ def show(workflow_id: str, question: Question, following: Following, *, ask: boo
     say(asking if ask else f"decide with: {program()} {how}")
 
 
-async def answer(agent_run: AgentRun, question: Question, line: str) -> None:
-    """Send the decision read at the terminal for `question`."""
-    reply = line.strip()
-    subject = str(question)
-    try:
-        match question:
-            case PlanQuestion(plan) if reply.lower() in APPROVALS:
-                await agent_run.approve_plan(version=plan.version)
-                say(f"{question} approved")
-            case PlanQuestion(plan):
-                await agent_run.reject_plan(reply, version=plan.version)
-                say(f"{question} rejected; the model plans again")
-            case CallQuestion(call_id=call_id) if reply.lower() in (*APPROVALS, "always"):
-                subject = f"tool call {call_id}"
-                remember = reply.lower() == "always"
-                await agent_run.decide_tool_call(call_id, approve=True, remember=remember)
-                say(f"{subject} approved" + (" (and later calls)" if remember else ""))
-            case CallQuestion(call_id=call_id):
-                subject = f"tool call {call_id}"
-                await agent_run.decide_tool_call(call_id, approve=False, reason=reply)
-                say(f"{subject} denied; the model is told why")
-    # Decided meanwhile elsewhere (the Web UI, a subcommand): the run says why; or it has ended
-    # (its result says how), or its server would not take the decision (the line says why).
-    except (WorkflowUpdateFailedError, RPCError, AgentUpdateNotDelivered) as error:
-        say(f"{subject} was not decided here: {refusal(error)}")
-
-
 def sub_agent_of(workflow_id: str, call_id: str) -> str | None:
     """The sub-agent run that asked, for a call id qualified by the delegate call that started
     it (`call_1_1/call_2_1`: the sub-agent `<workflow_id>/call_1_1`); None for the run's own."""
     delegates, _, _ = call_id.rpartition("/")
     return f"{workflow_id}/{delegates}" if delegates else None
-
-
-class Lines:
-    """Standard input, line by line, without blocking the loop; None at its end. Read in a
-    daemon thread from the unbuffered stream, so that a line can come while a turn works or a
-    question waits, and the process can exit while a read is pending: `asyncio.to_thread(input)`
-    would keep it (the executor's threads are joined at exit, and a daemon thread inside the
-    buffered reader's lock aborts the interpreter). One reader for the process: `stdin()`."""
-
-    shared: ClassVar[Lines | None] = None
-
-    def __init__(self) -> None:
-        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
-        loop = asyncio.get_running_loop()
-
-        def read() -> None:
-            stdin = sys.stdin
-            raw = getattr(stdin.buffer, "raw", stdin.buffer) if stdin is not None else None
-            line: str | None = ""
-            while line is not None:
-                try:
-                    data = raw.readline() if raw is not None else b""
-                except (AttributeError, OSError, ValueError):
-                    data = b""
-                line = data.decode(stdin.encoding or "utf-8", errors="replace") if data else None
-                with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
-                    loop.call_soon_threadsafe(self._queue.put_nowait, line)
-
-        threading.Thread(target=read, name="stdin-lines", daemon=True).start()
-
-    async def next(self, stop: asyncio.Event | None = None) -> str | None:
-        """The next line; None at the end of stdin (for every later call too), or once `stop`
-        is set."""
-        if stop is None:
-            line = await self._queue.get()
-        else:
-            getting = asyncio.ensure_future(self._queue.get())
-            stopping = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({getting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            stopping.cancel()
-            if not getting.done():
-                getting.cancel()
-                return None
-            line = getting.result()
-        if line is None:
-            self._queue.put_nowait(None)
-        return line
-
-
-def stdin() -> Lines:
-    """The process's reader of standard input."""
-    Lines.shared = Lines.shared or Lines()
-    return Lines.shared
 
 
 VERSION = click.option("--version", type=POSITIVE, help="decide only if plan version N waits")

@@ -40,6 +40,7 @@ from ..workflows.state import FailureDetails, Usage
 from . import conversation, decide
 from .args import Following, RunArgs, program, subcommand
 from .tables import DeltaLines, StepLines, trace_table, usage_text
+from .terminal import answers, chat, keyboard
 
 CANCEL_WAIT_SECONDS = 10.0
 WATCHER_STOP_SECONDS = 10.0
@@ -100,12 +101,11 @@ async def run(args: RunArgs) -> int:
 
 async def _run(args: RunArgs) -> int:
     if args.chat and not args.prompt.strip():
-        say("a conversation: type a message, Enter sends it (/end or Ctrl-D ends it)")
-        first = await decide.stdin().next()
-        if first is None or not first.strip():
+        first = await chat.first_message()
+        if first is None:
             say(f"{program()} chat: no first message")
             return 2
-        args = dataclasses.replace(args, prompt=first.strip())
+        args = dataclasses.replace(args, prompt=first)
     agent_input = build_input(args)
     try:  # before a server starts: the run could not start with it
         check_input(json_bytes(agent_input), len(agent_input.prompt))
@@ -175,7 +175,9 @@ async def _start(
         say(f"workflow {workflow_id} started")
     if args.conversation:
         # Self-contained, nothing else can send the next message: the conversation is here.
-        return await conversation.converse(agent_run, following, chat=args.chat or following.ask)
+        if args.chat or following.ask:
+            return await chat.chat(agent_run, following)
+        return await conversation.converse(agent_run, following)
     return await follow(agent_run, following)
 
 
@@ -256,12 +258,12 @@ async def _watch(
         decide.show(agent_run.id, question, following, ask=following.ask)
         if not following.ask:
             continue
-        line = await decide.stdin().next(stop)
+        line = await keyboard.stdin().next(stop)
         if stop.is_set():
             break
         if line is None:
             return str(question)
-        await decide.answer(agent_run, question, line)
+        await answers.answer(agent_run, question, line)
     return None
 
 
