@@ -98,19 +98,16 @@ async def end_conversation(agent_run: AgentRun, following: Following, *, chat: b
             raise  # reported by the subcommands' dispatch, as every server's refusal is
         say(f"not ended: {decide.refusal(busy)}")
         return 1
-    _print_end(agent_run.id, result, json_out=following.json)
+    _print_end(agent_run.id, result, following)
     return 0
 
 
-def _print_end(workflow_id: str, result: AgentResult, *, json_out: bool) -> None:
-    if json_out:
+def _print_end(workflow_id: str, result: AgentResult, following: Following) -> None:
+    if following.json:
         turns = [t.model_dump(mode="json") for t in result.turns]
         ended = {"workflow_id": workflow_id, "status": "completed", "ended": result.ended}
-        print(
-            json.dumps(
-                {**ended, "turns": turns, "steps": result.steps, "usage": result.usage.model_dump()}
-            )
-        )
+        spent = {"steps": result.steps, "usage": result.usage.model_dump()}
+        print(json.dumps({**ended, "turns": turns, **spent}))
         return
     say(
         f"conversation {workflow_id} {result.ended or 'ended'}: {len(result.turns)} turns, "
@@ -130,14 +127,13 @@ def _print_end(workflow_id: str, result: AgentResult, *, json_out: bool) -> None
 @argument("text", "the message", type=Text("", check_message))
 @click.option("--wait", is_flag=True, help="then follow the turn and print its answer")
 async def send(agent_run: AgentRun, following: Following, text: str, wait: bool) -> int:
-    try:
-        turn = await agent_run.post(text.strip())
-    except WorkflowUpdateFailedError as refused:
-        say(f"cannot send to {agent_run.id}: {decide.refusal(refused)}")
+    turn = await decide.sent(f"send to {agent_run.id}", agent_run.post(text.strip()))
+    if turn is None:
         return 1
     if not wait:
-        sent = {"workflow_id": agent_run.id, "turn": turn}
-        print(json.dumps(sent) if following.json else f"{agent_run.id}: turn {turn}")
+        following.answer(
+            {"workflow_id": agent_run.id, "turn": turn}, f"{agent_run.id}: turn {turn}"
+        )
         return 0
     record = await follow_turn(agent_run, turn, following)
     return 0 if record is not None and record.outcome == "answered" else 1
@@ -145,13 +141,11 @@ async def send(agent_run: AgentRun, following: Following, text: str, wait: bool)
 
 @subcommand("Stop a conversation's working turn; it then waits for a message.")
 async def interrupt(agent_run: AgentRun, following: Following) -> int:
-    try:
-        turn = await agent_run.interrupt()
-    except WorkflowUpdateFailedError as refused:
-        say(f"cannot interrupt {agent_run.id}: {decide.refusal(refused)}")
+    turn = await decide.sent(f"interrupt {agent_run.id}", agent_run.interrupt())
+    if turn is None:
         return 1
     stopped = {"workflow_id": agent_run.id, "turn": turn}
-    print(json.dumps(stopped) if following.json else f"{agent_run.id}: turn {turn} interrupted")
+    following.answer(stopped, f"{agent_run.id}: turn {turn} interrupted")
     return 0
 
 

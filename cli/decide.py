@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import click
+from pydantic import TypeAdapter
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
@@ -22,7 +23,9 @@ from ..serving.command_line import one_line, refuse, say
 from ..workflows.events import AgentEvent
 from ..workflows.input_limits import TOO_LARGE, check_comment, check_reason
 from ..workflows.state import AutoRules, PlanState, ToolApproval
-from .args import FILE, POSITIVE, Following, Text, argument, program, read_rules, subcommand
+from .args import FILE, POSITIVE, Following, Text, argument, program, read_json, subcommand
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,9 @@ async def question_in(agent_run: AgentRun, event: AgentEvent) -> Question | None
 
 
 def show(workflow_id: str, question: Question, following: Following, *, ask: bool) -> None:
-    """The question on stderr, then either how to answer it here (`ask`) or the subcommands
-    that decide it from elsewhere, with this server's flags."""
+    """The question on stderr, then, unless it is asked at this terminal (`ask`, which says how
+    to answer it there), the subcommands that decide it from elsewhere, with this server's
+    flags."""
     where = f" --address {following.address}"
     if following.namespace != "default":
         where += f" --namespace {following.namespace}"
@@ -72,8 +76,6 @@ def show(workflow_id: str, question: Question, following: Following, *, ask: boo
                 say(f"  {number}. {step}")
             how = f"approve {workflow_id}{where} [--comment TEXT], or {program()} reject "
             how += f"{workflow_id}{where} --feedback TEXT"
-            asking = "Approve it? Enter (or y) approves; anything else is your feedback, to plan"
-            asking += " again:"
         case CallQuestion(event):
             asker = sub_agent_of(workflow_id, question.call_id)
             by = f" (sub-agent {asker})" if asker else ""
@@ -83,9 +85,8 @@ def show(workflow_id: str, question: Question, following: Following, *, ask: boo
             )
             call = f"{workflow_id} {event.call_id}{where}"
             how = f"approve-call {call} [--remember], or {program()} deny-call {call} --reason TEXT"
-            asking = "Run it? Enter (or y) approves; 'always' approves it and the run's later "
-            asking += f"{event.tool} calls; anything else denies it, with that as the reason:"
-    say(asking if ask else f"decide with: {program()} {how}")
+    if not ask:
+        say(f"decide with: {program()} {how}")
 
 
 def sub_agent_of(workflow_id: str, call_id: str) -> str | None:
@@ -172,15 +173,11 @@ class JsonText(click.ParamType):
 @CALL_ID
 @click.option("--result", type=JsonText(), required=True, help="the result, as JSON")
 async def answer_callback(run: AgentRun, following: Following, call_id: str, result: Any) -> int:
-    try:
-        answered = await run.answer_callback(call_id, result)
-    except WorkflowUpdateFailedError as refused:
-        say(f"cannot answer {call_id} of {run.id}: {refusal(refused)}")
+    answered = await sent(f"answer {call_id} of {run.id}", run.answer_callback(call_id, result))
+    if answered is None:
         return 1
-    if following.json:
-        print(json.dumps({"workflow_id": run.id, "callback": answered.model_dump(mode="json")}))
-    else:
-        print(f"{run.id}: {answered.call_id} ({answered.tool}) answered")
+    shown = f"{run.id}: {answered.call_id} ({answered.tool}) answered"
+    following.answer({"workflow_id": run.id, "callback": answered.model_dump(mode="json")}, shown)
     return 0
 
 
@@ -188,7 +185,7 @@ def _one_change(options: dict[str, Any]) -> None:
     if options["off"] == (options["rules"] is not None):
         refuse("auto-mode takes --off or --rules FILE, one of them")
     if options["rules"] is not None:
-        options["rules"] = read_rules(options["rules"])
+        options["rules"] = read_json("--rules", options["rules"], TypeAdapter(AutoRules))
 
 
 @subcommand(
@@ -200,15 +197,10 @@ def _one_change(options: dict[str, Any]) -> None:
 @click.option("--off", is_flag=True, help="turn auto mode off for the rest of the run")
 @click.option("--rules", type=FILE, help="replace the rules with this JSON file's")
 async def auto_mode(run: AgentRun, following: Following, off: bool, rules: AutoRules | None) -> int:
-    try:
-        now = await run.set_auto_mode(off=off, rules=rules)
-    except WorkflowUpdateFailedError as refused:
-        say(f"cannot change auto mode of {run.id}: {refusal(refused)}")
+    now = await sent(f"change auto mode of {run.id}", run.set_auto_mode(off=off, rules=rules))
+    if now is None:
         return 1
-    if following.json:
-        print(json.dumps({"workflow_id": run.id, "auto_mode": now}))
-    else:
-        print(f"{run.id}: {now}")
+    following.answer({"workflow_id": run.id, "auto_mode": now}, f"{run.id}: {now}")
     return 0
 
 
@@ -220,18 +212,27 @@ async def _decide(
     key: str,
 ) -> int:
     """0 once decided, 1 when the run refuses (it says why)."""
-    try:
-        decided = await decision
-    except WorkflowUpdateFailedError as refused:
-        say(f"cannot {verb} of {run.id}: {refusal(refused)}")
+    decided = await sent(f"{verb} of {run.id}", decision)
+    if decided is None:
         return 1
-    if following.json:
-        print(json.dumps({"workflow_id": run.id, key: decided.model_dump(mode="json")}))
-    elif isinstance(decided, PlanState):
-        print(f"{run.id}: plan v{decided.version} {decided.status}")
-    else:
-        print(f"{run.id}: {decided.call_id} ({decided.tool}) {decided.status}")
+    what = (
+        f"plan v{decided.version}"
+        if isinstance(decided, PlanState)
+        else f"{decided.call_id} ({decided.tool})"
+    )
+    data = {"workflow_id": run.id, key: decided.model_dump(mode="json")}
+    following.answer(data, f"{run.id}: {what} {decided.status}")
     return 0
+
+
+async def sent(what: str, update: Awaitable[T]) -> T | None:
+    """What the run answers to `update`; None when it refused, said in one line: `cannot WHAT:
+    why`."""
+    try:
+        return await update
+    except WorkflowUpdateFailedError as refused:
+        say(f"cannot {what}: {refusal(refused)}")
+        return None
 
 
 def too_large(refused: WorkflowUpdateFailedError) -> bool:

@@ -50,7 +50,7 @@ def _fork_rules(options: dict[str, Any]) -> None:
     if options["script"] is not None:
         if options["provider"] != "scripted":
             refuse("--script is for the scripted provider (give --provider scripted)")
-        options["script"] = args.read_script(options["script"])
+        options["script"] = args.read_json("--script", options["script"], args.SCRIPT, turns=True)
 
 
 @args.subcommand(

@@ -32,7 +32,8 @@ from ..client.agent_client import (
 )
 from ..demo import script as demo
 from ..serving.command_line import say
-from ..serving.self_contained import SETUP_ERRORS, check_self_contained, self_contained, setup_error
+from ..serving.self_contained import self_contained
+from ..serving.worker import SETUP_ERRORS, check_worker, setup_error
 from ..workflows.input_limits import InputTooLarge, check_input, json_bytes
 from ..workflows.inputs import AgentInput, AgentResult, Limits, ModelSettings, ToolApprovalPolicy
 from ..workflows.providers import STREAMING_PROVIDERS
@@ -133,7 +134,7 @@ async def _run(args: RunArgs) -> int:
             return unreachable(args.address, error, None, following)
         return await _start(client, agent_input, args, following)
     try:
-        check_self_contained(args.tools)
+        check_worker(args.tools)
     except SETUP_ERRORS as error:
         say(f"{program()}: error: {setup_error(error)}")
         return 2
@@ -258,12 +259,11 @@ async def _watch(
         decide.show(agent_run.id, question, following, ask=following.ask)
         if not following.ask:
             continue
-        line = await keyboard.stdin().next(stop)
+        line = await answers.ask(agent_run, question, keyboard.stdin().next(stop))
         if stop.is_set():
             break
         if line is None:
             return str(question)
-        await answers.answer(agent_run, question, line)
     return None
 
 

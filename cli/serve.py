@@ -15,8 +15,8 @@ import click
 from ..serving import http_api
 from ..serving.command_line import Command, CommandLineError, parse, say
 from ..serving.http_server import serve_api
-from ..serving.self_contained import SETUP_ERRORS, check_self_contained, setup_error
 from ..serving.streams import stream_bounds
+from ..serving.worker import SETUP_ERRORS, check_worker, setup_error
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
 
 DEFAULT_PORT = 8000
@@ -45,7 +45,7 @@ def main(argv: Sequence[str], *, prog: str = "starter.py serve") -> int:
         token = http_api.api_token()
         bounds = stream_bounds()
         if options["address"] is None:
-            check_self_contained(options.pop("tools"))
+            check_worker(options["tools"])
     except CommandLineError as stop:
         return int(stop.code or 0)
     except SETUP_ERRORS as error:

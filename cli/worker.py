@@ -5,23 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from collections.abc import Sequence
 from typing import Any, get_args
 
 import click
 
-from ..activities import message_store, telemetry, toolkits
-from ..activities.admission import Admission
+from ..activities import telemetry, toolkits
 from ..activities.mcp_config import MCP_CONFIG_VARIABLE, mcp_config_from
 from ..activities.mcp_tools import McpTools
-from ..activities.store_check import StoreNotWritable, check_stores, describe_stores
+from ..activities.store_check import describe_stores
 from ..client.agent_client import SearchAttributesNotRegistered
-from ..encryption import payload_codec
 from ..serving import sandbox_runner as sandbox, worker as serving
-from ..serving.command_line import Command, CommandLineError, exit_now, invoked_name, parse
-from ..workflows.errors import AgentConfigurationError
+from ..serving.command_line import Command, CommandLineError, exit_now, invoked_name, parse, say
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class _Names(click.ParamType):
@@ -88,28 +86,19 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "worker.py") -> int:
     `prog` names the command in its messages (`starter.py worker`)."""
     try:
         args = parse(command, argv, prog)
-        served = toolkits.load_tools(args["tools"] or [toolkits.DEMO_TOOLS])
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
-        payload_codec.data_converter()  # a malformed key configuration is a usage error
-        # Before connecting: nothing is served that could not be stored. The demo's database is
-        # a store only where its tools are served: a user's worker does not create it.
-        check_stores(demo=toolkits.serves_demo())
-        message_store.retention_hours_from_env()
-        Admission.from_env()  # the model calls' limits
+        served = serving.check_worker(args["tools"])  # nothing is served that would fail later
         mcp_config = mcp_config_from(args["mcp_config"])
         how = args["sandbox"] or sandbox.sandbox_from_env()
         versions = (args["deployment_name"], args["build_id"], args["versioning"])
         deployment = serving.deployment_config(*versions, environ={})
     except CommandLineError as stop:
         return int(stop.code or 0)
-    except (toolkits.ToolLoadError, payload_codec.PayloadKeyError, StoreNotWritable) as error:
-        sys.stderr.write(f"{prog}: error: {error}\n")
+    except serving.SETUP_ERRORS as error:
+        say(f"{prog}: error: {serving.setup_error(error)}")
         return 2
-    except AgentConfigurationError as error:
-        sys.stderr.write(f"{prog}: error: {error.message}\n")
-        return 2
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.info("serving %d tools: %s", len(served), ", ".join(served))
     logging.info("stores: %s", describe_stores(demo=toolkits.serves_demo()))
     try:

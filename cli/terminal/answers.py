@@ -6,6 +6,8 @@ run goes on."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
@@ -14,6 +16,25 @@ from ...serving.command_line import say
 from ..decide import CallQuestion, PlanQuestion, Question, refusal
 
 APPROVALS = ("", "y", "yes")
+
+
+async def ask(
+    agent_run: AgentRun, question: Question, reading: Awaitable[str | None]
+) -> str | None:
+    """Ask `question` here, once it is shown (decide.show), and send the decision the line from
+    `reading` says: the line, or None when there was none (stdin ended)."""
+    match question:
+        case PlanQuestion():
+            say("Approve it? Enter (or y) approves; anything else is your feedback, to plan again:")
+        case CallQuestion(event):
+            say(
+                f"Run it? Enter (or y) approves; 'always' approves it and the run's later "
+                f"{event.tool} calls; anything else denies it, with that as the reason:"
+            )
+    line = await reading
+    if line is not None:
+        await answer(agent_run, question, line)
+    return line
 
 
 async def answer(agent_run: AgentRun, question: Question, line: str) -> None:

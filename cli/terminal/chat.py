@@ -16,7 +16,7 @@ from ...serving.command_line import say
 from ..args import Following
 from ..conversation import end_conversation, follow_turn
 from ..decide import Question, refusal, too_large
-from .answers import answer
+from .answers import ask
 from .keyboard import CtrlC, Lines, stdin
 
 ENDS = ("/end", "/quit", "/exit")
@@ -80,12 +80,10 @@ async def _turn(
     to the workflow after its turn had answered; a CI run lost that turn's answer so)."""
     answers: asyncio.Queue[str | None] = asyncio.Queue()
 
-    async def ask(question: Question) -> None:
-        line = await answers.get()
-        if line is not None:
-            await answer(agent_run, question, line)
+    async def asking(question: Question) -> None:
+        await ask(agent_run, question, answers.get())
 
-    following_it = asyncio.ensure_future(follow_turn(agent_run, number, following, ask))
+    following_it = asyncio.ensure_future(follow_turn(agent_run, number, following, asking))
     pressed = 0
     try:
         while not following_it.done():
