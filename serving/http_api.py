@@ -40,6 +40,7 @@ from ..workflows.bounds import MAX_COUNT
 from ..workflows.errors import AgentConfigurationError, AgentInputInvalid
 from ..workflows.inputs import AgentInput
 from ..workflows.paging import TracePage, TranscriptPage
+from ..workflows.reporting import verdict_line
 from ..workflows.state import AutoModeChange, PendingCallback, PlanState, ToolApproval
 from ..workflows.status import AGENT_STATUS, RunStatus
 from .console import add_console
@@ -137,6 +138,14 @@ class Decision(BaseModel):
 
 class Turn(BaseModel):
     turn: int
+
+
+class ShownStatus(RunStatus):
+    """The run's `status` query, and what auto mode's judge said of each waiting call it handed
+    to a person, by call id: the line the CLI and the Web UI show (reporting.verdict_line), which
+    the console shows as it is rather than say it again."""
+
+    verdict_lines: dict[str, str] = Field(default_factory=dict)
 
 
 class Answer(BaseModel):
@@ -314,9 +323,13 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
     # Last: a run's id may hold a slash (a sub-agent's does), and this path would match the
     # others' too.
     @api.get("/runs/{workflow_id:path}")
-    async def status(workflow_id: str) -> RunStatus:
-        """The run's `status` query: its step, cost, limits, plan and pending decisions."""
-        return await agents.run(workflow_id).status()
+    async def status(workflow_id: str) -> ShownStatus:
+        """The run's `status` query: its step, cost, limits, plan and pending decisions, and the
+        judge's verdict on each waiting call it judged, as a line (`verdict_lines`)."""
+        status = await agents.run(workflow_id).status()
+        waiting = [*status.approvals, *status.sub_agent_approvals]
+        said = {call.call_id: verdict_line(call.verdict) for call in waiting if call.verdict}
+        return ShownStatus(**dict(status), verdict_lines=said)
 
     app.include_router(api)
     app.add_middleware(_Door, token=token, limit=MAX_BODY_BYTES)
