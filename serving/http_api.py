@@ -285,8 +285,7 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
     async def auto_mode(workflow_id: str, body: AutoModeChange) -> dict[str, str]:
         """For an operator: turn auto mode's judge off for the rest of the run, or replace its
         rules; 409 when the run has no auto mode to change."""
-        off, rules = body.off, body.rules
-        return {"auto_mode": await agents.run(workflow_id).set_auto_mode(off=off, rules=rules)}
+        return {"auto_mode": await agents.run(workflow_id).set_auto_mode(body)}
 
     @api.post("/runs/{workflow_id:path}/interrupt")
     async def interrupt(workflow_id: str) -> Turn:
