@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 import click
 
@@ -22,15 +21,13 @@ from ..workflows.inputs import DEFAULT_TASK_QUEUE
 )
 @click.option("--example", is_flag=True, help="print a minimal input that runs the scripted demo")
 @click.option("--task-queue", default=DEFAULT_TASK_QUEUE, help="the runs' task queue")
-def command(**options: Any) -> dict[str, Any]:
-    return options
+def command(example: bool, task_queue: str) -> None:
+    print(json.dumps(example_input() if example else contract(task_queue)))
 
 
 def main(argv: Sequence[str], *, prog: str = "starter.py contract") -> int:
     try:
-        options = parse(command, argv, prog)
+        parse(command, argv, prog)
     except CommandLineError as stop:
         return int(stop.code or 0)
-    shown = example_input() if options["example"] else contract(options["task_queue"])
-    print(json.dumps(shown))
     return 0

@@ -97,8 +97,7 @@ async def fork(client: AgentClient, following: Following, workflow_id: str, **fo
         say(f"fork {workflow_id}: {error}")
         return 2 if isinstance(error, forking.ForkStepOutOfRange) else 1
     if fork["no_wait"]:
-        running = {"workflow_id": agent_run.id, "status": "running"}
-        print(json.dumps(running) if following.json else agent_run.id)
+        following.answer({"workflow_id": agent_run.id, "status": "running"}, agent_run.id)
         return 0
     if not following.json:
         say(f"workflow {agent_run.id} started: a fork of {workflow_id} at step {step}")
@@ -126,10 +125,7 @@ async def diff(client: AgentClient, following: Following, workflow_a: str, workf
         say(f"diff: {error}")
         return 1
     compared = forking.diff(a, b)
-    if following.json:
-        print(json.dumps(compared.as_json()))
-    else:
-        print(diff_text(compared))
+    following.answer(compared.as_json(), diff_text(compared))
     return 0
 
 
@@ -229,11 +225,8 @@ async def eval_(
     if not originals:
         say(f"no completed run with label {label!r} to fork")
         if following.json:
-            print(
-                json.dumps(
-                    {"label": label, "runs": [], "totals": evaluation.eval_totals([], bool(score))}
-                )
-            )
+            nothing = evaluation.eval_totals([], bool(score))
+            print(json.dumps({"label": label, "runs": [], "totals": nothing}))
         return 1
     if not following.json:
         with_model = f"at step {fork_step} with {provider} {model}"
@@ -250,13 +243,10 @@ async def eval_(
         score=scoring,
         beside=partial(_say_waiting_calls, following),
     )
-    if following.json:
-        totals = evaluation.eval_totals(rows, scoring is not None)
-        runs = [row.as_json() for row in rows]
-        plan = {"label": label, "fork_step": fork_step, "provider": provider, "model": model}
-        print(json.dumps({**plan, "score": score, "runs": runs, "totals": totals}))
-    else:
-        print(eval_table(rows, scored=scoring is not None))
+    totals = evaluation.eval_totals(rows, scoring is not None)
+    plan = {"label": label, "fork_step": fork_step, "provider": provider, "model": model}
+    runs = {"score": score, "runs": [row.as_json() for row in rows], "totals": totals}
+    following.answer({**plan, **runs}, eval_table(rows, scored=scoring is not None))
     return 0 if all(row.failure is None for row in rows) else 1
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ..serving import http_api
-from ..serving.command_line import Command, CommandLineError, parse, say
+from ..serving.command_line import Command, CommandLineError, parse, refuse, say
 from ..serving.http_server import serve_api
 from ..serving.streams import stream_bounds
 from ..serving.worker import SETUP_ERRORS, check_worker, setup_error
@@ -33,9 +33,7 @@ DEFAULT_PORT = 8000
 @click.option("--tools", multiple=True, help="self-contained: the worker's, as `worker --tools`")
 def command(**options: Any) -> dict[str, Any]:
     if options["tools"] and options["address"]:
-        raise click.UsageError(
-            "--tools is for the embedded worker; with --address, give it to the worker"
-        )
+        refuse("--tools is for the embedded worker; with --address, give it to the worker")
     return options
 
 
