@@ -54,13 +54,10 @@ async def follow_turn(
         if event.kind == "turn_finished":
             lines.show(lines.records)
             break
-        question = await decide.question_in(agent_run, event)
-        if question is None:
-            continue
-        asking = following.ask and ask is not None
-        decide.show(agent_run.id, question, following, ask=asking)
-        if asking and ask is not None:
-            await ask(question)
+        asking = ask if following.ask else None
+        question = await decide.shown(agent_run, event, following, ask=asking is not None)
+        if question is not None and asking is not None:
+            await asking(question)
     try:
         record = await agent_run.turn(number)
     except (LookupError, AgentRunFailed) as gone:

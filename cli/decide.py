@@ -53,13 +53,20 @@ class CallQuestion:
 Question = PlanQuestion | CallQuestion
 
 
-async def question_in(agent_run: AgentRun, event: AgentEvent) -> Question | None:
-    """What `event` asks of a person, if it still waits: a submitted plan is looked up in the
-    run's status, since it may have been decided elsewhere already."""
+async def shown(
+    agent_run: AgentRun, event: AgentEvent, following: Following, *, ask: bool
+) -> Question | None:
+    """What `event` asks of a person, if it still waits (a submitted plan is looked up in the
+    run's status: it may have been decided elsewhere already), shown: see `show`."""
+    question: Question | None = None
     if event.kind == "plan_submitted":
         plan = (await agent_run.status()).plan
-        return PlanQuestion(plan) if plan and plan.status == "awaiting_approval" else None
-    return CallQuestion(event) if event.kind == "approval_requested" else None
+        question = PlanQuestion(plan) if plan and plan.status == "awaiting_approval" else None
+    elif event.kind == "approval_requested":
+        question = CallQuestion(event)
+    if question is not None:
+        show(agent_run.id, question, following, ask=ask)
+    return question
 
 
 def show(workflow_id: str, question: Question, following: Following, *, ask: bool) -> None:

@@ -19,11 +19,10 @@ from ..client import evaluation, forking
 from ..client.agent_client import AgentClient, AgentRun
 from ..client.evaluation import EvalRow
 from ..serving.command_line import refuse, say
-from ..workflows.events import AgentEvent
 from ..workflows.inputs import ModelSettings, ToolApprovalPolicy
 from ..workflows.providers import CATALOGUE, Provider
-from . import args
-from .args import Following, program
+from . import args, decide
+from .args import Following
 from .run import follow
 from .tables import money, shorten, table
 
@@ -251,15 +250,10 @@ async def eval_(
 
 
 async def _say_waiting_calls(following: Following, agent_run: AgentRun) -> None:
-    """A fork's call that waits for a person blocks its row: say how to decide it."""
+    """A fork's plan or call that waits for a person blocks its row: say how to decide it, as
+    a run's is said."""
     async for item in agent_run.events():
-        event: AgentEvent = item.data
-        if event.kind == "approval_requested":
-            say(
-                f"{agent_run.id} waits for a decision on {event.call_id} ({event.tool} "
-                f"{event.arguments}): {program()} approve-call {agent_run.id} {event.call_id} "
-                f"--address {following.address} (or deny-call ... --reason TEXT)"
-            )
+        await decide.shown(agent_run, item.data, following, ask=False)
 
 
 def eval_table(rows: Sequence[EvalRow], *, scored: bool) -> str:

@@ -253,11 +253,8 @@ async def _watch(
     here; returns what was left undecided when stdin ended, else None."""
     async for item in agent_run.events():
         lines.add(item.data)
-        question = await decide.question_in(agent_run, item.data)
-        if question is None:
-            continue
-        decide.show(agent_run.id, question, following, ask=following.ask)
-        if not following.ask:
+        question = await decide.shown(agent_run, item.data, following, ask=following.ask)
+        if question is None or not following.ask:
             continue
         line = await answers.ask(agent_run, question, keyboard.stdin().next(stop))
         if stop.is_set():
