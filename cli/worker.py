@@ -10,10 +10,8 @@ from typing import Any, get_args
 
 import click
 
-from ..activities import telemetry, toolkits
+from ..activities import toolkits
 from ..activities.mcp_config import MCP_CONFIG_VARIABLE, mcp_config_from
-from ..activities.mcp_tools import McpTools
-from ..activities.store_check import describe_stores
 from ..client.agent_client import SearchAttributesNotRegistered
 from ..serving import sandbox_runner as sandbox, worker as serving
 from ..serving.command_line import Command, CommandLineError, exit_now, invoked_name, parse, say
@@ -96,17 +94,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "worker.py") -> int:
     except serving.SETUP_ERRORS as error:
         say(f"{prog}: error: {serving.setup_error(error)}")
         return 2
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.info("serving %d tools: %s", len(served), ", ".join(served))
-    logging.info("stores: %s", describe_stores(demo=toolkits.serves_demo()))
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
-        if telemetry.configure_from_env():
-            logging.info("tracing on (OTEL_* variables)")
-        mcp = McpTools(mcp_config) if mcp_config is not None else None
         where = (args["address"], args["namespace"], args["task_queue"])
-        asyncio.run(serving.serve(*where, mcp=mcp, sandbox=how, deployment=deployment))
+        asyncio.run(serving.serve(*where, served, mcp_config, sandbox=how, deployment=deployment))
     except KeyboardInterrupt:
         return 0
     except (RuntimeError, SearchAttributesNotRegistered) as error:  # the latter says what to do

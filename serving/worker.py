@@ -21,10 +21,11 @@ from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import Replayer, Worker, WorkerDeploymentConfig
 
-from ..activities import message_store, toolkits
+from ..activities import message_store, telemetry, toolkits
 from ..activities.admission import Admission
+from ..activities.mcp_config import McpConfig
 from ..activities.mcp_tools import McpTools
-from ..activities.store_check import StoreNotWritable, check_stores
+from ..activities.store_check import StoreNotWritable, check_stores, describe_stores
 from ..encryption.payload_codec import PayloadKeyError, data_converter
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
@@ -171,13 +172,20 @@ async def serve(
     address: str,
     namespace: str,
     task_queue: str,
+    tools: Sequence[str],
+    mcp_config: McpConfig | None,
     *,
-    mcp: McpTools | None,
     sandbox: sandbox_runner.WorkerSandbox,
     deployment: WorkerDeploymentConfig | None,
 ) -> None:
-    """The worker command's worker: serve runs until cancelled, or SIGTERM, saying where (and
-    which deployment version it is) in the log."""
+    """The worker command's worker: serve runs until cancelled, or SIGTERM, saying in the log
+    what (`tools`, check_worker's), on which stores, where, and which deployment version it is;
+    traced as the OTEL_* variables say."""
+    logging.info("serving %d tools: %s", len(tools), ", ".join(tools))
+    logging.info("stores: %s", describe_stores(demo=toolkits.serves_demo()))
+    if telemetry.configure_from_env():
+        logging.info("tracing on (OTEL_* variables)")
+    mcp = McpTools(mcp_config) if mcp_config is not None else None
     client = await connect(address, namespace)
     options: dict[str, Any] = {} if deployment is None else {"deployment_config": deployment}
     worker = build_worker(client, task_queue, mcp=mcp, sandbox=sandbox, **options)
