@@ -174,10 +174,10 @@ async def _start(
         return 0
     if not args.json:
         say(f"workflow {workflow_id} started")
-    if args.conversation:
+    if args.conversation and (args.chat or following.ask):
         # Self-contained, nothing else can send the next message: the conversation is here.
-        if args.chat or following.ask:
-            return await chat.chat(agent_run, following)
+        return await chat.chat(agent_run, following)
+    if args.conversation:
         return await conversation.converse(agent_run, following)
     return await follow(agent_run, following)
 
