@@ -15,7 +15,7 @@ CLI_MOST_LINES = 2_313
 """`wc -l cli/*.py` when the benchmarks and the codec server moved onto the CLI's plumbing and
 the terminal conversation into a room of its own (issue 49): from 2,838, against the 2,200 that
 issue asks for. Lower it as the CLI shrinks; raise it only with a reason in the commit."""
-TERMINAL_MOST_LINES = 310
+TERMINAL_MOST_LINES = 305
 """`wc -l cli/terminal/*.py`: a person at this terminal, typing; what else the CLI does goes
 in cli/*.py, and counts there."""
 ALLOWED_IN_TESTS: set[str] = set()
