@@ -9,7 +9,7 @@ durable_agent/worker.py. An app's own worker serves runs with `plugins=[AgentPlu
 """
 
 if __name__ == "__main__":
-    from durable_agent.cli.plumbing import exit_now
     from durable_agent.cli.worker import main
+    from durable_agent.serving.command_line import exit_now
 
     exit_now(main())

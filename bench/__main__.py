@@ -3,6 +3,6 @@
 import asyncio
 
 from bench.suite import main
-from durable_agent.cli.plumbing import exit_now
+from durable_agent.serving.command_line import exit_now
 
 exit_now(asyncio.run(main()))

@@ -31,7 +31,6 @@ rate row: calls / R).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import json
@@ -46,17 +45,19 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import click
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowFailureError
 
 from durable_agent.activities.admission import Admission, ProviderLimits
-from durable_agent.cli.plumbing import exit_now
+from durable_agent.serving.command_line import Command, exit_now, parse
 from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker, connect
 from durable_agent.workflows.agent import AgentWorkflow
@@ -281,18 +282,22 @@ def table(rows: list[dict[str, Any]], limit: int, latency: float) -> str:
     return "\n".join(lines)
 
 
+@click.command(cls=Command, help=(__doc__ or "").split("\n")[0])
+@click.option("--runs", type=int, default=100)
+@click.option("--limit", type=int, default=5, help="requests the provider serves at once")
+@click.option("--latency", type=float, default=0.2, help="seconds a request takes")
+@click.option("--rate", type=float, default=20.0, help="calls a second, for the rate row")
+@click.option("--quick", is_flag=True, help="20 runs, and no rate row")
+@click.option("--only", multiple=True, help="run only the setups named so")
+@click.option("--json", type=Path, help="also write the figures to this file")
+@click.option("--serve", nargs=2, metavar="ADDRESS QUEUE", hidden=True)
+@click.option("--limits", hidden=True)
+def command_line(**options: Any) -> SimpleNamespace:
+    return SimpleNamespace(**options)
+
+
 async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--runs", type=int, default=100)
-    parser.add_argument("--limit", type=int, default=5, help="requests the provider serves at once")
-    parser.add_argument("--latency", type=float, default=0.2, help="seconds a request takes")
-    parser.add_argument("--rate", type=float, default=20.0, help="calls a second, for the rate row")
-    parser.add_argument("--quick", action="store_true", help="20 runs, and no rate row")
-    parser.add_argument("--only", action="append", help="run only the setups named so")
-    parser.add_argument("--json", type=Path, help="also write the figures to this file")
-    parser.add_argument("--serve", nargs=2, metavar=("ADDRESS", "QUEUE"), help=argparse.SUPPRESS)
-    parser.add_argument("--limits", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = parse(command_line, argv)
     if args.serve:
         # Each 429 logs a warning with its traceback: hundreds of lines in the "before" setups.
         logging.getLogger("temporalio.activity").setLevel(logging.ERROR)

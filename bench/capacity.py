@@ -32,7 +32,6 @@ bench/results/capacity.json) and a summary to stdout.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -46,10 +45,13 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import click
+from click.core import ParameterSource
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
@@ -58,7 +60,7 @@ from bench import workload
 from bench.floor_workflow import FloorInput, FloorWorkflow
 from bench.scaling import children_of_self, cpu_of, start_worker_processes, stop_worker_processes
 from bench.suite import load_average, machine
-from durable_agent.cli.plumbing import OneLineArgumentParser, exit_now
+from durable_agent.serving.command_line import Command, exit_now, parse, refuse
 from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.status import starting_search_attributes
@@ -379,7 +381,7 @@ async def one_run(host: Host, steps: int, delay: float, started: list[str]) -> f
     return time.perf_counter() - began
 
 
-async def level(host: Host, rate: float, args: argparse.Namespace, rss_idle: int) -> dict[str, Any]:
+async def level(host: Host, rate: float, args: SimpleNamespace, rss_idle: int) -> dict[str, Any]:
     """`rate` runs a second for `--level-seconds`, open-loop, then every run to its end."""
     count = max(1, round(rate * args.level_seconds))
     workflow_ids: list[str] = []
@@ -505,7 +507,7 @@ FLOOR_WORKER = ("-m", "bench.floor_worker")
 
 
 async def measure_processes(
-    client: Client, address: str, processes: int, args: argparse.Namespace, scratch: Path
+    client: Client, address: str, processes: int, args: SimpleNamespace, scratch: Path
 ) -> dict[str, Any]:
     """The agent's row for `processes` worker processes, with the floor's beside it (`floor`):
     the same stepped rates on the same server, level by level, the agent's level first."""
@@ -719,46 +721,43 @@ QUICK = {
 }
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = OneLineArgumentParser(
-        prog="python -m bench.capacity", description=(__doc__ or "").split("\n")[0]
-    )
-    parser.add_argument("--processes", default="1,2", help="worker process counts, e.g. 1,2")
-    parser.add_argument("--steps", type=int, default=10, help="tool-calling steps a run")
-    parser.add_argument("--delay", type=float, default=0.2, help="model latency, seconds")
-    parser.add_argument("--start-rate", type=float, default=2.0, help="runs a second, first")
-    parser.add_argument("--rate-factor", type=float, default=1.5)
-    parser.add_argument("--level-seconds", type=float, default=30.0)
-    parser.add_argument("--max-levels", type=int, default=10)
-    parser.add_argument("--threshold", type=float, default=1.0, help="p95 schedule-to-start, s")
-    parser.add_argument("--sample", type=int, default=40, help="histories read a level")
-    parser.add_argument("--sandbox", choices=("stock", "fast"), help=f"sets {SANDBOX_VARIABLE}")
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
-    parser.add_argument("--quick", action="store_true", help="a tiny run: figures mean nothing")
-    args = parser.parse_args(argv)
+COUNT = click.IntRange(min=1)
+ABOVE_0 = click.FloatRange(min=0, min_open=True)
+
+
+@click.command(cls=Command, help=(__doc__ or "").split("\n")[0])
+@click.option("--processes", default="1,2", help="worker process counts, e.g. 1,2")
+@click.option("--steps", type=COUNT, default=10, help="tool-calling steps a run")
+@click.option("--delay", type=float, default=0.2, help="model latency, seconds")
+@click.option("--start-rate", type=ABOVE_0, default=2.0, help="runs a second, first")
+@click.option("--rate-factor", type=float, default=1.5)
+@click.option("--level-seconds", type=ABOVE_0, default=30.0)
+@click.option("--max-levels", type=COUNT, default=10)
+@click.option("--threshold", type=ABOVE_0, default=1.0, help="p95 schedule-to-start, s")
+@click.option("--sample", type=COUNT, default=40, help="histories read a level")
+@click.option("--sandbox", type=click.Choice(("stock", "fast")), help=f"sets {SANDBOX_VARIABLE}")
+@click.option("--json", type=click.Path(path_type=Path), default=DEFAULT_JSON)
+@click.option("--quick", is_flag=True, help="a tiny run: figures mean nothing")
+def command_line(**options: Any) -> SimpleNamespace:
+    args = SimpleNamespace(**options)
     if args.quick:
+        source = click.get_current_context().get_parameter_source
         for name, value in QUICK.items():
-            if getattr(args, name) == parser.get_default(name):
+            if source(name) == ParameterSource.DEFAULT:
                 setattr(args, name, value)
     try:
         args.process_counts = [int(p) for p in args.processes.split(",")]
     except ValueError:
-        parser.error(f"--processes: {args.processes!r} is not a list of counts such as 1,2")
+        refuse(f"--processes: {args.processes!r} is not a list of counts such as 1,2")
     if any(p < 1 for p in args.process_counts):
-        parser.error("--processes: each count must be at least 1")
-    for name in ("steps", "max_levels", "sample"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    for name in ("start_rate", "level_seconds", "threshold"):
-        if getattr(args, name) <= 0:
-            parser.error(f"--{name.replace('_', '-')} must be above 0")
+        refuse("--processes: each count must be at least 1")
     if args.rate_factor <= 1:
-        parser.error("--rate-factor must be above 1, or the rate never rises")
+        refuse("--rate-factor must be above 1, or the rate never rises")
     return args
 
 
 async def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+    args = parse(command_line, argv)
     figures: dict[str, Any] = {
         "taken_at": datetime.now().astimezone().isoformat(timespec="seconds"),
         "machine": machine(),

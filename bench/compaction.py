@@ -53,7 +53,6 @@ Columns:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -61,16 +60,19 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import click
 from temporalio.client import Client
 
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
 from bench.tokens import CHARS_PER_TOKEN, cacheable_tokens, prompt_bytes
 from durable_agent.activities import pricing
 from durable_agent.activities.providers.scripted import recorded_requests, requests_recorded
+from durable_agent.serving.command_line import Command, parse, refuse
 from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
@@ -229,21 +231,27 @@ def table(rows: list[dict[str, Any]], model: str) -> str:
     return "\n".join(lines)
 
 
+@click.command(cls=Command, help=__doc__.split("\n")[0])
+@click.option("--steps", type=int, default=40, help="model calls per run")
+@click.option(
+    "--max-context-tokens",
+    type=int,
+    help=f"the compacting runs' context limit (default: {TOKENS_PER_STEP_OF_LIMIT} a step)",
+)
+@click.option("--model", default="gpt-4o-mini", help="whose prices to apply")
+@click.option("--json", type=Path, help="also write the rows here")
+@click.option("--quick", is_flag=True, help="16 steps")
+def command_line(**options: Any) -> SimpleNamespace:
+    args = SimpleNamespace(**options)
+    args.steps = 16 if args.quick else args.steps
+    if args.steps < 2:
+        refuse("--steps must be at least 2")
+    return args
+
+
 async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=40, help="model calls per run (default 40)")
-    parser.add_argument(
-        "--max-context-tokens",
-        type=int,
-        help=f"the compacting runs' context limit (default: {TOKENS_PER_STEP_OF_LIMIT} a step)",
-    )
-    parser.add_argument("--model", default="gpt-4o-mini", help="whose prices to apply")
-    parser.add_argument("--json", type=Path, help="also write the rows here")
-    parser.add_argument("--quick", action="store_true", help="16 steps")
-    args = parser.parse_args(argv)
-    steps = 16 if args.quick else args.steps
-    if steps < 2:
-        parser.error("--steps must be at least 2")
+    args = parse(command_line, argv)
+    steps = args.steps
     limit = args.max_context_tokens or default_limit(steps)
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["AGENT_DEMO_DB"] = str(Path(scratch) / "bench.db")

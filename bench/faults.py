@@ -49,7 +49,6 @@ Checked at the end (each a count of violations; the exit status is 1 unless all 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -68,18 +67,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import click
 from temporalio.api.enums.v1 import EventType, PendingWorkflowTaskState, TimeoutType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCError
 
 import durable_agent.workflows.tool_catalog as tool_catalog
-from durable_agent.cli.plumbing import exit_now
 from durable_agent.demo import tools as demo_tools
+from durable_agent.serving.command_line import Command, exit_now, parse
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentError
 from durable_agent.workflows.inputs import (
@@ -1005,7 +1006,7 @@ def _worker_env(scratch: Path, database: Path, fake: ConversationFake) -> dict[s
     }
 
 
-async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+async def measure(args: SimpleNamespace, scratch: Path) -> dict[str, Any]:
     from durable_agent.serving.dev_server import embedded_dev_server
 
     plans = plan_runs(args.seed, args.runs, args.cancels, args.spacing, args.provider_fault_rate)
@@ -1228,7 +1229,7 @@ def report(f: dict[str, Any]) -> str:
 # --- one workflow task lost again and again ----------------------------------------------------
 
 
-async def measure_lost_attempts(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+async def measure_lost_attempts(args: SimpleNamespace, scratch: Path) -> dict[str, Any]:
     """One run whose first workflow task is lost `--lost-task-attempts` times in a row: each
     worker kills itself in the run's `resolve_tools` local activity, as a killed worker (or a
     worker without a cache that drops the task, see docs/testing.md) loses it. Records when the
@@ -1312,31 +1313,32 @@ def report_lost_attempts(f: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--runs", type=int, default=100)
-    parser.add_argument("--kills", type=int, default=35)
-    parser.add_argument("--cancels", type=int, default=25)
-    parser.add_argument("--seed", type=int, default=None, help="default: drawn, and printed")
-    parser.add_argument("--spacing", type=float, default=1.5, help="seconds between run starts")
-    parser.add_argument("--provider-fault-rate", type=float, default=0.05)
-    parser.add_argument(
-        "--cached-share", type=float, default=0.5, help="share of workers with a workflow cache"
-    )
-    parser.add_argument("--json", type=Path, help="also write the figures to this file")
-    parser.add_argument("--keep", type=Path, help="keep the databases and worker logs here")
-    parser.add_argument(
-        "--lost-task-attempts",
-        type=int,
-        metavar="N",
-        help="instead: one run whose first workflow task is lost N times in a row, and when the "
-        "server retries it",
-    )
-    args = parser.parse_args(argv)
-    if args.runs > demo_tools.BULK_ORDER_COUNT:
-        parser.error(f"at most {demo_tools.BULK_ORDER_COUNT} runs (one order each)")
-    if args.lost_task_attempts is not None and not 1 <= args.lost_task_attempts <= 10:
-        parser.error("--lost-task-attempts: from 1 to 10 (the 10th waits about 11 min)")
+@click.command(cls=Command, help=(__doc__ or "").split("\n")[0])
+@click.option(
+    "--runs",
+    type=click.IntRange(1, demo_tools.BULK_ORDER_COUNT),
+    default=100,
+    help="one order each, of the demo's bulk orders",
+)
+@click.option("--kills", type=int, default=35)
+@click.option("--cancels", type=int, default=25)
+@click.option("--seed", type=int, help="default: drawn, and printed")
+@click.option("--spacing", type=float, default=1.5, help="seconds between run starts")
+@click.option("--provider-fault-rate", type=float, default=0.05)
+@click.option(
+    "--cached-share", type=float, default=0.5, help="share of workers with a workflow cache"
+)
+@click.option("--json", type=Path, help="also write the figures to this file")
+@click.option("--keep", type=Path, help="keep the databases and worker logs here")
+@click.option(
+    "--lost-task-attempts",
+    type=click.IntRange(1, 10),
+    metavar="N",
+    help="instead: one run whose first workflow task is lost N times in a row, and when the "
+    "server retries it (the 10th waits about 11 min)",
+)
+def command_line(**options: Any) -> SimpleNamespace:
+    args = SimpleNamespace(**options)
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1, 1_000_000)
     return args
@@ -1354,7 +1356,7 @@ def scratch_directory(keep: Path | None) -> Iterator[Path]:
 
 
 async def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
+    args = parse(command_line, argv)
     print(f"bench.faults: seed {args.seed} (re-run with --seed {args.seed})", flush=True)
     # A killed worker's attempts come back as timeouts: the harness expects them by the dozen.
     logging.getLogger("temporalio").setLevel(logging.ERROR)

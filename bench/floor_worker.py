@@ -16,26 +16,29 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import click
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from bench import workload
-from durable_agent.cli.plumbing import OneLineArgumentParser
+from durable_agent.serving.command_line import Command, parse
+
+
+@click.command(cls=Command, help=(__doc__ or "").split("\n")[0])
+@click.option("--address", required=True, help="the Temporal frontend")
+@click.option("--task-queue", required=True)
+def command_line(address: str, task_queue: str) -> tuple[str, str]:
+    return address, task_queue
 
 
 async def main(argv: list[str] | None = None) -> int:
-    parser = OneLineArgumentParser(
-        prog="python -m bench.floor_worker", description=(__doc__ or "").split("\n")[0]
-    )
-    parser.add_argument("--address", required=True, help="the Temporal frontend")
-    parser.add_argument("--task-queue", required=True)
-    args = parser.parse_args(argv)
-    client = await Client.connect(args.address, data_converter=pydantic_data_converter)
+    address, task_queue = parse(command_line, argv)
+    client = await Client.connect(address, data_converter=pydantic_data_converter)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(number, stop.set)
-    async with workload.floor_worker(client, args.task_queue):
+    async with workload.floor_worker(client, task_queue):
         await stop.wait()
     return 0
 

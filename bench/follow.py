@@ -18,7 +18,6 @@ the followers, how late each event arrived after the run published it (its `at`)
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -28,17 +27,19 @@ import tempfile
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import click
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.contrib.workflow_streams import WorkflowStreamClient
 
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
-from durable_agent.cli.plumbing import exit_now
 from durable_agent.client.agent_client import AgentRun
+from durable_agent.serving.command_line import Command, exit_now, parse
 from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
@@ -89,7 +90,7 @@ async def follow(client: Client, agent_run: AgentRun, way: str) -> list[float]:
     return lags
 
 
-async def measure(client: Client, task_queue: str, args: argparse.Namespace, way: str) -> Any:
+async def measure(client: Client, task_queue: str, args: SimpleNamespace, way: str) -> Any:
     handle = await client.start_workflow(
         AgentWorkflow.run,
         agent_input(args.steps, args.reply_chars),
@@ -121,13 +122,17 @@ def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+@click.command(cls=Command, help=(__doc__ or "").split("\n")[0])
+@click.option("--steps", type=int, default=30)
+@click.option("--reply-chars", type=int, default=2000)
+@click.option("--runs", type=int, default=3)
+@click.option("--json", type=Path)
+def command_line(**options: Any) -> SimpleNamespace:
+    return SimpleNamespace(**options)
+
+
 async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--reply-chars", type=int, default=2000)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
+    args = parse(command_line, argv)
     table: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["AGENT_MESSAGE_STORE"] = str(Path(scratch) / "messages.db")

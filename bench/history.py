@@ -14,7 +14,6 @@ The targets for 100 steps: at most 3x with 2 KB results; at most 2x with 2 KB re
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -23,14 +22,16 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import click
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
-from durable_agent.cli.plumbing import exit_now
+from durable_agent.serving.command_line import Command, Several, exit_now, parse
 from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
@@ -104,18 +105,18 @@ async def measure(
     }
 
 
+@click.command(cls=Command, help=(__doc__ or "").split("\n")[0])
+@click.option("--steps", type=int, default=[25, 50, 100], metavar="N ...", cls=Several)
+@click.option("--result-chars", type=int, default=2000)
+@click.option("--reply-chars", type=int, default=0, help="text in each model reply (default: none)")
+@click.option("--linear-only", is_flag=True, help="skip the runs carrying whole transcripts")
+@click.option("--json", type=Path)
+def command_line(**options: Any) -> SimpleNamespace:
+    return SimpleNamespace(**options)
+
+
 async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--steps", type=int, nargs="+", default=[25, 50, 100])
-    parser.add_argument("--result-chars", type=int, default=2000)
-    parser.add_argument(
-        "--reply-chars", type=int, default=0, help="text in each model reply (default: none)"
-    )
-    parser.add_argument(
-        "--linear-only", action="store_true", help="skip the runs carrying whole transcripts"
-    )
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
+    args = parse(command_line, argv)
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["AGENT_MESSAGE_STORE"] = str(Path(scratch) / "messages.db")

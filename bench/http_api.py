@@ -19,7 +19,6 @@ on its own: describes, queries, all requests of the namespace).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -32,15 +31,17 @@ import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import click
 import httpx2 as httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
-from durable_agent.cli.plumbing import exit_now
 from durable_agent.client.agent_client import AgentClient, AgentRun, percentile
+from durable_agent.serving.command_line import Command, exit_now, parse
 from durable_agent.serving.dev_server import embedded_dev_server, free_port
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.inputs import (
@@ -229,16 +230,20 @@ async def follow_until_cancelled(
                 caught_up.set()
 
 
+@click.command(cls=Command, help=(__doc__ or "").split("\n")[0])
+@click.option("--starts", type=int, default=100)
+@click.option("--runs", type=int, default=10)
+@click.option("--steps", type=int, default=10)
+@click.option("--together", is_flag=True, help="two SSE clients a run")
+@click.option("--streams", type=int, default=20, help="SSE clients of the run measured")
+@click.option("--seconds", type=float, default=10.0, help="how long each is measured")
+@click.option("--json", type=Path)
+def command_line(**options: Any) -> SimpleNamespace:
+    return SimpleNamespace(**options)
+
+
 async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--starts", type=int, default=100)
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--together", action="store_true", help="two SSE clients a run")
-    parser.add_argument("--streams", type=int, default=20, help="SSE clients of the run measured")
-    parser.add_argument("--seconds", type=float, default=10.0, help="how long each is measured")
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
+    args = parse(command_line, argv)
     token = uuid.uuid4().hex
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["AGENT_MESSAGE_STORE"] = str(Path(scratch) / "messages.db")

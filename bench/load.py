@@ -27,7 +27,6 @@ The exit status is 1 when an invariant is broken.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
@@ -41,10 +40,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import click
 from temporalio import activity
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
@@ -55,8 +56,8 @@ from temporalio.worker import (
 )
 
 from durable_agent.activities.providers.scripted import recorded_requests, requests_recorded
-from durable_agent.cli.plumbing import exit_now
 from durable_agent.demo import tools as demo_tools
+from durable_agent.serving.command_line import Command, exit_now, parse
 from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
@@ -311,17 +312,24 @@ def report(figures: dict[str, Any]) -> str:
     )
 
 
+@click.command(cls=Command, help=(__doc__ or "").split("\n")[0])
+@click.option(
+    "--runs",
+    type=click.IntRange(1, demo_tools.BULK_ORDER_COUNT),
+    default=500,
+    help="one order each, of the demo's bulk orders",
+)
+@click.option("--failure-rate", type=float, default=0.1)
+@click.option("--seed", type=int, default=1)
+@click.option("--json", type=Path, help="also write the figures to this file")
+def command_line(**options: Any) -> SimpleNamespace:
+    return SimpleNamespace(**options)
+
+
 async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--runs", type=int, default=500)
-    parser.add_argument("--failure-rate", type=float, default=0.1)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", type=Path, help="also write the figures to this file")
-    args = parser.parse_args(argv)
+    args = parse(command_line, argv)
     # Every injected fault would log a warning and a traceback: thousands of lines.
     logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
-    if args.runs > demo_tools.BULK_ORDER_COUNT:
-        parser.error(f"at most {demo_tools.BULK_ORDER_COUNT} runs (one order each)")
     with tempfile.TemporaryDirectory() as scratch:
         for variable, name in (
             ("AGENT_DEMO_DB", "demo.db"),

@@ -11,7 +11,6 @@ against the pairing rule.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -19,11 +18,16 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import click
+
 import tests.tools_for_tests  # noqa: F401  (registers `blob`)
 from durable_agent.activities.providers.scripted import recorded_requests, requests_recorded
+from durable_agent.serving.command_line import Command, parse
 from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
@@ -37,12 +41,16 @@ from durable_agent.workflows.inputs import (
 from durable_agent.workflows.transcript import Transcript
 
 
+@click.command(cls=Command, help=(__doc__ or "").split("\n")[0])
+@click.option("--steps", type=int, default=500)
+@click.option("--result-chars", type=int, default=9000)
+@click.option("--max-context-tokens", type=int, default=40000)
+def command_line(**options: Any) -> SimpleNamespace:
+    return SimpleNamespace(**options)
+
+
 async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--steps", type=int, default=500)
-    parser.add_argument("--result-chars", type=int, default=9000)
-    parser.add_argument("--max-context-tokens", type=int, default=40_000)
-    args = parser.parse_args(argv)
+    args = parse(command_line, argv)
     turns = [
         ScriptedTurn(calls=[ScriptedCall(name="blob", arguments={"size": args.result_chars + i})])
         for i in range(args.steps - 1)

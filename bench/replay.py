@@ -13,7 +13,6 @@ history replays in under 2 s.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
@@ -23,14 +22,16 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import click
 from temporalio.client import Client, WorkflowHistory
 
 from bench import workload
-from durable_agent.cli.plumbing import exit_now
+from durable_agent.serving.command_line import Command, exit_now, parse
 from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker, replayer as worker_replayer
 
@@ -86,13 +87,17 @@ async def replay_history(path: Path, runs: int) -> list[float]:
     return times
 
 
+@click.command(cls=Command, help=(__doc__ or "").split("\n")[0])
+@click.option("--steps", type=int, default=500)
+@click.option("--runs", type=int, default=3)
+@click.option("--json", type=Path)
+@click.option("--replay-history", type=Path, hidden=True)
+def command_line(**options: Any) -> SimpleNamespace:
+    return SimpleNamespace(**options)
+
+
 async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--steps", type=int, default=500)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--json", type=Path)
-    parser.add_argument("--replay-history", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = parse(command_line, argv)
     if args.replay_history:
         print(json.dumps(await replay_history(args.replay_history, args.runs)))
         return 0

@@ -13,7 +13,6 @@ the same cores.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -24,14 +23,16 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import click
 from temporalio.client import Client
 
 from bench import workload
-from durable_agent.cli.plumbing import exit_now
+from durable_agent.serving.command_line import Command, exit_now, parse
 from durable_agent.serving.dev_server import embedded_dev_server
 
 REPO = Path(__file__).resolve().parent.parent
@@ -82,7 +83,7 @@ def stop_worker_processes(workers: list[subprocess.Popen[bytes]]) -> None:
 
 
 async def measure(
-    client: Client, address: str, processes: int, args: argparse.Namespace, scratch: Path
+    client: Client, address: str, processes: int, args: SimpleNamespace, scratch: Path
 ) -> dict[str, Any]:
     queue = f"bench-scaling-{processes}-{uuid.uuid4().hex[:8]}"
     server_pids = children_of_self()
@@ -118,13 +119,17 @@ async def measure(
     }
 
 
+@click.command(cls=Command, help=(__doc__ or "").split("\n")[0])
+@click.option("--runs", type=int, default=200)
+@click.option("--steps", type=int, default=10)
+@click.option("--delay", type=float, default=0.2)
+@click.option("--json", type=Path)
+def command_line(**options: Any) -> SimpleNamespace:
+    return SimpleNamespace(**options)
+
+
 async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--delay", type=float, default=0.2)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
+    args = parse(command_line, argv)
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         async with embedded_dev_server() as env:

@@ -28,7 +28,10 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import click
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -39,7 +42,7 @@ from durable_agent.activities.pricing import (
     SHIPPED_PRICES,
     price_for,
 )
-from durable_agent.cli.plumbing import OneLineArgumentParser
+from durable_agent.serving.command_line import Command, parse, refuse
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_INPUT = REPO / "bench" / "sizing_input.json"
@@ -784,48 +787,53 @@ def inputs_from(
     return measured(capacity, processes) | PUBLISHED | model_prices(model_name) | ASSUMED
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineArgumentParser(
-        prog="python -m bench.sizing", description=(__doc__ or "").split("\n")[0]
-    )
-    parser.add_argument("--input", type=Path, default=DEFAULT_INPUT, help="a capacity JSON")
-    parser.add_argument("--processes", type=int, help="the host row to use (default: the first)")
-    parser.add_argument("--provider", choices=("openai", "anthropic"), default="openai")
-    parser.add_argument(
-        "--model",
-        help="whose prices the model calls are at: a model of activities/pricing.py's table, of "
-        "--provider (default: gpt-4o-mini on openai, claude-sonnet-4-6 on anthropic, the models "
-        "the rate limits are for)",
-    )
-    parser.add_argument(
-        "--set", action="append", default=[], metavar="NAME=VALUE", help="change an input"
-    )
-    parser.add_argument("--json", type=Path, help="also write the model here")
-    args = parser.parse_args(argv)
-    model_name = args.model or DEFAULT_MODELS[args.provider]
+@click.command(cls=Command, help=(__doc__ or "").split("\n")[0])
+@click.option(
+    "--input", type=click.Path(path_type=Path), default=DEFAULT_INPUT, help="a capacity JSON"
+)
+@click.option("--processes", type=int, help="the host row to use (default: the first)")
+@click.option("--provider", type=click.Choice(("openai", "anthropic")), default="openai")
+@click.option(
+    "--model",
+    help="whose prices the model calls are at: a model of activities/pricing.py's table, of "
+    "--provider (default: gpt-4o-mini on openai, claude-sonnet-4-6 on anthropic, the models "
+    "the rate limits are for)",
+)
+@click.option("--set", multiple=True, metavar="NAME=VALUE", help="change an input")
+@click.option("--json", type=click.Path(path_type=Path), help="also write the model here")
+def command_line(**options: Any) -> SimpleNamespace:
+    """The options, and what they choose: the model's name, the capacity read, the inputs."""
+    args = SimpleNamespace(**options)
+    args.model_name = model_name = args.model or DEFAULT_MODELS[args.provider]
     if price_for(model_name, SHIPPED_PRICES) is None:
-        parser.error(f"--model {model_name}: no price for it (priced: {', '.join(SHIPPED_PRICES)})")
+        refuse(f"--model {model_name}: no price for it (priced: {', '.join(SHIPPED_PRICES)})")
     if provider_of(model_name) != args.provider:
-        parser.error(
+        refuse(
             f"--model {model_name}: {provider_of(model_name)}'s model; add "
             f"--provider {provider_of(model_name)}"
         )
     try:
-        capacity = json.loads(args.input.read_text())
-        inputs = inputs_from(capacity, args.processes, model_name)
+        args.capacity = json.loads(args.input.read_text())
+        args.inputs = inputs = inputs_from(args.capacity, args.processes, model_name)
     except (OSError, ValueError, KeyError) as error:
-        parser.error(f"--input {args.input}: {error}")
+        refuse(f"--input {args.input}: {error}")
     for setting in args.set:
         name, _, text = setting.partition("=")
         if name not in inputs:
-            parser.error(f"--set {setting}: no input named {name!r} (the inputs table names them)")
+            refuse(f"--set {setting}: no input named {name!r} (the inputs table names them)")
         try:
             value = float(text)
         except ValueError:
-            parser.error(f"--set {setting}: {text!r} is not a number")
+            refuse(f"--set {setting}: {text!r} is not a number")
         if not math.isfinite(value) or value < 0:
-            parser.error(f"--set {setting}: {text!r} is not a number of zero or more")
+            refuse(f"--set {setting}: {text!r} is not a number of zero or more")
         inputs[name] = Figure(value, "assumed", f"--set {setting}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(command_line, argv)
+    model_name, capacity, inputs = args.model_name, args.capacity, args.inputs
     results = {
         title: model(inputs, scenario, args.provider, model_name)
         for title, scenario in SCENARIOS.items()

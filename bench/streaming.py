@@ -17,7 +17,6 @@ history does not record: the target is no more events, and the same bytes.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -26,14 +25,17 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import click
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from durable_agent.client.agent_client import AgentRun
+from durable_agent.serving.command_line import Command, parse
 from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.activity_io import ModelDelta, StreamProgress
@@ -138,13 +140,17 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+@click.command(cls=Command, help=__doc__.split("\n\n")[0])
+@click.option("--steps", type=int, default=5)
+@click.option("--text-chars", type=int, default=2000)
+@click.option("--pace-ms", type=float, default=2.0)
+@click.option("--json", type=Path)
+def command_line(**options: Any) -> SimpleNamespace:
+    return SimpleNamespace(**options)
+
+
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--text-chars", type=int, default=2000)
-    parser.add_argument("--pace-ms", type=float, default=2.0)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    args = parse(command_line)
     with tempfile.TemporaryDirectory() as scratch:
         os.environ.setdefault("AGENT_DEMO_DB", str(Path(scratch) / "demo.db"))
         async with embedded_dev_server() as env:

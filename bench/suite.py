@@ -9,7 +9,6 @@ the same process. Absolute times on a shared machine are noise; the ratios are t
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -24,12 +23,15 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
+import click
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from bench import workload
+from durable_agent.serving.command_line import Command, parse, refuse
 from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker, replayer as worker_replayer
 
@@ -545,18 +547,19 @@ async def run_suite(plan: Plan, peers: bool) -> Report:
     return report
 
 
+@click.command(cls=Command, help=(__doc__ or "").split("\n")[0])
+@click.option("--quick", is_flag=True, help="a run of under two minutes")
+@click.option("--tiny", is_flag=True, help="a smoke test: figures mean nothing")
+@click.option("--json", type=Path, help="write every figure here")
+@click.option("--no-peers", is_flag=True, help="skip Pydantic AI and OpenAI Agents")
+def command_line(**options: Any) -> SimpleNamespace:
+    if options["quick"] and options["tiny"]:
+        refuse("--quick or --tiny, not both")
+    return SimpleNamespace(**options)
+
+
 async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench", description=(__doc__ or "").split("\n")[0]
-    )
-    modes = parser.add_mutually_exclusive_group()
-    modes.add_argument("--quick", action="store_true", help="a run of under two minutes")
-    modes.add_argument("--tiny", action="store_true", help="a smoke test: figures mean nothing")
-    parser.add_argument("--json", type=Path, help="write every figure here")
-    parser.add_argument(
-        "--no-peers", action="store_true", help="skip Pydantic AI and OpenAI Agents"
-    )
-    args = parser.parse_args(argv)
+    args = parse(command_line, argv)
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["AGENT_MESSAGE_STORE"] = str(Path(scratch) / "messages.db")
         os.environ["AGENT_RESULT_STORE"] = str(Path(scratch) / "results.db")

@@ -12,7 +12,6 @@ estimates (4 characters a token), the same for every row, so the ratios are what
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -20,15 +19,18 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import click
 from temporalio.client import Client
 
 from durable_agent.activities import pricing
 from durable_agent.activities.providers.openai_provider import request_params
 from durable_agent.activities.providers.scripted import recorded_requests, requests_recorded
+from durable_agent.serving.command_line import Command, Several, parse
 from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.activity_io import ModelRequest
@@ -160,12 +162,16 @@ def table(rows: list[dict[str, Any]], model: str) -> str:
     return "\n".join(lines)
 
 
+@click.command(cls=Command, help=__doc__.split("\n")[0])
+@click.option("--steps", type=int, default=[5, 10, 20], metavar="N ...", cls=Several)
+@click.option("--model", default="gpt-4o-mini", help="whose prices to apply")
+@click.option("--json", type=Path, help="also write the rows here")
+def command_line(**options: Any) -> SimpleNamespace:
+    return SimpleNamespace(**options)
+
+
 async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, nargs="+", default=[5, 10, 20])
-    parser.add_argument("--model", default="gpt-4o-mini", help="whose prices to apply")
-    parser.add_argument("--json", type=Path, help="also write the rows here")
-    args = parser.parse_args(argv)
+    args = parse(command_line, argv)
     with tempfile.TemporaryDirectory() as scratch:
         os.environ["AGENT_DEMO_DB"] = str(Path(scratch) / "bench.db")
         async with embedded_dev_server() as env:

@@ -2,17 +2,19 @@
 `RunArgs`, its rules across options in `_run_args`; each subcommand is an async function,
 declared where it runs with `@subcommand` and its options, and parses into a `Subcommand` that
 calls it once connected. A bad command line is one line on stderr and exit status 2
-(plumbing.parse). Nothing here connects to a server."""
+(serving/command_line.py). Nothing here connects to a server."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, NoReturn, get_args
+from typing import Any, ClassVar, get_args
 
 import click
 from click.core import ParameterSource
@@ -22,6 +24,7 @@ from ..activities.mcp_config import MCP_CONFIG_VARIABLE, McpConfig, mcp_config_f
 from ..activities.toolkits import DEMO_TOOLS
 from ..client.agent_client import AgentClient
 from ..demo.script import DEMO_MODEL
+from ..serving.command_line import Argument, Command, bad_byte, parse, refuse, said_as, say
 from ..workflows.bounds import MAX_STEPS, MAX_TOKENS, MAX_USD
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.input_limits import InputTooLarge
@@ -33,12 +36,26 @@ from ..workflows.inputs import (
     ScriptedTurn,
 )
 from ..workflows.providers import CATALOGUE, KEYED_PROVIDERS, PROVIDERS, Provider
-from ..workflows.state import AutoRules
-from .plumbing import Argument, Command, bad_byte, parse, program, said_as, say
+
+_program: ContextVar[str] = ContextVar("program", default="starter.py")
+
+
+def program() -> str:
+    """The command as this process was invoked (`durable-agent`, `starter.py`), for the usage
+    lines, the errors and the commands a message tells a person to paste. "starter.py" when
+    the CLI is called from Python (the tests), where no command was typed."""
+    return _program.get()
+
+
+def invoked_as(name: str) -> None:
+    """Name the command `name` in this context's messages (`program`)."""
+    _program.set(name)
+
 
 STDIN = "-"
 """The prompt that says: read it from standard input."""
-_SCRIPT = TypeAdapter(list[ScriptedTurn])
+SCRIPT = TypeAdapter(tuple[ScriptedTurn, ...])
+"""--script's replies."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,10 +112,9 @@ class Following:
     stream: bool = False
     """Print the model's text on stderr as it is written."""
 
-
-def refuse(message: str) -> NoReturn:
-    """A command line that breaks one of its command's rules: one line, exit status 2."""
-    raise click.UsageError(message)
+    def answer(self, data: object, text: str) -> None:
+        """A command's answer on stdout: `data` as JSON with --json, else `text`."""
+        print(json.dumps(data) if self.json else text)
 
 
 class Text(click.ParamType):
@@ -150,33 +166,21 @@ def argument(name: str, said_as: str, **attrs: Any) -> Callable[[Any], Any]:
     return click.argument(name, cls=Argument, said_as=said_as, **attrs)
 
 
-def read_script(path: Path) -> tuple[ScriptedTurn, ...]:
-    """--script's turns; refused, with the first problem and the reply it is in, when the file
-    cannot be read or is not a list of ScriptedTurn."""
+def read_json(flag: str, path: Path, adapter: TypeAdapter[Any], *, turns: bool = False) -> Any:
+    """The file `flag` names, as `adapter`'s type; refused, with the first problem and where it
+    is, when it cannot be read or is not valid. `turns`: a script, whose replies are named as
+    providers.md names them (reply N is played at step N)."""
     try:
-        return tuple(_SCRIPT.validate_json(path.read_bytes()))
+        return adapter.validate_json(path.read_bytes())
     except OSError as error:
-        refuse(f"--script {path}: {error.strerror or error}")
+        refuse(f"{flag} {path}: {error.strerror or error}")
     except ValidationError as error:
         first = error.errors()[0]
         loc = first["loc"]
-        where = ".".join(str(part) for part in loc[1:])
-        if loc:  # a turn, named as providers.md names it: reply N is played at step N
+        where = ".".join(str(part) for part in loc[1 if turns else 0 :])
+        if turns and loc:
             where = f"reply {int(loc[0]) + 1}" + (f", {where}" if where else "")
-        refuse(f"--script {path}: {where + ': ' if where else ''}{first['msg']}")
-
-
-def read_rules(path: Path) -> AutoRules:
-    """--rules: auto mode's rules (criteria, tools, default) from a JSON file; refused, with the
-    first problem and where it is, when they cannot be read or are not valid."""
-    try:
-        return AutoRules.model_validate_json(path.read_bytes())
-    except OSError as error:
-        refuse(f"--rules {path}: {error.strerror or error}")
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        refuse(f"--rules {path}: {where + ': ' if where else ''}{first['msg']}")
+        refuse(f"{flag} {path}: {where + ': ' if where else ''}{first['msg']}")
 
 
 _RUN_OPTIONS = [
@@ -274,7 +278,7 @@ def _run_args(chat: bool, **params: Any) -> RunArgs:
     script = params.pop("script")
     if script is not None and provider != "scripted":
         refuse("--script is for the scripted provider")
-    script = None if script is None else read_script(script)
+    script = None if script is None else read_json("--script", script, SCRIPT, turns=True)
     demo = provider == "scripted" and script is None
     if demo and tools and not {"demo", DEMO_TOOLS} & {*tools}:
         refuse(
@@ -366,9 +370,7 @@ CHAT = Command(
 
 
 def parse_run(argv: Sequence[str], *, chat: bool = False) -> RunArgs:
-    prog = f"{program()} chat" if chat else program()
-    run: RunArgs = parse(CHAT if chat else RUN, prog, argv)
-    return run
+    return parse(CHAT if chat else RUN, argv, f"{program()} chat" if chat else program())
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 import click
 
 from ..client.contract import contract, example_input
+from ..serving.command_line import Command, CommandLineError, parse
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
-from .plumbing import Command, CommandLineError, parse
 
 
 @click.command(
@@ -22,15 +21,13 @@ from .plumbing import Command, CommandLineError, parse
 )
 @click.option("--example", is_flag=True, help="print a minimal input that runs the scripted demo")
 @click.option("--task-queue", default=DEFAULT_TASK_QUEUE, help="the runs' task queue")
-def command(**options: Any) -> dict[str, Any]:
-    return options
+def command(example: bool, task_queue: str) -> None:
+    print(json.dumps(example_input() if example else contract(task_queue)))
 
 
 def main(argv: Sequence[str], *, prog: str = "starter.py contract") -> int:
     try:
-        options = parse(command, prog, argv)
+        parse(command, argv, prog)
     except CommandLineError as stop:
         return int(stop.code or 0)
-    shown = example_input() if options["example"] else contract(options["task_queue"])
-    print(json.dumps(shown))
     return 0

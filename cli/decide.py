@@ -1,7 +1,6 @@
-"""A plan or a tool call that waits for a person, and the person's decision: asked at the
-terminal while a self-contained run is followed (Enter or y approves; for a plan anything else
-is feedback, for a call 'always' also approves the tool's later calls and anything else is the
-reason for a denial), or sent by a subcommand (approve, reject, approve-call, deny-call).
+"""A plan or a tool call that waits for a person: shown while a run is followed, with the
+subcommands that decide it (approve, reject, approve-call, deny-call), or asked at this terminal
+(terminal/answers.py reads the answer).
 
 Every decision goes through the run's update, so a refusal (decided meanwhile elsewhere, a
 version that is not the one waiting, an unknown call) comes back with the run's reason, in one
@@ -9,28 +8,24 @@ line. A decision that did not go through is reported and the run goes on."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import sys
-import threading
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, TypeVar
 
 import click
+from pydantic import TypeAdapter
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
 
-from ..client.agent_client import AgentRun, AgentUpdateNotDelivered
+from ..client.agent_client import AgentRun
+from ..serving.command_line import one_line, refuse, say
 from ..workflows.events import AgentEvent
 from ..workflows.input_limits import TOO_LARGE, check_comment, check_reason
 from ..workflows.state import AutoRules, PlanState, ToolApproval
-from .args import FILE, POSITIVE, Following, Text, argument, read_rules, refuse, subcommand
-from .plumbing import one_line, program, say
+from .args import FILE, POSITIVE, Following, Text, argument, program, read_json, subcommand
 
-APPROVALS = ("", "y", "yes")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -58,18 +53,26 @@ class CallQuestion:
 Question = PlanQuestion | CallQuestion
 
 
-async def question_in(agent_run: AgentRun, event: AgentEvent) -> Question | None:
-    """What `event` asks of a person, if it still waits: a submitted plan is looked up in the
-    run's status, since it may have been decided elsewhere already."""
+async def shown(
+    agent_run: AgentRun, event: AgentEvent, following: Following, *, ask: bool
+) -> Question | None:
+    """What `event` asks of a person, if it still waits (a submitted plan is looked up in the
+    run's status: it may have been decided elsewhere already), shown: see `show`."""
+    question: Question | None = None
     if event.kind == "plan_submitted":
         plan = (await agent_run.status()).plan
-        return PlanQuestion(plan) if plan and plan.status == "awaiting_approval" else None
-    return CallQuestion(event) if event.kind == "approval_requested" else None
+        question = PlanQuestion(plan) if plan and plan.status == "awaiting_approval" else None
+    elif event.kind == "approval_requested":
+        question = CallQuestion(event)
+    if question is not None:
+        show(agent_run.id, question, following, ask=ask)
+    return question
 
 
 def show(workflow_id: str, question: Question, following: Following, *, ask: bool) -> None:
-    """The question on stderr, then either how to answer it here (`ask`) or the subcommands
-    that decide it from elsewhere, with this server's flags."""
+    """The question on stderr, then, unless it is asked at this terminal (`ask`, which says how
+    to answer it there), the subcommands that decide it from elsewhere, with this server's
+    flags."""
     where = f" --address {following.address}"
     if following.namespace != "default":
         where += f" --namespace {following.namespace}"
@@ -80,8 +83,6 @@ def show(workflow_id: str, question: Question, following: Following, *, ask: boo
                 say(f"  {number}. {step}")
             how = f"approve {workflow_id}{where} [--comment TEXT], or {program()} reject "
             how += f"{workflow_id}{where} --feedback TEXT"
-            asking = "Approve it? Enter (or y) approves; anything else is your feedback, to plan"
-            asking += " again:"
         case CallQuestion(event):
             asker = sub_agent_of(workflow_id, question.call_id)
             by = f" (sub-agent {asker})" if asker else ""
@@ -91,36 +92,8 @@ def show(workflow_id: str, question: Question, following: Following, *, ask: boo
             )
             call = f"{workflow_id} {event.call_id}{where}"
             how = f"approve-call {call} [--remember], or {program()} deny-call {call} --reason TEXT"
-            asking = "Run it? Enter (or y) approves; 'always' approves it and the run's later "
-            asking += f"{event.tool} calls; anything else denies it, with that as the reason:"
-    say(asking if ask else f"decide with: {program()} {how}")
-
-
-async def answer(agent_run: AgentRun, question: Question, line: str) -> None:
-    """Send the decision read at the terminal for `question`."""
-    reply = line.strip()
-    subject = str(question)
-    try:
-        match question:
-            case PlanQuestion(plan) if reply.lower() in APPROVALS:
-                await agent_run.approve_plan(version=plan.version)
-                say(f"{question} approved")
-            case PlanQuestion(plan):
-                await agent_run.reject_plan(reply, version=plan.version)
-                say(f"{question} rejected; the model plans again")
-            case CallQuestion(call_id=call_id) if reply.lower() in (*APPROVALS, "always"):
-                subject = f"tool call {call_id}"
-                remember = reply.lower() == "always"
-                await agent_run.decide_tool_call(call_id, approve=True, remember=remember)
-                say(f"{subject} approved" + (" (and later calls)" if remember else ""))
-            case CallQuestion(call_id=call_id):
-                subject = f"tool call {call_id}"
-                await agent_run.decide_tool_call(call_id, approve=False, reason=reply)
-                say(f"{subject} denied; the model is told why")
-    # Decided meanwhile elsewhere (the Web UI, a subcommand): the run says why; or it has ended
-    # (its result says how), or its server would not take the decision (the line says why).
-    except (WorkflowUpdateFailedError, RPCError, AgentUpdateNotDelivered) as error:
-        say(f"{subject} was not decided here: {refusal(error)}")
+    if not ask:
+        say(f"decide with: {program()} {how}")
 
 
 def sub_agent_of(workflow_id: str, call_id: str) -> str | None:
@@ -128,59 +101,6 @@ def sub_agent_of(workflow_id: str, call_id: str) -> str | None:
     it (`call_1_1/call_2_1`: the sub-agent `<workflow_id>/call_1_1`); None for the run's own."""
     delegates, _, _ = call_id.rpartition("/")
     return f"{workflow_id}/{delegates}" if delegates else None
-
-
-class Lines:
-    """Standard input, line by line, without blocking the loop; None at its end. Read in a
-    daemon thread from the unbuffered stream, so that a line can come while a turn works or a
-    question waits, and the process can exit while a read is pending: `asyncio.to_thread(input)`
-    would keep it (the executor's threads are joined at exit, and a daemon thread inside the
-    buffered reader's lock aborts the interpreter). One reader for the process: `stdin()`."""
-
-    shared: ClassVar[Lines | None] = None
-
-    def __init__(self) -> None:
-        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
-        loop = asyncio.get_running_loop()
-
-        def read() -> None:
-            stdin = sys.stdin
-            raw = getattr(stdin.buffer, "raw", stdin.buffer) if stdin is not None else None
-            line: str | None = ""
-            while line is not None:
-                try:
-                    data = raw.readline() if raw is not None else b""
-                except (AttributeError, OSError, ValueError):
-                    data = b""
-                line = data.decode(stdin.encoding or "utf-8", errors="replace") if data else None
-                with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
-                    loop.call_soon_threadsafe(self._queue.put_nowait, line)
-
-        threading.Thread(target=read, name="stdin-lines", daemon=True).start()
-
-    async def next(self, stop: asyncio.Event | None = None) -> str | None:
-        """The next line; None at the end of stdin (for every later call too), or once `stop`
-        is set."""
-        if stop is None:
-            line = await self._queue.get()
-        else:
-            getting = asyncio.ensure_future(self._queue.get())
-            stopping = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({getting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            stopping.cancel()
-            if not getting.done():
-                getting.cancel()
-                return None
-            line = getting.result()
-        if line is None:
-            self._queue.put_nowait(None)
-        return line
-
-
-def stdin() -> Lines:
-    """The process's reader of standard input."""
-    Lines.shared = Lines.shared or Lines()
-    return Lines.shared
 
 
 VERSION = click.option("--version", type=POSITIVE, help="decide only if plan version N waits")
@@ -260,15 +180,11 @@ class JsonText(click.ParamType):
 @CALL_ID
 @click.option("--result", type=JsonText(), required=True, help="the result, as JSON")
 async def answer_callback(run: AgentRun, following: Following, call_id: str, result: Any) -> int:
-    try:
-        answered = await run.answer_callback(call_id, result)
-    except WorkflowUpdateFailedError as refused:
-        say(f"cannot answer {call_id} of {run.id}: {refusal(refused)}")
+    answered = await sent(f"answer {call_id} of {run.id}", run.answer_callback(call_id, result))
+    if answered is None:
         return 1
-    if following.json:
-        print(json.dumps({"workflow_id": run.id, "callback": answered.model_dump(mode="json")}))
-    else:
-        print(f"{run.id}: {answered.call_id} ({answered.tool}) answered")
+    shown = f"{run.id}: {answered.call_id} ({answered.tool}) answered"
+    following.answer({"workflow_id": run.id, "callback": answered.model_dump(mode="json")}, shown)
     return 0
 
 
@@ -276,7 +192,7 @@ def _one_change(options: dict[str, Any]) -> None:
     if options["off"] == (options["rules"] is not None):
         refuse("auto-mode takes --off or --rules FILE, one of them")
     if options["rules"] is not None:
-        options["rules"] = read_rules(options["rules"])
+        options["rules"] = read_json("--rules", options["rules"], TypeAdapter(AutoRules))
 
 
 @subcommand(
@@ -288,15 +204,10 @@ def _one_change(options: dict[str, Any]) -> None:
 @click.option("--off", is_flag=True, help="turn auto mode off for the rest of the run")
 @click.option("--rules", type=FILE, help="replace the rules with this JSON file's")
 async def auto_mode(run: AgentRun, following: Following, off: bool, rules: AutoRules | None) -> int:
-    try:
-        now = await run.set_auto_mode(off=off, rules=rules)
-    except WorkflowUpdateFailedError as refused:
-        say(f"cannot change auto mode of {run.id}: {refusal(refused)}")
+    now = await sent(f"change auto mode of {run.id}", run.set_auto_mode(off=off, rules=rules))
+    if now is None:
         return 1
-    if following.json:
-        print(json.dumps({"workflow_id": run.id, "auto_mode": now}))
-    else:
-        print(f"{run.id}: {now}")
+    following.answer({"workflow_id": run.id, "auto_mode": now}, f"{run.id}: {now}")
     return 0
 
 
@@ -308,18 +219,27 @@ async def _decide(
     key: str,
 ) -> int:
     """0 once decided, 1 when the run refuses (it says why)."""
-    try:
-        decided = await decision
-    except WorkflowUpdateFailedError as refused:
-        say(f"cannot {verb} of {run.id}: {refusal(refused)}")
+    decided = await sent(f"{verb} of {run.id}", decision)
+    if decided is None:
         return 1
-    if following.json:
-        print(json.dumps({"workflow_id": run.id, key: decided.model_dump(mode="json")}))
-    elif isinstance(decided, PlanState):
-        print(f"{run.id}: plan v{decided.version} {decided.status}")
-    else:
-        print(f"{run.id}: {decided.call_id} ({decided.tool}) {decided.status}")
+    what = (
+        f"plan v{decided.version}"
+        if isinstance(decided, PlanState)
+        else f"{decided.call_id} ({decided.tool})"
+    )
+    data = {"workflow_id": run.id, key: decided.model_dump(mode="json")}
+    following.answer(data, f"{run.id}: {what} {decided.status}")
     return 0
+
+
+async def sent(what: str, update: Awaitable[T]) -> T | None:
+    """What the run answers to `update`; None when it refused, said in one line: `cannot WHAT:
+    why`."""
+    try:
+        return await update
+    except WorkflowUpdateFailedError as refused:
+        say(f"cannot {what}: {refusal(refused)}")
+        return None
 
 
 def too_large(refused: WorkflowUpdateFailedError) -> bool:

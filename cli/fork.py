@@ -18,12 +18,11 @@ import click
 from ..client import evaluation, forking
 from ..client.agent_client import AgentClient, AgentRun
 from ..client.evaluation import EvalRow
-from ..workflows.events import AgentEvent
+from ..serving.command_line import refuse, say
 from ..workflows.inputs import ModelSettings, ToolApprovalPolicy
 from ..workflows.providers import CATALOGUE, Provider
-from . import args
+from . import args, decide
 from .args import Following
-from .plumbing import program, say
 from .run import follow
 from .tables import money, shorten, table
 
@@ -46,11 +45,11 @@ def forked_run_options(function: Any) -> Any:
 
 def _fork_rules(options: dict[str, Any]) -> None:
     if options["no_wait"] and options["trace"]:
-        args.refuse("--trace prints the steps once the fork has ended; not with --no-wait")
+        refuse("--trace prints the steps once the fork has ended; not with --no-wait")
     if options["script"] is not None:
         if options["provider"] != "scripted":
-            args.refuse("--script is for the scripted provider (give --provider scripted)")
-        options["script"] = args.read_script(options["script"])
+            refuse("--script is for the scripted provider (give --provider scripted)")
+        options["script"] = args.read_json("--script", options["script"], args.SCRIPT, turns=True)
 
 
 @args.subcommand(
@@ -97,8 +96,7 @@ async def fork(client: AgentClient, following: Following, workflow_id: str, **fo
         say(f"fork {workflow_id}: {error}")
         return 2 if isinstance(error, forking.ForkStepOutOfRange) else 1
     if fork["no_wait"]:
-        running = {"workflow_id": agent_run.id, "status": "running"}
-        print(json.dumps(running) if following.json else agent_run.id)
+        following.answer({"workflow_id": agent_run.id, "status": "running"}, agent_run.id)
         return 0
     if not following.json:
         say(f"workflow {agent_run.id} started: a fork of {workflow_id} at step {step}")
@@ -126,10 +124,7 @@ async def diff(client: AgentClient, following: Following, workflow_a: str, workf
         say(f"diff: {error}")
         return 1
     compared = forking.diff(a, b)
-    if following.json:
-        print(json.dumps(compared.as_json()))
-    else:
-        print(diff_text(compared))
+    following.answer(compared.as_json(), diff_text(compared))
     return 0
 
 
@@ -195,7 +190,7 @@ def _eval_rules(options: dict[str, Any]) -> None:
         try:
             evaluation.load_score(options["score"])
         except ValueError as error:
-            args.refuse(f"--score {options['score']}: {error}")
+            refuse(f"--score {options['score']}: {error}")
 
 
 @args.subcommand(
@@ -229,11 +224,8 @@ async def eval_(
     if not originals:
         say(f"no completed run with label {label!r} to fork")
         if following.json:
-            print(
-                json.dumps(
-                    {"label": label, "runs": [], "totals": evaluation.eval_totals([], bool(score))}
-                )
-            )
+            nothing = evaluation.eval_totals([], bool(score))
+            print(json.dumps({"label": label, "runs": [], "totals": nothing}))
         return 1
     if not following.json:
         with_model = f"at step {fork_step} with {provider} {model}"
@@ -250,26 +242,18 @@ async def eval_(
         score=scoring,
         beside=partial(_say_waiting_calls, following),
     )
-    if following.json:
-        totals = evaluation.eval_totals(rows, scoring is not None)
-        runs = [row.as_json() for row in rows]
-        plan = {"label": label, "fork_step": fork_step, "provider": provider, "model": model}
-        print(json.dumps({**plan, "score": score, "runs": runs, "totals": totals}))
-    else:
-        print(eval_table(rows, scored=scoring is not None))
+    totals = evaluation.eval_totals(rows, scoring is not None)
+    plan = {"label": label, "fork_step": fork_step, "provider": provider, "model": model}
+    runs = {"score": score, "runs": [row.as_json() for row in rows], "totals": totals}
+    following.answer({**plan, **runs}, eval_table(rows, scored=scoring is not None))
     return 0 if all(row.failure is None for row in rows) else 1
 
 
 async def _say_waiting_calls(following: Following, agent_run: AgentRun) -> None:
-    """A fork's call that waits for a person blocks its row: say how to decide it."""
+    """A fork's plan or call that waits for a person blocks its row: say how to decide it, as
+    a run's is said."""
     async for item in agent_run.events():
-        event: AgentEvent = item.data
-        if event.kind == "approval_requested":
-            say(
-                f"{agent_run.id} waits for a decision on {event.call_id} ({event.tool} "
-                f"{event.arguments}): {program()} approve-call {agent_run.id} {event.call_id} "
-                f"--address {following.address} (or deny-call ... --reason TEXT)"
-            )
+        await decide.shown(agent_run, item.data, following, ask=False)
 
 
 def eval_table(rows: Sequence[EvalRow], *, scored: bool) -> str:

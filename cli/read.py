@@ -12,9 +12,9 @@ import click
 
 from ..client import overview
 from ..client.agent_client import AgentClient, AgentRun
+from ..serving.command_line import say
 from ..workflows.events import AgentEvent
 from .args import COUNT, POSITIVE, Following, subcommand
-from .plumbing import say
 from .tables import event_line, stats_table, trace_table, waiting_calls_table
 
 DEFAULT_STATS_LIMIT = 500
@@ -53,8 +53,7 @@ async def calls(agent_run: AgentRun, following: Following) -> int:
     waiting = await agent_run.pending_tool_calls()
     if following.json:
         print(json.dumps([c.model_dump(mode="json") for c in waiting]))
-        return 0
-    if waiting:
+    elif waiting:
         print(waiting_calls_table(waiting))
     else:
         say(f"no tool call of {agent_run.id} waits for a decision")
@@ -88,18 +87,14 @@ async def list_(client: AgentClient, following: Following, awaiting_approval: bo
 )
 async def trace(agent_run: AgentRun, following: Following) -> int:
     whole = await agent_run.full_trace()
-    if following.json:
-        out: dict[str, Any] = {"workflow_id": agent_run.id}
-        out["trace"] = [r.model_dump(mode="json") for r in whole.step_records]
-        if whole.earlier_steps is not None:
-            out["earlier_steps"] = whole.earlier_steps.model_dump()
-        if whole.tool_notices:
-            out["tool_notices"] = whole.tool_notices
-        print(json.dumps(out))
-    else:
-        for notice in whole.tool_notices:
-            print(f"note: {notice}")
-        print(trace_table(whole.step_records, earlier=whole.earlier_steps))
+    out: dict[str, Any] = {"workflow_id": agent_run.id}
+    out["trace"] = [r.model_dump(mode="json") for r in whole.step_records]
+    if whole.earlier_steps is not None:
+        out["earlier_steps"] = whole.earlier_steps.model_dump()
+    if whole.tool_notices:
+        out["tool_notices"] = whole.tool_notices
+    table = trace_table(whole.step_records, earlier=whole.earlier_steps)
+    following.answer(out, "\n".join([*(f"note: {n}" for n in whole.tool_notices), table]))
     return 0
 
 
@@ -115,15 +110,12 @@ async def stats(client: AgentClient, following: Following, label: str | None, li
     read = await overview.label_stats(client, limit, label)
     for closed in read.unreadable:
         say(f"{closed.workflow_id}: its outcome could not be read: {closed.error}")
-    if following.json:
-        asked = {"label": label, "limit": limit, "unreadable": len(read.unreadable)}
-        print(json.dumps({**asked, "groups": [dataclasses.asdict(g) for g in read.groups]}))
-        return 0
-    if not read.groups:
-        where = f" with label {label!r}" if label is not None else ""
-        say(f"no agent run{where} has ended yet")
-        return 0
-    print(stats_table(read.groups))
+    asked = {"label": label, "limit": limit, "unreadable": len(read.unreadable)}
+    if read.groups or following.json:
+        groups = [dataclasses.asdict(g) for g in read.groups]
+        following.answer({**asked, "groups": groups}, stats_table(read.groups))
+    else:
+        say(f"no agent run{f' with label {label!r}' if label is not None else ''} has ended yet")
     return 0
 
 
@@ -133,14 +125,13 @@ async def stats(client: AgentClient, following: Following, label: str | None, li
 )
 async def callbacks(agent_run: AgentRun, following: Following) -> int:
     waiting = await agent_run.pending_callbacks()
-    if following.json:
-        print(json.dumps([c.model_dump(mode="json") for c in waiting]))
-        return 0
-    for pending in waiting:
-        arguments = json.dumps(pending.arguments, ensure_ascii=False)
-        print(
-            f"{pending.call_id}  {pending.tool} {arguments}  (waits {pending.timeout_seconds:g} s)"
-        )
-    if not waiting:
+    lines = [
+        f"{c.call_id}  {c.tool} {json.dumps(c.arguments, ensure_ascii=False)}  "
+        f"(waits {c.timeout_seconds:g} s)"
+        for c in waiting
+    ]
+    if waiting or following.json:
+        following.answer([c.model_dump(mode="json") for c in waiting], "\n".join(lines))
+    else:
         say(f"no callback of {agent_run.id} waits for an answer")
     return 0

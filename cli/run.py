@@ -31,15 +31,17 @@ from ..client.agent_client import (
     SearchAttributesNotRegistered,
 )
 from ..demo import script as demo
-from ..serving.self_contained import SETUP_ERRORS, check_self_contained, self_contained, setup_error
+from ..serving.command_line import say
+from ..serving.self_contained import self_contained
+from ..serving.worker import SETUP_ERRORS, check_worker, setup_error
 from ..workflows.input_limits import InputTooLarge, check_input, json_bytes
 from ..workflows.inputs import AgentInput, AgentResult, Limits, ModelSettings, ToolApprovalPolicy
 from ..workflows.providers import STREAMING_PROVIDERS
 from ..workflows.state import FailureDetails, Usage
 from . import conversation, decide
-from .args import Following, RunArgs, subcommand
-from .plumbing import program, say
+from .args import Following, RunArgs, program, subcommand
 from .tables import DeltaLines, StepLines, trace_table, usage_text
+from .terminal import answers, chat, keyboard
 
 CANCEL_WAIT_SECONDS = 10.0
 WATCHER_STOP_SECONDS = 10.0
@@ -100,12 +102,11 @@ async def run(args: RunArgs) -> int:
 
 async def _run(args: RunArgs) -> int:
     if args.chat and not args.prompt.strip():
-        say("a conversation: type a message, Enter sends it (/end or Ctrl-D ends it)")
-        first = await decide.stdin().next()
-        if first is None or not first.strip():
+        first = await chat.first_message()
+        if first is None:
             say(f"{program()} chat: no first message")
             return 2
-        args = dataclasses.replace(args, prompt=first.strip())
+        args = dataclasses.replace(args, prompt=first)
     agent_input = build_input(args)
     try:  # before a server starts: the run could not start with it
         check_input(json_bytes(agent_input), len(agent_input.prompt))
@@ -133,7 +134,7 @@ async def _run(args: RunArgs) -> int:
             return unreachable(args.address, error, None, following)
         return await _start(client, agent_input, args, following)
     try:
-        check_self_contained(args.tools)
+        check_worker(args.tools)
     except SETUP_ERRORS as error:
         say(f"{program()}: error: {setup_error(error)}")
         return 2
@@ -173,9 +174,11 @@ async def _start(
         return 0
     if not args.json:
         say(f"workflow {workflow_id} started")
-    if args.conversation:
+    if args.conversation and (args.chat or following.ask):
         # Self-contained, nothing else can send the next message: the conversation is here.
-        return await conversation.converse(agent_run, following, chat=args.chat or following.ask)
+        return await chat.chat(agent_run, following)
+    if args.conversation:
+        return await conversation.converse(agent_run, following)
     return await follow(agent_run, following)
 
 
@@ -250,18 +253,14 @@ async def _watch(
     here; returns what was left undecided when stdin ended, else None."""
     async for item in agent_run.events():
         lines.add(item.data)
-        question = await decide.question_in(agent_run, item.data)
-        if question is None:
+        question = await decide.shown(agent_run, item.data, following, ask=following.ask)
+        if question is None or not following.ask:
             continue
-        decide.show(agent_run.id, question, following, ask=following.ask)
-        if not following.ask:
-            continue
-        line = await decide.stdin().next(stop)
+        line = await answers.ask(agent_run, question, keyboard.stdin().next(stop))
         if stop.is_set():
             break
         if line is None:
             return str(question)
-        await decide.answer(agent_run, question, line)
     return None
 
 

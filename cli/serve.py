@@ -7,45 +7,19 @@ token: $AGENT_API_TOKEN, or one made here and printed once, with a console link 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import click
-import uvicorn
 
-from ..client.agent_client import AgentClient
 from ..serving import http_api
-from ..serving.self_contained import SETUP_ERRORS, check_self_contained, self_contained, setup_error
-from ..serving.streams import Streams, stream_bounds
+from ..serving.command_line import Command, CommandLineError, parse, refuse, say
+from ..serving.http_server import serve_api
+from ..serving.streams import stream_bounds
+from ..serving.worker import SETUP_ERRORS, check_worker, setup_error
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
-from .plumbing import Command, CommandLineError, parse, say
 
 DEFAULT_PORT = 8000
-STOP_SECONDS = 10
-"""How long a stopping server waits for the requests still being answered, then cancels them."""
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server, except that the SIGTERM or Ctrl-C that stops it is not raised again
-    once it has stopped: uvicorn would end the process there, before the worker and the
-    embedded dev server stop, and leave the dev server running without its parent. And it ends
-    the open event streams as it stops, which uvicorn would wait for forever."""
-
-    def __init__(self, config: uvicorn.Config, streams: Streams) -> None:
-        super().__init__(config)
-        self.streams = streams
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        self.streams.end_all()
-        await super().shutdown(sockets)
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        with super().capture_signals():
-            yield
-            self._captured_signals.clear()
 
 
 @click.command(
@@ -59,73 +33,28 @@ class _Server(uvicorn.Server):
 @click.option("--tools", multiple=True, help="self-contained: the worker's, as `worker --tools`")
 def command(**options: Any) -> dict[str, Any]:
     if options["tools"] and options["address"]:
-        raise click.UsageError(
-            "--tools is for the embedded worker; with --address, give it to the worker"
-        )
+        refuse("--tools is for the embedded worker; with --address, give it to the worker")
     return options
 
 
 def main(argv: Sequence[str], *, prog: str = "starter.py serve") -> int:
     try:
-        options = parse(command, prog, argv)
+        options = parse(command, argv, prog)
         token = http_api.api_token()
-        options["stream_bounds"] = stream_bounds()
+        bounds = stream_bounds()
         if options["address"] is None:
-            check_self_contained(options["tools"])
+            check_worker(options["tools"])
     except CommandLineError as stop:
         return int(stop.code or 0)
     except SETUP_ERRORS as error:
         say(f"{prog}: error: {setup_error(error)}")
         return 2
+    where = (options["address"], options["namespace"], options["task_queue"])
     try:
-        asyncio.run(_serve(options, token))
+        asyncio.run(serve_api(*where, options["host"], options["port"], token, bounds))
     except KeyboardInterrupt:
         return 0
     except RuntimeError as error:  # the server cannot be reached
         say(f"{prog}: {error}")
         return 1
     return 0
-
-
-async def _serve(options: dict[str, Any], token: http_api.Token) -> None:
-    async with _agents(options) as agents:
-        max_streams, max_run_streams = options["stream_bounds"]
-        streams = Streams(max_streams=max_streams, max_run_streams=max_run_streams)
-        app = http_api.create_app(agents, token=token.value, streams=streams)
-        config = uvicorn.Config(
-            app,
-            host=options["host"],
-            port=options["port"],
-            log_level="warning",
-            lifespan="off",
-            timeout_graceful_shutdown=STOP_SECONDS,
-        )
-        server = _Server(config, streams)
-        serving = asyncio.create_task(server.serve())
-        while not server.started and not serving.done():
-            await asyncio.sleep(0.05)
-        if server.started:
-            port = server.servers[0].sockets[0].getsockname()[1]
-            say(f"HTTP API on http://{options['host']}:{port}/api (OpenAPI: /openapi.json)")
-            for line in token.announcement(f"http://{_reachable(options['host'])}:{port}/"):
-                say(line)
-        await serving
-
-
-def _reachable(host: str) -> str:
-    """The host a browser on this machine opens for a server bound to `host`."""
-    if host in ("0.0.0.0", "::", ""):
-        return "127.0.0.1"
-    return f"[{host}]" if ":" in host else host
-
-
-@contextlib.asynccontextmanager
-async def _agents(options: dict[str, Any]) -> AsyncIterator[AgentClient]:
-    if options["address"] is not None:
-        yield await AgentClient.connect(
-            options["address"], namespace=options["namespace"], task_queue=options["task_queue"]
-        )
-        return
-    async with self_contained(options["task_queue"]) as backend:
-        say(f"embedded Temporal dev server; Web UI: {backend.web_ui}")
-        yield backend.agents

@@ -33,19 +33,17 @@ from ..client.agent_client import (
     SearchAttributesNotRegistered,
 )
 from ..encryption import payload_codec
-from . import contract, conversation, decide, fork, read, run, serve, worker
-from .args import CHAT, RUN, RunArgs, Subcommand, parse_run
-from .plumbing import (
+from ..serving.command_line import (
     Command,
     CommandLineError,
     exit_now,
-    invoked_as,
     invoked_name,
     one_line,
     parse,
-    program,
     say,
 )
+from . import contract, conversation, decide, fork, read, run, serve, worker
+from .args import CHAT, RUN, RunArgs, Subcommand, invoked_as, parse_run, program
 
 SUBCOMMANDS = {
     str(command.name): command
@@ -54,16 +52,10 @@ SUBCOMMANDS = {
     if isinstance(command, Command)
 }
 """Each module's subcommands, in the order of --help."""
-SERVE = "worker"
-"""The first word that serves runs instead (`durable-agent worker`, `starter.py worker`)."""
-CONTRACT = "contract"
-"""The first word that prints the wire contract, and needs no server."""
-API = "serve"
-"""The first word that serves the HTTP API, with its own event loop as a worker has."""
-RUN.epilog = (
-    f"Commands, each with --help: {CHAT.name}, {', '.join(SUBCOMMANDS)}, {SERVE}, {CONTRACT}, "
-    f"{API}."
-)
+PROGRAMS = {"worker": worker.main, "contract": contract.main, "serve": serve.main}
+"""The commands that run on their own: a worker and the HTTP API, each with its own event loop,
+and the wire contract, which needs no server."""
+RUN.epilog = f"Commands, each with --help: {', '.join([str(CHAT.name), *SUBCOMMANDS, *PROGRAMS])}."
 
 
 def parse_command_line(argv: Sequence[str] | None = None) -> RunArgs | Subcommand:
@@ -73,7 +65,7 @@ def parse_command_line(argv: Sequence[str] | None = None) -> RunArgs | Subcomman
     if words[:1] == [CHAT.name]:
         args: RunArgs | Subcommand = parse_run(words[1:], chat=True)
     elif words and words[0] in SUBCOMMANDS:
-        args = parse(SUBCOMMANDS[words[0]], f"{program()} {words[0]}", words[1:])
+        args = parse(SUBCOMMANDS[words[0]], words[1:], f"{program()} {words[0]}")
     else:
         args = parse_run(words)
     try:
@@ -89,8 +81,16 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     `prog` (default: starter.py)."""
     if prog is not None:
         invoked_as(prog)
+    words = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _main(list(sys.argv[1:] if argv is None else argv))
+        if words[:1] and words[0] in PROGRAMS:
+            return PROGRAMS[words[0]](words[1:], prog=f"{program()} {words[0]}")
+        return asyncio.run(dispatch(parse_command_line(words)))
+    except CommandLineError as stop:
+        return int(stop.code or 0)
+    except KeyboardInterrupt:
+        say("interrupted")
+        return 130
     except BrokenPipeError:
         # Whoever read stdout has gone (`durable-agent contract | head`): nothing more can be
         # said there, and the interpreter must not try again at exit.
@@ -98,29 +98,13 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         return 1
 
 
-def _main(words: list[str]) -> int:
-    if words[:1] == [SERVE]:
-        return worker.main(words[1:], prog=f"{program()} {SERVE}")
-    if words[:1] == [CONTRACT]:
-        return contract.main(words[1:], prog=f"{program()} {CONTRACT}")
-    if words[:1] == [API]:
-        return serve.main(words[1:], prog=f"{program()} {API}")
-    try:
-        return asyncio.run(dispatch(parse_command_line(words)))
-    except CommandLineError as stop:
-        return int(stop.code or 0)
-    except KeyboardInterrupt:
-        say("interrupted")
-        return 130
-
-
 async def main_async(argv: Sequence[str]) -> int:
     """`main` inside a running event loop (the tests use it), for a run or a subcommand."""
-    if argv[:1] == [SERVE]:
-        say(f"{program()} {SERVE}: error: a worker runs its own event loop: use main()")
+    if argv[:1] == ["contract"]:
+        return contract.main(argv[1:], prog=f"{program()} contract")
+    if argv[:1] and argv[0] in PROGRAMS:
+        say(f"{program()} {argv[0]}: error: it runs its own event loop: use main()")
         return 2
-    if argv[:1] == [CONTRACT]:
-        return contract.main(argv[1:], prog=f"{program()} {CONTRACT}")
     try:
         return await dispatch(parse_command_line(argv))
     except CommandLineError as stop:

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..client.agent_client import StepStats
+from ..serving.command_line import say
 from ..workflows.activity_io import ModelDelta
 from ..workflows.events import AgentEvent
 from ..workflows.reporting import verdict_line
@@ -32,7 +33,6 @@ from ..workflows.state import (
     Usage,
 )
 from ..workflows.status import SubAgentApproval
-from .plumbing import say
 
 TABLE_WIDTH = 100
 """`trace` tables fit a terminal this wide (long tool lists wrap)."""
@@ -176,22 +176,13 @@ def _sub_agent(approval: ToolApproval) -> str:
 
 
 def _tool_entries(call: ToolCallRecord) -> list[str]:
-    """A call's entry, and what auto mode's judge made of it when it judged the call."""
-    entry = _tool_entry(call)
+    """A call's entry, and what auto mode's judge made of it when it judged the call. No latency
+    when no activity ran (0 attempts: refused, loop-detected, built-in)."""
+    latency = f"{call.latency_ms}ms" if call.attempts else ""
+    attempts = f"x{call.attempts}" if call.attempts > 1 else ""
+    kept = "[ext]" if call.externalised else "[cut]" if call.truncated else ""
+    entry = " ".join(filter(None, [call.name, call.outcome, latency, attempts, kept]))
     return [entry] if call.verdict is None else [entry, f"(judge {call.verdict.outcome})"]
-
-
-def _tool_entry(call: ToolCallRecord) -> str:
-    entry = f"{call.name} {call.outcome}"
-    if call.attempts:  # 0: no activity ran (refused, loop-detected, built-in)
-        entry += f" {call.latency_ms}ms"
-    if call.attempts > 1:
-        entry += f" x{call.attempts}"
-    if call.externalised:
-        entry += " [ext]"
-    elif call.truncated:
-        entry += " [cut]"
-    return entry
 
 
 def _wrap(entries: list[str], width: int) -> list[str]:
@@ -349,11 +340,8 @@ class DeltaLines:
         return "]\n" if at[2] == "reasoning" else "\n"
 
     def show(self, delta: ModelDelta) -> None:
-        sys.stderr.write(self.text(delta))
-        sys.stderr.flush()
+        print(self.text(delta), end="", file=sys.stderr, flush=True)
 
     def end(self) -> None:
         """End the line being written, if any."""
-        if end := self._line_end():
-            sys.stderr.write(end)
-            sys.stderr.flush()
+        print(self._line_end(), end="", file=sys.stderr, flush=True)

@@ -5,23 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from collections.abc import Sequence
 from typing import Any, get_args
 
 import click
 
-from ..activities import message_store, telemetry, toolkits
-from ..activities.admission import Admission
+from ..activities import toolkits
 from ..activities.mcp_config import MCP_CONFIG_VARIABLE, mcp_config_from
-from ..activities.mcp_tools import McpTools
-from ..activities.store_check import StoreNotWritable, check_stores, describe_stores
 from ..client.agent_client import SearchAttributesNotRegistered
-from ..encryption import payload_codec
 from ..serving import sandbox_runner as sandbox, worker as serving
-from ..workflows.errors import AgentConfigurationError
+from ..serving.command_line import Command, CommandLineError, exit_now, invoked_name, parse, say
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
-from .plumbing import Command, CommandLineError, exit_now, invoked_name, parse
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class _Names(click.ParamType):
@@ -87,37 +83,21 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "worker.py") -> int:
     2 for a bad command line or configuration (a malformed key, a store that cannot be written).
     `prog` names the command in its messages (`starter.py worker`)."""
     try:
-        args = parse(command, prog, sys.argv[1:] if argv is None else argv)
-        served = toolkits.load_tools(args["tools"] or [toolkits.DEMO_TOOLS])
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
-        payload_codec.data_converter()  # a malformed key configuration is a usage error
-        # Before connecting: nothing is served that could not be stored. The demo's database is
-        # a store only where its tools are served: a user's worker does not create it.
-        check_stores(demo=toolkits.serves_demo())
-        message_store.retention_hours_from_env()
-        Admission.from_env()  # the model calls' limits
+        args = parse(command, argv, prog)
+        served = serving.check_worker(args["tools"])  # nothing is served that would fail later
         mcp_config = mcp_config_from(args["mcp_config"])
         how = args["sandbox"] or sandbox.sandbox_from_env()
         versions = (args["deployment_name"], args["build_id"], args["versioning"])
         deployment = serving.deployment_config(*versions, environ={})
     except CommandLineError as stop:
         return int(stop.code or 0)
-    except (toolkits.ToolLoadError, payload_codec.PayloadKeyError, StoreNotWritable) as error:
-        sys.stderr.write(f"{prog}: error: {error}\n")
+    except serving.SETUP_ERRORS as error:
+        say(f"{prog}: error: {serving.setup_error(error)}")
         return 2
-    except AgentConfigurationError as error:
-        sys.stderr.write(f"{prog}: error: {error.message}\n")
-        return 2
-    logging.info("serving %d tools: %s", len(served), ", ".join(served))
-    logging.info("stores: %s", describe_stores(demo=toolkits.serves_demo()))
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
-        if telemetry.configure_from_env():
-            logging.info("tracing on (OTEL_* variables)")
-        mcp = McpTools(mcp_config) if mcp_config is not None else None
         where = (args["address"], args["namespace"], args["task_queue"])
-        asyncio.run(serving.serve(*where, mcp=mcp, sandbox=how, deployment=deployment))
+        asyncio.run(serving.serve(*where, served, mcp_config, sandbox=how, deployment=deployment))
     except KeyboardInterrupt:
         return 0
     except (RuntimeError, SearchAttributesNotRegistered) as error:  # the latter says what to do

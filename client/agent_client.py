@@ -493,12 +493,22 @@ class AgentRun:
         answer = CallbackAnswer(call_id=call_id, result=to_jsonable_python(result))
         return await self._update("answer_callback", answer, result_type=PendingCallback)
 
-    async def set_auto_mode(self, *, off: bool = False, rules: AutoRules | None = None) -> str:
+    async def set_auto_mode(
+        self,
+        change: AutoModeChange | None = None,
+        /,
+        *,
+        off: bool = False,
+        rules: AutoRules | None = None,
+    ) -> str:
         """For an operator: turn auto mode's judge off for the rest of the run (`off=True`), or
-        replace its rules (criteria, which tools they judge, the default); the judge stays.
-        Calls the judge is reviewing go to a person. Answers what holds now. Raises
+        replace its rules (criteria, which tools they judge, the default); the judge stays. Or
+        send `change`, the update's own input, as it came (the HTTP API's body). Calls the judge
+        is reviewing go to a person. Answers what holds now. Raises
         temporalio.client.WorkflowUpdateFailedError when the run has no auto mode to change."""
-        change = AutoModeChange(off=off, rules=rules)
+        if change is not None and (off or rules is not None):
+            raise TypeError("set_auto_mode takes a change, or off or rules, not both")
+        change = change or AutoModeChange(off=off, rules=rules)
         return await self._update("set_auto_mode", change, result_type=str)
 
     async def _update(self, name: str, *args: Any, result_type: type) -> Any:

@@ -30,7 +30,6 @@ without reading the body, and a body without a plain Content-Length within the l
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import hmac
 import json
@@ -49,10 +48,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+import click
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payloads
 
+from ..serving.command_line import Command, CommandLineError, invoked_name, parse, refuse
 from .payload_codec import (
     KEYS_FILE_VARIABLE,
     KEYS_VARIABLE,
@@ -62,6 +63,8 @@ from .payload_codec import (
     keys_from_env,
 )
 
+PROGRAM = "python -m durable_agent.encryption.codec_server"
+"""How people run it (docker-compose.yml, docs/encryption.md)."""
 TOKEN_VARIABLE = "AGENT_CODEC_TOKEN"
 TOKEN_FILE_VARIABLE = "AGENT_CODEC_TOKEN_FILE"
 DEFAULT_HOST = "127.0.0.1"
@@ -397,77 +400,67 @@ def token_from_env(environ: Mapping[str, str] | None = None) -> str:
     return inline
 
 
-class _OneLineArgumentParser(argparse.ArgumentParser):
-    """Bad command lines get one line on stderr and exit status 2, not a usage dump."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise SystemExit(_usage_error(message))
-
-
-def _usage_error(message: str) -> int:
-    sys.stderr.write(f"codec_server.py: error: {message} (see --help)\n")
-    return 2
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _OneLineArgumentParser(
-        prog="python -m durable_agent.encryption.codec_server",
-        description="Decrypt payloads for the Web UI and the CLI.",
-    )
-    parser.add_argument("--host", default=DEFAULT_HOST, help="default: 127.0.0.1 (this machine)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
-    parser.add_argument(
-        "--ui-origin",
-        default=DEFAULT_UI_ORIGIN,
-        help="the Web UI's origin as the browser shows it, the only one CORS allows (default: "
-        "http://localhost:8233, the dev server's UI; docker-compose's is http://localhost:8080)",
-    )
-    parser.add_argument(
-        "--session-hours",
-        type=float,
-        default=DEFAULT_SESSION_HOURS,
-        help=f"how long a browser's sign-in lasts (default: {DEFAULT_SESSION_HOURS:g})",
-    )
-    parser.add_argument(
-        "--behind-tls",
-        action="store_true",
-        help="browsers reach this server over HTTPS (a TLS proxy in front): mark the cookie Secure",
-    )
+@click.command(cls=Command, help="Decrypt payloads for the Web UI and the CLI.")
+@click.option("--host", default=DEFAULT_HOST, help="the interface to listen on (this machine)")
+@click.option("--port", type=int, default=DEFAULT_PORT)
+@click.option(
+    "--ui-origin",
+    default=DEFAULT_UI_ORIGIN,
+    help="the Web UI's origin as the browser shows it, the only one CORS allows (the dev "
+    "server's UI; docker-compose's is http://localhost:8080)",
+)
+@click.option(
+    "--session-hours", type=float, default=DEFAULT_SESSION_HOURS, help="how long a sign-in lasts"
+)
+@click.option(
+    "--behind-tls",
+    is_flag=True,
+    help="browsers reach this server over HTTPS (a TLS proxy in front): mark the cookie Secure",
+)
+def _command(**options: Any) -> dict[str, Any]:
+    """The options, and the token and keys from the environment: each missing or malformed one
+    is a bad command line."""
+    if not options["session_hours"] > 0:
+        refuse(f"--session-hours must be more than 0, not {options['session_hours']:g}")
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as stop:
-        return int(stop.code or 0)
-    if not args.session_hours > 0:
-        return _usage_error(f"--session-hours must be more than 0, not {args.session_hours:g}")
-    try:
-        token = token_from_env()
-        keys = keys_from_env()
-        associated_data = associated_data_from_env()
+        options["token"] = token_from_env()
+        options["keys"] = keys_from_env()
+        options["associated_data"] = associated_data_from_env()
     except (ValueError, PayloadKeyError) as error:
-        return _usage_error(str(error))
-    if not keys:
-        return _usage_error(f"no keys: set {KEYS_VARIABLE} or {KEYS_FILE_VARIABLE}")
+        refuse(str(error))
+    if not options["keys"]:
+        refuse(f"no keys: set {KEYS_VARIABLE} or {KEYS_FILE_VARIABLE}")
+    return options
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = PROGRAM) -> int:
+    """Serve until interrupted: 0 then, 1 when the port cannot be had, 2 for a bad command line
+    or environment. `prog` names the command in its messages."""
+    try:
+        options = parse(_command, argv, prog)
+    except CommandLineError as stop:
+        return int(stop.code or 0)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    codec = EncryptionCodec(keys, associated_data=associated_data)
+    codec = EncryptionCodec(options["keys"], associated_data=options["associated_data"])
     try:
         server = CodecServer(
-            (args.host, args.port),
+            (options["host"], options["port"]),
             codec,
-            token,
-            args.ui_origin,
-            session_seconds=args.session_hours * 3600,
-            secure_cookie=args.behind_tls,
+            options["token"],
+            options["ui_origin"],
+            session_seconds=options["session_hours"] * 3600,
+            secure_cookie=options["behind_tls"],
         )
     except OSError as error:
-        _log.error("cannot listen on %s:%d: %s", args.host, args.port, error.strerror)
+        _log.error("cannot listen on %s:%d: %s", options["host"], options["port"], error.strerror)
         return 1
     # Key ids only: neither the keys nor the token are printed.
     _log.info(
         "codec server on %s for %s, encrypting with key id %s",
         server.url,
-        args.ui_origin,
+        options["ui_origin"],
         codec.key_id,
     )
     try:
@@ -480,4 +473,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog=invoked_name()))

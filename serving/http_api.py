@@ -41,6 +41,7 @@ from ..workflows.decisions import AutoModeChange, PendingCallback, PlanState, To
 from ..workflows.errors import AgentConfigurationError, AgentInputInvalid
 from ..workflows.inputs import AgentInput
 from ..workflows.paging import TracePage, TranscriptPage
+from ..workflows.reporting import verdict_line
 from ..workflows.status import AGENT_STATUS, RunStatus
 from .console import add_console
 from .streams import Streams, StreamsFull
@@ -137,6 +138,14 @@ class Decision(BaseModel):
 
 class Turn(BaseModel):
     turn: int
+
+
+class ShownStatus(RunStatus):
+    """The run's `status` query, and what auto mode's judge said of each waiting call it handed
+    to a person, by call id: the line the CLI and the Web UI show (reporting.verdict_line), which
+    the console shows as it is rather than say it again."""
+
+    verdict_lines: dict[str, str] = Field(default_factory=dict)
 
 
 class Answer(BaseModel):
@@ -276,8 +285,7 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
     async def auto_mode(workflow_id: str, body: AutoModeChange) -> dict[str, str]:
         """For an operator: turn auto mode's judge off for the rest of the run, or replace its
         rules; 409 when the run has no auto mode to change."""
-        off, rules = body.off, body.rules
-        return {"auto_mode": await agents.run(workflow_id).set_auto_mode(off=off, rules=rules)}
+        return {"auto_mode": await agents.run(workflow_id).set_auto_mode(body)}
 
     @api.post("/runs/{workflow_id:path}/interrupt")
     async def interrupt(workflow_id: str) -> Turn:
@@ -314,9 +322,13 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
     # Last: a run's id may hold a slash (a sub-agent's does), and this path would match the
     # others' too.
     @api.get("/runs/{workflow_id:path}")
-    async def status(workflow_id: str) -> RunStatus:
-        """The run's `status` query: its step, cost, limits, plan and pending decisions."""
-        return await agents.run(workflow_id).status()
+    async def status(workflow_id: str) -> ShownStatus:
+        """The run's `status` query: its step, cost, limits, plan and pending decisions, and the
+        judge's verdict on each waiting call it judged, as a line (`verdict_lines`)."""
+        status = await agents.run(workflow_id).status()
+        waiting = [*status.approvals, *status.sub_agent_approvals]
+        said = {call.call_id: verdict_line(call.verdict) for call in waiting if call.verdict}
+        return ShownStatus(**dict(status), verdict_lines=said)
 
     app.include_router(api)
     app.add_middleware(_Door, token=token, limit=MAX_BODY_BYTES)

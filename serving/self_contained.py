@@ -2,42 +2,21 @@
 without --address, `serve` without --address): the embedded dev server with its Web UI and a
 worker on it, checked before anything starts.
 
-    check_self_contained(tools)                 # a bad toolkit or store: an error, nothing started
+    check_worker(tools)                         # a bad toolkit or store: an error, nothing started
     async with self_contained(task_queue) as backend:
         run = await backend.agents.start(agent_input)
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from ..activities import toolkits
-from ..activities.admission import Admission
 from ..activities.mcp_tools import McpTools
-from ..activities.store_check import StoreNotWritable, check_stores
 from ..client.agent_client import AgentClient
-from ..workflows.errors import AgentConfigurationError
 from .dev_server import detached_dev_server, embedded_dev_server, free_port
 from .worker import build_worker
-
-SETUP_ERRORS = (toolkits.ToolLoadError, StoreNotWritable, AgentConfigurationError)
-"""What check_self_contained raises: each a usage error, said in one line (`setup_error`)."""
-
-
-def check_self_contained(tools: Sequence[str]) -> None:
-    """Load the worker's tools (the demo's when none are named), and check what it would fail
-    on later: the stores can be written, the model calls' admission limits parse. Before the
-    server starts, and long before a model is paid for."""
-    toolkits.load_tools(list(tools) or [toolkits.DEMO_TOOLS])
-    check_stores(demo=toolkits.serves_demo())
-    Admission.from_env()
-
-
-def setup_error(error: BaseException) -> str:
-    """One of SETUP_ERRORS as the line a person is shown."""
-    return str(getattr(error, "message", None) or error)
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,19 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import Replayer, Worker, WorkerDeploymentConfig
 
-from ..activities import toolkits
+from ..activities import message_store, telemetry, toolkits
 from ..activities.admission import Admission
+from ..activities.mcp_config import McpConfig
 from ..activities.mcp_tools import McpTools
+from ..activities.store_check import StoreNotWritable, check_stores, describe_stores
+from ..encryption.payload_codec import PayloadKeyError, data_converter
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
 from ..workflows.model_gateway import model_task_queue
@@ -45,6 +48,29 @@ VERSIONING_BEHAVIORS: dict[str, VersioningBehavior] = {
 default), a run stays on the version it started on, and a conversation moves to the current one
 between turns; `auto-upgrade`, every run's next task goes to the current version, which replays
 its history (what tests/test_releases.py holds every release to)."""
+
+
+SETUP_ERRORS = (toolkits.ToolLoadError, PayloadKeyError, StoreNotWritable, AgentConfigurationError)
+"""What check_worker raises: each a usage error, said in one line (`setup_error`)."""
+
+
+def check_worker(tools: Sequence[str]) -> list[str]:
+    """Load a worker's tools (the demo's when none are named), and check what it would fail on
+    later: the payload keys, the stores can be written (the demo's database is a store only
+    where its tools are served: a user's worker does not create it), the messages' retention,
+    the model calls' admission limits. Before it connects, and long before a model is paid for.
+    The names of the tools it serves."""
+    served = toolkits.load_tools(list(tools) or [toolkits.DEMO_TOOLS])
+    data_converter()
+    check_stores(demo=toolkits.serves_demo())
+    message_store.retention_hours_from_env()
+    Admission.from_env()
+    return served
+
+
+def setup_error(error: BaseException) -> str:
+    """One of SETUP_ERRORS as the line a person is shown."""
+    return str(getattr(error, "message", None) or error)
 
 
 def deployment_config(
@@ -146,13 +172,20 @@ async def serve(
     address: str,
     namespace: str,
     task_queue: str,
+    tools: Sequence[str],
+    mcp_config: McpConfig | None,
     *,
-    mcp: McpTools | None,
     sandbox: sandbox_runner.WorkerSandbox,
     deployment: WorkerDeploymentConfig | None,
 ) -> None:
-    """The worker command's worker: serve runs until cancelled, or SIGTERM, saying where (and
-    which deployment version it is) in the log."""
+    """The worker command's worker: serve runs until cancelled, or SIGTERM, saying in the log
+    what (`tools`, check_worker's), on which stores, where, and which deployment version it is;
+    traced as the OTEL_* variables say."""
+    logging.info("serving %d tools: %s", len(tools), ", ".join(tools))
+    logging.info("stores: %s", describe_stores(demo=toolkits.serves_demo()))
+    if telemetry.configure_from_env():
+        logging.info("tracing on (OTEL_* variables)")
+    mcp = McpTools(mcp_config) if mcp_config is not None else None
     client = await connect(address, namespace)
     options: dict[str, Any] = {} if deployment is None else {"deployment_config": deployment}
     worker = build_worker(client, task_queue, mcp=mcp, sandbox=sandbox, **options)

@@ -39,15 +39,16 @@ types, `server__tool`, are crash points like any other).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import signal
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import click
 from temporalio import activity, workflow
 from temporalio.worker import (
     ActivityInboundInterceptor,
@@ -61,6 +62,7 @@ from temporalio.worker import (
 
 from durable_agent.activities.tools import tool
 from durable_agent.demo import tools as demo_tools
+from durable_agent.serving.command_line import Command, parse, refuse
 from durable_agent.workflows.specs import RetrySettings
 
 TIMEOUT_SECONDS = 3.0
@@ -182,7 +184,7 @@ class _CrashingOutbound(WorkflowOutboundInterceptor):
         return super().start_activity(input)
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: SimpleNamespace) -> None:
     from durable_agent.activities.mcp_config import load_mcp_config
     from durable_agent.activities.mcp_tools import McpTools
     from durable_agent.serving.worker import build_worker, connect
@@ -217,19 +219,22 @@ async def serve(args: argparse.Namespace) -> None:
         await asyncio.Event().wait()
 
 
+@click.command(cls=Command)
+@click.option("--address", required=True)
+@click.option("--task-queue", required=True)
+@click.option("--ready-file", required=True)
+@click.option("--crash-at")
+@click.option("--crash-file")
+@click.option("--max-cached-workflows", type=int, default=0)
+@click.option("--mcp-config")
+def command_line(**options: Any) -> SimpleNamespace:
+    if options["crash_at"] and not options["crash_file"]:
+        refuse("--crash-at needs --crash-file")
+    return SimpleNamespace(**options)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="crash_worker")
-    parser.add_argument("--address", required=True)
-    parser.add_argument("--task-queue", required=True)
-    parser.add_argument("--ready-file", required=True)
-    parser.add_argument("--crash-at")
-    parser.add_argument("--crash-file")
-    parser.add_argument("--max-cached-workflows", type=int, default=0)
-    parser.add_argument("--mcp-config")
-    args = parser.parse_args()
-    if args.crash_at and not args.crash_file:
-        parser.error("--crash-at needs --crash-file")
-    asyncio.run(serve(args))
+    asyncio.run(serve(parse(command_line, prog="crash_worker")))
 
 
 if __name__ == "__main__":

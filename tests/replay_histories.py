@@ -7,15 +7,16 @@ subprocess by tests/test_determinism.py with other string hash seeds (PYTHONHASH
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
 from pathlib import Path
 
+import click
 from temporalio.client import WorkflowHistory
 
 from durable_agent.activities import toolkits
+from durable_agent.serving.command_line import Command, parse
 from durable_agent.serving.worker import replayer
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -42,10 +43,14 @@ async def replay_all(sandbox: str) -> int:
     return 0
 
 
+@click.command(cls=Command)
+@click.option("--sandbox", type=click.Choice(["fast", "stock"]), default="stock")
+def command_line(sandbox: str) -> str:
+    return sandbox
+
+
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sandbox", choices=["fast", "stock"], default="stock")
-    code = asyncio.run(replay_all(parser.parse_args().sandbox))
+    code = asyncio.run(replay_all(parse(command_line)))
     sys.stdout.flush()
     # Without the SDK's teardown, as the benchmark scripts exit: its runtime's threads were seen
     # to abort the interpreter as it finalised (PyGILState_Release), once in many runs, after

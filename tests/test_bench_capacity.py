@@ -155,7 +155,7 @@ def test_the_sustainable_rate_is_the_last_level_that_did_not_queue() -> None:
     [
         (["--processes", "1,x"], "--processes: '1,x' is not a list of counts such as 1,2"),
         (["--rate-factor", "1"], "--rate-factor must be above 1"),
-        (["--sandbox", "slow"], "argument --sandbox: invalid choice: 'slow'"),
+        (["--sandbox", "slow"], "Invalid value for '--sandbox': 'slow' is not one of"),
     ],
 )
 def test_a_bad_command_line_is_one_line_and_exit_2(option: list[str], message: str) -> None:

@@ -325,7 +325,7 @@ async def test_a_call_auto_modes_judge_reviews_then_hands_over_is_shown_with_the
     )
     text, _ = await browser.shows(
         "Tool call cancel_order waits for approval",
-        "The judge (cancels) said escalate (confidence 0.90): unsure ",
+        "judge (cancels): escalate (confidence 0.90): a person decides: unsure ",
     )
     assert INJECTED in text and "is reviewing it" not in text
     await nothing_ran(browser)

@@ -601,9 +601,9 @@ WITH_THE_SDKS_PLUGIN = """
         print(json.dumps(names), flush=True)
 
     asyncio.run(main())
-    # Skip the interpreter's teardown, as the CLI does (cli.plumbing.exit_now): the SDK's Rust
-    # threads can abort it with "PyGILState_Release ... finalizing" (temporalio/sdk-python#300),
-    # turning a run that printed its spans into status -6.
+    # Skip the interpreter's teardown, as the CLI does (serving.command_line.exit_now): the
+    # SDK's Rust threads can abort it with "PyGILState_Release ... finalizing"
+    # (temporalio/sdk-python#300), turning a run that printed its spans into status -6.
     os._exit(0)
 """
 

@@ -351,19 +351,6 @@ function showRun(app, workflowId) {
     cancel.hidden = ended;
   }
 
-  function judgeSaid(verdict) {
-    // What auto mode's judge made of a call it handed to a person (workflows/reporting.py's
-    // verdict_line says the same in the Web UI).
-    const said =
-      verdict.decision && verdict.confidence !== null && verdict.confidence !== undefined
-        ? `${verdict.decision} (confidence ${verdict.confidence.toFixed(2)})`
-        : "no verdict";
-    const unsure =
-      (verdict.decision === "approve" || verdict.decision === "deny") && verdict.outcome === "escalated";
-    const under = unsure ? `, under the criteria's ${verdict.min_confidence.toFixed(2)}` : "";
-    return `The judge (${verdict.criteria}) said ${said}${under}: ${verdict.reason}`;
-  }
-
   function showDecisions(status) {
     // Laid out anew only when what waits changed: a reason being typed stays.
     const plan = status.plan;
@@ -459,7 +446,8 @@ function showRun(app, workflowId) {
           ),
           el("p", { className: "muted" }, `call ${call.call_id}, step ${call.step}`),
           call.judging ? el("p", { className: "why" }, "You may decide it before the judge does: you win.") : null,
-          call.verdict ? el("p", { className: "why judge" }, judgeSaid(call.verdict)) : null,
+          // The line the CLI and the Web UI show, sent whole (serving/http_api.py's ShownStatus).
+          call.verdict ? el("p", { className: "why judge" }, status.verdict_lines[call.call_id]) : null,
           call.fields_left_out ? el("p", { className: "why" }, `${call.fields_left_out} more fields not shown`) : null,
           shown,
           el(

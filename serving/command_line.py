@@ -1,64 +1,31 @@
-"""Console plumbing that every command line of the project shares (starter.py, worker.py, the
-benchmarks): a bad command line is one line on stderr and exit status 2, people's messages go to
-stderr so that stdout carries only the answer or the JSON, every message names the command as
-it was typed (`program`: `durable-agent`, or `starter.py` in the checkout), and the process exits
-without the interpreter's teardown. Nothing here knows about runs."""
+"""How every program of the project meets its command line: `durable-agent` (cli/), the codec
+server, the benchmarks and the tests' worker processes. Each declares its options with click and
+parses them here, so that they all behave alike: a bad command line is one line on stderr, `PROG:
+error: REASON (see --help)`, and exit status 2, PROG the command as it was typed; --help (or -h)
+starts `usage:` and shows each option's default and environment variable; messages for people go
+to stderr, so that stdout carries only the answer or the JSON. Here, not in cli/, because the
+library's codec server uses it too, and the library never imports the CLI. Nothing here knows
+about runs."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import os
 import sys
 from collections.abc import Sequence
-from contextvars import ContextVar
 from typing import Any, NoReturn
 
 import click
-
-_program: ContextVar[str] = ContextVar("program", default="starter.py")
-
-
-def program() -> str:
-    """The command as this process was invoked (`durable-agent`, `starter.py`), for the usage
-    lines, the errors and the commands a message tells a person to paste. "starter.py" when
-    the CLI is called from Python (the tests), where no command was typed."""
-    return _program.get()
-
-
-def invoked_as(name: str) -> None:
-    """Name the command `name` in this context's messages (`program`)."""
-    _program.set(name)
-
-
-def invoked_name() -> str:
-    """How a person typed this process's command, to type it again: the script's name
-    (`durable-agent` on the PATH, `starter.py` in the checkout), or `python -m MODULE`."""
-    main = sys.modules.get("__main__")
-    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    package = getattr(main, "__package__", None)
-    if not package:  # a script: the console script or the checkout's file
-        return script or "durable-agent"
-    module = os.path.splitext(script)[0]
-    return f"python -m {package if module == '__main__' else f'{package}.{module}'}"
 
 
 class CommandLineError(SystemExit):
     """A command line that cannot be used: its one line is on stderr already."""
 
 
-class OneLineArgumentParser(argparse.ArgumentParser):
-    """The benchmarks' parser: one line on stderr and exit status 2, as `parse` does."""
-
-    def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
-        raise CommandLineError(2)
-
-
-class _Help(click.HelpFormatter):
-    def write_usage(self, prog: str, args: str = "", prefix: str | None = None) -> None:
-        super().write_usage(prog, args, "usage: ")
+def refuse(message: str) -> NoReturn:
+    """A command line that breaks one of its command's rules: one line, exit status 2."""
+    raise click.UsageError(message)
 
 
 class Argument(click.Argument):
@@ -69,11 +36,24 @@ class Argument(click.Argument):
         self.said_as = said_as
 
 
+class Several(click.Option):
+    """An option that takes several values after one flag (`--steps 5 10 20`), up to the next
+    word that starts with `-`; given again, it adds to them."""
+
+    def __init__(self, param_decls: Sequence[str], **attrs: Any) -> None:
+        super().__init__(param_decls, multiple=True, **attrs)
+
+
 def said_as(param: click.Parameter | None) -> str:
     """How a message names a parameter: an argument by what it is, an option by its flag."""
     if isinstance(param, Argument):
         return param.said_as
     return param.opts[0] if param is not None else "the value"
+
+
+class _Help(click.HelpFormatter):
+    def write_usage(self, prog: str, args: str = "", prefix: str | None = None) -> None:
+        super().write_usage(prog, args, "usage: ")
 
 
 class Command(click.Command):
@@ -82,16 +62,41 @@ class Command(click.Command):
 
     context_class = type("Context", (click.Context,), {"formatter_class": _Help})
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # click gives an option a fixed number of values: `--steps 5 10` is said to it as
+        # `--steps 5 --steps 10`.
+        several = {flag for p in self.params if isinstance(p, Several) for flag in p.opts}
+        words: list[str] = []
+        flag, given = None, False
+        for word in args:
+            if flag is not None and not word.startswith("-"):
+                words += [flag, word]
+                given = True
+                continue
+            if flag is not None and not given:
+                words.append(flag)  # no value: click says so
+            flag, given = (word, False) if word in several else (None, False)
+            if flag is None:
+                words.append(word)
+        if flag is not None and not given:
+            words.append(flag)
+        return super().parse_args(ctx, words)
 
-def parse(command: click.Command, prog: str, argv: Sequence[str]) -> Any:
-    """What `command`'s callback makes of `argv`. A bad command line (click's own errors, and
+
+def parse(
+    command: click.Command, argv: Sequence[str] | None = None, prog: str | None = None
+) -> Any:
+    """What `command`'s callback makes of `argv` (default: this process's), its messages naming
+    the program `prog` (default: as it was typed). A bad command line (click's own errors, and
     the `click.UsageError`s of the command's rules) is `PROG: error: REASON (see --help)` on
     stderr and CommandLineError(2); --help is CommandLineError(0) once printed. Every word that
     reaches the command as text is UTF-8: other bytes of argv, which Python keeps as lone
     surrogates, would fail only when sent."""
+    prog = prog or invoked_name()
+    words = list(sys.argv[1:] if argv is None else argv)
     try:
         settings: dict[str, Any] = {"help_option_names": ["-h", "--help"], "show_default": True}
-        with command.make_context(prog, list(argv), max_content_width=100, **settings) as ctx:
+        with command.make_context(prog, words, max_content_width=100, **settings) as ctx:
             for param in command.params:
                 value = ctx.params.get(param.name or "")
                 for word in value if isinstance(value, tuple) else (value,):
@@ -113,14 +118,26 @@ def check_utf8(what: str, text: str) -> None:
         try:  # the bytes argv had, back, to name the first that is not UTF-8
             text.encode("utf-8", "surrogateescape").decode("utf-8")
         except UnicodeDecodeError as error:
-            raise click.UsageError(f"{what} is not UTF-8 text: {bad_byte(error)}") from None
+            refuse(f"{what} is not UTF-8 text: {bad_byte(error)}")
         except UnicodeEncodeError:
             pass  # a surrogate that no byte of argv stands for
-        raise click.UsageError(f"{what} is not UTF-8 text") from None
+        refuse(f"{what} is not UTF-8 text")
 
 
 def bad_byte(error: UnicodeDecodeError) -> str:
     return f"byte 0x{error.object[error.start]:02x} at offset {error.start}"
+
+
+def invoked_name() -> str:
+    """How a person typed this process's command, to type it again: the script's name
+    (`durable-agent` on the PATH, `starter.py` in the checkout), or `python -m MODULE`."""
+    main = sys.modules.get("__main__")
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    package = getattr(main, "__package__", None)
+    if not package:  # a script: the console script or the checkout's file
+        return script or "durable-agent"
+    module = os.path.splitext(script)[0]
+    return f"python -m {package if module == '__main__' else f'{package}.{module}'}"
 
 
 def say(line: str) -> None:
