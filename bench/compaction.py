@@ -83,7 +83,7 @@ from durable_agent.workflows.inputs import (
     ScriptedCall,
     ScriptedTurn,
 )
-from durable_agent.workflows.state import Usage
+from durable_agent.workflows.usage import Usage
 
 POLICIES = ("none", "window", "summary")
 RESULT_CHARS = 1500

@@ -42,7 +42,7 @@ from durable_agent.workflows.inputs import (
     ScriptedCall,
     ScriptedTurn,
 )
-from durable_agent.workflows.state import Usage
+from durable_agent.workflows.usage import Usage
 
 CHARS_PER_TOKEN = 4
 CACHE_MIN_TOKENS = 1024

@@ -20,9 +20,9 @@ from temporalio.exceptions import ApplicationError
 
 from ..client.agent_client import AgentRun
 from ..serving.command_line import one_line, refuse, say
+from ..workflows.decisions import AutoRules, PlanState, ToolApproval
 from ..workflows.events import AgentEvent
 from ..workflows.input_limits import TOO_LARGE, check_comment, check_reason
-from ..workflows.state import AutoRules, PlanState, ToolApproval
 from .args import FILE, POSITIVE, Following, Text, argument, program, read_json, subcommand
 
 T = TypeVar("T")

@@ -37,7 +37,8 @@ from ..serving.worker import SETUP_ERRORS, check_worker, setup_error
 from ..workflows.input_limits import InputTooLarge, check_input, json_bytes
 from ..workflows.inputs import AgentInput, AgentResult, Limits, ModelSettings, ToolApprovalPolicy
 from ..workflows.providers import STREAMING_PROVIDERS
-from ..workflows.state import FailureDetails, Usage
+from ..workflows.state import FailureDetails
+from ..workflows.usage import Usage
 from . import conversation, decide
 from .args import Following, RunArgs, program, subcommand
 from .tables import DeltaLines, StepLines, trace_table, usage_text

@@ -22,17 +22,12 @@ from rich.table import Table
 from ..client.agent_client import StepStats
 from ..serving.command_line import say
 from ..workflows.activity_io import ModelDelta
+from ..workflows.decisions import ToolApproval
 from ..workflows.events import AgentEvent
 from ..workflows.reporting import verdict_line
-from ..workflows.state import (
-    CompactionRecord,
-    EarlierSteps,
-    StepRecord,
-    ToolApproval,
-    ToolCallRecord,
-    Usage,
-)
+from ..workflows.state import CompactionRecord, EarlierSteps, StepRecord, ToolCallRecord
 from ..workflows.status import SubAgentApproval
+from ..workflows.usage import Usage
 
 TABLE_WIDTH = 100
 """`trace` tables fit a terminal this wide (long tool lists wrap)."""

@@ -22,11 +22,8 @@ from temporalio.exceptions import ApplicationError
 from . import effect_log
 from .bounds import MAX_PAUSED_SECONDS, Recorded
 
-# AutoRules's home is decisions.py; cli/ imports it from here until its move onto click lands
-# (issue 49), so it stays importable here until then, and goes when cli/ imports its home.
 from .decisions import (
     AutoModeChange,
-    AutoRules,  # noqa: F401
     JudgeVerdict,
     PlanState,
     ToolApproval,
