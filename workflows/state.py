@@ -21,7 +21,6 @@ from temporalio.exceptions import ApplicationError
 
 from . import effect_log
 from .bounds import MAX_PAUSED_SECONDS, Recorded
-
 from .decisions import (
     AutoModeChange,
     JudgeVerdict,
