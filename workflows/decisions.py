@@ -151,7 +151,8 @@ class ShownField(BaseModel):
     value: str
     """The value as the tool gets it, in JSON, cut at shown_arguments.FIELD_CHARS."""
     chars: Recorded
-    """The whole value's length in JSON: longer than `value` when it was cut."""
+    """The whole value's length in JSON, in characters (code points, as Python counts them and
+    the console does): longer than `value` when it was cut."""
 
 
 class ToolApproval(BaseModel):
