@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import click
 
 from ..client.contract import contract, example_input
-from ..serving.command_line import Command, CommandLineError, parse
+from ..serving.command_line import Command, parse
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
 
 
@@ -26,8 +26,5 @@ def command(example: bool, task_queue: str) -> None:
 
 
 def main(argv: Sequence[str], *, prog: str = "starter.py contract") -> int:
-    try:
-        parse(command, argv, prog)
-    except CommandLineError as stop:
-        return int(stop.code or 0)
+    parse(command, argv, prog)  # a bad one raises CommandLineError, which starter.main reports
     return 0

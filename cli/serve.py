@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ..serving import http_api
-from ..serving.command_line import Command, CommandLineError, parse, refuse, say
+from ..serving.command_line import Command, parse, refuse, say
 from ..serving.http_server import serve_api
 from ..serving.streams import stream_bounds
 from ..serving.worker import SETUP_ERRORS, check_worker, setup_error
@@ -38,14 +38,12 @@ def command(**options: Any) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str], *, prog: str = "starter.py serve") -> int:
+    options = parse(command, argv, prog)  # a bad one raises CommandLineError: see starter.main
     try:
-        options = parse(command, argv, prog)
         token = http_api.api_token()
         bounds = stream_bounds()
         if options["address"] is None:
             check_worker(options["tools"])
-    except CommandLineError as stop:
-        return int(stop.code or 0)
     except SETUP_ERRORS as error:
         say(f"{prog}: error: {setup_error(error)}")
         return 2
