@@ -64,8 +64,9 @@ class RunArgs:
 
     command: ClassVar[str] = "run"
     prompt: str
-    provider: Provider
-    model: str
+    model: ModelSettings
+    """The model's settings, checked: the provider, its model, the reasoning options, and
+    streaming where the provider streams."""
     script: tuple[ScriptedTurn, ...] | None
     """The scripted provider's conversation from --script; None plays the built-in demo."""
     max_steps: int
@@ -92,8 +93,6 @@ class RunArgs:
     conversation: bool = False
     chat: bool = False
     """Every line typed is a turn (or steers the working one); without a prompt, the first."""
-    thinking_budget: int | None = None
-    reasoning_effort: ReasoningEffort | None = None
     stream: bool = False
     print_input: bool = False
     """Print the workflow input this command would start, and start nothing."""
@@ -290,28 +289,29 @@ def _run_args(chat: bool, **params: Any) -> RunArgs:
             "the scripted demo calls the demo's tools: with --tool, give --script or a real "
             "provider"
         )
-    model = params.pop("model") or (DEMO_MODEL if demo else CATALOGUE[provider].default_model)
+    name = params.pop("model") or (DEMO_MODEL if demo else CATALOGUE[provider].default_model)
+    stream = params.pop("stream")
+    stream = sys.stderr.isatty() and not params["json"] if stream is None else stream
     try:  # the settings' own checks, as one line, before anything starts
-        ModelSettings(
+        model = ModelSettings(
             provider=provider,
-            model=model,
-            thinking_budget_tokens=params["thinking_budget"],
-            reasoning_effort=params["reasoning_effort"],
+            model=name,
+            thinking_budget_tokens=params.pop("thinking_budget"),
+            reasoning_effort=params.pop("reasoning_effort"),
+            stream=stream and CATALOGUE[provider].streams,
         )
     except ValidationError as error:
         message = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
         message = message.replace("thinking_budget_tokens", "--thinking-budget")
         refuse(message.replace("reasoning_effort", "--reasoning-effort"))
-    stream = params.pop("stream")
     return RunArgs(
         prompt=prompt,
-        provider=provider,
         model=model,
         script=script,
         mcp_config=mcp,
         conversation=params.pop("conversation", False) or chat,
         chat=chat,
-        stream=sys.stderr.isatty() and not params["json"] if stream is None else stream,
+        stream=stream,
         **params,
     )
 
