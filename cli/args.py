@@ -112,8 +112,9 @@ class Following:
     """Print the model's text on stderr as it is written."""
 
     def answer(self, data: object, text: str) -> None:
-        """A command's answer on stdout: `data` as JSON with --json, else `text`."""
-        print(json.dumps(data) if self.json else text)
+        """A command's answer on stdout, at once (`watch` answers as events come): `data` as
+        JSON with --json, else `text`."""
+        print(json.dumps(data) if self.json else text, flush=True)
 
 
 class Text(click.ParamType):

@@ -125,8 +125,6 @@ def _print_end(workflow_id: str, result: AgentResult, following: Following) -> N
 @click.option("--wait", is_flag=True, help="then follow the turn and print its answer")
 async def send(agent_run: AgentRun, following: Following, text: str, wait: bool) -> int:
     turn = await decide.sent(f"send to {agent_run.id}", agent_run.post(text.strip()))
-    if turn is None:
-        return 1
     if not wait:
         following.answer(
             {"workflow_id": agent_run.id, "turn": turn}, f"{agent_run.id}: turn {turn}"
@@ -139,8 +137,6 @@ async def send(agent_run: AgentRun, following: Following, text: str, wait: bool)
 @subcommand("Stop a conversation's working turn; it then waits for a message.")
 async def interrupt(agent_run: AgentRun, following: Following) -> int:
     turn = await decide.sent(f"interrupt {agent_run.id}", agent_run.interrupt())
-    if turn is None:
-        return 1
     stopped = {"workflow_id": agent_run.id, "turn": turn}
     following.answer(stopped, f"{agent_run.id}: turn {turn} interrupted")
     return 0

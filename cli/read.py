@@ -31,10 +31,8 @@ async def watch(agent_run: AgentRun, following: Following, from_offset: int) -> 
     last: AgentEvent | None = None
     async for item in agent_run.events(from_offset):
         last = item.data
-        if following.json:
-            print(json.dumps({"offset": item.offset, **last.model_dump(mode="json")}), flush=True)
-        else:
-            print(f"{item.offset:>5}  {event_line(last)}", flush=True)
+        data = {"offset": item.offset, **last.model_dump(mode="json")}
+        following.answer(data, f"{item.offset:>5}  {event_line(last)}")
     return 0 if last is not None and last.kind == "completed" else 1
 
 

@@ -126,6 +126,8 @@ async def dispatch(args: RunArgs | Subcommand) -> int:
         return run.unreachable(following.address, error, args.workflow_id, shown)
     try:
         return await args(client)
+    except decide.Refused:  # said in one line already
+        return 1
     except (
         RPCError,
         WorkflowQueryFailedError,
