@@ -392,12 +392,12 @@ class Subcommand:
 
 
 def subcommand(
-    help: str, *, of_run: bool = True, rules: Callable[[dict[str, Any]], None] | None = None
+    *, of_run: bool = True, rules: Callable[[dict[str, Any]], None] | None = None
 ) -> Callable[[Callable[..., Awaitable[int]]], Command]:
     """An async function `f(run_or_client, following, **options)` as the subcommand of its
-    name, with the options declared on it: about the run WORKFLOW_ID (`of_run`, called with
-    it), else called with the client. Every subcommand needs an address; `rules` checks the
-    others across options."""
+    name, its docstring the help (as click has it: up to a form feed), with the options declared
+    on it: about the run WORKFLOW_ID (`of_run`, called with it), else called with the client.
+    Every subcommand needs an address; `rules` checks the others across options."""
 
     def declare(function: Callable[..., Awaitable[int]]) -> Command:
         name = function.__name__.strip("_").replace("_", "-")
@@ -421,6 +421,6 @@ def subcommand(
             option("--namespace", "the server's namespace", default="default"),
             flag("--json", "print JSON on stdout"),
         ]
-        return Command(name, params=params, callback=parsed, help=help)
+        return Command(name, params=params, callback=parsed, help=function.__doc__)
 
     return declare

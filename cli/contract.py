@@ -13,15 +13,12 @@ from ..serving.command_line import Command, parse
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
 
 
-@click.command(
-    "contract",
-    cls=Command,
-    help="Print the wire contract: the workflow's input and result, and each update, signal "
-    "and query, as JSON Schemas (docs/contract.md).",
-)
+@click.command("contract", cls=Command)
 @click.option("--example", is_flag=True, help="print a minimal input that runs the scripted demo")
 @click.option("--task-queue", default=DEFAULT_TASK_QUEUE, help="the runs' task queue")
 def command(example: bool, task_queue: str) -> None:
+    """Print the wire contract: the workflow's input and result, and each update, signal and
+    query, as JSON Schemas (docs/contract.md)."""
     print(json.dumps(example_input() if example else contract(task_queue)))
 
 

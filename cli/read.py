@@ -20,14 +20,13 @@ from .tables import event_line, stats_table, trace_table, waiting_calls_table
 DEFAULT_STATS_LIMIT = 500
 
 
-@subcommand(
-    "Follow the run's progress stream, one line per event, to the run's end (a run started "
-    "elsewhere, or one that has ended: then what it published); 0 when it completed."
-)
+@subcommand()
 @click.option(
     "--from", "from_offset", type=COUNT, default=0, help="start at this event (each line's first)"
 )
 async def watch(agent_run: AgentRun, following: Following, from_offset: int) -> int:
+    """Follow the run's progress stream, one line per event, to the run's end (a run started
+    elsewhere, or one that has ended: then what it published); 0 when it completed."""
     last: AgentEvent | None = None
     async for item in agent_run.events(from_offset):
         last = item.data
@@ -36,18 +35,18 @@ async def watch(agent_run: AgentRun, following: Following, from_offset: int) -> 
     return 0 if last is not None and last.kind == "completed" else 1
 
 
-@subcommand("Print the run's status query as JSON.")
+@subcommand()
 async def status(agent_run: AgentRun, following: Following) -> int:
+    """Print the run's status query as JSON."""
     answer = await agent_run.status()
     print(json.dumps({"workflow_id": agent_run.id, **answer.model_dump(mode="json")}))
     return 0
 
 
-@subcommand(
-    "List the run's tool calls that wait for a person: its own, then its sub-agents', by the "
-    "qualified ids that decide them through the run."
-)
+@subcommand()
 async def calls(agent_run: AgentRun, following: Following) -> int:
+    """List the run's tool calls that wait for a person: its own, then its sub-agents', by the
+    qualified ids that decide them through the run."""
     waiting = await agent_run.pending_tool_calls()
     if following.json:
         print(json.dumps([c.model_dump(mode="json") for c in waiting]))
@@ -58,11 +57,13 @@ async def calls(agent_run: AgentRun, following: Following) -> int:
     return 0
 
 
-@subcommand("List the runs whose plan or tool calls wait for a person.", of_run=False)
+@subcommand(of_run=False)
 @click.option("--awaiting-approval", is_flag=True, required=True, help="runs waiting on a person")
 async def list_(client: AgentClient, following: Following, awaiting_approval: bool) -> int:
-    """One line (or JSON object) per run that waits for a person, with its plan or its tool
-    calls from its status query."""
+    """List the runs whose plan or tool calls wait for a person.
+    \f
+    One line (or JSON object) per run that waits for a person, with its plan or its tool calls
+    from its status query."""
     waiting = await overview.waiting_runs(client)
     if following.json:
         print(json.dumps([run.as_json() for run in waiting]))
@@ -79,11 +80,10 @@ async def list_(client: AgentClient, following: Following, awaiting_approval: bo
     return 0
 
 
-@subcommand(
-    "Print the run's steps as a table, one row per step, with totals (a running run needs its "
-    "worker; an ended run does not)."
-)
+@subcommand()
 async def trace(agent_run: AgentRun, following: Following) -> int:
+    """Print the run's steps as a table, one row per step, with totals (a running run needs its
+    worker; an ended run does not)."""
     whole = await agent_run.full_trace()
     out: dict[str, Any] = {"workflow_id": agent_run.id}
     out["trace"] = [r.model_dump(mode="json") for r in whole.step_records]
@@ -96,15 +96,13 @@ async def trace(agent_run: AgentRun, following: Following) -> int:
     return 0
 
 
-@subcommand(
-    "Per label, the runs that ended (completed, failed, other), the steps, tokens and cost of "
-    "those that completed, and the max_steps their distribution suggests (twice the p95 of "
-    "the steps).",
-    of_run=False,
-)
+@subcommand(of_run=False)
 @click.option("--label", help="only the runs started with this --label")
 @click.option("--limit", type=POSITIVE, default=DEFAULT_STATS_LIMIT, help="read the N newest runs")
 async def stats(client: AgentClient, following: Following, label: str | None, limit: int) -> int:
+    """Per label, the runs that ended (completed, failed, other), the steps, tokens and cost of
+    those that completed, and the max_steps their distribution suggests (twice the p95 of the
+    steps)."""
     read = await overview.label_stats(client, limit, label)
     for closed in read.unreadable:
         say(f"{closed.workflow_id}: its outcome could not be read: {closed.error}")
@@ -117,11 +115,10 @@ async def stats(client: AgentClient, following: Following, label: str | None, li
     return 0
 
 
-@subcommand(
-    "List the run's callback-tool calls that wait for a client's answer (`answer-callback` "
-    "sends one)."
-)
+@subcommand()
 async def callbacks(agent_run: AgentRun, following: Following) -> int:
+    """List the run's callback-tool calls that wait for a client's answer (`answer-callback` sends
+    one)."""
     waiting = await agent_run.pending_callbacks()
     lines = [
         f"{c.call_id}  {c.tool} {json.dumps(c.arguments, ensure_ascii=False)}  "

@@ -176,9 +176,10 @@ async def _start(
     return await follow(agent_run, following)
 
 
-@subcommand("Wait for the run's answer and print it like a run started here.")
+@subcommand()
 @click.option("--trace", is_flag=True, help="then print its steps as a table on stderr")
 async def result(agent_run: AgentRun, following: Following, trace: bool) -> int:
+    """Wait for the run's answer and print it like a run started here."""
     return await follow(agent_run, dataclasses.replace(following, trace=trace))
 
 

@@ -22,9 +22,7 @@ from ..workflows.inputs import DEFAULT_TASK_QUEUE
 DEFAULT_PORT = 8000
 
 
-@click.command(
-    "serve", cls=Command, help="Serve the HTTP API (docs/http-api.md) until interrupted."
-)
+@click.command("serve", cls=Command)
 @click.option("--address", envvar="TEMPORAL_ADDRESS", show_envvar=True, help="Temporal frontend")
 @click.option("--namespace", default="default", help="the server's namespace")
 @click.option("--task-queue", default=DEFAULT_TASK_QUEUE, help="the runs' task queue")
@@ -32,6 +30,7 @@ DEFAULT_PORT = 8000
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, help="0: any free")
 @click.option("--tools", multiple=True, help="self-contained: the worker's, as `worker --tools`")
 def command(**options: Any) -> dict[str, Any]:
+    """Serve the HTTP API (docs/http-api.md) until interrupted."""
     if options["tools"] and options["address"]:
         refuse("--tools is for the embedded worker; with --address, give it to the worker")
     return options

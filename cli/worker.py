@@ -37,7 +37,7 @@ def _env(name: str, variable: str, help: str, **attrs: Any) -> Any:
     return click.option(name, envvar=variable, show_envvar=True, help=help, **attrs)
 
 
-@click.command("worker", cls=Command, help="Serve agent runs.", context_settings=_STRIPPED)
+@click.command("worker", cls=Command, context_settings=_STRIPPED)
 @_env("--address", "TEMPORAL_ADDRESS", "Temporal frontend", default=serving.DEFAULT_ADDRESS)
 @click.option("--namespace", default="default", help="the server's namespace")
 @click.option("--task-queue", default=DEFAULT_TASK_QUEUE, help="the runs' task queue")
@@ -72,6 +72,7 @@ def _env(name: str, variable: str, help: str, **attrs: Any) -> Any:
     type=click.Choice(get_args(serving.Versioning)),
 )
 def command(**options: Any) -> dict[str, Any]:
+    """Serve agent runs."""
     return options
 
 
