@@ -111,10 +111,13 @@ class Following:
     stream: bool = False
     """Print the model's text on stderr as it is written."""
 
-    def answer(self, data: object, text: str) -> None:
+    def answer(self, data: object, text: str, none: str | None = None) -> None:
         """A command's answer on stdout, at once (`watch` answers as events come): `data` as
-        JSON with --json, else `text`."""
-        print(json.dumps(data) if self.json else text, flush=True)
+        JSON with --json, else `text`; or `none` on stderr, when given, for no text."""
+        if not self.json and not text and none is not None:
+            say(none)
+        else:
+            print(json.dumps(data) if self.json else text, flush=True)
 
 
 class Text(click.ParamType):

@@ -48,12 +48,9 @@ async def calls(agent_run: AgentRun, following: Following) -> int:
     """List the run's tool calls that wait for a person: its own, then its sub-agents', by the
     qualified ids that decide them through the run."""
     waiting = await agent_run.pending_tool_calls()
-    if following.json:
-        print(json.dumps([c.model_dump(mode="json") for c in waiting]))
-    elif waiting:
-        print(waiting_calls_table(waiting))
-    else:
-        say(f"no tool call of {agent_run.id} waits for a decision")
+    data = [c.model_dump(mode="json") for c in waiting]
+    none = f"no tool call of {agent_run.id} waits for a decision"
+    following.answer(data, waiting_calls_table(waiting), none)
     return 0
 
 
@@ -107,11 +104,10 @@ async def stats(client: AgentClient, following: Following, label: str | None, li
     for closed in read.unreadable:
         say(f"{closed.workflow_id}: its outcome could not be read: {closed.error}")
     asked = {"label": label, "limit": limit, "unreadable": len(read.unreadable)}
-    if read.groups or following.json:
-        groups = [dataclasses.asdict(g) for g in read.groups]
-        following.answer({**asked, "groups": groups}, stats_table(read.groups))
-    else:
-        say(f"no agent run{f' with label {label!r}' if label is not None else ''} has ended yet")
+    groups = [dataclasses.asdict(g) for g in read.groups]
+    table = stats_table(read.groups) if read.groups else ""
+    none = f"no agent run{f' with label {label!r}' if label is not None else ''} has ended yet"
+    following.answer({**asked, "groups": groups}, table, none)
     return 0
 
 
@@ -125,8 +121,6 @@ async def callbacks(agent_run: AgentRun, following: Following) -> int:
         f"(waits {c.timeout_seconds:g} s)"
         for c in waiting
     ]
-    if waiting or following.json:
-        following.answer([c.model_dump(mode="json") for c in waiting], "\n".join(lines))
-    else:
-        say(f"no callback of {agent_run.id} waits for an answer")
+    data = [c.model_dump(mode="json") for c in waiting]
+    following.answer(data, "\n".join(lines), f"no callback of {agent_run.id} waits for an answer")
     return 0

@@ -146,13 +146,13 @@ def _numbers(latency: int, attempts: int, usage: Usage) -> list[str]:
 
 
 def waiting_calls_table(approvals: Sequence[ToolApproval]) -> str:
-    """Tool calls that wait for a person: the id to decide each by, the step that asked, the
-    tool and its arguments, and the sub-agent that asked when it is not the run."""
+    """Tool calls that wait for a person ("" for none): the id to decide each by, the step that
+    asked, the tool and its arguments, and the sub-agent that asked when it is not the run."""
     rows = [
         [a.call_id, f"step {a.step}", f"{a.tool} {a.arguments}", _sub_agent(a), _judge(a)]
         for a in approvals
     ]
-    return "\n".join(table(rows))
+    return "\n".join(table(rows)) if rows else ""
 
 
 def _judge(approval: ToolApproval) -> str:
