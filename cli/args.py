@@ -64,8 +64,9 @@ class RunArgs:
 
     command: ClassVar[str] = "run"
     prompt: str
-    provider: Provider
-    model: str
+    model: ModelSettings
+    """The model's settings, checked: the provider, its model, the reasoning options, and
+    streaming where the provider streams."""
     script: tuple[ScriptedTurn, ...] | None
     """The scripted provider's conversation from --script; None plays the built-in demo."""
     max_steps: int
@@ -92,8 +93,6 @@ class RunArgs:
     conversation: bool = False
     chat: bool = False
     """Every line typed is a turn (or steers the working one); without a prompt, the first."""
-    thinking_budget: int | None = None
-    reasoning_effort: ReasoningEffort | None = None
     stream: bool = False
     print_input: bool = False
     """Print the workflow input this command would start, and start nothing."""
@@ -112,9 +111,13 @@ class Following:
     stream: bool = False
     """Print the model's text on stderr as it is written."""
 
-    def answer(self, data: object, text: str) -> None:
-        """A command's answer on stdout: `data` as JSON with --json, else `text`."""
-        print(json.dumps(data) if self.json else text)
+    def answer(self, data: object, text: str, none: str | None = None) -> None:
+        """A command's answer on stdout, at once (`watch` answers as events come): `data` as
+        JSON with --json, else `text`; or `none` on stderr, when given, for no text."""
+        if not self.json and not text and none is not None:
+            say(none)
+        else:
+            print(json.dumps(data) if self.json else text, flush=True)
 
 
 class Text(click.ParamType):
@@ -290,28 +293,29 @@ def _run_args(chat: bool, **params: Any) -> RunArgs:
             "the scripted demo calls the demo's tools: with --tool, give --script or a real "
             "provider"
         )
-    model = params.pop("model") or (DEMO_MODEL if demo else CATALOGUE[provider].default_model)
+    name = params.pop("model") or (DEMO_MODEL if demo else CATALOGUE[provider].default_model)
+    stream = params.pop("stream")
+    stream = sys.stderr.isatty() and not params["json"] if stream is None else stream
     try:  # the settings' own checks, as one line, before anything starts
-        ModelSettings(
+        model = ModelSettings(
             provider=provider,
-            model=model,
-            thinking_budget_tokens=params["thinking_budget"],
-            reasoning_effort=params["reasoning_effort"],
+            model=name,
+            thinking_budget_tokens=params.pop("thinking_budget"),
+            reasoning_effort=params.pop("reasoning_effort"),
+            stream=stream and CATALOGUE[provider].streams,
         )
     except ValidationError as error:
         message = str(error.errors()[0]["msg"]).removeprefix("Value error, ")
         message = message.replace("thinking_budget_tokens", "--thinking-budget")
         refuse(message.replace("reasoning_effort", "--reasoning-effort"))
-    stream = params.pop("stream")
     return RunArgs(
         prompt=prompt,
-        provider=provider,
         model=model,
         script=script,
         mcp_config=mcp,
         conversation=params.pop("conversation", False) or chat,
         chat=chat,
-        stream=sys.stderr.isatty() and not params["json"] if stream is None else stream,
+        stream=stream,
         **params,
     )
 
@@ -391,12 +395,12 @@ class Subcommand:
 
 
 def subcommand(
-    help: str, *, of_run: bool = True, rules: Callable[[dict[str, Any]], None] | None = None
+    *, of_run: bool = True, rules: Callable[[dict[str, Any]], None] | None = None
 ) -> Callable[[Callable[..., Awaitable[int]]], Command]:
     """An async function `f(run_or_client, following, **options)` as the subcommand of its
-    name, with the options declared on it: about the run WORKFLOW_ID (`of_run`, called with
-    it), else called with the client. Every subcommand needs an address; `rules` checks the
-    others across options."""
+    name, its docstring the help (as click has it: up to a form feed), with the options declared
+    on it: about the run WORKFLOW_ID (`of_run`, called with it), else called with the client.
+    Every subcommand needs an address; `rules` checks the others across options."""
 
     def declare(function: Callable[..., Awaitable[int]]) -> Command:
         name = function.__name__.strip("_").replace("_", "-")
@@ -420,6 +424,6 @@ def subcommand(
             option("--namespace", "the server's namespace", default="default"),
             flag("--json", "print JSON on stdout"),
         ]
-        return Command(name, params=params, callback=parsed, help=help)
+        return Command(name, params=params, callback=parsed, help=function.__doc__)
 
     return declare

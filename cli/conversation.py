@@ -117,16 +117,13 @@ def _print_end(workflow_id: str, result: AgentResult, following: Following) -> N
 # --- the subcommands: send, interrupt, end -------------------------------------------------
 
 
-@subcommand(
-    "Send a message to a conversation: it starts the next turn, or steers the working one; "
-    "prints the turn's number."
-)
+@subcommand()
 @argument("text", "the message", type=Text("", check_message))
 @click.option("--wait", is_flag=True, help="then follow the turn and print its answer")
 async def send(agent_run: AgentRun, following: Following, text: str, wait: bool) -> int:
+    """Send a message to a conversation: it starts the next turn, or steers the working one; prints
+    the turn's number."""
     turn = await decide.sent(f"send to {agent_run.id}", agent_run.post(text.strip()))
-    if turn is None:
-        return 1
     if not wait:
         following.answer(
             {"workflow_id": agent_run.id, "turn": turn}, f"{agent_run.id}: turn {turn}"
@@ -136,16 +133,16 @@ async def send(agent_run: AgentRun, following: Following, text: str, wait: bool)
     return 0 if record is not None and record.outcome == "answered" else 1
 
 
-@subcommand("Stop a conversation's working turn; it then waits for a message.")
+@subcommand()
 async def interrupt(agent_run: AgentRun, following: Following) -> int:
+    """Stop a conversation's working turn; it then waits for a message."""
     turn = await decide.sent(f"interrupt {agent_run.id}", agent_run.interrupt())
-    if turn is None:
-        return 1
     stopped = {"workflow_id": agent_run.id, "turn": turn}
     following.answer(stopped, f"{agent_run.id}: turn {turn} interrupted")
     return 0
 
 
-@subcommand("End a conversation; prints its turns.")
+@subcommand()
 async def end(agent_run: AgentRun, following: Following) -> int:
+    """End a conversation; prints its turns."""
     return await end_conversation(agent_run, following, chat=False)

@@ -108,17 +108,18 @@ CALL_ID = argument("call_id", "the call id", type=Text())
 REMEMBER = click.option("--remember", is_flag=True, help="decide the tool's later calls too")
 
 
-@subcommand("Approve the plan a run waits with.")
+@subcommand()
 @click.option("--comment", type=Text(None, check_comment), help="a note for the model")
 @VERSION
 async def approve(
     run: AgentRun, following: Following, comment: str | None, version: int | None
 ) -> int:
+    """Approve the plan a run waits with."""
     decision = run.approve_plan(comment, version=version)
-    return await _decide(run, following, "approve the plan", decision, "plan")
+    return await _decide(run, following, "approve the plan", decision)
 
 
-@subcommand("Reject the plan a run waits with; the model plans again.")
+@subcommand()
 @click.option(
     "--feedback",
     type=Text(": the model needs to know what to change", check_comment),
@@ -127,22 +128,24 @@ async def approve(
 )
 @VERSION
 async def reject(run: AgentRun, following: Following, feedback: str, version: int | None) -> int:
+    """Reject the plan a run waits with; the model plans again."""
     decision = run.reject_plan(feedback, version=version)
-    return await _decide(run, following, "reject the plan", decision, "plan")
+    return await _decide(run, following, "reject the plan", decision)
 
 
-@subcommand("Let a tool call that waits for a person run.")
+@subcommand()
 @CALL_ID
 @REMEMBER
 @click.option("--reason", type=Text(None, check_reason), help="a note kept with the decision")
 async def approve_call(
     run: AgentRun, following: Following, call_id: str, remember: bool, reason: str | None
 ) -> int:
+    """Let a tool call that waits for a person run."""
     decision = run.decide_tool_call(call_id, True, reason, remember=remember)
-    return await _decide(run, following, f"approve {call_id}", decision, "call")
+    return await _decide(run, following, f"approve {call_id}", decision)
 
 
-@subcommand("Deny a tool call that waits; the model gets the reason as its result.")
+@subcommand()
 @CALL_ID
 @REMEMBER
 @click.option(
@@ -154,8 +157,9 @@ async def approve_call(
 async def deny_call(
     run: AgentRun, following: Following, call_id: str, remember: bool, reason: str
 ) -> int:
+    """Deny a tool call that waits; the model gets the reason as its result."""
     decision = run.decide_tool_call(call_id, False, reason, remember=remember)
-    return await _decide(run, following, f"deny {call_id}", decision, "call")
+    return await _decide(run, following, f"deny {call_id}", decision)
 
 
 class JsonText(click.ParamType):
@@ -172,17 +176,13 @@ class JsonText(click.ParamType):
             self.fail(f"not JSON: {error}", param, ctx)
 
 
-@subcommand(
-    "Answer a callback tool's call that waits (`callbacks` lists them) with the result the "
-    "client computed, as JSON; refused, with the reason, when it does not match the tool's "
-    "result schema."
-)
+@subcommand()
 @CALL_ID
 @click.option("--result", type=JsonText(), required=True, help="the result, as JSON")
 async def answer_callback(run: AgentRun, following: Following, call_id: str, result: Any) -> int:
+    """Answer a callback tool's call that waits (`callbacks` lists them) with the result the client
+    computed, as JSON; refused, with the reason, when it does not match the tool's result schema."""
     answered = await sent(f"answer {call_id} of {run.id}", run.answer_callback(call_id, result))
-    if answered is None:
-        return 1
     shown = f"{run.id}: {answered.call_id} ({answered.tool}) answered"
     following.answer({"workflow_id": run.id, "callback": answered.model_dump(mode="json")}, shown)
     return 0
@@ -195,51 +195,44 @@ def _one_change(options: dict[str, Any]) -> None:
         options["rules"] = read_json("--rules", options["rules"], TypeAdapter(AutoRules))
 
 
-@subcommand(
-    "For an operator: turn auto mode's judge off for the rest of the run (--off), or replace its "
-    "rules (--rules FILE: JSON of criteria, tools and default; the judge stays). Calls the judge "
-    "is reviewing go to a person.",
-    rules=_one_change,
-)
+@subcommand(rules=_one_change)
 @click.option("--off", is_flag=True, help="turn auto mode off for the rest of the run")
 @click.option("--rules", type=FILE, help="replace the rules with this JSON file's")
 async def auto_mode(run: AgentRun, following: Following, off: bool, rules: AutoRules | None) -> int:
+    """For an operator: turn auto mode's judge off for the rest of the run (--off), or replace its
+    rules (--rules FILE: JSON of criteria, tools and default; the judge stays). Calls the judge is
+    reviewing go to a person."""
     now = await sent(f"change auto mode of {run.id}", run.set_auto_mode(off=off, rules=rules))
-    if now is None:
-        return 1
     following.answer({"workflow_id": run.id, "auto_mode": now}, f"{run.id}: {now}")
     return 0
 
 
 async def _decide(
-    run: AgentRun,
-    following: Following,
-    verb: str,
-    decision: Awaitable[PlanState | ToolApproval],
-    key: str,
+    run: AgentRun, following: Following, verb: str, decision: Awaitable[PlanState | ToolApproval]
 ) -> int:
-    """0 once decided, 1 when the run refuses (it says why)."""
+    """0 once decided; Refused when the run refuses (it says why)."""
     decided = await sent(f"{verb} of {run.id}", decision)
-    if decided is None:
-        return 1
-    what = (
-        f"plan v{decided.version}"
-        if isinstance(decided, PlanState)
-        else f"{decided.call_id} ({decided.tool})"
-    )
+    if isinstance(decided, PlanState):
+        key, what = "plan", f"plan v{decided.version}"
+    else:
+        key, what = "call", f"{decided.call_id} ({decided.tool})"
     data = {"workflow_id": run.id, key: decided.model_dump(mode="json")}
     following.answer(data, f"{run.id}: {what} {decided.status}")
     return 0
 
 
-async def sent(what: str, update: Awaitable[T]) -> T | None:
-    """What the run answers to `update`; None when it refused, said in one line: `cannot WHAT:
-    why`."""
+class Refused(Exception):
+    """The run refused an update, and it is said in one line: the command exits 1."""
+
+
+async def sent(what: str, update: Awaitable[T]) -> T:
+    """What the run answers to `update`; Refused when it refuses, once said in one line:
+    `cannot WHAT: why`."""
     try:
         return await update
     except WorkflowUpdateFailedError as refused:
         say(f"cannot {what}: {refusal(refused)}")
-        return None
+        raise Refused from None
 
 
 def too_large(refused: WorkflowUpdateFailedError) -> bool:

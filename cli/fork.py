@@ -52,13 +52,7 @@ def _fork_rules(options: dict[str, Any]) -> None:
         options["script"] = args.read_json("--script", options["script"], args.SCRIPT, turns=True)
 
 
-@args.subcommand(
-    "Start a new run from the run's step K: its transcript through step K's tool results, none "
-    "of those tools run again, another model, prompt or limits; followed like a run. Each "
-    "option left out keeps the original's.",
-    of_run=False,
-    rules=_fork_rules,
-)
+@args.subcommand(of_run=False, rules=_fork_rules)
 @args.argument("workflow_id", "the workflow id", type=args.Text())
 @click.option("--step", type=args.COUNT, required=True, help="fork after this step (0: the prompt)")
 @forked_run_options
@@ -71,7 +65,11 @@ def _fork_rules(options: dict[str, Any]) -> None:
 @click.option("--no-wait", is_flag=True, help="print the fork's id and return")
 @click.option("--trace", is_flag=True, help="once the fork has ended, print its steps")
 async def fork(client: AgentClient, following: Following, workflow_id: str, **fork: Any) -> int:
-    """Start the fork and follow it as `starter.py --address` follows a run."""
+    """Start a new run from the run's step K: its transcript through step K's tool results, none of
+    those tools run again, another model, prompt or limits; followed like a run. Each option left
+    out keeps the original's.
+    \f
+    Start the fork and follow it as `starter.py --address` follows a run."""
     step = fork["step"]
     try:
         recorded = await forking.read_run(client.client, workflow_id)
@@ -106,15 +104,13 @@ async def fork(client: AgentClient, following: Following, workflow_id: str, **fo
 # --- diff ---------------------------------------------------------------------------------------
 
 
-@args.subcommand(
-    "Where two runs' transcripts diverge, step by step: each side's calls, arguments and "
-    "results, then the answers, steps, tokens and cost: a run (the original, say) and another "
-    "(a fork, say).",
-    of_run=False,
-)
+@args.subcommand(of_run=False)
 @args.argument("workflow_a", "the first workflow id", type=args.Text())
 @args.argument("workflow_b", "the second workflow id", type=args.Text())
 async def diff(client: AgentClient, following: Following, workflow_a: str, workflow_b: str) -> int:
+    """Where two runs' transcripts diverge, step by step: each side's calls, arguments and
+    results, then the answers, steps, tokens and cost: a run (the original, say) and another (a
+    fork, say)."""
     try:
         a, b = await asyncio.gather(
             forking.read_run(client.client, workflow_a),
@@ -193,12 +189,7 @@ def _eval_rules(options: dict[str, Any]) -> None:
             refuse(f"--score {options['score']}: {error}")
 
 
-@args.subcommand(
-    "Fork each of a label's last completed runs at step K with another model, and compare each "
-    "fork with its original (tool approval on: no fork changes data unless allowed).",
-    of_run=False,
-    rules=_eval_rules,
-)
+@args.subcommand(of_run=False, rules=_eval_rules)
 @click.option("--label", type=args.Text(), required=True, help="the runs' --label")
 @click.option("--fork-step", type=args.COUNT, required=True, help="fork after this step (K)")
 @click.option("--provider", type=args.PROVIDER, required=True, help="the forks' provider")
@@ -219,6 +210,8 @@ async def eval_(
     score: str | None,
     **forked: Any,
 ) -> int:
+    """Fork each of a label's last completed runs at step K with another model, and compare each
+    fork with its original (tool approval on: no fork changes data unless allowed)."""
     scoring = evaluation.load_score(score) if score is not None else None
     originals = await evaluation.recent_completed(client.client, label, limit)
     if not originals:

@@ -20,51 +20,47 @@ from .tables import event_line, stats_table, trace_table, waiting_calls_table
 DEFAULT_STATS_LIMIT = 500
 
 
-@subcommand(
-    "Follow the run's progress stream, one line per event, to the run's end (a run started "
-    "elsewhere, or one that has ended: then what it published); 0 when it completed."
-)
+@subcommand()
 @click.option(
     "--from", "from_offset", type=COUNT, default=0, help="start at this event (each line's first)"
 )
 async def watch(agent_run: AgentRun, following: Following, from_offset: int) -> int:
+    """Follow the run's progress stream, one line per event, to the run's end (a run started
+    elsewhere, or one that has ended: then what it published); 0 when it completed."""
     last: AgentEvent | None = None
     async for item in agent_run.events(from_offset):
         last = item.data
-        if following.json:
-            print(json.dumps({"offset": item.offset, **last.model_dump(mode="json")}), flush=True)
-        else:
-            print(f"{item.offset:>5}  {event_line(last)}", flush=True)
+        data = {"offset": item.offset, **last.model_dump(mode="json")}
+        following.answer(data, f"{item.offset:>5}  {event_line(last)}")
     return 0 if last is not None and last.kind == "completed" else 1
 
 
-@subcommand("Print the run's status query as JSON.")
+@subcommand()
 async def status(agent_run: AgentRun, following: Following) -> int:
+    """Print the run's status query as JSON."""
     answer = await agent_run.status()
     print(json.dumps({"workflow_id": agent_run.id, **answer.model_dump(mode="json")}))
     return 0
 
 
-@subcommand(
-    "List the run's tool calls that wait for a person: its own, then its sub-agents', by the "
-    "qualified ids that decide them through the run."
-)
+@subcommand()
 async def calls(agent_run: AgentRun, following: Following) -> int:
+    """List the run's tool calls that wait for a person: its own, then its sub-agents', by the
+    qualified ids that decide them through the run."""
     waiting = await agent_run.pending_tool_calls()
-    if following.json:
-        print(json.dumps([c.model_dump(mode="json") for c in waiting]))
-    elif waiting:
-        print(waiting_calls_table(waiting))
-    else:
-        say(f"no tool call of {agent_run.id} waits for a decision")
+    data = [c.model_dump(mode="json") for c in waiting]
+    none = f"no tool call of {agent_run.id} waits for a decision"
+    following.answer(data, waiting_calls_table(waiting), none)
     return 0
 
 
-@subcommand("List the runs whose plan or tool calls wait for a person.", of_run=False)
+@subcommand(of_run=False)
 @click.option("--awaiting-approval", is_flag=True, required=True, help="runs waiting on a person")
 async def list_(client: AgentClient, following: Following, awaiting_approval: bool) -> int:
-    """One line (or JSON object) per run that waits for a person, with its plan or its tool
-    calls from its status query."""
+    """List the runs whose plan or tool calls wait for a person.
+    \f
+    One line (or JSON object) per run that waits for a person, with its plan or its tool calls
+    from its status query."""
     waiting = await overview.waiting_runs(client)
     if following.json:
         print(json.dumps([run.as_json() for run in waiting]))
@@ -81,11 +77,10 @@ async def list_(client: AgentClient, following: Following, awaiting_approval: bo
     return 0
 
 
-@subcommand(
-    "Print the run's steps as a table, one row per step, with totals (a running run needs its "
-    "worker; an ended run does not)."
-)
+@subcommand()
 async def trace(agent_run: AgentRun, following: Following) -> int:
+    """Print the run's steps as a table, one row per step, with totals (a running run needs its
+    worker; an ended run does not)."""
     whole = await agent_run.full_trace()
     out: dict[str, Any] = {"workflow_id": agent_run.id}
     out["trace"] = [r.model_dump(mode="json") for r in whole.step_records]
@@ -98,40 +93,34 @@ async def trace(agent_run: AgentRun, following: Following) -> int:
     return 0
 
 
-@subcommand(
-    "Per label, the runs that ended (completed, failed, other), the steps, tokens and cost of "
-    "those that completed, and the max_steps their distribution suggests (twice the p95 of "
-    "the steps).",
-    of_run=False,
-)
+@subcommand(of_run=False)
 @click.option("--label", help="only the runs started with this --label")
 @click.option("--limit", type=POSITIVE, default=DEFAULT_STATS_LIMIT, help="read the N newest runs")
 async def stats(client: AgentClient, following: Following, label: str | None, limit: int) -> int:
+    """Per label, the runs that ended (completed, failed, other), the steps, tokens and cost of
+    those that completed, and the max_steps their distribution suggests (twice the p95 of the
+    steps)."""
     read = await overview.label_stats(client, limit, label)
     for closed in read.unreadable:
         say(f"{closed.workflow_id}: its outcome could not be read: {closed.error}")
     asked = {"label": label, "limit": limit, "unreadable": len(read.unreadable)}
-    if read.groups or following.json:
-        groups = [dataclasses.asdict(g) for g in read.groups]
-        following.answer({**asked, "groups": groups}, stats_table(read.groups))
-    else:
-        say(f"no agent run{f' with label {label!r}' if label is not None else ''} has ended yet")
+    groups = [dataclasses.asdict(g) for g in read.groups]
+    table = stats_table(read.groups) if read.groups else ""
+    none = f"no agent run{f' with label {label!r}' if label is not None else ''} has ended yet"
+    following.answer({**asked, "groups": groups}, table, none)
     return 0
 
 
-@subcommand(
-    "List the run's callback-tool calls that wait for a client's answer (`answer-callback` "
-    "sends one)."
-)
+@subcommand()
 async def callbacks(agent_run: AgentRun, following: Following) -> int:
+    """List the run's callback-tool calls that wait for a client's answer (`answer-callback` sends
+    one)."""
     waiting = await agent_run.pending_callbacks()
     lines = [
         f"{c.call_id}  {c.tool} {json.dumps(c.arguments, ensure_ascii=False)}  "
         f"(waits {c.timeout_seconds:g} s)"
         for c in waiting
     ]
-    if waiting or following.json:
-        following.answer([c.model_dump(mode="json") for c in waiting], "\n".join(lines))
-    else:
-        say(f"no callback of {agent_run.id} waits for an answer")
+    data = [c.model_dump(mode="json") for c in waiting]
+    following.answer(data, "\n".join(lines), f"no callback of {agent_run.id} waits for an answer")
     return 0

@@ -36,7 +36,6 @@ from ..serving.self_contained import self_contained
 from ..serving.worker import SETUP_ERRORS, check_worker, setup_error
 from ..workflows.input_limits import InputTooLarge, check_input, json_bytes
 from ..workflows.inputs import AgentInput, AgentResult, Limits, ModelSettings, ToolApprovalPolicy
-from ..workflows.providers import STREAMING_PROVIDERS
 from ..workflows.state import FailureDetails
 from ..workflows.usage import Usage
 from . import conversation, decide
@@ -49,21 +48,15 @@ WATCHER_STOP_SECONDS = 10.0
 
 
 def build_input(args: RunArgs) -> AgentInput:
-    model = ModelSettings(
-        provider=args.provider,
-        model=args.model,
-        thinking_budget_tokens=args.thinking_budget,
-        reasoning_effort=args.reasoning_effort,
-        stream=args.stream and args.provider in STREAMING_PROVIDERS,
-    )
-    if args.provider == "scripted":
+    model = args.model
+    if model.provider == "scripted":
         played = demo.demo_plan_script() if args.plan else demo.support_demo_script()
         script = list(args.script) if args.script is not None else played
         if args.conversation and args.script is None:
             script += demo.conversation_demo_tail()
         # The built-in demo carries a made-up price, so that its cost shows; a --script does not.
         price = pricing.DEMO_PRICE if args.script is None else None
-        model = ModelSettings(provider="scripted", model=args.model, script=script, price=price)
+        model = ModelSettings(provider="scripted", model=model.model, script=script, price=price)
     return AgentInput(
         prompt=args.prompt,
         conversation=args.conversation,
@@ -82,7 +75,7 @@ def is_demo(args: RunArgs) -> bool:
     given: a self-contained run on the demo's tools (no --tools), or the scripted demo's own
     conversation (the scripted provider without --script), which calls them. Any other run,
     against a user's worker (--address) above all, has no system prompt unless given one."""
-    plays_the_demo = args.provider == "scripted" and args.script is None
+    plays_the_demo = args.model.provider == "scripted" and args.script is None
     return (args.address is None and not args.tools) or plays_the_demo
 
 
@@ -119,7 +112,7 @@ async def _run(args: RunArgs) -> int:
         return 0
     shown = {key: getattr(args, key) for key in ("json", "trace", "address", "namespace", "stream")}
     following = Following(ask=args.address is None, **shown)
-    if args.provider == "scripted" and args.script is None and not args.json:
+    if args.model.provider == "scripted" and args.script is None and not args.json:
         plan = "; its plan expects to be approved" if args.plan else ""
         say(
             f"scripted model: it replays the seeds' support conversation whatever the prompt"
@@ -183,9 +176,10 @@ async def _start(
     return await follow(agent_run, following)
 
 
-@subcommand("Wait for the run's answer and print it like a run started here.")
+@subcommand()
 @click.option("--trace", is_flag=True, help="then print its steps as a table on stderr")
 async def result(agent_run: AgentRun, following: Following, trace: bool) -> int:
+    """Wait for the run's answer and print it like a run started here."""
     return await follow(agent_run, dataclasses.replace(following, trace=trace))
 
 

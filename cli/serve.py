@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ..serving import http_api
-from ..serving.command_line import Command, CommandLineError, parse, refuse, say
+from ..serving.command_line import Command, parse, refuse, say
 from ..serving.http_server import serve_api
 from ..serving.streams import stream_bounds
 from ..serving.worker import SETUP_ERRORS, check_worker, setup_error
@@ -22,9 +22,7 @@ from ..workflows.inputs import DEFAULT_TASK_QUEUE
 DEFAULT_PORT = 8000
 
 
-@click.command(
-    "serve", cls=Command, help="Serve the HTTP API (docs/http-api.md) until interrupted."
-)
+@click.command("serve", cls=Command)
 @click.option("--address", envvar="TEMPORAL_ADDRESS", show_envvar=True, help="Temporal frontend")
 @click.option("--namespace", default="default", help="the server's namespace")
 @click.option("--task-queue", default=DEFAULT_TASK_QUEUE, help="the runs' task queue")
@@ -32,20 +30,19 @@ DEFAULT_PORT = 8000
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, help="0: any free")
 @click.option("--tools", multiple=True, help="self-contained: the worker's, as `worker --tools`")
 def command(**options: Any) -> dict[str, Any]:
+    """Serve the HTTP API (docs/http-api.md) until interrupted."""
     if options["tools"] and options["address"]:
         refuse("--tools is for the embedded worker; with --address, give it to the worker")
     return options
 
 
 def main(argv: Sequence[str], *, prog: str = "starter.py serve") -> int:
+    options = parse(command, argv, prog)  # a bad one raises CommandLineError: see starter.main
     try:
-        options = parse(command, argv, prog)
         token = http_api.api_token()
         bounds = stream_bounds()
         if options["address"] is None:
             check_worker(options["tools"])
-    except CommandLineError as stop:
-        return int(stop.code or 0)
     except SETUP_ERRORS as error:
         say(f"{prog}: error: {setup_error(error)}")
         return 2

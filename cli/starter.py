@@ -54,7 +54,8 @@ SUBCOMMANDS = {
 """Each module's subcommands, in the order of --help."""
 PROGRAMS = {"worker": worker.main, "contract": contract.main, "serve": serve.main}
 """The commands that run on their own: a worker and the HTTP API, each with its own event loop,
-and the wire contract, which needs no server."""
+and the wire contract, which needs no server. Each parses its own command line; `main` exits as
+a bad one says."""
 RUN.epilog = f"Commands, each with --help: {', '.join([str(CHAT.name), *SUBCOMMANDS, *PROGRAMS])}."
 
 
@@ -100,10 +101,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
 
 async def main_async(argv: Sequence[str]) -> int:
     """`main` inside a running event loop (the tests use it), for a run or a subcommand."""
-    if argv[:1] == ["contract"]:
-        return contract.main(argv[1:], prog=f"{program()} contract")
     if argv[:1] and argv[0] in PROGRAMS:
-        say(f"{program()} {argv[0]}: error: it runs its own event loop: use main()")
+        say(f"{program()} {argv[0]}: error: a command of its own: use main()")
         return 2
     try:
         return await dispatch(parse_command_line(argv))
@@ -127,6 +126,8 @@ async def dispatch(args: RunArgs | Subcommand) -> int:
         return run.unreachable(following.address, error, args.workflow_id, shown)
     try:
         return await args(client)
+    except decide.Refused:  # said in one line already
+        return 1
     except (
         RPCError,
         WorkflowQueryFailedError,

@@ -71,7 +71,6 @@ def trace_table(
     *,
     compactions: Sequence[CompactionRecord] = (),
     earlier: EarlierSteps | None = None,
-    width: int = TABLE_WIDTH,
 ) -> str:
     """The steps of a run, one row each, then a totals row: the model call (model, latency,
     attempts, tokens, cost, why it stopped) and its tool calls (`name outcome latency`, `xN`
@@ -108,31 +107,29 @@ def trace_table(
         total_tools[0] = f"{count} call{'' if count == 1 else 's'}: {total_tools[0]}"
     right = {0, 2, 3, 4, 5, 6, 7}
     fixed = table([header, *(cells for cells, _ in rows)], totals=[*totals, ""], right=right)
-    room = width - max(len(line) for line in fixed) - 2
+    room = TABLE_WIDTH - max(len(line) for line in fixed) - 2
     if room >= MIN_TOOLS_COLUMN:  # the tools beside each row, wrapped in their column
         beside = [[*cells, "\n".join(_wrap(tools, room))] for cells, tools in rows]
         tools = "\n".join(_wrap(total_tools, room))
         lines = table([[*header, "tools"], *beside], totals=[*totals, "", tools], right=right)
     else:  # a long model name, large numbers: the tools go under the row, full width
         indent = fixed[0].index("model")
-        under = [
-            [" " * indent + line for line in _wrap(tools, width - indent)] for _, tools in rows
-        ]
+
+        def under(entries: list[str]) -> list[str]:
+            wrapped = _wrap(entries, TABLE_WIDTH - indent)
+            return [" " * indent + line for line in wrapped if line != "-"]
+
         lines = [fixed[0], " " * indent + "tools"]
-        for line, entries in zip(fixed[1:], under, strict=False):
-            lines += [line, *(text for text in entries if text.strip() != "-")]
-        lines += [
-            *fixed[-2:],
-            *(" " * indent + line for line in _wrap(total_tools, width - indent)),
-        ]
+        for line, (_, entries) in zip(fixed[1:], rows, strict=False):  # the rule and totals after
+            lines += [line, *under(entries)]
+        lines += [*fixed[-2:], *under(total_tools)]
     notes = {
         "xN: N attempts": any(call.attempts > 1 for call in calls),
         "[cut]: result cut to its bound": any(c.truncated and not c.externalised for c in calls),
         "[ext]: whole result kept in the result store": any(c.externalised for c in calls),
     }
-    lines += (
-        ["; ".join(note for note, shown in notes.items() if shown)] if any(notes.values()) else []
-    )
+    shown = [note for note, used in notes.items() if used]
+    lines += ["; ".join(shown)] if shown else []
     for compaction in compactions:
         lost = compaction.cached_tokens_lost
         lines.append(
@@ -149,13 +146,13 @@ def _numbers(latency: int, attempts: int, usage: Usage) -> list[str]:
 
 
 def waiting_calls_table(approvals: Sequence[ToolApproval]) -> str:
-    """Tool calls that wait for a person: the id to decide each by, the step that asked, the
-    tool and its arguments, and the sub-agent that asked when it is not the run."""
+    """Tool calls that wait for a person ("" for none): the id to decide each by, the step that
+    asked, the tool and its arguments, and the sub-agent that asked when it is not the run."""
     rows = [
         [a.call_id, f"step {a.step}", f"{a.tool} {a.arguments}", _sub_agent(a), _judge(a)]
         for a in approvals
     ]
-    return "\n".join(table(rows))
+    return "\n".join(table(rows)) if rows else ""
 
 
 def _judge(approval: ToolApproval) -> str:

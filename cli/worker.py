@@ -29,18 +29,15 @@ class _Names(click.ParamType):
         return [name.strip() for name in rv.split(",") if name.strip()]
 
 
-class _Choice(click.Choice[str]):
-    """One of the choices, less the spaces around it that a variable may have."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        return super().convert(value.strip(), param, ctx)
+_STRIPPED = {"token_normalize_func": str.strip}
+"""Each choice is taken less the spaces around it, which a variable may have."""
 
 
 def _env(name: str, variable: str, help: str, **attrs: Any) -> Any:
     return click.option(name, envvar=variable, show_envvar=True, help=help, **attrs)
 
 
-@click.command("worker", cls=Command, help="Serve agent runs.")
+@click.command("worker", cls=Command, context_settings=_STRIPPED)
 @_env("--address", "TEMPORAL_ADDRESS", "Temporal frontend", default=serving.DEFAULT_ADDRESS)
 @click.option("--namespace", default="default", help="the server's namespace")
 @click.option("--task-queue", default=DEFAULT_TASK_QUEUE, help="the runs' task queue")
@@ -58,8 +55,8 @@ def _env(name: str, variable: str, help: str, **attrs: Any) -> Any:
     sandbox.SANDBOX_VARIABLE,
     "how workflow code runs: stock is the SDK's own sandbox, which checks more and costs more "
     "CPU a run",
-    show_default="fast",
-    type=_Choice(get_args(sandbox.WorkerSandbox)),
+    default="fast",
+    type=click.Choice(get_args(sandbox.WorkerSandbox)),
 )
 @_env(
     "--deployment-name",
@@ -71,10 +68,11 @@ def _env(name: str, variable: str, help: str, **attrs: Any) -> Any:
     "--versioning",
     serving.VERSIONING_VARIABLE,
     "pinned: a run stays on its build; auto-upgrade: it moves",
-    show_default="pinned",
-    type=_Choice(get_args(serving.Versioning)),
+    default="pinned",
+    type=click.Choice(get_args(serving.Versioning)),
 )
 def command(**options: Any) -> dict[str, Any]:
+    """Serve agent runs."""
     return options
 
 
@@ -86,7 +84,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "worker.py") -> int:
         args = parse(command, argv, prog)
         served = serving.check_worker(args["tools"])  # nothing is served that would fail later
         mcp_config = mcp_config_from(args["mcp_config"])
-        how = args["sandbox"] or sandbox.sandbox_from_env()
+        how = args["sandbox"]
         versions = (args["deployment_name"], args["build_id"], args["versioning"])
         deployment = serving.deployment_config(*versions, environ={})
     except CommandLineError as stop:

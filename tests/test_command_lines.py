@@ -11,10 +11,12 @@ from pathlib import Path
 
 from tests.package_layout import ROOT, project_modules
 
-CLI_MOST_LINES = 2_313
-"""`wc -l cli/*.py` when the benchmarks and the codec server moved onto the CLI's plumbing and
-the terminal conversation into a room of its own (issue 49): from 2,838, against the 2,200 that
-issue asks for. Lower it as the CLI shrinks; raise it only with a reason in the commit."""
+CLI_MOST_LINES = 2_266
+"""`wc -l cli/*.py` once what click declares (the worker's choices, each command's help) and what
+was said twice (a refused update's exit, a run's model settings, "nothing waits") went: from
+2,838 (issue 49), against the 2,200 that issue asks for, which no honest cut found so far reaches
+(docs/cli.md says what the rest is). Lower it as the CLI shrinks; raise it only with a reason in
+the commit."""
 TERMINAL_MOST_LINES = 305
 """`wc -l cli/terminal/*.py`: a person at this terminal, typing; what else the CLI does goes
 in cli/*.py, and counts there."""
