@@ -17,9 +17,10 @@ was said twice (a refused update's exit, a run's model settings, "nothing waits"
 2,838 (issue 49), against the 2,200 that issue asks for, which no honest cut found so far reaches
 (docs/cli.md says what the rest is). Lower it as the CLI shrinks; raise it only with a reason in
 the commit."""
-TERMINAL_MOST_LINES = 305
+TERMINAL_MOST_LINES = 313
 """`wc -l cli/terminal/*.py`: a person at this terminal, typing; what else the CLI does goes
-in cli/*.py, and counts there."""
+in cli/*.py, and counts there. 305 when the room was made; 313 since a line typed while a call
+waits for a decision taken elsewhere (--address) is refused with a word, not lost."""
 ALLOWED_IN_TESTS: set[str] = set()
 """Test files that may import argparse: one that must run against older releases, whose
 argparse may differ. None does: tests/record_release.py, which records a release with that

@@ -4,6 +4,7 @@ typed at the keyboard to interrupt a turn, and /end to end the conversation."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pty
@@ -14,6 +15,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from temporalio.testing import WorkflowEnvironment
+
+from durable_agent.serving.worker import build_worker
 
 REPO = Path(__file__).resolve().parent.parent
 PROMPT = "Where is my latest order? My email is a@b.com."
@@ -113,3 +118,28 @@ def test_ctrl_c_typed_at_the_terminal_interrupts_the_turn(tmp_path: Path) -> Non
         terminal.type("\x04")  # Ctrl-D: the end of input ends the conversation
         terminal.shows("ended by the user: 1 turns")
         assert process.wait(timeout=30) == 0, terminal.shown
+
+
+async def test_a_line_typed_while_a_call_waits_elsewhere_is_not_lost_without_a_word(
+    temporal_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """With --address the questions are not put at this terminal (the run's decisions are taken
+    with the commands its hints name): a line typed while a call waits once went into a queue
+    that nothing read, and was lost silently."""
+    script = tmp_path / "refund.json"
+    refund = {"name": "issue_refund", "arguments": {"order_id": 1042, "amount": 5}}
+    script.write_text(json.dumps([{"calls": [refund]}, {"text": "never reached"}]))
+    address = temporal_env.client.service_client.config.target_host
+    on = ("--address", address, "--task-queue", task_queue, "--script", str(script))
+    async with build_worker(temporal_env.client, task_queue):
+        with chat_at_a_terminal(*on, "Refund 5 on order 1042.", db=tmp_path / "demo.db") as (
+            terminal,
+            process,
+        ):
+            await asyncio.to_thread(terminal.shows, "approve-call")
+            terminal.type("yes, refund it\n")
+            said = await asyncio.to_thread(terminal.shows, "then type")
+            assert "not sent: the turn waits for a decision" in said, said
+            terminal.type("/end\n")
+            await asyncio.to_thread(terminal.shows, "ended by the user")
+            assert await asyncio.to_thread(process.wait, 30) == 0, terminal.shown

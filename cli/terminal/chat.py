@@ -101,7 +101,9 @@ async def _turn(
                 text = line.result()
                 if text is None or text.strip() in ENDS:
                     return False, None
-                posted = await _steer_or_answer(agent_run, number, text, answers)
+                posted = await _steer_or_answer(
+                    agent_run, number, text, answers if following.ask else None
+                )
                 if posted is not None and posted != number:
                     # This turn had ended: its answer is printed before the next is followed.
                     return (await following_it) is not None, posted
@@ -113,14 +115,20 @@ async def _turn(
 
 
 async def _steer_or_answer(
-    agent_run: AgentRun, number: int, text: str, answers: asyncio.Queue[str | None]
+    agent_run: AgentRun, number: int, text: str, answers: asyncio.Queue[str | None] | None
 ) -> int | None:
-    """A line typed while turn `number` works: the answer to what waits for a person, else a
-    message for the conversation. The number of the turn the message went to: `number` when it
-    steers this one, the next when this one had ended; None when nothing was sent."""
+    """A line typed while turn `number` works: the answer to what waits for a person (`answers`:
+    where this terminal asks), else a message for the conversation. The number of the turn the
+    message went to: `number` when it steers this one, the next when this one had ended; None
+    when nothing was sent."""
     status = await agent_run.status()
     plan_waits = status.plan is not None and status.plan.status == "awaiting_approval"
     if plan_waits or status.approvals:
+        if answers is None:
+            # With --address the decision is taken where the hint above says, not here: a line
+            # queued for a question this terminal never asks would be lost without a word.
+            say("not sent: the turn waits for a decision; decide it as shown above, then type")
+            return None
         answers.put_nowait(text)
         return None
     if not text.strip():
