@@ -11,6 +11,7 @@ beside the row or, when the other columns leave them no room, under it."""
 from __future__ import annotations
 
 import io
+import json
 import sys
 from collections import Counter
 from collections.abc import Callable, Container, Sequence
@@ -25,6 +26,7 @@ from ..workflows.activity_io import ModelDelta
 from ..workflows.decisions import ToolApproval
 from ..workflows.events import AgentEvent
 from ..workflows.reporting import verdict_line
+from ..workflows.script_tools import RUN_CODE as SCRIPT_TOOL
 from ..workflows.state import CompactionRecord, EarlierSteps, StepRecord, ToolCallRecord
 from ..workflows.status import SubAgentApproval
 from ..workflows.usage import Usage
@@ -90,7 +92,13 @@ def trace_table(
         finish = shorten(record.finish_reason or "-", FINISH_COLUMN)
         numbers = _numbers(record.model_latency_ms, record.model_attempts, record.usage)
         cells = [str(record.step), shorten(record.model, MODEL_COLUMN), *numbers, finish]
-        entries = [entry for call in record.tool_calls for entry in _tool_entries(call)]
+        made = Counter(call.script for call in record.tool_calls if call.script)
+        entries = [
+            entry
+            for call in record.tool_calls
+            if not call.script
+            for entry in _tool_entries(call, made.get(call.id, 0))
+        ]
         rows.append((cells, entries or ["-"]))
     calls = [call for record in records for call in record.tool_calls]
     outcomes = Counter(before.tool_calls) + Counter(call.outcome for call in calls)
@@ -133,6 +141,7 @@ def trace_table(
     lines += (
         ["; ".join(note for note, shown in notes.items() if shown)] if any(notes.values()) else []
     )
+    lines += _scripts(records)
     for compaction in compactions:
         lost = compaction.cached_tokens_lost
         lines.append(
@@ -170,14 +179,37 @@ def _sub_agent(approval: ToolApproval) -> str:
     return f"(sub-agent {approval.workflow_id})" if isinstance(approval, SubAgentApproval) else ""
 
 
-def _tool_entries(call: ToolCallRecord) -> list[str]:
+def _tool_entries(call: ToolCallRecord, script_calls: int = 0) -> list[str]:
     """A call's entry, and what auto mode's judge made of it when it judged the call. No latency
-    when no activity ran (0 attempts: refused, loop-detected, built-in)."""
+    when no activity ran (0 attempts: refused, loop-detected, built-in). A code-mode script's
+    calls are counted in its entry, and listed under the table (`_scripts`)."""
     latency = f"{call.latency_ms}ms" if call.attempts else ""
     attempts = f"x{call.attempts}" if call.attempts > 1 else ""
     kept = "[ext]" if call.externalised else "[cut]" if call.truncated else ""
-    entry = " ".join(filter(None, [call.name, call.outcome, latency, attempts, kept]))
+    made = f"({script_calls} call{'' if script_calls == 1 else 's'})" if script_calls else ""
+    entry = " ".join(filter(None, [call.name, call.outcome, latency, attempts, kept, made]))
     return [entry] if call.verdict is None else [entry, f"(judge {call.verdict.outcome})"]
+
+
+def _scripts(records: Sequence[StepRecord]) -> list[str]:
+    """Each code-mode script of the steps (docs/code-mode.md): the script as the model wrote it
+    (as its record keeps it), then its calls under it, one a line, in the order they ran."""
+    lines: list[str] = []
+    for record in records:
+        for call in record.tool_calls:
+            made = [c for c in record.tool_calls if c.script == call.id]
+            if not made and call.name != SCRIPT_TOOL:
+                continue
+            try:
+                code = json.loads(call.arguments).get("code", "")
+            except (ValueError, AttributeError):
+                code = call.arguments  # cut at its bound: shown as kept
+            lines.append(f"script {call.id} (step {record.step}, {call.outcome}):")
+            lines += [f"    {line}".rstrip() for line in str(code).strip("\n").splitlines()]
+            for inner in made:
+                entry = " ".join(_tool_entries(inner))
+                lines.append(f"  {inner.id} {entry} {shorten(inner.arguments, 120)}")
+    return lines
 
 
 def _wrap(entries: list[str], width: int) -> list[str]:

@@ -188,6 +188,7 @@ class CodeRunner:
             if verdict is not None:
                 update["verdict"] = verdict
             record.tool_calls.append(outcome.record.model_copy(update=update))
+            self._reporter.call_finished(outcome)  # once a call: a denied one's is not out yet
             results.append(_script_result(request.call_id, outcome))
         return results, reply.fatal
 

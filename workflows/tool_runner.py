@@ -277,7 +277,7 @@ class ToolRunner:
                     start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
                     schedule_to_close_timeout=self._budget.deadline(workflow.now()),
                     retry_policy=spec.retry.to_policy(FATAL_ERROR_TYPES),
-                    summary=_call_summary(call),
+                    summary=_call_summary(call, self._reporter.scripts.get(call.id)),
                 )
             else:
                 output = await workflow.execute_activity(
@@ -288,7 +288,7 @@ class ToolRunner:
                     schedule_to_close_timeout=self._budget.deadline(workflow.now()),
                     retry_policy=spec.retry.to_policy(FATAL_ERROR_TYPES),
                     heartbeat_timeout=self._input.heartbeat_timeout,
-                    summary=_call_summary(call),
+                    summary=_call_summary(call, self._reporter.scripts.get(call.id)),
                     # A call that changes data is never abandoned: on a cancel the run waits for
                     # it to finish or to acknowledge the cancel, so its outcome is known (or
                     # known to be unknown) before anything is undone.
@@ -429,8 +429,10 @@ def _idempotency_key(call: ToolCall) -> str:
     return f"{info.workflow_id}/{info.first_execution_run_id}/{call.id}"
 
 
-def _call_summary(call: ToolCall) -> str:
+def _call_summary(call: ToolCall, script: str | None = None) -> str:
+    # A script's call names its script first (the Web UI lists activities by their summary).
     summary = f"{call.name} {call.arguments}"
+    summary = summary if script is None else f"{script}: {summary}"
     return summary if len(summary) <= SUMMARY_CHARS else summary[: SUMMARY_CHARS - 3] + "..."
 
 
