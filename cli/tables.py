@@ -92,13 +92,9 @@ def trace_table(
         finish = shorten(record.finish_reason or "-", FINISH_COLUMN)
         numbers = _numbers(record.model_latency_ms, record.model_attempts, record.usage)
         cells = [str(record.step), shorten(record.model, MODEL_COLUMN), *numbers, finish]
-        made = Counter(call.script for call in record.tool_calls if call.script)
-        entries = [
-            entry
-            for call in record.tool_calls
-            if not call.script
-            for entry in _tool_entries(call, made.get(call.id, 0))
-        ]
+        made = Counter(call.script for call in record.tool_calls)  # a script's, under the table
+        calls_ = [(call, made[call.id]) for call in record.tool_calls if not call.script]
+        entries = [entry for call, n in calls_ for entry in _tool_entries(call, n)]
         rows.append((cells, entries or ["-"]))
     calls = [call for record in records for call in record.tool_calls]
     outcomes = Counter(before.tool_calls) + Counter(call.outcome for call in calls)
@@ -181,34 +177,31 @@ def _sub_agent(approval: ToolApproval) -> str:
 
 def _tool_entries(call: ToolCallRecord, script_calls: int = 0) -> list[str]:
     """A call's entry, and what auto mode's judge made of it when it judged the call. No latency
-    when no activity ran (0 attempts: refused, loop-detected, built-in). A code-mode script's
-    calls are counted in its entry, and listed under the table (`_scripts`)."""
+    when no activity ran (0 attempts: refused, loop-detected, built-in); a script's calls
+    counted."""
     latency = f"{call.latency_ms}ms" if call.attempts else ""
     attempts = f"x{call.attempts}" if call.attempts > 1 else ""
     kept = "[ext]" if call.externalised else "[cut]" if call.truncated else ""
-    made = f"({script_calls} call{'' if script_calls == 1 else 's'})" if script_calls else ""
+    made = f"({script_calls} calls)" if script_calls else ""
     entry = " ".join(filter(None, [call.name, call.outcome, latency, attempts, kept, made]))
     return [entry] if call.verdict is None else [entry, f"(judge {call.verdict.outcome})"]
 
 
 def _scripts(records: Sequence[StepRecord]) -> list[str]:
-    """Each code-mode script of the steps (docs/code-mode.md): the script as the model wrote it
-    (as its record keeps it), then its calls under it, one a line, in the order they ran."""
+    """Each code-mode script (docs/code-mode.md) as its record keeps it, its calls under it."""
     lines: list[str] = []
-    for record in records:
-        for call in record.tool_calls:
-            made = [c for c in record.tool_calls if c.script == call.id]
-            if not made and call.name != SCRIPT_TOOL:
-                continue
-            try:
-                code = json.loads(call.arguments).get("code", "")
-            except (ValueError, AttributeError):
-                code = call.arguments  # cut at its bound: shown as kept
-            lines.append(f"script {call.id} (step {record.step}, {call.outcome}):")
-            lines += [f"    {line}".rstrip() for line in str(code).strip("\n").splitlines()]
-            for inner in made:
-                entry = " ".join(_tool_entries(inner))
-                lines.append(f"  {inner.id} {entry} {shorten(inner.arguments, 120)}")
+    for record, call in ((r, c) for r in records for c in r.tool_calls if c.name == SCRIPT_TOOL):
+        try:
+            code = str(json.loads(call.arguments).get("code", ""))
+        except (ValueError, AttributeError):
+            code = call.arguments  # cut at its bound: shown as kept
+        lines += [f"script {call.id} (step {record.step}, {call.outcome}):"]
+        lines += [f"    {line}".rstrip() for line in code.strip("\n").splitlines()]
+        lines += [
+            f"  {c.id} {' '.join(_tool_entries(c))} {shorten(c.arguments, 120)}"
+            for c in record.tool_calls
+            if c.script == call.id
+        ]
     return lines
 
 

@@ -11,10 +11,12 @@ from pathlib import Path
 
 from tests.package_layout import ROOT, project_modules
 
-CLI_MOST_LINES = 2_313
+CLI_MOST_LINES = 2_344
 """`wc -l cli/*.py` when the benchmarks and the codec server moved onto the CLI's plumbing and
 the terminal conversation into a room of its own (issue 49): from 2,838, against the 2,200 that
-issue asks for. Lower it as the CLI shrinks; raise it only with a reason in the commit."""
+issue asks for; then 2,309 + 35 for code mode (issue 50): `run --code-mode` (10 lines, 7 of them
+the import ruff reflows) and the trace's listing of each script with its calls under it (25).
+Lower it as the CLI shrinks; raise it only with a reason in the commit."""
 TERMINAL_MOST_LINES = 305
 """`wc -l cli/terminal/*.py`: a person at this terminal, typing; what else the CLI does goes
 in cli/*.py, and counts there."""
