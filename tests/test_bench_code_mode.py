@@ -15,9 +15,9 @@ def test_code_mode_spends_fewer_model_calls_and_tokens_than_one_call_a_turn(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "code_mode.json"
+    options = ["--lookups", "8", "--model-seconds", "0", "--json", str(out)]
     subprocess.run(
-        [sys.executable, "bench/code_mode.py", "--lookups", "8", "--model-seconds", "0"]
-        + ["--json", str(out)],
+        [sys.executable, "bench/code_mode.py", *options],
         cwd=REPO,
         check=True,
         capture_output=True,

@@ -132,6 +132,8 @@ class CodeRunner:
                     "output_chars_left": room,
                 }
             )
+        for n in range(1, made + 1):  # their events are out: the names need not be kept
+            self._reporter.scripts.pop(f"{call.id}.{n}", None)
         text, ok = _result_text(leg, "".join(printed), left_out, made, mode.max_output_chars)
         make = Outcome.ok if ok else Outcome.error
         return make(
