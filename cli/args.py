@@ -91,6 +91,7 @@ class RunArgs:
     linger: bool
     mcp_config: McpConfig | None = None
     conversation: bool = False
+    code_mode: bool = False
     chat: bool = False
     """Every line typed is a turn (or steers the working one); without a prompt, the first."""
     stream: bool = False
@@ -198,6 +199,7 @@ _RUN_OPTIONS = [
     option("--max-steps", "fail the run after N steps", type=STEPS, default=Limits().max_steps),
     option("--max-cost-usd", "fail the run once it has cost more", type=COST),
     flag("--plan", "plan mode: a person approves the model's plan first"),
+    flag("--code-mode", "offer run_code: one script over the tools (docs/code-mode.md)"),
     flag("--approve-all", "a trusted job: no tool call waits for a person"),
     option("--allow", "this tool's calls run without asking", multiple=True, metavar="TOOL"),
     option("--label", "the kind of task, for `stats` (e.g. order-status)", type=Text()),

@@ -35,7 +35,14 @@ from ..serving.command_line import say
 from ..serving.self_contained import self_contained
 from ..serving.worker import SETUP_ERRORS, check_worker, setup_error
 from ..workflows.input_limits import InputTooLarge, check_input, json_bytes
-from ..workflows.inputs import AgentInput, AgentResult, Limits, ModelSettings, ToolApprovalPolicy
+from ..workflows.inputs import (
+    AgentInput,
+    AgentResult,
+    CodeMode,
+    Limits,
+    ModelSettings,
+    ToolApprovalPolicy,
+)
 from ..workflows.state import FailureDetails
 from ..workflows.usage import Usage
 from . import conversation, decide
@@ -65,6 +72,7 @@ def build_input(args: RunArgs) -> AgentInput:
         model=model,
         limits=Limits(max_steps=args.max_steps, max_cost_usd=args.max_cost_usd),
         plan=args.plan,
+        code_mode=CodeMode() if args.code_mode else None,
         label=args.label,
         tool_approval=ToolApprovalPolicy(approve_all=args.approve_all, allow=list(args.allow)),
     )

@@ -11,6 +11,7 @@ beside the row or, when the other columns leave them no room, under it."""
 from __future__ import annotations
 
 import io
+import json
 import sys
 from collections import Counter
 from collections.abc import Callable, Container, Sequence
@@ -25,6 +26,7 @@ from ..workflows.activity_io import ModelDelta
 from ..workflows.decisions import ToolApproval
 from ..workflows.events import AgentEvent
 from ..workflows.reporting import verdict_line
+from ..workflows.script_tools import RUN_CODE as SCRIPT_TOOL
 from ..workflows.state import CompactionRecord, EarlierSteps, StepRecord, ToolCallRecord
 from ..workflows.status import SubAgentApproval
 from ..workflows.usage import Usage
@@ -89,7 +91,9 @@ def trace_table(
         finish = shorten(record.finish_reason or "-", FINISH_COLUMN)
         numbers = _numbers(record.model_latency_ms, record.model_attempts, record.usage)
         cells = [str(record.step), shorten(record.model, MODEL_COLUMN), *numbers, finish]
-        entries = [entry for call in record.tool_calls for entry in _tool_entries(call)]
+        made = Counter(call.script for call in record.tool_calls)  # a script's, under the table
+        calls_ = [(call, made[call.id]) for call in record.tool_calls if not call.script]
+        entries = [entry for call, n in calls_ for entry in _tool_entries(call, n)]
         rows.append((cells, entries or ["-"]))
     calls = [call for record in records for call in record.tool_calls]
     outcomes = Counter(before.tool_calls) + Counter(call.outcome for call in calls)
@@ -130,6 +134,7 @@ def trace_table(
     }
     shown = [note for note, used in notes.items() if used]
     lines += ["; ".join(shown)] if shown else []
+    lines += _scripts(records)
     for compaction in compactions:
         lost = compaction.cached_tokens_lost
         lines.append(
@@ -167,14 +172,34 @@ def _sub_agent(approval: ToolApproval) -> str:
     return f"(sub-agent {approval.workflow_id})" if isinstance(approval, SubAgentApproval) else ""
 
 
-def _tool_entries(call: ToolCallRecord) -> list[str]:
+def _tool_entries(call: ToolCallRecord, script_calls: int = 0) -> list[str]:
     """A call's entry, and what auto mode's judge made of it when it judged the call. No latency
-    when no activity ran (0 attempts: refused, loop-detected, built-in)."""
+    when no activity ran (0 attempts: refused, loop-detected, built-in); a script's calls
+    counted."""
     latency = f"{call.latency_ms}ms" if call.attempts else ""
     attempts = f"x{call.attempts}" if call.attempts > 1 else ""
     kept = "[ext]" if call.externalised else "[cut]" if call.truncated else ""
-    entry = " ".join(filter(None, [call.name, call.outcome, latency, attempts, kept]))
+    made = f"({script_calls} calls)" if script_calls else ""
+    entry = " ".join(filter(None, [call.name, call.outcome, latency, attempts, kept, made]))
     return [entry] if call.verdict is None else [entry, f"(judge {call.verdict.outcome})"]
+
+
+def _scripts(records: Sequence[StepRecord]) -> list[str]:
+    """Each code-mode script (docs/code-mode.md) as its record keeps it, its calls under it."""
+    lines: list[str] = []
+    for record, call in ((r, c) for r in records for c in r.tool_calls if c.name == SCRIPT_TOOL):
+        try:
+            code = str(json.loads(call.arguments).get("code", ""))
+        except (ValueError, AttributeError):
+            code = call.arguments  # cut at its bound: shown as kept
+        lines += [f"script {call.id} (step {record.step}, {call.outcome}):"]
+        lines += [f"    {line}".rstrip() for line in code.strip("\n").splitlines()]
+        lines += [
+            f"  {c.id} {' '.join(_tool_entries(c))} {shorten(c.arguments, 120)}"
+            for c in record.tool_calls
+            if c.script == call.id
+        ]
+    return lines
 
 
 def _wrap(entries: list[str], width: int) -> list[str]:

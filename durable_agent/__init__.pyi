@@ -70,6 +70,7 @@ from .workflows.inputs import (
     AgentResult as AgentResult,
     AutoMode as AutoMode,
     CallbackTool as CallbackTool,
+    CodeMode as CodeMode,
     Limits as Limits,
     ModelSettings as ModelSettings,
     ScriptedCall as ScriptedCall,

@@ -47,6 +47,7 @@ from ..activities import (
     message_store,
     read_result,
     result_store,
+    scripts,
     telemetry,
     toolkits,
 )
@@ -217,6 +218,9 @@ class AgentPlugin(SimplePlugin):
             self._call_model(),
             *(mcp.activities(self.tools) if mcp is not None else [self.tools.resolver()]),
             *self.tools.activities(),
+            # Code mode's script legs (docs/code-mode.md): a sandbox process starts only when a
+            # run's script first runs on this worker.
+            scripts.run_script,
         ]
         return [*(existing or ()), *served]
 

@@ -32,7 +32,8 @@ Every worker here re-registers the demo tools with short timeouts and quick retr
 functions, so the same database code and idempotency keys): a call lost with a killed worker is
 retried after `TIMEOUT_SECONDS`, not after the demo's 30 s. All workers of one test run this
 same registration, so the workflow sees the same tool specs on every worker. It also registers
-`wait_for_file`, a read-only tool that waits until the test lets it go. `--mcp-config` serves
+`wait_for_file`, a read-only tool that waits until the test lets it go, and `note_call`, which
+writes a line each time it runs. `--mcp-config` serves
 the MCP servers of a config file too, as `worker.py --mcp-config` does (their calls' activity
 types, `server__tool`, are crash points like any other).
 """
@@ -95,6 +96,15 @@ def register_tools() -> None:
             compensation_retry=QUICK_RETRY,
         )(function)
     tool(timeout_seconds=30, retry=RetrySettings(maximum_attempts=1))(wait_for_file)
+    tool(timeout_seconds=TIMEOUT_SECONDS, retry=QUICK_RETRY)(note_call)
+
+
+def note_call(path: str, label: str) -> str:
+    """Append LABEL to the file PATH, a line each time the call runs (the code-mode crash tests
+    count them: a call run twice writes two), and return it."""
+    with open(path, "a") as file:
+        file.write(f"{label}\n")
+    return label
 
 
 def wait_for_file(path: str) -> str:

@@ -55,6 +55,7 @@ from durable_agent.workflows.inputs import (
     AgentResult,
     AutoMode,
     CallbackTool,
+    CodeMode,
     ForkOrigin,
     ForkSeed,
     Limits,
@@ -269,8 +270,49 @@ DRAFT_07_ANSWER = {
 engine's own draft-07 meta-schema and completed; refused as the run starts since."""
 
 
+CODE_MODE_SCRIPT = """
+import asyncio
+orders = await asyncio.gather(get_order(order_id=104999), get_order(order_id=104998))
+done = [await keyed_effect(label="x")]
+try:
+    done.append(await keyed_effect(label="y"))
+except PermissionError:
+    print("y denied")
+print(sum(o["total"]["amount"] for o in orders) > 0, len(done))
+"""
+
+
+async def decide_the_scripts_calls(handle: Handle) -> None:
+    """Code mode: approve the script's first effect, deny its second (which it catches)."""
+    for call_id, approve in (("script_1.3", True), ("script_1.4", False)):
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:
+            status = await handle.query(AgentWorkflow.status)
+            if any(
+                a.call_id == call_id and a.status == "awaiting_approval" for a in status.approvals
+            ):
+                break
+            assert asyncio.get_running_loop().time() < deadline, f"{call_id} never waited"
+            await asyncio.sleep(0.05)
+        decision = ToolCallDecision(call_id=call_id, approve=approve)
+        await handle.execute_update(AgentWorkflow.decide_tool_call, decision)
+
+
 def scenarios() -> dict[str, Scenario]:
     return {
+        # A script of four calls: two at once, then two that wait for a person, one denied.
+        "code_mode": Scenario(
+            scripted_input(
+                [
+                    turn(call("run_code", id="script_1", code=CODE_MODE_SCRIPT)),
+                    turn(text="Done.", expect="y denied"),
+                ],
+                tools=["get_order", "keyed_effect"],
+                code_mode=CodeMode(),
+                tool_approval=ToolApprovalPolicy(),
+            ),
+            decide_the_scripts_calls,
+        ),
         # Its second step runs two read-only tools in one workflow task (parallel tools).
         "support_demo": Scenario(scripted_input(support_demo_script(), prompt=DEMO_PROMPT)),
         "foreign_dialect": Scenario(

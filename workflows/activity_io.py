@@ -124,3 +124,75 @@ class ToolActivityResult(BaseModel):
     """True: a side-effecting tool raised after its body started, with something other than a
     `ToolError` (a ValueError from a reply it could not parse, say), so its effect may be in
     place; the run logs it as outcome unknown, to be undone by its key."""
+
+
+class ScriptCallResult(BaseModel):
+    """What one of a script's calls came to, as the script gets it back."""
+
+    call_id: int
+    """The sandbox's id of the call (ScriptCall.call_id)."""
+    value: Any = None
+    """The result as data: the tool's text parsed as JSON when it is JSON, else the text."""
+    error: str | None = None
+    """Set when the call did not come back ok: the text the model would have read. The script
+    gets it as an exception of `error_type`."""
+    error_type: Literal["PermissionError", "RuntimeError"] = "RuntimeError"
+    """PermissionError: a person (or the judge, or the approval timeout) denied the call;
+    RuntimeError: anything else that kept it from an ok result."""
+
+
+class ScriptLegInput(BaseModel):
+    """One leg of a code-mode script (activities/scripts.py): from its start, or from its saved
+    state with the results of the calls it waited on, to its next calls or its end."""
+
+    tool_call_id: str
+    """The run_code call whose script this is."""
+    step: int = 0
+    code: str | None = None
+    """The script, for its first leg; None for the legs that resume it."""
+    snapshot: str | None = None
+    """The sandbox's saved state, base64 of its compressed dump, when small enough to carry."""
+    snapshot_ref: str | None = None
+    """Where the saved state is kept in the result store, when it was too large to carry."""
+    results: list[ScriptCallResult] = []
+    tools: list[str] = []
+    """The functions the script may call: the run's tools, by name."""
+    max_cpu_seconds: float = 5.0
+    max_memory_bytes: int = 64 * 1024 * 1024
+    max_calls: int = 100
+    """CodeMode.max_calls: the calls the whole script may make."""
+    calls_made: int = 0
+    """The calls it made in earlier legs."""
+    output_chars_left: int = DEFAULT_MAX_RESULT_CHARS
+    """What is left of CodeMode.max_output_chars: what the leg prints past it is counted only."""
+
+
+class ScriptCall(BaseModel):
+    """A call the script made, which waits for its result."""
+
+    call_id: int
+    """The sandbox's id of the call; the result goes back under it."""
+    name: str
+    arguments: dict[str, Any]
+
+
+class ScriptLeg(BaseModel):
+    """Where one leg left a script: waiting on calls (with its saved state), done, or stopped."""
+
+    status: Literal["waiting", "done", "stopped"]
+    calls: list[ScriptCall] = []
+    """waiting: the calls to run before the next leg, as one batch."""
+    snapshot: str | None = None
+    snapshot_ref: str | None = None
+    printed: str = ""
+    """What the leg printed, at most `output_chars_left` of it."""
+    printed_left_out: int = 0
+    """Characters printed past that."""
+    value: str | None = None
+    """done: the value of the script's last expression, as text (None: it had none)."""
+    reason: str | None = None
+    """stopped: why, in one line (an exception the script did not catch, a limit)."""
+    cpu_seconds: float = 0.0
+    """The leg's time in the sandbox."""
+    not_awaited: int = 0
+    """done: calls the script started but never awaited, which did not run."""

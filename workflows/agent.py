@@ -24,7 +24,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 
-from . import continuation, dispatch, fork, run_setup, versioning
+from . import code_mode, continuation, dispatch, fork, run_setup, versioning
 from .auto_mode_forwarding import AutoModeForwarding
 from .budget import Budget
 from .builtin_tools import finish_answer
@@ -33,11 +33,7 @@ from .callbacks import CallbackGate
 from .context import RunContext
 from .context_window import ContextWindow
 from .conversation import Conversation
-from .errors import (
-    AgentApprovalTimeout,
-    AgentError,
-    AgentFatalToolError,
-)
+from .errors import AgentApprovalTimeout, AgentError, AgentFatalToolError
 from .handlers import AgentHandlers
 from .inputs import AgentInput, AgentResult
 from .judge import Judge
@@ -94,6 +90,7 @@ class AgentWorkflow(AgentHandlers):
         self._tools: dict[str, ToolSpec] = {}
         """The run's own tools, by name: filled when the run resolves them, before step 1."""
         self._read_result: ToolSpec | None = None
+        self._run_code: ToolSpec | None = None
         self._telling_parent: asyncio.Task[None] | None = None
         self._first_step_of_run = state.steps
         self._sent_until = len(state.messages) if agent_input.carried else 0
@@ -176,6 +173,7 @@ class AgentWorkflow(AgentHandlers):
             self._tools,
             talk.interruption if talk.on else None,
         )
+        self._runner.use_code_mode(self._facts, self._loops)
 
     async def _end_cancelled(self) -> AgentResult:
         self._reporter.set_status("failed", CANCELLED)
@@ -389,6 +387,7 @@ class AgentWorkflow(AgentHandlers):
         self._tools.clear()
         self._tools.update({spec.name: spec for spec in run_tools.tools})
         self._read_result = run_tools.read_result
+        self._run_code = code_mode.run_code(self._input, run_tools.tools)
 
     def _offered(self) -> list[ToolSpec]:
         return dispatch.offered_tools(
@@ -398,6 +397,7 @@ class AgentWorkflow(AgentHandlers):
             plan_mode=self._input.plan,
             plan_approved=self._plan_gate.approved,
             output_schema=self._input.output_schema,
+            run_code=self._run_code,
         )
 
     def _facts(self) -> dispatch.RunFacts:

@@ -41,6 +41,17 @@ MAX_PAUSED_SECONDS = 100 * MAX_SECONDS
 """The time a run chain has waited for people, which its wall-clock limit leaves out: a century,
 so that what is left of a year's limit still fits a timer."""
 
+MAX_SCRIPT_SECONDS = 600.0
+"""A code-mode script's execution time (workflows/inputs.py CodeMode): ten minutes of a worker's
+CPU, far past what a script that calls tools and adds up their results needs."""
+MAX_SCRIPT_MEMORY = 4 * 1024**3
+"""A script's heap: 4 GiB, what one sandbox process may take of a worker's machine."""
+MIN_SCRIPT_MEMORY = 1024**2
+"""Below a MiB the sandbox cannot start a script."""
+MAX_SCRIPT_CALLS = 1_000
+"""A script's tool calls: every one is an activity in the run's history, and a run continues
+as new only between steps, so one script adds at most this many."""
+
 Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
 """A duration or an interval: more than 0, at most MAX_SECONDS."""
 Delay = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]

@@ -134,12 +134,16 @@ def offered_tools(
     plan_mode: bool,
     plan_approved: bool,
     output_schema: dict[str, Any] | None,
+    run_code: ToolSpec | None = None,
 ) -> list[ToolSpec]:
     """What the model may call now: until a plan is approved, read-only tools and submit_plan;
-    then every tool and finish. read_result is offered once there is something to read."""
+    then every tool and finish. read_result is offered once there is something to read, and
+    run_code in code mode (a script may change data: after the plan, as such a tool)."""
     offered = list(tools.values())
     if sub_agents:
         offered.append(DELEGATE_SPEC)
+    if run_code is not None:
+        offered.append(run_code)
     if read_result is not None:
         offered.append(read_result)
     if plan_mode and not plan_approved:

@@ -71,3 +71,6 @@ class AgentEvent(BaseModel):
     """A conversation's events of turns and messages: the turn they belong to."""
     confidence: float | None = Field(default=None, exclude_if=lambda value: value is None)
     """judge_verdict: how sure auto mode's judge said it was (None: no valid verdict)."""
+    script: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    """An event of a call a code-mode script made: the id of the run_code call whose script
+    made it (docs/code-mode.md)."""

@@ -10,6 +10,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .bounds import (
+    MAX_SCRIPT_CALLS,
+    MAX_SCRIPT_MEMORY,
+    MAX_SCRIPT_SECONDS,
+    MIN_SCRIPT_MEMORY,
     Count,
     Delay,
     Dollars,
@@ -276,6 +280,29 @@ class CallbackTool(BaseModel):
         )
 
 
+class CodeMode(BaseModel):
+    """Code mode (docs/code-mode.md): the model is offered `run_code`, whose one argument is a
+    Python script that calls the run's tools as async functions. Each call in it runs as a
+    direct call does (its own activity, approval, trace record and compensation); the script
+    runs in a sandbox (pydantic-monty) under these limits, and one that passes one is stopped
+    with a one-line reason the model reads."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_cpu_seconds: Annotated[float, Field(gt=0, le=MAX_SCRIPT_SECONDS, allow_inf_nan=False)] = 5.0
+    """The script's execution time in the sandbox, summed over the whole script (the clock
+    stops while it waits for its calls)."""
+    max_memory_bytes: Annotated[int, Field(ge=MIN_SCRIPT_MEMORY, le=MAX_SCRIPT_MEMORY)] = (
+        64 * 1024 * 1024
+    )
+    """The sandbox's heap, at most."""
+    max_calls: Annotated[int, Field(ge=1, le=MAX_SCRIPT_CALLS)] = 100
+    """Tool calls one script may make; the batch that would pass it does not run."""
+    max_output_chars: ResultChars = DEFAULT_MAX_RESULT_CHARS
+    """What the model reads of the script (what it printed, then the value of its last
+    expression), cut in the middle past this, like any tool result."""
+
+
 class AgentInput(BaseModel):
     prompt: str
     label: str | None = None
@@ -345,6 +372,10 @@ class AgentInput(BaseModel):
     """Set by a parent for its sub-agent: the denials a person asked the parent to remember, by
     tool, which hold in the sub-agent too (its calls of those tools are denied without asking,
     with the person's reason). Approvals to remember go in `tool_approval.allow`."""
+    code_mode: CodeMode | None = Field(default=None, exclude_if=lambda mode: mode is None)
+    """Offer `run_code`: the model may write one script over the run's tools
+    (docs/code-mode.md). Left out of the JSON when unset, so a run without it keeps the
+    history bytes it had."""
     effect_log_room: Count | None = Field(default=None, exclude_if=lambda v: v is None)
     """Set by a parent for its sub-agent: the bytes the parent's compensation log has left
     (effect_log.MAX_LOG_BYTES less what it holds), which the sub-agent's effects join when it

@@ -83,10 +83,15 @@ class Reporter:
         """Why the newest decision sent by signal was ignored (a signal cannot be answered)."""
         self._reported_calls: set[str] = set()
         """Calls of the reply being run whose tool_call_finished event is out already."""
+        self.scripts: dict[str, str] = {}
+        """Calls a code-mode script made, by id: the run_code call that made them, which their
+        events name (workflows/code_mode.py)."""
 
     def publish(self, kind: AgentEventKind, **fields: Any) -> None:
         """Append an event to the run's progress stream (workflow state; no history event)."""
         fields.setdefault("step", self._state.steps)
+        if self.scripts and (script := self.scripts.get(fields.get("call_id") or "")):
+            fields["script"] = script
         self._events.publish(AgentEvent(kind=kind, at=workflow.now(), **fields))
 
     def set_status(

@@ -135,6 +135,9 @@ class ToolCallRecord(BaseModel):
     latency_ms: Recorded = 0
     verdict: JudgeVerdict | None = Field(default=None, exclude_if=lambda v: v is None)
     """Auto mode's judge's verdict on the call (its latency and usage included)."""
+    script: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """A call a code-mode script made: the id of the run_code call whose script made it (its
+    record follows the script's calls in the step's)."""
 
 
 class StepRecord(BaseModel):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,6 +34,7 @@ from .auto_mode_forwarding import AutoModeForwarding
 from .budget import Budget
 from .builtin_tools import DELEGATE, READ_RESULT
 from .callbacks import CallbackGate
+from .code_mode import CodeRunner
 from .context import RunContext
 from .dispatch import (
     AFTER_FINISH,
@@ -41,6 +42,7 @@ from .dispatch import (
     PlannedCall,
     Refuse,
     Run,
+    RunFacts,
     SubmitPlan,
 )
 from .errors import (
@@ -49,10 +51,12 @@ from .errors import (
     failure_type,
 )
 from .interruption import NOT_RUN, Interruption, cancelled_text
+from .loop_detection import LoopDetector
 from .model_gateway import ModelGateway
 from .outcomes import MAY_HAVE_TAKEN_EFFECT, Outcome
 from .reporting import Reporter
 from .saga import Saga
+from .script_tools import RUN_CODE
 from .specs import ToolSpec
 from .state import AppliedEffect, CompensationInput, ToolCallRecord
 from .sub_agents import SubAgents
@@ -106,6 +110,7 @@ class ToolRunner:
         tools: Mapping[str, ToolSpec],
         interruption: Interruption | None,
     ) -> None:
+        self._ctx = ctx
         self._input = ctx.input
         self._state = ctx.state
         self._behaviours = ctx.behaviours
@@ -120,6 +125,16 @@ class ToolRunner:
         self._sub_agents = SubAgents(ctx, budget, gate, auto_mode, saga, tools)
         self.interruption = interruption
         """A conversation's: an interrupt stops the calls that may stop (interruption.py)."""
+        self.code: CodeRunner | None = None
+        """Code mode's: runs a run_code call's script, whose calls come back here as batches."""
+
+    def use_code_mode(self, facts: Callable[[], RunFacts], loops: LoopDetector) -> None:
+        """In code mode: run_code's scripts, planned against `facts` as a reply is."""
+        if self._ctx.input.code_mode is not None:
+            self.code = CodeRunner(
+                self._ctx, self._budget, self._gate, self._reporter, self.tools, facts, loops
+            )
+            self.code.run_batch = self.run
 
     def _interrupted(self) -> bool:
         return self.interruption is not None and self.interruption.requested
@@ -212,6 +227,8 @@ class ToolRunner:
             )
             if run.spec.name == DELEGATE:
                 outcome = await self._sub_agents.delegate(call, run.arguments)
+            elif run.spec.name == RUN_CODE and self.code is not None:
+                outcome = await self.code.run(call, run.arguments)
             elif run.spec.callback:
                 outcome = await self._answered(call, run)
             else:
@@ -260,7 +277,7 @@ class ToolRunner:
                     start_to_close_timeout=timedelta(seconds=spec.timeout_seconds),
                     schedule_to_close_timeout=self._budget.deadline(workflow.now()),
                     retry_policy=spec.retry.to_policy(FATAL_ERROR_TYPES),
-                    summary=_call_summary(call),
+                    summary=_call_summary(call, self._reporter.scripts.get(call.id)),
                 )
             else:
                 output = await workflow.execute_activity(
@@ -271,7 +288,7 @@ class ToolRunner:
                     schedule_to_close_timeout=self._budget.deadline(workflow.now()),
                     retry_policy=spec.retry.to_policy(FATAL_ERROR_TYPES),
                     heartbeat_timeout=self._input.heartbeat_timeout,
-                    summary=_call_summary(call),
+                    summary=_call_summary(call, self._reporter.scripts.get(call.id)),
                     # A call that changes data is never abandoned: on a cancel the run waits for
                     # it to finish or to acknowledge the cancel, so its outcome is known (or
                     # known to be unknown) before anything is undone.
@@ -412,8 +429,10 @@ def _idempotency_key(call: ToolCall) -> str:
     return f"{info.workflow_id}/{info.first_execution_run_id}/{call.id}"
 
 
-def _call_summary(call: ToolCall) -> str:
+def _call_summary(call: ToolCall, script: str | None = None) -> str:
+    # A script's call names its script first (the Web UI lists activities by their summary).
     summary = f"{call.name} {call.arguments}"
+    summary = summary if script is None else f"{script}: {summary}"
     return summary if len(summary) <= SUMMARY_CHARS else summary[: SUMMARY_CHARS - 3] + "..."
 
 

@@ -601,7 +601,9 @@ function showRun(app, workflowId) {
       writing.textContent = "";
       writing.hidden = true;
     }
-    const line = [`#${data.step}`, name, data.tool, data.outcome, data.text]
+    // A call a code-mode script made names the run_code call whose script made it.
+    const script = data.script ? `(script ${data.script}, call ${data.call_id})` : null;
+    const line = [`#${data.step}`, name, data.tool, script, data.outcome, data.text]
       .filter((part) => part !== null && part !== undefined && part !== "")
       .join(" ");
     // A sub-agent is a run of its own, `<this run>/<the delegate call>`: its events are its own.
