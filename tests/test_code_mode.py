@@ -15,7 +15,7 @@ import tests.tools_for_tests as test_tools
 from durable_agent.client.agent_client import AgentRun
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import CodeMode, Limits, ToolApprovalPolicy
+from durable_agent.workflows.inputs import CallbackTool, CodeMode, Limits, ToolApprovalPolicy
 from tests.helpers import (
     TEST_WORKER_OPTIONS,
     call,
@@ -278,3 +278,18 @@ async def test_the_trace_shows_the_script_then_its_calls_under_it(
     assert table[at + 1 : at + 3] == ["    import asyncio", "    ids = [104999, 104998, 104997]"]
     calls = [line.split()[:3] for line in table[at:] if line.startswith("  script_1.")]
     assert calls == [[f"script_1.{n}", "get_order", "ok"] for n in (1, 2, 3, 4)]
+
+
+async def test_a_tool_of_code_modes_own_name_fails_the_run_as_it_starts(
+    client: Client, task_queue: str
+) -> None:
+    """Two tools named run_code would reach the provider as one name twice, which it refuses."""
+    agent_input = scripted_input(
+        [turn(text="never asked")],
+        tools=["get_order"],
+        callback_tools=[CallbackTool(name="run_code", description="The app's own.")],
+        code_mode=CodeMode(),
+    )
+    run = await run_agent(client, task_queue, agent_input)
+    assert run.failure.type == "AgentConfigurationError"
+    assert "a tool named 'run_code' is code mode's own" in run.failure.message

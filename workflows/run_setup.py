@@ -30,6 +30,7 @@ from .errors import (
 )
 from .input_limits import InputTooLarge, check_input, json_bytes
 from .inputs import AgentInput
+from .script_tools import RUN_CODE
 from .specs import ToolSpec
 from .state import RunState, RunTools, ToolSelection
 from .versioning import Behaviours
@@ -56,6 +57,12 @@ async def settle(agent_input: AgentInput, state: RunState, behaviours: Behaviour
             raise AgentConfigurationError(f"the run asks for tools {error.args[0]}") from None
     if agent_input.callback_tools:
         run_tools = _with_callbacks(run_tools, agent_input)
+    if agent_input.code_mode is not None and RUN_CODE in {s.name for s in run_tools.tools}:
+        # The model would be offered two tools of one name, which the providers refuse.
+        raise AgentConfigurationError(
+            f"a tool named {RUN_CODE!r} is code mode's own: rename the tool, or run without "
+            "code mode"
+        )
     _check_output_schema(agent_input, behaviours)
     if unknown := approval.unknown_predicates(agent_input.tool_approval):
         raise AgentConfigurationError(
