@@ -3,10 +3,11 @@
 Prices are US dollars per million tokens. The shipped table holds list prices for common models
 as of PRICES_AS_OF; a provider's price change, or a negotiated rate, goes in a JSON file named by
 $AGENT_PRICES (`{"model": {"input": 2.5, "cached_input": 1.25, "cache_write": 0, "output": 10}}`)
-or in a run's `ModelSettings.price`. Models are matched by exact name, else by the longest known
-name their own starts with ("gpt-4o-mini-2024-07-18" is priced as "gpt-4o-mini"), but not across a
-version's dot: "gpt-5.6-sol" is another model than "gpt-5", priced otherwise (and billed for its
-cache writes), so it has no price here rather than gpt-5's.
+or in a run's `ModelSettings.price`. Models are matched by exact name, or as a dated snapshot or
+`-latest` alias of a known name ("gpt-4o-mini-2024-07-18" is priced as "gpt-4o-mini"), and no
+other way: "gpt-5.6-sol" is another model than "gpt-5", priced otherwise (and billed for its
+cache writes), "o3-mini" costs half of "o3" and "claude-opus-4-8" a third of "claude-opus-4", so
+each has no price here rather than a wrong one.
 
 Cost is computed in the model activity, where reading the file is allowed; the workflow only adds
 up the figures the activities returned, so budgets stay deterministic.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from functools import cache
 from pathlib import Path
 
@@ -46,6 +48,7 @@ SHIPPED_PRICES: dict[str, Price] = {
     "gpt-4o": _p(input=2.50, cached_input=1.25, cache_write=0.0, output=10.0),
     "gpt-4o-mini": _p(input=0.15, cached_input=0.075, cache_write=0.0, output=0.60),
     "o3": _p(input=2.0, cached_input=0.50, cache_write=0.0, output=8.0),
+    "o3-mini": _p(input=1.10, cached_input=0.55, cache_write=0.0, output=4.40),
     "o4-mini": _p(input=1.10, cached_input=0.275, cache_write=0.0, output=4.40),
     # Anthropic: cache reads at 0.1x input, 5-minute cache writes at 1.25x input.
     "claude-opus-4-6": _p(input=5.0, cached_input=0.50, cache_write=6.25, output=25.0),
@@ -53,8 +56,10 @@ SHIPPED_PRICES: dict[str, Price] = {
     "claude-opus-4-5": _p(input=5.0, cached_input=0.50, cache_write=6.25, output=25.0),
     "claude-opus-4-1": _p(input=15.0, cached_input=1.50, cache_write=18.75, output=75.0),
     "claude-opus-4": _p(input=15.0, cached_input=1.50, cache_write=18.75, output=75.0),
+    "claude-opus-4-0": _p(input=15.0, cached_input=1.50, cache_write=18.75, output=75.0),
     "claude-sonnet-4-5": _p(input=3.0, cached_input=0.30, cache_write=3.75, output=15.0),
     "claude-sonnet-4": _p(input=3.0, cached_input=0.30, cache_write=3.75, output=15.0),
+    "claude-sonnet-4-0": _p(input=3.0, cached_input=0.30, cache_write=3.75, output=15.0),
     "claude-haiku-4-5": _p(input=1.0, cached_input=0.10, cache_write=1.25, output=5.0),
     "claude-3-5-haiku": _p(input=0.80, cached_input=0.08, cache_write=1.0, output=4.0),
 }
@@ -80,14 +85,18 @@ def price_table() -> dict[str, Price]:
     return {**SHIPPED_PRICES, **(_configured_prices(path) if path else {})}
 
 
+_SNAPSHOT = re.compile(r"-(\d{8}|\d{4}-\d{2}-\d{2}|latest)")
+"""What a provider appends to a model's name for one of its snapshots, or its alias: Anthropic's
+"-20250929" and "-latest", OpenAI's "-2024-11-20"."""
+
+
 def price_for(model: str, table: dict[str, Price] | None = None) -> Price | None:
     table = price_table() if table is None else table
     if model in table:
         return table[model]
-    # A dated name extends its model's ("gpt-4o-2024-11-20"); a dot starts another version.
-    matches = [
-        name for name in table if model.startswith(name) and not model[len(name) :].startswith(".")
-    ]
+    # A snapshot of a known model is priced as it ("gpt-4o-2024-11-20"); any other name that
+    # starts like one is another model ("o3-mini", "claude-opus-4-8"), unpriced, not mispriced.
+    matches = [n for n in table if model.startswith(n) and _SNAPSHOT.fullmatch(model[len(n) :])]
     return table[max(matches, key=len)] if matches else None
 
 

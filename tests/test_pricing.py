@@ -29,7 +29,28 @@ def test_dated_model_names_take_the_longest_known_prefix() -> None:
     assert pricing.price_for("gpt-4o-mini-2024-07-18") == pricing.SHIPPED_PRICES["gpt-4o-mini"]
     assert pricing.price_for("gpt-4o-2024-11-20") == pricing.SHIPPED_PRICES["gpt-4o"]
     assert pricing.price_for("claude-sonnet-4-5-20250929") == SONNET
+    assert (
+        pricing.price_for("claude-3-5-haiku-latest") == pricing.SHIPPED_PRICES["claude-3-5-haiku"]
+    )
     assert pricing.price_for("my-local-llama") is None
+
+
+def test_a_name_that_only_starts_like_a_known_one_is_another_model() -> None:
+    """o3-mini costs about half of o3, claude-opus-4-8 a third of claude-opus-4: priced by the
+    longest known prefix, each was billed (and held to max_cost_usd) at the wrong rate."""
+    assert (
+        pricing.price_for("o3-mini") == pricing.SHIPPED_PRICES["o3-mini"] != pricing.price_for("o3")
+    )
+    assert pricing.price_for("o3-mini-2025-01-31") == pricing.SHIPPED_PRICES["o3-mini"]
+    for other in (
+        "claude-opus-4-8",
+        "claude-opus-4-8-20261001",
+        "o3-pro",
+        "gpt-5-codex",
+        "gpt-4o-audio-preview",
+    ):
+        assert pricing.price_for(other) is None, other
+    assert pricing.price_for("claude-opus-4-20250514") == pricing.SHIPPED_PRICES["claude-opus-4"]
 
 
 def test_openai_prices_say_what_a_cache_write_costs() -> None:
