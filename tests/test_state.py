@@ -14,6 +14,7 @@ from typing import Any
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
 
 from durable_agent.workflows.budget import Budget
 from durable_agent.workflows.inputs import AgentInput, AgentResult, Limits
@@ -147,3 +148,14 @@ def test_an_approval_recorded_before_its_parsed_arguments_keeps_its_bytes() -> N
     (report,) = converter.from_payloads([payload], [SubAgentReport])
     assert [a.parsed_arguments for a in report.approvals] == [None]
     assert converter.to_payloads([report])[0].data == payload.data
+
+
+def test_a_failure_that_carries_something_else_reads_as_one_that_carried_nothing() -> None:
+    """`durable-agent result` (AgentRun.result()) on a workflow of another kind, whose failure
+    carries a dict of its own: the reader gets a failure with no details, not a ValidationError
+    raised from inside the client (or from a parent's workflow code, for a sub-agent's)."""
+    foreign = ApplicationError("the order service is down", {"order": 7}, type="OrderError")
+    assert FailureDetails.of_error(foreign) == FailureDetails(steps=0, usage=Usage())
+    spent = FailureDetails(steps=3, usage=Usage(input_tokens=10))
+    ours = ApplicationError("limit", spent.model_dump(mode="json"), type="AgentBudgetExceeded")
+    assert FailureDetails.of_error(ours) == spent

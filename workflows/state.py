@@ -15,7 +15,14 @@ import binascii
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, PlainSerializer, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    model_validator,
+)
 from temporalio.contrib.workflow_streams import WorkflowStreamState
 from temporalio.exceptions import ApplicationError
 
@@ -403,11 +410,16 @@ class FailureDetails(BaseModel):
 
     @classmethod
     def of_error(cls, error: BaseException | None) -> FailureDetails:
-        """What a failed run's error carried; empty when it carried nothing (a cancellation)."""
+        """What a failed run's error carried; empty when it carried nothing (a cancellation) or
+        something else (a workflow of another kind, asked for as a run's): a failure is read as
+        a failure, never as a validation error in the reader."""
         if (
             isinstance(error, ApplicationError)
             and error.details
             and isinstance(error.details[0], dict)
         ):
-            return cls.model_validate(error.details[0])
+            try:
+                return cls.model_validate(error.details[0])
+            except ValidationError:
+                pass
         return cls(steps=0, usage=Usage())
