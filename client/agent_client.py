@@ -18,7 +18,7 @@ import logging
 import math
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -607,7 +607,7 @@ class AgentRun:
 
     async def events(
         self, from_offset: int = 0, *, poll_cooldown: timedelta = STREAM_POLL_COOLDOWN
-    ) -> AsyncIterator[WorkflowStreamItem[AgentEvent]]:
+    ) -> AsyncGenerator[WorkflowStreamItem[AgentEvent]]:
         """The run's progress events from `from_offset`, as they happen, across continue-as-new;
         for a run that has ended, what is left, then the end. Each item's `offset` is where to
         resume (`offset + 1`) after a reconnect.

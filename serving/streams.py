@@ -6,9 +6,9 @@ any of them is open:
 
 - **One follower of its events** (`AgentRun.events`): two queries that reach a run together are
   not answered together (one waits about a second, docs/http-api.md), so two people on one
-  run's page, or a page and a service, would otherwise see its events a second apart. A stream
-  that resumes from before what the shared follower began at reads the events before it with a
-  follower of its own, then joins it.
+  run's page, or a page and a service, would otherwise see its events a second apart. It holds
+  the newest MAX_HELD_EVENTS; a stream that resumes from before what it holds, or falls that far
+  behind, reads the events it lacks with a follower of its own, then joins it again.
 - **One reader of its model calls' streamed text** (`_ModelCalls`), by describe: only while a
   model call is pending, every 100 ms only while one streams, and not at all while the run waits
   (for a person, for a tool, for a message). Its followers' events say when to look.
@@ -59,6 +59,12 @@ CALL_BEGINS = ("step_started", "retry")
 """The events after which a model call may be pending (a step's call, or a call's next attempt):
 the streams' text reader looks then, and otherwise not."""
 
+MAX_HELD_EVENTS = 2_000
+"""The events of a run its streams' shared follower holds, the newest (as a run carries at most
+2,000 across continue-as-new): a stream further behind reads what it missed on its own, so that
+a server following a long run holds no more of it than this."""
+HELD_EVENTS_DROPPED = 500
+"""How many of the oldest go at once when it holds more."""
 MAX_STREAMS = 256
 """The event streams one server holds at once (each an open connection and a reader of it); the
 next is refused with 429. $AGENT_API_MAX_STREAMS sets another."""
@@ -231,21 +237,29 @@ class _Watch:
         self.follower = _Follower(run, start, self.model_calls.look)
 
     async def read(self, run: AgentRun, offset: int) -> AsyncIterator[tuple[int, AgentEvent]]:
-        """The run's events from `offset`, to its end: those before the shared follower began
-        from a follower of this stream's own, the rest from the shared one."""
+        """The run's events from `offset`, to its end: from the shared follower while it holds
+        them; those before what it holds (a stream that resumes from further back, or one that
+        fell behind by more than it keeps) from a reader of this stream's own, up to it."""
         shared = self.follower
-        if offset < shared.start:
-            own = _Follower(run, offset)
+        while True:
+            async for at, event in shared.read(offset):
+                yield at, event
+                offset = at + 1
+            if offset >= shared.start:
+                return  # the run ended
+            own = run.events(offset, poll_cooldown=SSE_POLL_COOLDOWN)
             try:
-                async for at, event in own.read(offset):
-                    yield at, event
-                    offset = at + 1
+                async for item in own:
+                    yield item.offset, item.data
+                    offset = item.offset + 1
                     if offset >= shared.start:
                         break
+                else:
+                    return  # the run ended
+            except RPCError:
+                return  # the run is gone
             finally:
-                own.stop()
-        async for at, event in shared.read(max(offset, shared.start)):
-            yield at, event
+                await own.aclose()
 
     def stop(self) -> None:
         self.follower.stop()
@@ -253,13 +267,15 @@ class _Watch:
 
 
 class _Follower:
-    """One `AgentRun.events` reader from `start`, and every event it has read, for its readers.
-    `on_call`: called when an event says a model call may begin (CALL_BEGINS)."""
+    """One `AgentRun.events` reader from `start`, and the newest MAX_HELD_EVENTS events it has
+    read, for its readers. `on_call`: called when an event says a model call may begin
+    (CALL_BEGINS)."""
 
     def __init__(
         self, run: AgentRun, start: int, on_call: Callable[[], None] | None = None
     ) -> None:
         self.start = start
+        """The oldest offset held: a reader further back reads elsewhere (`_Watch.read`)."""
         self._offsets: list[int] = []
         self._events: list[AgentEvent] = []
         self._ended = False
@@ -272,6 +288,9 @@ class _Follower:
             async for item in run.events(self.start, poll_cooldown=SSE_POLL_COOLDOWN):
                 self._offsets.append(item.offset)
                 self._events.append(item.data)
+                if len(self._events) > MAX_HELD_EVENTS:
+                    del self._offsets[:HELD_EVENTS_DROPPED], self._events[:HELD_EVENTS_DROPPED]
+                    self.start = self._offsets[0]
                 if self._on_call is not None and item.data.kind in CALL_BEGINS:
                     self._on_call()
                 self._wake()
@@ -287,16 +306,18 @@ class _Follower:
         self._changed = asyncio.Event()
 
     async def read(self, offset: int) -> AsyncIterator[tuple[int, AgentEvent]]:
-        """The events from `offset` (at least `start`): those read already, then each as it
-        comes, to the run's end."""
-        index = bisect.bisect_left(self._offsets, offset)
-        while True:
-            while index < len(self._events):
+        """The events from `offset`: those read already, then each as it comes, to the run's
+        end; or until the reader is behind what is held (`offset < start`, at once for one
+        that asks from before it), when what it missed must be read elsewhere."""
+        while offset >= self.start:
+            index = bisect.bisect_left(self._offsets, offset)
+            if index < len(self._events):
+                offset = self._offsets[index] + 1
                 yield self._offsets[index], self._events[index]
-                index += 1
-            if self._ended:
+            elif self._ended:
                 return
-            await self._changed.wait()
+            else:
+                await self._changed.wait()
 
     def stop(self) -> None:
         self._task.cancel()
