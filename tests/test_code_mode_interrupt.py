@@ -146,3 +146,44 @@ async def test_an_interrupt_while_a_scripts_call_waits_for_a_person_withdraws_it
         ("approval_decided", "not_run", "script_1"),
         ("tool_call_finished", "not_run", "script_1"),
     ]
+
+
+async def test_an_interrupt_during_a_leg_stops_the_script_before_the_calls_it_asks_for(
+    client: Client, task_queue: str
+) -> None:
+    after = f"after-{uuid.uuid4()}"
+    # A leg of a few seconds (about 5 million steps a second in the sandbox): long enough that
+    # the interrupt lands while it runs, and the calls it then asks for are never made.
+    code = textwrap.dedent(
+        f"""
+        x = 0
+        for i in range(15_000_000):
+            x += i
+        print("counted")
+        await count_me(key="{after}")
+        """
+    )
+    script = [
+        turn(call("run_code", id="script_1", code=code)),
+        turn(text="Stopped.", expect="interrupted"),
+    ]
+    agent_input = conversation(script, tools=["count_me"], code_mode=CodeMode(max_cpu_seconds=60))
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        run = await start(client, task_queue, agent_input)
+
+        async def leg_runs() -> bool:
+            return await _started_activities(run, "run_script") == 1
+
+        await eventually(leg_runs, what="the script's first leg runs")
+        assert await run.interrupt() == 1
+        assert (await run.turn(1)).outcome == "interrupted"
+        assert (await results(run)) == {
+            "script_1": "Error: the script was stopped: the user interrupted the turn before it "
+            "could make 1 more call. It made 0 tool calls.\ncounted"
+        }
+        assert test_tools.executions[after] == 0
+        types = await scheduled(run)
+        assert types.count("run_script") == 1 and "count_me" not in types
+        assert [c.id for record in await run.trace() for c in record.tool_calls] == ["script_1"]
+        assert (await run.send("what happened?")).answer == "Stopped."
+        await run.end()

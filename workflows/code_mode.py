@@ -132,8 +132,8 @@ class CodeRunner:
             if leg.status != "waiting":
                 break
             if self.interrupted():  # during the leg: the calls it asked for are not made
-                more = count(len(leg.calls), "call")
-                reason = f"{INTERRUPTED} before its next {more} ran"
+                more = count(len(leg.calls), "more call")
+                reason = f"{INTERRUPTED} before it could make {more}"
                 leg = leg.model_copy(update={"status": "stopped", "reason": reason})
                 break
             results, fatal, outcomes = await self._run_calls(call, leg, made)
