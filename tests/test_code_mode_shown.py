@@ -21,7 +21,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from durable_agent.client.contract import contract
-from durable_agent.workflows.inputs import CodeMode, ToolApprovalPolicy
+from durable_agent.workflows.inputs import AgentInput, CodeMode, ToolApprovalPolicy
 from tests.helpers import call, scripted_input, turn
 from tests.test_http_api import sse
 
@@ -190,6 +190,19 @@ def test_the_contract_describes_code_mode_with_its_bounds() -> None:
     assert validator.is_valid({"prompt": "hi", "code_mode": {"max_calls": 1000}})
     for what, (mode, _) in BAD_CODE_MODES.items():
         assert not validator.is_valid({"prompt": "hi", "code_mode": mode}), what
+
+
+def test_the_cli_writes_code_mode_into_the_input_the_contract_takes() -> None:
+    from tests.test_contract import run_cli
+
+    shown = run_cli("--print-input", "--code-mode", "Total my orders")
+    assert shown.returncode == 0, shown.stderr
+    written = json.loads(shown.stdout)
+    assert written["code_mode"] == CodeMode().model_dump(mode="json")  # the defaults
+    assert jsonschema.Draft202012Validator(contract()["workflow"]["input"]).is_valid(written)
+    assert AgentInput.model_validate(written).code_mode == CodeMode()
+    plain = json.loads(run_cli("--print-input", "Total my orders").stdout)
+    assert "code_mode" not in plain
 
 
 async def test_a_bad_code_mode_is_refused_at_the_door_and_starts_nothing(
