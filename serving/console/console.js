@@ -627,6 +627,8 @@ function showRun(app, workflowId) {
     if (why) notify(why, true);
     else if (refusedShown) notify("");
     refusedShown = Boolean(why);
+    // No events tell the page that the run moved: it reads the run at each ask instead.
+    if (why && !ended) refreshSoon();
   }
 
   refresh();
