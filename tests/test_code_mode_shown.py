@@ -20,7 +20,9 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from durable_agent.client.agent_client import AgentClient
 from durable_agent.client.contract import contract
+from durable_agent.workflows.errors import AgentInputInvalid
 from durable_agent.workflows.inputs import AgentInput, CodeMode, ToolApprovalPolicy
 from tests.helpers import call, scripted_input, turn
 from tests.test_http_api import sse
@@ -219,3 +221,11 @@ async def test_a_bad_code_mode_is_refused_at_the_door_and_starts_nothing(
         assert field in sent.text, (what, sent.text)
         with pytest.raises(RPCError):
             await client.get_workflow_handle(workflow_id).describe()
+    # An app's own input, its code mode changed after it was built, is refused as it starts.
+    agent_input = AgentInput(prompt="hi")
+    agent_input.code_mode = CodeMode.model_construct(max_calls=0)
+    workflow_id = f"refused-{uuid.uuid4()}"
+    with pytest.raises(AgentInputInvalid, match=r"code_mode\.max_calls: Input should be greater"):
+        await AgentClient(client, "no-queue").start(agent_input, workflow_id=workflow_id)
+    with pytest.raises(RPCError):
+        await client.get_workflow_handle(workflow_id).describe()
