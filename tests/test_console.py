@@ -25,6 +25,7 @@ from durable_agent.workflows.inputs import (
     AgentInput,
     AutoMode,
     CallbackTool,
+    CodeMode,
     ModelSettings,
     ToolApprovalPolicy,
 )
@@ -334,3 +335,60 @@ async def test_a_call_auto_modes_judge_reviews_then_hands_over_is_shown_with_the
     record = (await AgentClient(client, task_queue).run(workflow_id).result()).step_records[0]
     assert record.tool_calls[0].verdict is not None
     assert record.tool_calls[0].verdict.outcome == "escalated"
+
+
+SCRIPT_WRITES = """
+for label in ["first", LABEL]:
+    try:
+        print("wrote", await write_thing(label=label))
+    except PermissionError as denied:
+        print("refused:", str(denied))
+"""
+
+
+async def test_a_call_a_script_waits_on_is_shown_with_its_script_and_decided_on_the_page(
+    api: httpx.AsyncClient, browser: Browser, client: Client, task_queue: str
+) -> None:
+    code = SCRIPT_WRITES.replace("LABEL", json.dumps(INJECTED))
+    script = [
+        turn(call("run_code", id="script_1", code=code)),
+        turn(text="One written, one refused.", expect="not that one"),
+    ]
+    workflow_id = await start(
+        api,
+        AgentInput(
+            prompt="Write two things.",
+            tools=["write_thing"],
+            code_mode=CodeMode(),
+            tool_approval=ToolApprovalPolicy(),
+            model=ModelSettings(provider="scripted", script=script, price=DEMO_PRICE),
+        ),
+    )
+    # The list says which script waits on the call.
+    await browser.open(
+        f"{api.base_url}/#token={TOKEN}",
+        workflow_id,
+        "tool call write_thing (in the script of run_code call script_1) waits for approval",
+    )
+    await click(browser, f'#waiting a[href="/runs/{workflow_id}"]')
+    await browser.shows(
+        "Tool call write_thing waits for approval",
+        "call script_1.1, step 1",
+        "in the script of run_code call script_1, which waits for it",
+        '"first"',
+    )
+    await click(browser, '.call[data-call-id="script_1.1"] button.approve')
+    # The script goes on to its next call, which waits in turn: its progress names the script.
+    text, _ = await browser.shows("call script_1.2, step 1", json.dumps(INJECTED))
+    assert "tool_call_finished write_thing (script script_1, call script_1.1) ok" in text, text
+    await nothing_ran(browser)
+    await type_into(browser, '.call[data-call-id="script_1.2"] input[type=text]', "not that one")
+    await click(browser, '.call[data-call-id="script_1.2"] button.reject')
+    text, _ = await browser.shows("Answer", "One written, one refused.", "completed —")
+    assert "waits for approval" not in text
+    await nothing_ran(browser)
+    # The person's reason reached the script, as the PermissionError it caught.
+    transcript = await AgentClient(client, task_queue).run(workflow_id).transcript()
+    (printed,) = [m.content for m in transcript if m.role == "tool"]
+    assert printed.splitlines()[0] == "wrote done first"
+    assert "refused: Error: a person denied this call to write_thing: not that one." in printed

@@ -140,6 +140,18 @@ BROKEN: dict[str, tuple[dict[str, Any], str]] = {
         {"prompt": "hi", "conversation": True, "idle_timeout_seconds": 1e300},
         f"idle_timeout_seconds: {TOO_LONG}",
     ),
+    "a script of no calls": (
+        {"prompt": "hi", "code_mode": {"max_calls": 0}},
+        "code_mode.max_calls: Input should be greater than or equal to 1",
+    ),
+    "a script of a billion calls": (
+        {"prompt": "hi", "code_mode": {"max_calls": 10**9}},
+        "code_mode.max_calls: Input should be less than or equal to 1000",
+    ),
+    "a word for code mode": (
+        {"prompt": "hi", "code_mode": "yes"},
+        "code_mode: Input should be an object",
+    ),
     "1e300 seconds of a judge": (
         {"prompt": "hi", "tool_approval": {"auto_mode": {**JUDGE, "timeout_seconds": 1e300}}},
         f"tool_approval.auto_mode.timeout_seconds: {TOO_LONG}",

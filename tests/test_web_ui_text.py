@@ -10,6 +10,7 @@ from durable_agent.workflows.decisions import ApprovalCriteria, JudgeVerdict, To
 from durable_agent.workflows.inputs import (
     AgentInput,
     AutoMode,
+    CodeMode,
     Limits,
     ModelSettings,
     ToolApprovalPolicy,
@@ -79,6 +80,12 @@ def test_the_details_name_the_model_limits_tools_and_policy() -> None:
     assert "7 steps, \\$2.5" in details
     assert "`get_order`, `cancel_order`; also `delegate` (sub-agents)" in details
     assert "except `cancel_order`" in details
+    assert "run_code" not in details
+    coded = run_details(
+        AgentInput(prompt="p", tools=["get_order"], code_mode=CodeMode(max_calls=7))
+    )
+    assert "`get_order`; also `run_code` (code mode: a script calls the tools" in coded
+    assert "at most 7 calls, 5 s of execution and 64 MiB a script)" in coded
 
 
 def test_a_cancelled_run_says_cancelled_though_its_agent_status_is_failed() -> None:

@@ -12,7 +12,7 @@ relay (sub_agent_relay.py), which this room is given to show. Deterministic code
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import timedelta
 
 from temporalio import workflow
@@ -78,6 +78,7 @@ class CallApprovals:
             parsed_arguments=shown_arguments.parsed(action.arguments),
             step=step,
             asked_at=workflow.now(),
+            script=self._reporter.scripts.get(call.id),
         )
         self._state.approvals.append(request)
         self._by_call[call.id] = request
@@ -138,14 +139,21 @@ class CallApprovals:
             "call it again unchanged; choose another way, or explain in your answer."
         )
 
-    def withdraw(self) -> None:
-        """Requests left undecided when their calls will not run (a fatal failure, the end)."""
+    def withdraw(self, call_ids: Collection[str] | None = None) -> None:
+        """Requests left undecided when their calls will not run (a fatal failure, the end);
+        given `call_ids`, those of these calls alone (a script's, as it ends)."""
         withdrawn = self.awaiting()
+        if call_ids is not None:
+            withdrawn = [a for a in withdrawn if a.call_id in call_ids]
         for request in withdrawn:
             request.status = "not_run"
             request.judging = False
             self._reporter.decided(request)
-        if withdrawn and self._reporter.status == "awaiting_approval":
+        if not withdrawn or self._reporter.status != "awaiting_approval":
+            return
+        if call_ids is not None and self.anything_waiting():
+            self.show_waiting()  # others wait still (a later call of the reply)
+        else:
             self._reporter.set_status("running", "tool calls withdrawn")
 
     def record(self, request: ToolApproval, decision: ToolCallDecision, by: DecidedBy) -> None:
@@ -189,6 +197,7 @@ class CallApprovals:
         calls = "; ".join(
             f"{a.tool} {_line(a)} ({a.call_id}"
             + (", a sub-agent's" if isinstance(a, SubAgentApproval) else "")
+            + (f", in the script of run_code call {a.script}" if a.script else "")
             + (", the judge reviews it" if a.judging else "")
             + (f", {verdict_line(a.verdict)}" if a.verdict is not None else "")
             + ")"

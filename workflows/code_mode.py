@@ -8,7 +8,8 @@ activity with its own retries, timeout and idempotency key, the result bound, th
 log), as one batch; the next leg resumes the saved state with their results. So a crash anywhere
 loses nothing and repeats nothing: the completed calls are in the history, and a leg is retried
 from the state the history recorded. Each call's trace record names the run_code call
-(`ToolCallRecord.script`), and so do its events. Deterministic code only.
+(`ToolCallRecord.script`), and so do its events and a waiting call's request. A conversation's
+interrupt stops a script where it is: no leg runs after it. Deterministic code only.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .budget import Budget
 from .context import RunContext
 from .errors import describe_failure
 from .inputs import AgentInput, CodeMode
+from .interruption import cancelled_text
 from .loop_detection import LoopDetector
 from .outcomes import Outcome, count
 from .reporting import Reporter
@@ -46,6 +48,11 @@ LEG_RETRY = RetryPolicy(
     maximum_attempts=5,
 )
 """A leg is retried when its worker is lost: from the same saved state, it does the same."""
+INTERRUPTED = "the user interrupted the turn"
+"""Why a conversation's interrupt stopped a script (workflows/interruption.py): no leg runs
+after it; the calls in flight end as a reply's do, and what they did stands."""
+BATCH_SHOWN = 10
+"""The calls of the batch an interrupt stopped that run_code's result names, at most."""
 NOT_AWAITED = (
     "{n} started without await and never awaited, so they did not run: write `await name(...)`."
 )
@@ -77,6 +84,9 @@ class CodeRunner:
         self._loops = loops
         self.run_batch: Callable[[list[dispatch.PlannedCall]], Any] | None = None
         """The tool runner's: carries out a batch's plan (set by the runner that owns this)."""
+        self.interrupted: Callable[[], bool] = lambda: False
+        """Whether a conversation's interrupt stopped the turn (set by the runner that owns
+        this): the script then stops where it is, its calls in flight handled as a reply's."""
 
     async def run(self, call: ToolCall, arguments: dict[str, Any]) -> Outcome:
         """Run the script of one run_code call to its end; its outcome is run_code's."""
@@ -85,6 +95,13 @@ class CodeRunner:
             return Outcome.error(
                 call, "Error: run_code takes one argument, code: the Python script, as a string."
             )
+        outcome = await self._run(call, code)
+        made = [i for i, script in self._reporter.scripts.items() if script == call.id]
+        for call_id in made:  # their events are out: the names need not be kept
+            del self._reporter.scripts[call_id]
+        return outcome
+
+    async def _run(self, call: ToolCall, code: str) -> Outcome:
         started = workflow.now()
         mode = self._mode
         tools = sorted(name for name, spec in self._tools.items() if script_callable(spec))
@@ -114,13 +131,22 @@ class CodeRunner:
             left_out += leg.printed_left_out
             if leg.status != "waiting":
                 break
-            results, fatal = await self._run_calls(call, leg, made)
+            if self.interrupted():  # during the leg: the calls it asked for are not made
+                more = count(len(leg.calls), "more call")
+                reason = f"{INTERRUPTED} before it could make {more}"
+                leg = leg.model_copy(update={"status": "stopped", "reason": reason})
+                break
+            results, fatal, outcomes = await self._run_calls(call, leg, made)
             made += len(leg.calls)
             if fatal is not None:
                 text = f"Error: the script was stopped: {fatal}."
                 return Outcome.error(
                     call, text, latency_ms=_ms_since(started), attempts=legs, fatal=fatal
                 )
+            if self.interrupted():  # no leg after it: the script stops where it is
+                reason = f"{INTERRUPTED} ({_batch_line(outcomes)})"
+                leg = leg.model_copy(update={"status": "stopped", "reason": reason})
+                break
             room = mode.max_output_chars - sum(len(p) for p in printed)
             leg_input = leg_input.model_copy(
                 update={
@@ -132,8 +158,6 @@ class CodeRunner:
                     "output_chars_left": room,
                 }
             )
-        for n in range(1, made + 1):  # their events are out: the names need not be kept
-            self._reporter.scripts.pop(f"{call.id}.{n}", None)
         text, ok = _result_text(leg, "".join(printed), left_out, made, mode.max_output_chars)
         make = Outcome.ok if ok else Outcome.error
         return make(
@@ -160,9 +184,10 @@ class CodeRunner:
 
     async def _run_calls(
         self, script: ToolCall, leg: ScriptLeg, made: int
-    ) -> tuple[list[ScriptCallResult], str | None]:
+    ) -> tuple[list[ScriptCallResult], str | None, list[Outcome]]:
         """Run one leg's calls as one batch, as a reply's calls run; their results as the
-        script gets them, and why the run must end, when a call failed fatally."""
+        script gets them, why the run must end (when a call failed fatally), and their
+        outcomes."""
         # The budgets a direct call's reply is held to (tokens and cost a judge spent, the wall
         # clock): a script stops where the run would.
         self._budget.check_spend(workflow.now())
@@ -181,10 +206,15 @@ class CodeRunner:
         assert self.run_batch is not None
         reply = await self.run_batch(planned)
         await self._gate.judges_done()
+        # A request still open will not run (an interrupt stopped its wait, or a call before it
+        # failed fatally): withdrawn now, before the calls' ends are told.
+        self._gate.withdraw([tool_call.id for tool_call in calls])
         record = self._state.step_records[-1]
         results = []
+        outcomes: list[Outcome] = []
         for request, tool_call in zip(leg.calls, calls, strict=True):
             outcome: Outcome = reply.outcomes[tool_call.id]
+            outcomes.append(outcome)
             verdict = self._gate.verdict_of(tool_call.id)
             update: dict[str, Any] = {"script": script.id}
             if verdict is not None:
@@ -192,7 +222,7 @@ class CodeRunner:
             record.tool_calls.append(outcome.record.model_copy(update=update))
             self._reporter.call_finished(outcome)  # once a call: a denied one's is not out yet
             results.append(_script_result(request.call_id, outcome))
-        return results, reply.fatal
+        return results, reply.fatal, outcomes
 
 
 def run_code(agent_input: AgentInput, tools: Iterable[ToolSpec]) -> ToolSpec | None:
@@ -257,6 +287,24 @@ def _result_text(
     if not parts:
         parts.append(f"(The script printed nothing and its last line has no value. {calls}.)")
     return "\n".join(parts), True
+
+
+def _batch_line(outcomes: list[Outcome]) -> str:
+    """What came of each call of the batch an interrupt stopped, for the model: which ran and
+    which did not, so it knows what stands."""
+    shown = []
+    for outcome in outcomes[:BATCH_SHOWN]:
+        record = outcome.record
+        became = _BECAME.get(record.outcome, record.outcome)
+        if record.outcome == "error" and outcome.result.content == cancelled_text(record.name):
+            became = "cancelled"
+        shown.append(f"{record.id} {record.name} {became}")
+    if len(outcomes) > BATCH_SHOWN:
+        shown.append(f"and {count(len(outcomes) - BATCH_SHOWN, 'more call')}")
+    return "its last calls: " + ", ".join(shown)
+
+
+_BECAME = {"ok": "ran", "error": "failed", "not_run": "not run", "loop_detected": "refused"}
 
 
 def _ms_since(started: Any) -> int:

@@ -187,6 +187,9 @@ class ToolApproval(BaseModel):
     judging: bool = Field(default=False, exclude_if=lambda v: not v)
     """An auto-mode judge is reviewing the call: it waits for the judge, not for a person (a
     person may still decide it, and wins)."""
+    script: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """A call a code-mode script made (docs/code-mode.md): the id of the run_code call whose
+    script made it and waits on it."""
 
 
 class PlanState(BaseModel):

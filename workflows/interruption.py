@@ -7,7 +7,9 @@ An interrupt (the `interrupt` update) stops the working turn where it is:
 - read-only calls in flight are cancelled, and their results say so;
 - a call that changes data and has started is left to finish, and its result and its effect are
   recorded as usual (a call that changes data and still waits for its approval has not started:
-  it is not run).
+  it is not run);
+- a code-mode script (run_code, which changes data) is left to end, and stops where it is: its
+  calls in flight end as above, and no leg of it runs after the interrupt (workflows/code_mode.py).
 
 The transcript stays valid: every call of the reply gets a result, in call order. Nothing is
 compensated here (workflows/conversation.py says what an ending conversation undoes).

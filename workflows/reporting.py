@@ -301,6 +301,8 @@ def calls_markdown(waiting: Sequence[tuple[ToolApproval, bool]], argument_chars:
         warning, arguments = shown_arguments.of_approval(approval, argument_chars)
         cut = f" **{warning}**" if warning else ""
         whose = ", a sub-agent's" if sub_agent else ""
+        if approval.script:  # a code-mode script's call: the script waits on it
+            whose += f", in the script of run_code call {code_span(approval.script)}"
         lines.append(
             f"{n}. {code_span(approval.tool)} (call {code_span(approval.call_id)}{whose}) with "
             f"{code_span(arguments)}{cut}"

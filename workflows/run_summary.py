@@ -48,6 +48,12 @@ def run_details(agent_input: AgentInput) -> str:
         *(["`submit_plan` (plan mode: a person approves the plan)"] if agent_input.plan else []),
         *(["`delegate` (sub-agents)"] if agent_input.sub_agents else []),
     ]
+    if (mode := agent_input.code_mode) is not None:
+        extras.append(
+            "`run_code` (code mode: a script calls the tools, each call as a direct one; at "
+            f"most {count(mode.max_calls, 'call')}, {mode.max_cpu_seconds:g} s of execution and "
+            f"{mode.max_memory_bytes // 1024**2:,} MiB a script)"
+        )
     price = model.price
     made_up = (
         "a made-up price (the scripted model costs nothing) of "

@@ -13,7 +13,7 @@ the gate decides nothing about a call itself. Deterministic code only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
@@ -103,9 +103,10 @@ class ToolCallGate:
         """Wait for the judge's reviews of the reply still out (auto_review.py)."""
         await self._review.done()
 
-    def withdraw(self) -> None:
-        """Requests left undecided when their calls will not run (a fatal failure, the end)."""
-        self._calls.withdraw()
+    def withdraw(self, call_ids: Collection[str] | None = None) -> None:
+        """Requests left undecided when their calls will not run (a fatal failure, the end);
+        given `call_ids`, those of these calls alone (a script's, as it ends)."""
+        self._calls.withdraw(call_ids)
 
     # --- the handlers: decisions, an operator's changes, a sub-agent's reports ------------------
 

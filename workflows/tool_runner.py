@@ -135,6 +135,7 @@ class ToolRunner:
                 self._ctx, self._budget, self._gate, self._reporter, self.tools, facts, loops
             )
             self.code.run_batch = self.run
+            self.code.interrupted = self._interrupted
 
     def _interrupted(self) -> bool:
         return self.interruption is not None and self.interruption.requested

@@ -201,7 +201,8 @@ function why(waiting) {
     reasons.push(`plan v${waiting.plan.version} waits for approval (${steps} steps)`);
   }
   for (const call of waiting.calls) {
-    reasons.push(`tool call ${call.tool} waits for approval: ${call.arguments}`);
+    const script = call.script ? ` (in the script of run_code call ${call.script})` : "";
+    reasons.push(`tool call ${call.tool}${script} waits for approval: ${call.arguments}`);
   }
   return reasons;
 }
@@ -445,6 +446,10 @@ function showRun(app, workflowId) {
               : `Tool call ${call.tool} waits for approval`,
           ),
           el("p", { className: "muted" }, `call ${call.call_id}, step ${call.step}`),
+          // A call a code-mode script made: the script waits on the decision.
+          call.script
+            ? el("p", { className: "why script" }, `in the script of run_code call ${call.script}, which waits for it`)
+            : null,
           call.judging ? el("p", { className: "why" }, "You may decide it before the judge does: you win.") : null,
           // The line the CLI and the Web UI show, sent whole (serving/http_api.py's ShownStatus).
           call.verdict ? el("p", { className: "why judge" }, status.verdict_lines[call.call_id]) : null,
@@ -622,6 +627,8 @@ function showRun(app, workflowId) {
     if (why) notify(why, true);
     else if (refusedShown) notify("");
     refusedShown = Boolean(why);
+    // No events tell the page that the run moved: it reads the run at each ask instead.
+    if (why && !ended) refreshSoon();
   }
 
   refresh();
