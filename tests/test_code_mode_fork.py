@@ -1,0 +1,157 @@
+"""Forks of a run in code mode, on a real dev server: a fork at the step whose reply was a
+run_code call, or at a step after it, begins with the script's result in its transcript (every
+call answered, run_code's too), runs none of the script's calls again (counted by the tools' own
+effects), inherits the script's side effects as it inherits a direct call's (listed, never
+undone), and goes on with its own replies, its own scripts included."""
+
+from __future__ import annotations
+
+import textwrap
+import uuid
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+import tests.tools_for_tests as test_tools
+from durable_agent.client.agent_client import AgentClient, AgentRunFailed
+from durable_agent.client.forking import read_run, scripted_from
+from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.inputs import CodeMode, Limits, ModelSettings
+from durable_agent.workflows.transcript import Transcript
+from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, TRUSTED, call, scripted_input, turn
+
+TOOLS = ["keyed_effect", "count_me"]
+
+
+def script_code(tag: str, key: str) -> str:
+    """Two effects with a read between them, in two legs' worth of calls."""
+    return textwrap.dedent(
+        f"""
+        a = await keyed_effect(label="{tag}-a")
+        n = await count_me(key="{key}")
+        b = await keyed_effect(label="{tag}-b")
+        print(a["label"], b["label"], n)
+        """
+    )
+
+
+async def tool_activities(handle) -> list[str]:  # type: ignore[no-untyped-def]
+    names = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            name = event.activity_task_scheduled_event_attributes.activity_type.name
+            if name not in ("call_model", "run_script"):
+                names.append(name)
+    return names
+
+
+def labels_run(tag: str) -> list[str]:
+    return [label for label, _, _ in test_tools.keys_seen if label.startswith(tag)]
+
+
+async def test_a_fork_at_a_script_step_inherits_the_script_and_goes_on_with_its_own(
+    client: Client, task_queue: str
+) -> None:
+    tag, key, later = f"t-{uuid.uuid4()}", f"k-{uuid.uuid4()}", f"l-{uuid.uuid4()}"
+    agents = AgentClient(client, task_queue)
+    original_script = [
+        turn(call("run_code", id="script_1", code=script_code(tag, key))),
+        turn(call("count_me", key=later), expect=f"{tag}-b"),
+        turn(text="done: {last_tool_result}"),
+    ]
+    original_input = scripted_input(original_script, tools=TOOLS, code_mode=CodeMode())
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        original = await agents.start(original_input)
+        assert (await original.result()).answer == f"done: {later} has run 1 times"
+        original_transcript = await original.transcript()
+        assert labels_run(tag) == [f"{tag}-a", f"{tag}-b"]
+
+        # At step 1, whose reply was run_code: the fork's own step 2 is a script of its own,
+        # under the same call id (renamed, as any repeated id is), which changes data too.
+        at_script = await agents.fork(
+            original.id,
+            step=1,
+            model=ModelSettings(
+                script=scripted_from(
+                    1,
+                    [
+                        turn(
+                            call(
+                                "run_code",
+                                id="script_1",
+                                code=f'await keyed_effect(label="{tag}-c")',
+                            ),
+                            expect=f"{tag}-b",  # it read the inherited script's result
+                        ),
+                        turn(text="forked: {last_tool_result}"),
+                    ],
+                ),
+                retry=FAST_MODEL_RETRY,
+            ),
+            tool_approval=TRUSTED,
+        )
+        at_script_result = await at_script.result()
+        at_script_transcript = await at_script.transcript()
+
+        # At step 2, after the script: the fork's own step 3 changes data and then the fork
+        # runs out of steps, undoing its own effect and none of the script's.
+        test_tools.undone.clear()
+        after = await agents.fork(
+            original.id,
+            step=2,
+            model=ModelSettings(
+                script=scripted_from(
+                    2,
+                    [
+                        turn(call("keyed_effect", label=f"{tag}-d"), expect=f"{later} has run"),
+                        turn(text="never reached"),
+                    ],
+                ),
+                retry=FAST_MODEL_RETRY,
+            ),
+            limits=Limits(max_steps=1),
+            tool_approval=TRUSTED,
+        )
+        with pytest.raises(AgentRunFailed) as failed:
+            await after.result()
+        after_transcript = await after.transcript()
+        after_seed = (await read_run(client, after.id)).input.fork
+
+    # Each fork's transcript is one a provider takes: every call answered, run_code's included.
+    for transcript in (at_script_transcript, after_transcript):
+        assert Transcript(messages=transcript).is_complete()
+    assert at_script_transcript[:3] == original_transcript[:3]  # the prompt, run_code, its result
+    assert after_transcript[:5] == original_transcript[:5]
+    # The script's calls ran once, in the original: not in either fork.
+    assert test_tools.executions[key] == 1 and test_tools.executions[later] == 1
+    assert labels_run(tag) == [f"{tag}-a", f"{tag}-b", f"{tag}-c", f"{tag}-d"]
+    assert await tool_activities(at_script.handle) == ["keyed_effect"]
+    assert await tool_activities(after.handle) == ["keyed_effect", "undo_keyed_effect"]
+
+    # The fork at the script's step went on with its own replies, its own script included.
+    assert at_script_result.answer.startswith("forked: ") and "-c" in at_script_result.answer
+    assert [r.step for r in at_script_result.step_records] == [2, 3]
+    records = at_script_result.step_records[0].tool_calls
+    (own_script,) = [r.id for r in records if r.name == "run_code"]
+    assert own_script != "script_1"  # renamed: the inherited transcript holds script_1
+    assert [(r.id, r.script) for r in records] == [
+        (f"{own_script}.1", own_script),
+        (own_script, None),
+    ]
+    assert [e.call.tool_call_id for e in at_script_result.side_effects] == [f"{own_script}.1"]
+
+    # Both inherited the script's effects, as a fork inherits a direct call's: listed in
+    # forked_from, in the order they happened, never undone.
+    assert after_seed is not None
+    for fork in (at_script_result.forked_from, after_seed.origin):
+        assert fork is not None
+        inherited = [(e.call.tool_call_id, e.call.result, e.compensation) for e in fork.effects]
+        assert inherited == [
+            ("script_1.1", {"label": f"{tag}-a"}, "undo_keyed_effect"),
+            ("script_1.3", {"label": f"{tag}-b"}, "undo_keyed_effect"),
+        ]
+    assert failed.value.type == "AgentStepLimitExceeded"
+    compensations = failed.value.details.compensations
+    assert [(c.tool, c.status) for c in compensations] == [("keyed_effect", "completed")]
+    assert test_tools.undone == [f"{tag}-d"]
