@@ -12,7 +12,9 @@ has its keys; it needs neither a worker nor the workers' stores. Nothing here ch
 
 The transcript through step K is what the model was sent at step K+1 (compacted, if the
 original compacted before it); for the last step, that step's request, its reply and its tool
-activities' results. The fork's seed carries it, with what steps 1..K cost and the side effects
+activities' results (run_code's: what its script's legs came to, as the model read it). A code-mode
+script's calls are tool activities of their step: the fork inherits them, and their effects, as
+it inherits a direct call's. The fork's seed carries it, with what steps 1..K cost and the side effects
 they had, which the fork lists as inherited and never undoes (workflows/fork.py). A fork of a
 plan-mode run is in plan mode too, and its seed carries the plan a person decided in steps 1..K:
 only a plan approved there lets the fork change data without planning first.
@@ -35,10 +37,13 @@ from ..workflows import history, json_schema
 from ..workflows.activity_io import (
     ModelRequest,
     ModelResponse,
+    ScriptLeg,
+    ScriptLegInput,
     ToolActivityInput,
     ToolActivityResult,
 )
 from ..workflows.builtin_tools import SUBMIT_PLAN, SUBMIT_PLAN_PARAMETERS
+from ..workflows.code_mode import result_text
 from ..workflows.decisions import PlanState
 from ..workflows.inputs import (
     AgentInput,
@@ -51,6 +56,7 @@ from ..workflows.inputs import (
     ToolApprovalPolicy,
 )
 from ..workflows.model_gateway import MODEL_ACTIVITY
+from ..workflows.script_tools import RUN_CODE, RUN_SCRIPT
 from ..workflows.specs import ToolSpec
 from ..workflows.state import AppliedEffect, CompensationInput, FailureDetails
 from ..workflows.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
@@ -104,6 +110,27 @@ class RecordedStep:
     reply: ModelResponse | None = None
     calls: dict[str, RecordedCall] = field(default_factory=dict)
     """The step's tool activities, by call id."""
+    scripts: dict[str, list[tuple[ScriptLegInput, ScriptLeg]]] = field(default_factory=dict)
+    """The legs of the step's run_code scripts that completed, in order, by run_code's call id."""
+
+    def result_of(self, call: ToolCall) -> ToolResult | None:
+        """A call's result as the transcript had it, when the history holds it: its tool
+        activity's, or, for run_code, what the legs of its script that ended come to."""
+        recorded = self.calls.get(call.id)
+        if recorded is not None and recorded.result is not None:
+            return _result_message(call, recorded.result)
+        legs = self.scripts.get(call.id, [])
+        if call.name != RUN_CODE or not legs or legs[-1][1].status == "waiting":
+            return None
+        first, (last_input, last) = legs[0][0], legs[-1]
+        printed = "".join(leg.printed for _, leg in legs)
+        left_out = sum(leg.printed_left_out for _, leg in legs)
+        content, ok = result_text(
+            last, printed, left_out, last_input.calls_made, first.output_chars_left
+        )
+        return ToolResult(
+            tool_call_id=call.id, tool_name=call.name, content=content, is_error=not ok
+        )
 
 
 @dataclass
@@ -151,14 +178,14 @@ class RecordedRun:
         assert last is not None and last.reply is not None  # k is the last step: it replied
         messages = [*last.sent, last.reply.message]
         for call in last.reply.message.tool_calls:
-            recorded = last.calls.get(call.id)
-            if recorded is None or recorded.result is None:
+            result = last.result_of(call)
+            if result is None:
                 raise ForkError(
                     f"step {k} of {self.workflow_id} has no result for its call {call.id} "
-                    f"({call.name}) in the history (an answer, a refused or failed call): fork at "
-                    f"step {k - 1} or earlier"
+                    f"({call.name}) in the history (an answer, a refused or failed call, a "
+                    f"script that did not end): fork at step {k - 1} or earlier"
                 )
-            messages.append(_result_message(call, recorded.result))
+            messages.append(result)
         return messages
 
     def transcript(self) -> list[Message]:
@@ -171,9 +198,8 @@ class RecordedRun:
         if last.reply is not None:
             messages.append(last.reply.message)
             for call in last.reply.message.tool_calls:
-                recorded = last.calls.get(call.id)
-                if recorded is not None and recorded.result is not None:
-                    messages.append(_result_message(call, recorded.result))
+                if (result := last.result_of(call)) is not None:
+                    messages.append(result)
         return messages
 
     def usage_through(self, k: int) -> Usage:
@@ -378,6 +404,8 @@ class _HistoryReader:
         self._requests: list[tuple[str, ModelRequest, ModelResponse | None]] = []
         """Every step request, in the order scheduled, with its run and its reply."""
         self._calls: list[RecordedCall] = []
+        self._legs: list[tuple[ScriptLegInput, ScriptLeg]] = []
+        """The legs of run_code's scripts that completed, in order."""
         self._status = "running"
         self._result: AgentResult | None = None
         self._failure: ApplicationError | None = None
@@ -425,6 +453,9 @@ class _HistoryReader:
                     index = requests[at]
                     reply = await self._decode(done.result, ModelResponse)
                     self._requests[index] = (*self._requests[index][:2], reply)
+                elif at in scheduled and scheduled[at][0] == RUN_SCRIPT:
+                    leg_input = await self._decode(scheduled[at][1], ScriptLegInput)
+                    self._legs.append((leg_input, await self._decode(done.result, ScriptLeg)))
                 elif (call := await self._tool_call(scheduled, at, tool_names)) is not None:
                     call.result = await self._decode(done.result, ToolActivityResult)
                     calls[at] = call
@@ -507,6 +538,10 @@ class _HistoryReader:
         for call in self._calls:
             if call.request.tool_call_id and call.request.step in steps:
                 steps[call.request.step].calls[call.request.tool_call_id] = call
+        for leg_input, leg in self._legs:
+            if leg_input.step in steps:
+                legs = steps[leg_input.step].scripts.setdefault(leg_input.tool_call_id, [])
+                legs.append((leg_input, leg))
         return RecordedRun(
             workflow_id=self._workflow_id,
             first_run_id=first_run_id,

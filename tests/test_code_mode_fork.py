@@ -155,3 +155,61 @@ async def test_a_fork_at_a_script_step_inherits_the_script_and_goes_on_with_its_
     compensations = failed.value.details.compensations
     assert [(c.tool, c.status) for c in compensations] == [("keyed_effect", "completed")]
     assert test_tools.undone == [f"{tag}-d"]
+
+
+ENDINGS = {
+    "a value": ('n = await count_me(key="{key}")\nprint("read", n)\n{{"n": n}}', CodeMode()),
+    "an exception": (
+        'n = await count_me(key="{key}")\nprint("read", n)\nraise ValueError("no")',
+        CodeMode(),
+    ),
+    "output past its bound": (
+        'n = await count_me(key="{key}")\nfor i in range(300):\n    print("line", i, n)\nn',
+        CodeMode(max_output_chars=1000),
+    ),
+}
+
+
+async def test_a_fork_at_a_last_step_that_ran_a_script_reads_its_result_from_the_legs(
+    client: Client, task_queue: str
+) -> None:
+    """A run that stopped right after its script (a limit, here) made no request that holds
+    run_code's result: the fork reads it from the script's legs, as the model read it."""
+    agents = AgentClient(client, task_queue)
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        for what, (template, mode) in ENDINGS.items():
+            key = f"k-{uuid.uuid4()}"
+            code = template.format(key=key)
+            original = await agents.start(
+                scripted_input(
+                    [turn(call("run_code", id="script_1", code=code)), turn(text="never")],
+                    tools=TOOLS,
+                    code_mode=mode,
+                    limits=Limits(max_steps=1),
+                )
+            )
+            with pytest.raises(AgentRunFailed, match="max_steps=1 reached"):
+                await original.result()
+            original_transcript = await original.transcript()
+
+            forked = await agents.fork(
+                original.id,
+                step=1,
+                model=ModelSettings(
+                    script=scripted_from(1, [turn(text="read: {last_tool_result}")]),
+                    retry=FAST_MODEL_RETRY,
+                ),
+                tool_approval=TRUSTED,
+            )
+            result = await forked.result()
+            transcript = await forked.transcript()
+
+            assert transcript[:3] == original_transcript[:3], what
+            assert result.answer == f"read: {original_transcript[2].content}", what
+            assert test_tools.executions[key] == 1, what
+            # Each ending as the model read it in the original: ok, stopped, cut.
+            read = original_transcript[2]
+            assert read.is_error is (what == "an exception"), what
+            assert ("more characters printed, not shown" in read.content) is (
+                what == "output past its bound"
+            ), what

@@ -134,7 +134,7 @@ class CodeRunner:
             )
         for n in range(1, made + 1):  # their events are out: the names need not be kept
             self._reporter.scripts.pop(f"{call.id}.{n}", None)
-        text, ok = _result_text(leg, "".join(printed), left_out, made, mode.max_output_chars)
+        text, ok = result_text(leg, "".join(printed), left_out, made, mode.max_output_chars)
         make = Outcome.ok if ok else Outcome.error
         return make(
             call,
@@ -234,10 +234,13 @@ def _script_result(call_id: int, outcome: Outcome) -> ScriptCallResult:
     return ScriptCallResult(call_id=call_id, value=value)
 
 
-def _result_text(
+def result_text(
     leg: ScriptLeg, printed: str, left_out: int, made: int, bound: int
 ) -> tuple[str, bool]:
-    """What the model reads of the script, and whether it ended well."""
+    """What the model reads of a script that ended (`leg`, its last leg: done or stopped), and
+    whether it ended well: from what its legs printed (`printed`, and `left_out` characters
+    past CodeMode.max_output_chars, `bound`) and the calls it made. A fork reads it again from
+    the legs in a history (client/forking.py)."""
     parts = [printed.rstrip("\n")] if printed.strip() else []
     if left_out:
         parts.append(f"[{left_out:,} more characters printed, not shown]")
