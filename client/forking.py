@@ -12,12 +12,12 @@ has its keys; it needs neither a worker nor the workers' stores. Nothing here ch
 
 The transcript through step K is what the model was sent at step K+1 (compacted, if the
 original compacted before it); for the last step, that step's request, its reply and its tool
-activities' results (run_code's: what its script's legs came to, as the model read it). A code-mode
-script's calls are tool activities of their step: the fork inherits them, and their effects, as
-it inherits a direct call's. The fork's seed carries it, with what steps 1..K cost and the side effects
-they had, which the fork lists as inherited and never undoes (workflows/fork.py). A fork of a
-plan-mode run is in plan mode too, and its seed carries the plan a person decided in steps 1..K:
-only a plan approved there lets the fork change data without planning first.
+activities' results (run_code's: what its script's legs came to, as the model read it). The
+fork's seed carries it, with what steps 1..K cost and the side effects they had, which the fork
+lists as inherited and never undoes (workflows/fork.py). A code-mode script's calls are tool
+activities of their step: a fork inherits them and their effects as it does a direct call's. A
+fork of a plan-mode run is in plan mode too, and its seed carries the plan a person decided in
+steps 1..K: only a plan approved there lets the fork change data without planning first.
 """
 
 from __future__ import annotations
