@@ -453,7 +453,7 @@ class _HistoryReader:
                     index = requests[at]
                     reply = await self._decode(done.result, ModelResponse)
                     self._requests[index] = (*self._requests[index][:2], reply)
-                elif at in scheduled and scheduled[at][0] == RUN_SCRIPT:
+                elif scheduled.get(at, ("",))[0] == RUN_SCRIPT and RUN_SCRIPT not in tool_names:
                     leg_input = await self._decode(scheduled[at][1], ScriptLegInput)
                     self._legs.append((leg_input, await self._decode(done.result, ScriptLeg)))
                 elif (call := await self._tool_call(scheduled, at, tool_names)) is not None:
