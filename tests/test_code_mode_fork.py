@@ -15,7 +15,7 @@ from temporalio.client import Client
 
 import tests.tools_for_tests as test_tools
 from durable_agent.client.agent_client import AgentClient, AgentRunFailed
-from durable_agent.client.forking import read_run, scripted_from
+from durable_agent.client.forking import ForkError, read_run, scripted_from
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.inputs import CodeMode, Limits, ModelSettings
 from durable_agent.workflows.transcript import Transcript
@@ -213,3 +213,146 @@ async def test_a_fork_at_a_last_step_that_ran_a_script_reads_its_result_from_the
             assert ("more characters printed, not shown" in read.content) is (
                 what == "output past its bound"
             ), what
+
+
+def gathered_code(tag: str) -> str:
+    """An effect, three reads at once (one batch), another effect: five calls in four legs."""
+    return textwrap.dedent(
+        f"""
+        import asyncio
+        a = await keyed_effect(label="{tag}-a")
+        print("effect", a["label"])
+        reads = await asyncio.gather(*(count_me(key=f"{tag}-{{i}}") for i in (1, 2, 3)))
+        b = await keyed_effect(label="{tag}-b")
+        print(a["label"], reads[0], b["label"])
+        len(reads)
+        """
+    )
+
+
+async def test_a_fork_inside_a_script_resumes_it_at_a_call_and_runs_the_rest_afresh(
+    client: Client, task_queue: str
+) -> None:
+    tag = f"t-{uuid.uuid4()}"
+    agents = AgentClient(client, task_queue)
+    original_script = [
+        turn(call("run_code", id="script_1", code=gathered_code(tag))),
+        turn(text="done: {last_tool_result}"),
+    ]
+    test_tools.undone.clear()
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        original = await agents.start(
+            scripted_input(original_script, tools=TOOLS, code_mode=CodeMode())
+        )
+        original_result = await original.result()
+        original_transcript = await original.transcript()
+
+        # Inside the batch of three reads, at the second: the first effect and the first read
+        # keep the original's results; the second and third reads and the last effect run.
+        inside = await agents.fork(
+            original.id,
+            step=1,
+            call="script_1.3",
+            model=ModelSettings(
+                script=scripted_from(1, [turn(text="forked: {last_tool_result}")]),
+                retry=FAST_MODEL_RETRY,
+            ),
+            tool_approval=TRUSTED,
+        )
+        result = await inside.result()
+        transcript = await inside.transcript()
+
+        # At the last call, in a fork that then runs out of steps: it undoes its own effect,
+        # the script's last, and not the one it inherited.
+        at_last = await agents.fork(
+            original.id,
+            step=1,
+            call="script_1.5",
+            model=ModelSettings(
+                script=scripted_from(1, [turn(call("count_me", key=f"{tag}-x")), turn(text="no")]),
+                retry=FAST_MODEL_RETRY,
+            ),
+            limits=Limits(max_steps=1),
+            tool_approval=TRUSTED,
+        )
+        with pytest.raises(AgentRunFailed) as failed:
+            await at_last.result()
+
+        # Forks of the fork: after its step 1, and inside its script again, at its last call.
+        after_it = await agents.fork(
+            inside.id,
+            step=1,
+            model=ModelSettings(script=scripted_from(1, [turn(text="again")])),
+            tool_approval=TRUSTED,
+        )
+        after_it_result = await after_it.result()
+        inside_it = await agents.fork(
+            inside.id,
+            step=1,
+            call="script_1.5",
+            model=ModelSettings(script=scripted_from(1, [turn(text="again")])),
+            tool_approval=TRUSTED,
+        )
+        inside_it_result = await inside_it.result()
+        inside_it_transcript = await inside_it.transcript()
+        recorded = await read_run(client, inside.id)
+
+        with pytest.raises(ForkError, match=r"made no call 'script_1\.6' \(it made 5"):
+            await agents.fork(original.id, step=1, call="script_1.6")
+        with pytest.raises(ForkError, match="a fork inside a script needs a step whose reply"):
+            await agents.fork(original.id, step=2, call="script_1.1")
+
+    # What the model read of the script is what it read in the original: the script got the
+    # inherited read's result, and the rest ran again (the reads count their runs).
+    assert transcript[:3] == original_transcript[:3]
+    assert Transcript(messages=transcript).is_complete()
+    assert result.answer == "forked: " + original_transcript[2].content
+    assert [test_tools.executions[f"{tag}-{i}"] for i in (1, 2, 3)] == [1, 2, 2]
+    assert [label for label, _, _ in test_tools.keys_seen if label.startswith(tag)] == [
+        f"{tag}-a",
+        f"{tag}-b",
+        f"{tag}-b",  # the fork inside the batch
+        f"{tag}-b",  # the fork at the last call
+        f"{tag}-b",  # the fork of the fork, at the last call
+    ]
+    # The fork's step 1 is the original's reply, not asked again, paid for by the original;
+    # its trace holds the calls it ran, numbered as in the original.
+    assert [r.step for r in result.step_records] == [1, 2]
+    first = result.step_records[0]
+    assert first.usage.input_tokens == 0
+    assert [(r.id, r.name) for r in first.tool_calls] == [
+        ("script_1.3", "count_me"),
+        ("script_1.4", "count_me"),
+        ("script_1.5", "keyed_effect"),
+        ("script_1", "run_code"),
+    ]
+    origin = result.forked_from
+    assert origin is not None and (origin.step, origin.call) == (1, "script_1.3")
+    assert origin.usage == original_result.step_records[0].usage
+    assert [e.call.tool_call_id for e in origin.effects] == ["script_1.1"]
+    assert [e.call.tool_call_id for e in result.side_effects] == ["script_1.5"]
+
+    assert failed.value.type == "AgentStepLimitExceeded"
+    assert "max_steps=1 reached: the run made 1 model calls" in failed.value.message
+    assert [(c.tool_call_id, c.status) for c in failed.value.details.compensations] == [
+        ("script_1.5", "completed")
+    ]
+    assert test_tools.undone == [f"{tag}-b"]
+
+    # A fork of the fork inherits from both: the original's first effect, the fork's last.
+    assert after_it_result.forked_from is not None
+    assert [e.call.tool_call_id for e in after_it_result.forked_from.effects] == [
+        "script_1.1",
+        "script_1.5",
+    ]
+    assert await tool_activities(after_it.handle) == []
+    # Inside the fork's own script: what the script printed in the original's legs and in the
+    # fork's goes on, so the model reads what it read in the original.
+    assert inside_it_transcript[:3] == original_transcript[:3]
+    assert inside_it_result.forked_from is not None
+    assert [e.call.tool_call_id for e in inside_it_result.forked_from.effects] == ["script_1.1"]
+    assert [e.call.tool_call_id for e in inside_it_result.side_effects] == ["script_1.5"]
+    # And read back from the fork's history, its script's result is the one the model read.
+    given = recorded.step(1)
+    assert given is not None and given.reply is not None
+    assert given.result_of(given.reply.message.tool_calls[0]) == transcript[2]

@@ -27,7 +27,7 @@ from .activity_io import ScriptCallResult, ScriptLeg, ScriptLegInput
 from .budget import Budget
 from .context import RunContext
 from .errors import describe_failure
-from .inputs import AgentInput, CodeMode
+from .inputs import AgentInput, CodeMode, ScriptResume
 from .loop_detection import LoopDetector
 from .outcomes import Outcome, count
 from .reporting import Reporter
@@ -100,21 +100,29 @@ class CodeRunner:
         )
         printed: list[str] = []
         left_out = made = legs = 0
+        leg: ScriptLeg | None = None
+        inherited: list[ScriptCallResult] = []
+        if (resume := self._resumed(call)) is not None:  # a fork inside this script
+            leg = ScriptLeg.model_validate(resume.leg)
+            inherited = [ScriptCallResult.model_validate(r) for r in resume.inherited]
+            printed, left_out = [resume.printed], resume.printed_left_out
+            made, legs = resume.calls_made, resume.legs
         while True:
-            legs += 1
-            self._reporter.set_status(
-                "running", f"step {self._state.steps}: script {call.id} running (leg {legs})"
-            )
-            try:
-                leg = await self._leg(call, leg_input, legs)
-            except ActivityError as failure:
-                text = f"Error: the script could not run: {describe_failure(failure.cause)}."
-                return Outcome.error(call, text, latency_ms=_ms_since(started), attempts=legs)
-            printed.append(leg.printed)
-            left_out += leg.printed_left_out
+            if leg is None:
+                legs += 1
+                self._reporter.set_status(
+                    "running", f"step {self._state.steps}: script {call.id} running (leg {legs})"
+                )
+                try:
+                    leg = await self._leg(call, leg_input, legs)
+                except ActivityError as failure:
+                    text = f"Error: the script could not run: {describe_failure(failure.cause)}."
+                    return Outcome.error(call, text, latency_ms=_ms_since(started), attempts=legs)
+                printed.append(leg.printed)
+                left_out += leg.printed_left_out
             if leg.status != "waiting":
                 break
-            results, fatal = await self._run_calls(call, leg, made)
+            results, fatal = await self._run_calls(call, leg, made, inherited)
             made += len(leg.calls)
             if fatal is not None:
                 text = f"Error: the script was stopped: {fatal}."
@@ -132,6 +140,7 @@ class CodeRunner:
                     "output_chars_left": room,
                 }
             )
+            leg, inherited = None, []
         for n in range(1, made + 1):  # their events are out: the names need not be kept
             self._reporter.scripts.pop(f"{call.id}.{n}", None)
         text, ok = result_text(leg, "".join(printed), left_out, made, mode.max_output_chars)
@@ -158,21 +167,35 @@ class CodeRunner:
             summary=f"script {call.id} leg {legs}",
         )
 
+    def _resumed(self, call: ToolCall) -> ScriptResume | None:
+        """Where a fork inside this script resumes it: in the fork's first step alone."""
+        seed = self._input.fork
+        if seed is None or seed.script is None or seed.origin.step != self._state.steps:
+            return None
+        return seed.script if seed.script.reply.tool_calls[0].id == call.id else None
+
     async def _run_calls(
-        self, script: ToolCall, leg: ScriptLeg, made: int
+        self,
+        script: ToolCall,
+        leg: ScriptLeg,
+        made: int,
+        inherited: list[ScriptCallResult],
     ) -> tuple[list[ScriptCallResult], str | None]:
-        """Run one leg's calls as one batch, as a reply's calls run; their results as the
-        script gets them, and why the run must end, when a call failed fatally."""
+        """Run one leg's calls as one batch, as a reply's calls run, but for the first ones a
+        fork inherited the results of (`inherited`); their results as the script gets them,
+        and why the run must end, when a call failed fatally."""
         # The budgets a direct call's reply is held to (tokens and cost a judge spent, the wall
         # clock): a script stops where the run would.
         self._budget.check_spend(workflow.now())
+        made += len(inherited)
+        requests = leg.calls[len(inherited) :]
         calls = [
             ToolCall(
                 id=f"{script.id}.{made + position + 1}",
                 name=request.name,
                 arguments=json.dumps(request.arguments, ensure_ascii=False),
             )
-            for position, request in enumerate(leg.calls)
+            for position, request in enumerate(requests)
         ]
         for tool_call in calls:
             self._reporter.scripts[tool_call.id] = script.id
@@ -182,8 +205,8 @@ class CodeRunner:
         reply = await self.run_batch(planned)
         await self._gate.judges_done()
         record = self._state.step_records[-1]
-        results = []
-        for request, tool_call in zip(leg.calls, calls, strict=True):
+        results = list(inherited)
+        for request, tool_call in zip(requests, calls, strict=True):
             outcome: Outcome = reply.outcomes[tool_call.id]
             verdict = self._gate.verdict_of(tool_call.id)
             update: dict[str, Any] = {"script": script.id}

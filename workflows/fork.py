@@ -6,15 +6,22 @@ so its trace and the original's line up; its limits count from K; its usage and 
 compensation log start empty, since the original paid for steps 1..K and their side effects are
 the original's (listed as inherited in the result, never undone here). Its plan is the one a
 person decided in steps 1..K, if any: a person's approval there stands, as the transcript says.
+
+A fork inside step K's script (`origin.call`) starts one step earlier, after step K - 1's
+results: its step K is the original's reply, given rather than asked for (the original paid for
+it), whose run_code script then resumes where the seed says (code_mode.py). Its limits count
+from K all the same.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from .activity_io import ModelResponse
 from .inputs import AgentInput, ForkSeed
 from .state import RunState
 from .transcript import AssistantMessage, Transcript
+from .usage import Usage
 
 
 def seeded_state(seed: ForkSeed, started_at: datetime) -> RunState:
@@ -22,7 +29,7 @@ def seeded_state(seed: ForkSeed, started_at: datetime) -> RunState:
     step count, its plan, and the call ids it holds, so that a new call never reuses one."""
     state = RunState.start(started_at)
     state.messages = Transcript(messages=list(seed.messages)).messages
-    state.steps = seed.origin.step
+    state.steps = seed.origin.step - (1 if seed.script is not None else 0)
     # A seed recorded before forks kept their plan has none: such a fork starts as it did.
     state.plan = seed.plan
     state.call_ids = [
@@ -32,6 +39,20 @@ def seeded_state(seed: ForkSeed, started_at: datetime) -> RunState:
         for call in message.tool_calls
     ]
     return state
+
+
+def given_reply(agent_input: AgentInput, steps: int) -> ModelResponse | None:
+    """A fork inside a script: its first step's reply, the original's, which the model is not
+    asked for and which costs the fork nothing; None for any other step, and any other run."""
+    seed = agent_input.fork
+    if seed is None or seed.script is None or steps != seed.origin.step - 1:
+        return None
+    return ModelResponse(
+        message=seed.script.reply,
+        usage=Usage(),
+        model=agent_input.model.model,
+        finish_reason="tool_calls",
+    )
 
 
 def inherited_steps(agent_input: AgentInput) -> int:
