@@ -864,7 +864,8 @@ def diff(a: RecordedRun, b: RecordedRun) -> RunDiff:
 
 def forked_from_memo(origin: ForkOrigin) -> dict[str, Any]:
     """The `forked_from` memo of a fork: plain JSON, so the Web UI and `temporal` show it."""
-    return {"workflow_id": origin.workflow_id, "run_id": origin.run_id, "step": origin.step}
+    memo = {"workflow_id": origin.workflow_id, "run_id": origin.run_id, "step": origin.step}
+    return memo if origin.call is None else {**memo, "call": origin.call}
 
 
 def arguments_text(arguments: str) -> str:

@@ -6,12 +6,14 @@ undone), and goes on with its own replies, its own scripts included."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 import uuid
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
 import tests.tools_for_tests as test_tools
 from durable_agent.client.agent_client import AgentClient, AgentRunFailed
@@ -20,6 +22,7 @@ from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.inputs import CodeMode, Limits, ModelSettings
 from durable_agent.workflows.transcript import Transcript
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, TRUSTED, call, scripted_input, turn
+from tests.test_fork_cli import starter
 
 TOOLS = ["keyed_effect", "count_me"]
 
@@ -356,3 +359,37 @@ async def test_a_fork_inside_a_script_resumes_it_at_a_call_and_runs_the_rest_afr
     given = recorded.step(1)
     assert given is not None and given.reply is not None
     assert given.result_of(given.reply.message.tool_calls[0]) == transcript[2]
+
+
+async def test_fork_call_on_the_command_line_forks_inside_the_script(
+    temporal_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    tag = f"t-{uuid.uuid4()}"
+    agents = AgentClient(client, task_queue)
+    script = [
+        turn(call("run_code", id="script_1", code=gathered_code(tag))),
+        turn(text="done: {last_tool_result}"),
+    ]
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        original = await agents.start(scripted_input(script, tools=TOOLS, code_mode=CodeMode()))
+        answer = (await original.result()).answer
+        fork_of = ("fork", original.id, "--step", "1", "--approve-all", "--json")
+        code, out, err = await starter(temporal_env, *fork_of, "--call", "script_1.4")
+        refused = await starter(temporal_env, *fork_of, "--call", "script_9.1")
+        forked = json.loads(out) if code == 0 else {}
+        described = await client.get_workflow_handle(forked["workflow_id"]).describe()
+
+    assert code == 0, err
+    # Without --script, the scripted fork plays the original's replies from step 2: the same
+    # answer, from the same output of the script, whose last read and effect ran again.
+    assert forked["status"] == "completed" and forked["answer"] == answer
+    memo = await described.memo_value("forked_from")
+    assert (memo["step"], memo["call"]) == (1, "script_1.4")
+    assert [test_tools.executions[f"{tag}-{i}"] for i in (1, 2, 3)] == [1, 1, 2]
+    code, out, err = refused
+    assert code == 1 and out == ""
+    assert err.splitlines() == [
+        f"fork {original.id}: step 1 of {original.id} has no script whose call is 'script_9.1': "
+        "a fork inside a script needs a step whose reply is one run_code call, and its reply "
+        "made run_code script_1"
+    ]
