@@ -321,6 +321,14 @@ class RecordedRun:
             for index, (asked, leg) in enumerate(legs)
             if leg.status == "waiting" and asked.calls_made < n <= asked.calls_made + len(leg.calls)
         ]
+        seed = self.input.fork
+        resumed_after = legs[0][0].calls_made if step.resumed is not None and legs else 0
+        if not found and seed is not None and n <= resumed_after:
+            # Asked for by the original's legs, not this run's.
+            raise ForkError(
+                f"{where}: its script resumed the script of {seed.origin.workflow_id} after "
+                f"{at} was asked for: fork {seed.origin.workflow_id} at {at}"
+            )
         if not found:
             made = max((a.calls_made + len(leg.calls) for a, leg in legs), default=0)
             raise ForkError(
@@ -341,7 +349,6 @@ class RecordedRun:
         effects = self._effects_of(
             call for call_id, call in step.calls.items() if call_id in script_calls
         )
-        seed = self.input.fork
         if step.resumed is not None and seed is not None:
             # Itself a fork inside this script: what came before it is its seed's.
             messages, plan, earlier = list(seed.messages), seed.plan, list(seed.origin.effects)

@@ -299,6 +299,8 @@ async def test_a_fork_inside_a_script_resumes_it_at_a_call_and_runs_the_rest_afr
         inside_it_result = await inside_it.result()
         inside_it_transcript = await inside_it.transcript()
         recorded = await read_run(client, inside.id)
+        with pytest.raises(ForkError, match=f"fork {original.id} at script_1.4$"):
+            await agents.fork(inside.id, step=1, call="script_1.4")
 
         with pytest.raises(ForkError, match=r"made no call 'script_1\.6' \(it made 5"):
             await agents.fork(original.id, step=1, call="script_1.6")

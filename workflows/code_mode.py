@@ -8,7 +8,9 @@ activity with its own retries, timeout and idempotency key, the result bound, th
 log), as one batch; the next leg resumes the saved state with their results. So a crash anywhere
 loses nothing and repeats nothing: the completed calls are in the history, and a leg is retried
 from the state the history recorded. Each call's trace record names the run_code call
-(`ToolCallRecord.script`), and so do its events. Deterministic code only.
+(`ToolCallRecord.script`), and so do its events. A fork inside a script (ForkSeed.script)
+starts its script at a leg of the original's, with the results the original's calls before the
+fork's call got. Deterministic code only.
 """
 
 from __future__ import annotations
@@ -103,6 +105,8 @@ class CodeRunner:
         leg: ScriptLeg | None = None
         inherited: list[ScriptCallResult] = []
         if (resume := self._resumed(call)) is not None:  # a fork inside this script
+            # Its step's reply was given, not asked: no call reported the context's size.
+            self._budget.forget_reported_context()
             leg = ScriptLeg.model_validate(resume.leg)
             inherited = [ScriptCallResult.model_validate(r) for r in resume.inherited]
             printed, left_out = [resume.printed], resume.printed_left_out
