@@ -19,10 +19,20 @@ import tests.tools_for_tests as test_tools
 from durable_agent.client.agent_client import AgentClient, AgentRunFailed
 from durable_agent.client.forking import ForkError, read_run, scripted_from
 from durable_agent.serving.worker import build_worker
-from durable_agent.workflows.inputs import CodeMode, Limits, ModelSettings
+from durable_agent.workflows.inputs import AgentInput, CodeMode, Limits, ModelSettings
 from durable_agent.workflows.transcript import Transcript
-from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, TRUSTED, call, scripted_input, turn
+from tests.helpers import (
+    FAST_MODEL_RETRY,
+    TEST_WORKER_OPTIONS,
+    TRUSTED,
+    call,
+    chain_histories,
+    eventually,
+    scripted_input,
+    turn,
+)
 from tests.test_fork_cli import starter
+from tests.test_replay import replayer
 
 TOOLS = ["keyed_effect", "count_me"]
 
@@ -395,3 +405,52 @@ async def test_fork_call_on_the_command_line_forks_inside_the_script(
         "a fork inside a script needs a step whose reply is one run_code call, and its reply "
         "made run_code script_1"
     ]
+
+
+async def test_a_fork_inside_a_script_asks_for_approval_continues_as_new_and_replays(
+    client: Client, task_queue: str
+) -> None:
+    """The calls a fork runs afresh are its own: the one that changes data waits for a person
+    under the fork's policy (approval is on in a fork). The fork continues as new after its
+    given step as any run does, without the seed's script, and its histories replay."""
+    tag = f"t-{uuid.uuid4()}"
+    agents = AgentClient(client, task_queue)
+    script = [
+        turn(call("run_code", id="script_1", code=gathered_code(tag))),
+        turn(text="done: {last_tool_result}"),
+    ]
+    original_input = scripted_input(
+        script, tools=TOOLS, code_mode=CodeMode(), continue_as_new_after_steps=1
+    )
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        original = await agents.start(original_input)
+        answer = (await original.result()).answer
+        forked = await agents.fork(original.id, step=1, call="script_1.5")
+
+        async def waiting() -> list[str]:
+            status = await forked.status()
+            return [a.call_id for a in status.approvals if a.status == "awaiting_approval"]
+
+        await eventually(waiting, what="the fork's effect to wait for a person")
+        assert await waiting() == ["script_1.5"]
+        await forked.decide_tool_call("script_1.5", approve=True)
+        result = await forked.result()
+        first = (await forked.handle.describe()).raw_description.workflow_execution_info
+        histories = await chain_histories(client, forked.id, first.first_run_id)
+
+    assert result.answer == answer
+    assert [label for label, _, _ in test_tools.keys_seen if label.startswith(tag)] == [
+        f"{tag}-a",
+        f"{tag}-b",
+        f"{tag}-b",
+    ]
+    assert [e.call.tool_call_id for e in result.side_effects] == ["script_1.5"]
+    # Handed on after the given step: the next run has the origin, not the seed's script.
+    assert len(histories) == 2
+    started = histories[1].events[0].workflow_execution_started_event_attributes
+    (handed,) = await client.data_converter.decode(started.input.payloads, [AgentInput])
+    assert handed.fork is not None and handed.fork.script is None and handed.fork.messages == []
+    assert handed.fork.origin.call == "script_1.5"
+    for history in histories:
+        replayed = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+        assert replayed.replay_failure is None

@@ -15,13 +15,18 @@ from K all the same.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
+
+from temporalio import workflow
 
 from .activity_io import ModelResponse
 from .inputs import AgentInput, ForkSeed
 from .state import RunState
 from .transcript import AssistantMessage, Transcript
 from .usage import Usage
+
+GIVEN_STEP_PAUSE = timedelta(milliseconds=1)
+"""What a fork inside a script waits before its given step: a workflow task of its own."""
 
 
 def seeded_state(seed: ForkSeed, started_at: datetime) -> RunState:
@@ -41,12 +46,20 @@ def seeded_state(seed: ForkSeed, started_at: datetime) -> RunState:
     return state
 
 
-def given_reply(agent_input: AgentInput, steps: int) -> ModelResponse | None:
+async def given_reply(agent_input: AgentInput, steps: int) -> ModelResponse | None:
     """A fork inside a script: its first step's reply, the original's, which the model is not
-    asked for and which costs the fork nothing; None for any other step, and any other run."""
+    asked for and which costs the fork nothing; None for any other step, and any other run.
+
+    The step starts in a workflow task of its own, after a 1 ms timer. Without it, the step
+    follows the result of the tools' local activity (run_setup.py) in one activation, and a query
+    that came while that activity ran makes the server close the task early and the result
+    arrive in the next one. A patch the step asks (the first wait for a person asks
+    `drops-unknown-signals`) would then replay in the first task, before its marker is known:
+    a nondeterminism error (tests/test_code_mode_fork.py replays a fork that waits)."""
     seed = agent_input.fork
     if seed is None or seed.script is None or steps != seed.origin.step - 1:
         return None
+    await workflow.sleep(GIVEN_STEP_PAUSE)
     return ModelResponse(
         message=seed.script.reply,
         usage=Usage(),
