@@ -55,6 +55,11 @@ def _fork_rules(options: dict[str, Any]) -> None:
 @args.subcommand(of_run=False, rules=_fork_rules)
 @args.argument("workflow_id", "the workflow id", type=args.Text())
 @click.option("--step", type=args.COUNT, required=True, help="fork after this step (0: the prompt)")
+@click.option(
+    "--call",
+    type=args.Text(),
+    help="fork inside step K's code-mode script, at this call of it (script_1.3)",
+)
 @forked_run_options
 @click.option("--model", help="the fork's model (with --provider only: its default)")
 @click.option("--provider", type=args.PROVIDER, help="the fork's provider")
@@ -89,6 +94,7 @@ async def fork(client: AgentClient, following: Following, workflow_id: str, **fo
             tool_approval=ToolApprovalPolicy(approve_all=fork["approve_all"], allow=fork["allow"]),
             label=fork["label"],
             task_queue=fork["task_queue"],
+            call=fork["call"],
         )
     except forking.ForkError as error:
         say(f"fork {workflow_id}: {error}")
@@ -97,7 +103,8 @@ async def fork(client: AgentClient, following: Following, workflow_id: str, **fo
         following.answer({"workflow_id": agent_run.id, "status": "running"}, agent_run.id)
         return 0
     if not following.json:
-        say(f"workflow {agent_run.id} started: a fork of {workflow_id} at step {step}")
+        at = f"step {step}" if fork["call"] is None else f"step {step}, call {fork['call']}"
+        say(f"workflow {agent_run.id} started: a fork of {workflow_id} at {at}")
     return await follow(agent_run, dataclasses.replace(following, trace=fork["trace"]))
 
 

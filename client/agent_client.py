@@ -876,6 +876,7 @@ class AgentClient:
         label: str | None = None,
         fork_id: str | None = None,
         task_queue: str | None = None,
+        call: str | None = None,
     ) -> AgentRun:
         """Start a new run from run `workflow_id`'s step `step` (0: from its prompt), with
         another model, system prompt or limits (the original's where None). Its transcript
@@ -884,7 +885,11 @@ class AgentClient:
         original's. Its limits count from the fork point; tool approval is on unless
         `tool_approval` says otherwise. It runs on `task_queue`, else the original's queue.
         Raises forking.ForkError, saying why, when the run cannot be forked there (a step past
-        its last, ForkStepOutOfRange: the message has its step count)."""
+        its last, ForkStepOutOfRange: the message has its step count). With `call`, the id of
+        a call of step `step`'s code-mode script (`script_1.3`), the fork starts inside that
+        script: step `step`'s reply is the original's, the script resumes from the state it
+        had when it asked for that call, and that call and the rest run afresh
+        (docs/code-mode.md#forks-and-continue-as-new)."""
         recorded = await forking.read_run(self.client, workflow_id)
         fork_input = recorded.fork_input(
             step,
@@ -893,6 +898,7 @@ class AgentClient:
             limits=limits,
             tool_approval=tool_approval,
             label=label,
+            call=call,
         )
         if not self._fork_attributes_checked:
             await ensure_search_attributes(self.client, forking.FORK_SEARCH_ATTRIBUTES)

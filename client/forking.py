@@ -12,16 +12,18 @@ has its keys; it needs neither a worker nor the workers' stores. Nothing here ch
 
 The transcript through step K is what the model was sent at step K+1 (compacted, if the
 original compacted before it); for the last step, that step's request, its reply and its tool
-activities' results. The fork's seed carries it, with what steps 1..K cost and the side effects
-they had, which the fork lists as inherited and never undoes (workflows/fork.py). A fork of a
-plan-mode run is in plan mode too, and its seed carries the plan a person decided in steps 1..K:
-only a plan approved there lets the fork change data without planning first.
+activities' results (run_code's: what its script's legs came to, as the model read it). The
+fork's seed carries it, with what steps 1..K cost and the side effects they had, which the fork
+lists as inherited and never undoes (workflows/fork.py). A code-mode script's calls are tool
+activities of their step: a fork inherits them and their effects as it does a direct call's. A
+fork of a plan-mode run is in plan mode too, and its seed carries the plan a person decided in
+steps 1..K: only a plan approved there lets the fork change data without planning first.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,10 +37,13 @@ from ..workflows import history, json_schema
 from ..workflows.activity_io import (
     ModelRequest,
     ModelResponse,
+    ScriptLeg,
+    ScriptLegInput,
     ToolActivityInput,
     ToolActivityResult,
 )
 from ..workflows.builtin_tools import SUBMIT_PLAN, SUBMIT_PLAN_PARAMETERS
+from ..workflows.code_mode import result_text
 from ..workflows.decisions import PlanState
 from ..workflows.inputs import (
     AgentInput,
@@ -48,9 +53,11 @@ from ..workflows.inputs import (
     Limits,
     ModelSettings,
     ScriptedTurn,
+    ScriptResume,
     ToolApprovalPolicy,
 )
 from ..workflows.model_gateway import MODEL_ACTIVITY
+from ..workflows.script_tools import RUN_CODE, RUN_SCRIPT
 from ..workflows.specs import ToolSpec
 from ..workflows.state import AppliedEffect, CompensationInput, FailureDetails
 from ..workflows.transcript import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
@@ -104,6 +111,36 @@ class RecordedStep:
     reply: ModelResponse | None = None
     calls: dict[str, RecordedCall] = field(default_factory=dict)
     """The step's tool activities, by call id."""
+    scripts: dict[str, list[tuple[ScriptLegInput, ScriptLeg]]] = field(default_factory=dict)
+    """The legs of the step's run_code scripts that completed, in order, by run_code's call id."""
+    resumed: ScriptResume | None = None
+    """A fork inside a script: its first step, the original's reply, whose script it resumed
+    (what the script printed before is the original's)."""
+
+    def printed_before(self) -> tuple[str, int]:
+        """What a resumed script printed in the original's legs: kept, and left out."""
+        if self.resumed is None:
+            return "", 0
+        return self.resumed.printed, self.resumed.printed_left_out
+
+    def result_of(self, call: ToolCall) -> ToolResult | None:
+        """A call's result as the transcript had it, when the history holds it: its tool
+        activity's, or, for run_code, what the legs of its script that ended come to."""
+        recorded = self.calls.get(call.id)
+        if recorded is not None and recorded.result is not None:
+            return _result_message(call, recorded.result)
+        legs = self.scripts.get(call.id, [])
+        if call.name != RUN_CODE or not legs or legs[-1][1].status == "waiting":
+            return None
+        first, (last_input, last) = legs[0][0], legs[-1]
+        printed, left_out = self.printed_before()
+        printed += "".join(leg.printed for _, leg in legs)
+        left_out += sum(leg.printed_left_out for _, leg in legs)
+        bound = first.output_chars_left + len(self.printed_before()[0])
+        content, ok = result_text(last, printed, left_out, last_input.calls_made, bound)
+        return ToolResult(
+            tool_call_id=call.id, tool_name=call.name, content=content, is_error=not ok
+        )
 
 
 @dataclass
@@ -145,20 +182,20 @@ class RecordedRun:
         self._check_step(k)
         if k + 1 in self.sent:
             return list(self.sent[k + 1])
-        if k == self.inherited_steps:
+        if k == self.inherited_steps and self.step(k) is None:
             return self._start()
         last = self.step(k)
         assert last is not None and last.reply is not None  # k is the last step: it replied
         messages = [*last.sent, last.reply.message]
         for call in last.reply.message.tool_calls:
-            recorded = last.calls.get(call.id)
-            if recorded is None or recorded.result is None:
+            result = last.result_of(call)
+            if result is None:
                 raise ForkError(
                     f"step {k} of {self.workflow_id} has no result for its call {call.id} "
-                    f"({call.name}) in the history (an answer, a refused or failed call): fork at "
-                    f"step {k - 1} or earlier"
+                    f"({call.name}) in the history (an answer, a refused or failed call, a "
+                    f"script that did not end): fork at step {k - 1} or earlier"
                 )
-            messages.append(_result_message(call, recorded.result))
+            messages.append(result)
         return messages
 
     def transcript(self) -> list[Message]:
@@ -171,9 +208,8 @@ class RecordedRun:
         if last.reply is not None:
             messages.append(last.reply.message)
             for call in last.reply.message.tool_calls:
-                recorded = last.calls.get(call.id)
-                if recorded is not None and recorded.result is not None:
-                    messages.append(_result_message(call, recorded.result))
+                if (result := last.result_of(call)) is not None:
+                    messages.append(result)
         return messages
 
     def usage_through(self, k: int) -> Usage:
@@ -189,28 +225,35 @@ class RecordedRun:
         for step in self.steps:
             if step.step > k:
                 break
-            for recorded in step.calls.values():
-                spec = self.tools.get(recorded.tool)
-                if spec is None or not spec.side_effects:
-                    continue
-                if recorded.result is not None and recorded.result.is_error:
-                    continue  # a tool's own error: nothing happened
-                unknown = recorded.result is None
-                request = recorded.request
-                effects.append(
-                    AppliedEffect(
-                        call=CompensationInput(
-                            tool=recorded.tool,
-                            tool_call_id=request.tool_call_id,
-                            arguments=request.arguments,
-                            result=None if recorded.result is None else recorded.result.value,
-                            idempotency_key=request.idempotency_key,
-                            outcome_unknown=unknown,
-                        ),
-                        compensation=spec.compensation,
+            effects += self._effects_of(step.calls.values())
+        return effects
+
+    def _effects_of(self, calls: Iterable[RecordedCall]) -> list[AppliedEffect]:
+        """The compensation log's entries for these calls: those of side-effecting tools that
+        did not fail with the tool's own error."""
+        effects = []
+        for recorded in calls:
+            spec = self.tools.get(recorded.tool)
+            if spec is None or not spec.side_effects:
+                continue
+            if recorded.result is not None and recorded.result.is_error:
+                continue  # a tool's own error: nothing happened
+            unknown = recorded.result is None
+            request = recorded.request
+            effects.append(
+                AppliedEffect(
+                    call=CompensationInput(
+                        tool=recorded.tool,
+                        tool_call_id=request.tool_call_id,
+                        arguments=request.arguments,
+                        result=None if recorded.result is None else recorded.result.value,
+                        idempotency_key=request.idempotency_key,
                         outcome_unknown=unknown,
-                    )
+                    ),
+                    compensation=spec.compensation,
+                    outcome_unknown=unknown,
                 )
+            )
         return effects
 
     def plan_through(self, k: int) -> PlanState | None:
@@ -253,6 +296,82 @@ class RecordedRun:
             effects=self.effects_through(k),
         )
 
+    def inside_script(self, k: int, at: str) -> ForkSeed:
+        """A fork inside step `k`'s script, at its call `at` (`script_1.3`): the transcript
+        through step k - 1's results, step k's reply (one run_code call) given, and the script
+        resumed from the saved state of the leg that asked for the batch holding `at`. The
+        batch's calls before `at` keep their results; `at` and the rest run afresh."""
+        self._check_step(k)
+        step = self.step(k)
+        where = f"step {k} of {self.workflow_id}"
+        if step is None or step.reply is None:
+            raise ForkError(f"{where} was not made by this run: fork the run that made it")
+        script_id, _, number = at.rpartition(".")
+        calls = step.reply.message.tool_calls
+        if [(c.name, c.id) for c in calls] != [(RUN_CODE, script_id)]:
+            ran = ", ".join(f"{c.name} {c.id}" for c in calls) or "no call"
+            raise ForkError(
+                f"{where} has no script whose call is {at!r}: a fork inside a script needs a "
+                f"step whose reply is one run_code call, and its reply made {ran}"
+            )
+        legs = step.scripts.get(script_id, [])
+        n = int(number) if number.isdigit() else 0
+        found = [
+            index
+            for index, (asked, leg) in enumerate(legs)
+            if leg.status == "waiting" and asked.calls_made < n <= asked.calls_made + len(leg.calls)
+        ]
+        seed = self.input.fork
+        resumed_after = legs[0][0].calls_made if step.resumed is not None and legs else 0
+        if not found and seed is not None and n <= resumed_after:
+            # Asked for by the original's legs, not this run's.
+            raise ForkError(
+                f"{where}: its script resumed the script of {seed.origin.workflow_id} after "
+                f"{at} was asked for: fork {seed.origin.workflow_id} at {at}"
+            )
+        if not found:
+            made = max((a.calls_made + len(leg.calls) for a, leg in legs), default=0)
+            raise ForkError(
+                f"{where}: its script {script_id} made no call {at!r} (it made {made}: "
+                f"{script_id}.1 to {script_id}.{made})"
+            )
+        index = found[0]
+        asked, leg = legs[index]
+        before = n - asked.calls_made - 1
+        if before and index + 1 == len(legs):
+            raise ForkError(
+                f"{where}: the history holds no results of the calls its script made with "
+                f"{at} (the run ended among them): fork at {script_id}.{asked.calls_made + 1}"
+            )
+        inherited = legs[index + 1][0].results[:before] if before else []
+        kept = legs[: index + 1]
+        script_calls = {f"{script_id}.{m}" for m in range(1, n)}
+        effects = self._effects_of(
+            call for call_id, call in step.calls.items() if call_id in script_calls
+        )
+        if step.resumed is not None and seed is not None:
+            # Itself a fork inside this script: what came before it is its seed's.
+            messages, plan, earlier = list(seed.messages), seed.plan, list(seed.origin.effects)
+        else:
+            messages, plan = self.transcript_through(k - 1), self.plan_through(k - 1)
+            earlier = self.effects_through(k - 1)
+        origin = self.origin(k).model_copy(update={"call": at, "effects": [*earlier, *effects]})
+        return ForkSeed(
+            origin=origin,
+            messages=messages,
+            plan=plan,
+            script=ScriptResume(
+                reply=step.reply.message,
+                leg=leg.model_dump(mode="json"),
+                inherited=[r.model_dump(mode="json") for r in inherited],
+                calls_made=asked.calls_made,
+                printed=step.printed_before()[0] + "".join(done.printed for _, done in kept),
+                printed_left_out=step.printed_before()[1]
+                + sum(done.printed_left_out for _, done in kept),
+                legs=(step.resumed.legs if step.resumed else 0) + index + 1,
+            ),
+        )
+
     def fork_input(
         self,
         k: int,
@@ -262,14 +381,23 @@ class RecordedRun:
         limits: Limits | None = None,
         tool_approval: ToolApprovalPolicy | None = None,
         label: str | None = None,
+        call: str | None = None,
     ) -> AgentInput:
         """The input of a fork at step `k`: this run's task and options, with what is given
         instead (a scripted model plays the turn of each step's number: see scripted_from).
         Tool approval is on unless `tool_approval` says otherwise (a fork never inherits a
         trusted job's approve_all). A fork of a plan-mode run is in plan mode at every step,
         and its plan counts as approved only if a person approved one in steps 1..k: else it
-        plans, and waits for a person, before anything that changes data is offered."""
-        messages = self.transcript_through(k)
+        plans, and waits for a person, before anything that changes data is offered. With
+        `call` (`script_1.3`), a fork inside step k's script, at that call (inside_script)."""
+        if call is None:
+            seed = ForkSeed(
+                origin=self.origin(k),
+                messages=self.transcript_through(k),
+                plan=self.plan_through(k),
+            )
+        else:
+            seed = self.inside_script(k, call)
         original = self.input
         fork_input = original.model_copy(
             update={
@@ -279,9 +407,7 @@ class RecordedRun:
                 "tool_approval": tool_approval or ToolApprovalPolicy(),
                 "label": original.label if label is None else label,
                 "carried": None,
-                "fork": ForkSeed(
-                    origin=self.origin(k), messages=messages, plan=self.plan_through(k)
-                ),
+                "fork": seed,
             }
         )
         size = len(fork_input.model_dump_json())
@@ -378,6 +504,8 @@ class _HistoryReader:
         self._requests: list[tuple[str, ModelRequest, ModelResponse | None]] = []
         """Every step request, in the order scheduled, with its run and its reply."""
         self._calls: list[RecordedCall] = []
+        self._legs: list[tuple[ScriptLegInput, ScriptLeg]] = []
+        """The legs of run_code's scripts that completed, in order."""
         self._status = "running"
         self._result: AgentResult | None = None
         self._failure: ApplicationError | None = None
@@ -399,6 +527,8 @@ class _HistoryReader:
         scheduled: dict[int, tuple[str, Any]] = {}
         requests: dict[int, int] = {}
         calls: dict[int, RecordedCall] = {}
+        ended: list[tuple[int, Any]] = []
+        """Each activity that ended, in order: its result, None when it had none."""
         tool_names: set[str] = set()
         next_run: str | None = None
         for event in events:
@@ -425,15 +555,14 @@ class _HistoryReader:
                     index = requests[at]
                     reply = await self._decode(done.result, ModelResponse)
                     self._requests[index] = (*self._requests[index][:2], reply)
-                elif (call := await self._tool_call(scheduled, at, tool_names)) is not None:
-                    call.result = await self._decode(done.result, ToolActivityResult)
-                    calls[at] = call
+                elif scheduled.get(at, ("",))[0] == RUN_SCRIPT and RUN_SCRIPT not in tool_names:
+                    leg_input = await self._decode(scheduled[at][1], ScriptLegInput)
+                    self._legs.append((leg_input, await self._decode(done.result, ScriptLeg)))
+                else:
+                    ended.append((at, done.result))
             elif kind in _ACTIVITY_ENDED_WITHOUT_RESULT:
-                ended = getattr(event, _ACTIVITY_ENDED_WITHOUT_RESULT[kind])
-                at = ended.scheduled_event_id
-                if (call := await self._tool_call(scheduled, at, tool_names)) is not None:
-                    call.failed = True
-                    calls[at] = call
+                failed = getattr(event, _ACTIVITY_ENDED_WITHOUT_RESULT[kind])
+                ended.append((failed.scheduled_event_id, None))
             elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
                 continued = event.workflow_execution_continued_as_new_event_attributes
                 next_run = continued.new_execution_run_id
@@ -441,6 +570,15 @@ class _HistoryReader:
             elif kind in _CLOSED:
                 self._status = _CLOSED[kind]
                 await self._closed(event)
+        # Read once the run's tools are known: a fork inside a script runs tools before its
+        # first request names them.
+        for at, result in ended:
+            if (call := await self._tool_call(scheduled, at, tool_names)) is not None:
+                if result is None:
+                    call.failed = True
+                else:
+                    call.result = await self._decode(result, ToolActivityResult)
+                calls[at] = call
         self._calls.extend(calls.values())
         return next_run
 
@@ -485,6 +623,16 @@ class _HistoryReader:
             }
         )
         steps: dict[int, RecordedStep] = {}
+        seed = agent_input.fork
+        if seed is not None and seed.script is not None:
+            # A fork inside a script asked no model for its first step: the seed gave it.
+            given = ModelResponse(
+                message=seed.script.reply, usage=Usage(), model=agent_input.model.model
+            )
+            first = seed.origin.step
+            steps[first] = RecordedStep(
+                first, first_run_id, list(seed.messages), given, resumed=seed.script
+            )
         tools: dict[str, ToolSpec] = {}
         offered: dict[int, list[str]] = {}
         last_sent: list[Message] = []
@@ -507,6 +655,10 @@ class _HistoryReader:
         for call in self._calls:
             if call.request.tool_call_id and call.request.step in steps:
                 steps[call.request.step].calls[call.request.tool_call_id] = call
+        for leg_input, leg in self._legs:
+            if leg_input.step in steps:
+                legs = steps[leg_input.step].scripts.setdefault(leg_input.tool_call_id, [])
+                legs.append((leg_input, leg))
         return RecordedRun(
             workflow_id=self._workflow_id,
             first_run_id=first_run_id,
@@ -719,7 +871,8 @@ def diff(a: RecordedRun, b: RecordedRun) -> RunDiff:
 
 def forked_from_memo(origin: ForkOrigin) -> dict[str, Any]:
     """The `forked_from` memo of a fork: plain JSON, so the Web UI and `temporal` show it."""
-    return {"workflow_id": origin.workflow_id, "run_id": origin.run_id, "step": origin.step}
+    memo = {"workflow_id": origin.workflow_id, "run_id": origin.run_id, "step": origin.step}
+    return memo if origin.call is None else {**memo, "call": origin.call}
 
 
 def arguments_text(arguments: str) -> str:

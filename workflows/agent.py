@@ -232,7 +232,9 @@ class AgentWorkflow(AgentHandlers):
         self._reporter.publish("step_started", step=step, model=model)
         sent = self._window.view()
         previous_input = state.step_records[-1].usage.input_tokens if state.step_records else 0
-        if talk.on:
+        if (given := await fork.given_reply(agent_input, state.steps)) is not None:
+            response = given  # a fork inside a script: the original's reply, not asked again
+        elif talk.on:
             reply = await talk.interruption.model_call(self._gateway.reply(offered, step, sent))
             if reply is None:  # interrupted: the turn ends without this call's reply
                 return TurnEnded("interrupted")

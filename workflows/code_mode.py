@@ -9,7 +9,9 @@ log), as one batch; the next leg resumes the saved state with their results. So 
 loses nothing and repeats nothing: the completed calls are in the history, and a leg is retried
 from the state the history recorded. Each call's trace record names the run_code call
 (`ToolCallRecord.script`), and so do its events and a waiting call's request. A conversation's
-interrupt stops a script where it is: no leg runs after it. Deterministic code only.
+interrupt stops a script where it is: no leg runs after it. A fork inside a script
+(ForkSeed.script) starts its script at a leg of the original's, with the results the original's
+calls before the fork's call got. Deterministic code only.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from .activity_io import ScriptCallResult, ScriptLeg, ScriptLegInput
 from .budget import Budget
 from .context import RunContext
 from .errors import describe_failure
-from .inputs import AgentInput, CodeMode
+from .inputs import AgentInput, CodeMode, ScriptResume
 from .interruption import cancelled_text
 from .loop_detection import LoopDetector
 from .outcomes import Outcome, count
@@ -117,18 +119,28 @@ class CodeRunner:
         )
         printed: list[str] = []
         left_out = made = legs = 0
+        leg: ScriptLeg | None = None
+        inherited: list[ScriptCallResult] = []
+        if (resume := self._resumed(call)) is not None:  # a fork inside this script
+            # Its step's reply was given, not asked: no call reported the context's size.
+            self._budget.forget_reported_context()
+            leg = ScriptLeg.model_validate(resume.leg)
+            inherited = [ScriptCallResult.model_validate(r) for r in resume.inherited]
+            printed, left_out = [resume.printed], resume.printed_left_out
+            made, legs = resume.calls_made, resume.legs
         while True:
-            legs += 1
-            self._reporter.set_status(
-                "running", f"step {self._state.steps}: script {call.id} running (leg {legs})"
-            )
-            try:
-                leg = await self._leg(call, leg_input, legs)
-            except ActivityError as failure:
-                text = f"Error: the script could not run: {describe_failure(failure.cause)}."
-                return Outcome.error(call, text, latency_ms=_ms_since(started), attempts=legs)
-            printed.append(leg.printed)
-            left_out += leg.printed_left_out
+            if leg is None:
+                legs += 1
+                self._reporter.set_status(
+                    "running", f"step {self._state.steps}: script {call.id} running (leg {legs})"
+                )
+                try:
+                    leg = await self._leg(call, leg_input, legs)
+                except ActivityError as failure:
+                    text = f"Error: the script could not run: {describe_failure(failure.cause)}."
+                    return Outcome.error(call, text, latency_ms=_ms_since(started), attempts=legs)
+                printed.append(leg.printed)
+                left_out += leg.printed_left_out
             if leg.status != "waiting":
                 break
             if self.interrupted():  # during the leg: the calls it asked for are not made
@@ -136,7 +148,7 @@ class CodeRunner:
                 reason = f"{INTERRUPTED} before it could make {more}"
                 leg = leg.model_copy(update={"status": "stopped", "reason": reason})
                 break
-            results, fatal, outcomes = await self._run_calls(call, leg, made)
+            results, fatal, outcomes = await self._run_calls(call, leg, made, inherited)
             made += len(leg.calls)
             if fatal is not None:
                 text = f"Error: the script was stopped: {fatal}."
@@ -158,7 +170,8 @@ class CodeRunner:
                     "output_chars_left": room,
                 }
             )
-        text, ok = _result_text(leg, "".join(printed), left_out, made, mode.max_output_chars)
+            leg, inherited = None, []
+        text, ok = result_text(leg, "".join(printed), left_out, made, mode.max_output_chars)
         make = Outcome.ok if ok else Outcome.error
         return make(
             call,
@@ -182,22 +195,35 @@ class CodeRunner:
             summary=f"script {call.id} leg {legs}",
         )
 
+    def _resumed(self, call: ToolCall) -> ScriptResume | None:
+        """Where a fork inside this script resumes it: in the fork's first step alone."""
+        seed = self._input.fork
+        if seed is None or seed.script is None or seed.origin.step != self._state.steps:
+            return None
+        return seed.script if seed.script.reply.tool_calls[0].id == call.id else None
+
     async def _run_calls(
-        self, script: ToolCall, leg: ScriptLeg, made: int
+        self,
+        script: ToolCall,
+        leg: ScriptLeg,
+        made: int,
+        inherited: list[ScriptCallResult],
     ) -> tuple[list[ScriptCallResult], str | None, list[Outcome]]:
-        """Run one leg's calls as one batch, as a reply's calls run; their results as the
-        script gets them, why the run must end (when a call failed fatally), and their
-        outcomes."""
+        """Run one leg's calls as one batch, as a reply's calls run, but for the first ones a
+        fork inherited the results of (`inherited`); their results as the script gets them,
+        why the run must end (when a call failed fatally), and the outcomes of those it ran."""
         # The budgets a direct call's reply is held to (tokens and cost a judge spent, the wall
         # clock): a script stops where the run would.
         self._budget.check_spend(workflow.now())
+        made += len(inherited)
+        requests = leg.calls[len(inherited) :]
         calls = [
             ToolCall(
                 id=f"{script.id}.{made + position + 1}",
                 name=request.name,
                 arguments=json.dumps(request.arguments, ensure_ascii=False),
             )
-            for position, request in enumerate(leg.calls)
+            for position, request in enumerate(requests)
         ]
         for tool_call in calls:
             self._reporter.scripts[tool_call.id] = script.id
@@ -210,9 +236,9 @@ class CodeRunner:
         # failed fatally): withdrawn now, before the calls' ends are told.
         self._gate.withdraw([tool_call.id for tool_call in calls])
         record = self._state.step_records[-1]
-        results = []
+        results = list(inherited)
         outcomes: list[Outcome] = []
-        for request, tool_call in zip(leg.calls, calls, strict=True):
+        for request, tool_call in zip(requests, calls, strict=True):
             outcome: Outcome = reply.outcomes[tool_call.id]
             outcomes.append(outcome)
             verdict = self._gate.verdict_of(tool_call.id)
@@ -264,10 +290,13 @@ def _script_result(call_id: int, outcome: Outcome) -> ScriptCallResult:
     return ScriptCallResult(call_id=call_id, value=value)
 
 
-def _result_text(
+def result_text(
     leg: ScriptLeg, printed: str, left_out: int, made: int, bound: int
 ) -> tuple[str, bool]:
-    """What the model reads of the script, and whether it ended well."""
+    """What the model reads of a script that ended (`leg`, its last leg: done or stopped), and
+    whether it ended well: from what its legs printed (`printed`, and `left_out` characters
+    past CodeMode.max_output_chars, `bound`) and the calls it made. A fork reads it again from
+    the legs in a history (client/forking.py)."""
     parts = [printed.rstrip("\n")] if printed.strip() else []
     if left_out:
         parts.append(f"[{left_out:,} more characters printed, not shown]")

@@ -105,10 +105,10 @@ async def hand_on(
 
 
 def _fork_origin(agent_input: AgentInput) -> ForkSeed | None:
-    """A fork's seed without its transcript, which the carried state holds now: only the
-    origin goes on (the result reports it)."""
+    """A fork's seed without its transcript, which the carried state holds now, nor where its
+    script resumed (in its first step): only the origin goes on (the result reports it)."""
     seed = agent_input.fork
-    return None if seed is None else seed.model_copy(update={"messages": []})
+    return None if seed is None else seed.model_copy(update={"messages": [], "script": None})
 
 
 def _events_to_keep(sizes: list[int]) -> int:

@@ -26,7 +26,7 @@ from .decisions import AutoRules, PlanState, ToolCallDecision
 from .providers import CATALOGUE, REASONING_EFFORTS, Provider
 from .specs import DEFAULT_MAX_RESULT_CHARS, RetrySettings, ToolSpec
 from .state import CompactionRecord, EarlierSteps, EffectLog, RunState, StepRecord, TurnRecord
-from .transcript import Message, Transcript
+from .transcript import AssistantMessage, Message, Transcript
 from .usage import Usage
 
 DEFAULT_TASK_QUEUE = "agent-loop"
@@ -224,6 +224,33 @@ class ForkOrigin(BaseModel):
     """What the original's steps 1..step cost: the fork did not pay for them again."""
     effects: EffectLog = []
     """The original's side effects in those steps. Inherited: the fork never undoes them."""
+    call: str | None = Field(default=None, exclude_if=lambda call: call is None)
+    """A fork inside step `step`'s script, at this call of it (`script_1.3`): the transcript
+    ends with that step's reply, and the calls before this one are inherited too."""
+
+
+class ScriptResume(BaseModel):
+    """A fork inside a script (forking.py, code_mode.py): step `origin.step`'s reply, given
+    rather than asked for, and the leg its run_code script resumes from: the batch's calls
+    before `origin.call` keep the original's results; that one and the rest run afresh."""
+
+    reply: AssistantMessage
+    """The original's reply at step `origin.step`: one call, run_code."""
+    leg: dict[str, Any]
+    """The leg that asked for the batch (activity_io.ScriptLeg as JSON): its calls and state."""
+    inherited: list[dict[str, Any]] = []
+    """The script's results of the batch's calls before `origin.call` (ScriptCallResult)."""
+    calls_made: Count = 0
+    """The calls the script made before the batch."""
+    printed: str = ""
+    printed_left_out: Count = 0
+    legs: Count = 1
+
+    @model_validator(mode="after")
+    def _one_run_code_call(self) -> ScriptResume:
+        if [call.name for call in self.reply.tool_calls] != ["run_code"]:
+            raise ValueError("a fork inside a script resumes a reply whose one call is run_code")
+        return self
 
 
 class ForkSeed(BaseModel):
@@ -235,6 +262,8 @@ class ForkSeed(BaseModel):
     plan: PlanState | None = None
     """A plan-mode original's plan as steps 1..`origin.step` left it: the last one a person
     decided there. Only an approved one lets the fork change data without planning first."""
+    script: ScriptResume | None = Field(default=None, exclude_if=lambda script: script is None)
+    """A fork inside a script (`origin.call`): where the script resumes."""
 
     @model_validator(mode="after")
     def _transcript_whole(self) -> ForkSeed:
