@@ -86,6 +86,7 @@ def show(workflow_id: str, question: Question, following: Following, *, ask: boo
         case CallQuestion(event):
             asker = sub_agent_of(workflow_id, question.call_id)
             by = f" (sub-agent {asker})" if asker else ""
+            by += f" (in the script of {event.script})" if event.script else ""
             say(
                 f"tool call {event.call_id} of {workflow_id} waits for approval{by}: "
                 f"{event.tool} {event.arguments}"

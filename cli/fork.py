@@ -55,11 +55,7 @@ def _fork_rules(options: dict[str, Any]) -> None:
 @args.subcommand(of_run=False, rules=_fork_rules)
 @args.argument("workflow_id", "the workflow id", type=args.Text())
 @click.option("--step", type=args.COUNT, required=True, help="fork after this step (0: the prompt)")
-@click.option(
-    "--call",
-    type=args.Text(),
-    help="fork inside step K's code-mode script, at this call of it (script_1.3)",
-)
+@click.option("--call", type=args.Text(), help="fork at this call of step K's script: script_1.3")
 @forked_run_options
 @click.option("--model", help="the fork's model (with --provider only: its default)")
 @click.option("--provider", type=args.PROVIDER, help="the fork's provider")

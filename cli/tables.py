@@ -152,9 +152,10 @@ def _numbers(latency: int, attempts: int, usage: Usage) -> list[str]:
 
 def waiting_calls_table(approvals: Sequence[ToolApproval]) -> str:
     """Tool calls that wait for a person ("" for none): the id to decide each by, the step that
-    asked, the tool and its arguments, and the sub-agent that asked when it is not the run."""
+    asked, the tool and its arguments, the sub-agent that asked when it is not the run, and the
+    script that made it."""
     rows = [
-        [a.call_id, f"step {a.step}", f"{a.tool} {a.arguments}", _sub_agent(a), _judge(a)]
+        [a.call_id, f"step {a.step}", f"{a.tool} {a.arguments}", _asker(a), _judge(a)]
         for a in approvals
     ]
     return "\n".join(table(rows)) if rows else ""
@@ -168,8 +169,11 @@ def _judge(approval: ToolApproval) -> str:
     return "" if verdict is None else f"({shorten(verdict_line(verdict), 160)})"
 
 
-def _sub_agent(approval: ToolApproval) -> str:
-    return f"(sub-agent {approval.workflow_id})" if isinstance(approval, SubAgentApproval) else ""
+def _asker(approval: ToolApproval) -> str:
+    """The sub-agent that asked, when not the run itself; the script that made the call."""
+    if isinstance(approval, SubAgentApproval):
+        return f"(sub-agent {approval.workflow_id})"
+    return f"(in the script of {approval.script})" if approval.script else ""
 
 
 def _tool_entries(call: ToolCallRecord, script_calls: int = 0) -> list[str]:

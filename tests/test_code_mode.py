@@ -24,6 +24,7 @@ from tests.helpers import (
     scripted_input,
     turn,
 )
+from tests.test_approval_display import cli
 
 LOOKUPS = textwrap.dedent(
     """
@@ -193,6 +194,11 @@ async def test_a_gated_call_in_a_script_waits_and_its_denial_is_caught_by_the_sc
         # The script's first call waits for a person, durably; nothing else runs meanwhile.
         await eventually(lambda: waiting_for("script_1.1"), what="script_1.1 to wait")
         assert (await agent_run.status()).status == "awaiting_approval"
+        # `durable-agent calls`, as a person meets it, says which script waits on the call.
+        address = client.service_client.config.target_host
+        (listed,) = (await cli("calls", agent_run.id, "--address", address)).splitlines()
+        assert listed.startswith("script_1.1  step 1  write_thing ")
+        assert listed.endswith("(in the script of script_1)")
         await agent_run.decide_tool_call("script_1.1", approve=True)
         await eventually(lambda: waiting_for("script_1.2"), what="script_1.2 to wait")
         await agent_run.decide_tool_call("script_1.2", approve=False, reason="not b")
