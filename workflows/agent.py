@@ -119,8 +119,7 @@ class AgentWorkflow(AgentHandlers):
             self._close_pending_calls(f"Not run: the run stopped ({error.type}).")
             # A conversation's answered turns keep their effects, as when it ends.
             kept = self._conversation.unanswered_effects() if self._conversation.on else 0
-            if kept and not versioning.keeps_answered_effects():
-                kept = 0
+            kept = kept if kept and versioning.keeps_answered_effects() else 0
             if behaviours.cancels_end_the_run:
                 if await self._saga.undo_all(kept):
                     if kept:  # cancelling a conversation undoes all of it, as it does a run
@@ -205,8 +204,9 @@ class AgentWorkflow(AgentHandlers):
         agent_input = self._input
         if agent_input.carried is None:
             run_setup.check_input_size(agent_input, self._budget)
-        await self._resolve_tools()
         talk = self._conversation
+        talk.settle_before_waiting()  # before the tools' local activity: conversation.py
+        await self._resolve_tools()
         if agent_input.carried is None and agent_input.fork is None:
             self._transcript.append(UserMessage(content=agent_input.prompt))
             talk.first_turn(agent_input.prompt)

@@ -43,6 +43,8 @@ MAX_QUEUED = 100
 bytes are bounded too: input_limits.MAX_QUEUED_MESSAGE_BYTES)."""
 MAX_KEPT_TURNS = 500
 """Turn records kept (the newest); the older ones are counted in `earlier_turns`."""
+SETTLE_PAUSE = timedelta(milliseconds=1)
+"""The timer before the wait of a conversation that starts by waiting (`settle_before_waiting`)."""
 MESSAGE_CHARS = 1_000
 """A message as a turn record or an event quotes it."""
 ENDED_BY_THE_USER = "ended by the user"
@@ -69,6 +71,7 @@ class Conversation:
         self._signals = signals
         self._upgrade_asked = False
         """The `upgrade` signal came while the deployment's target version was another."""
+        self._settles = False
         self.interruption = Interruption()
 
     @property
@@ -246,12 +249,20 @@ class Conversation:
             "send_message; end_conversation ends it)",
         )
 
+    def settle_before_waiting(self) -> None:
+        """Before the tools' local activity: whether a run that starts by waiting between turns
+        begins its wait after a timer (versioning.CONTINUED_WAIT_SETTLES says why)."""
+        self._settles = self.waiting and versioning.waits_after_a_timer()
+
     async def next_turn(self, hand_on_due: Callable[[], bool], transcript: Transcript) -> NextTurn:
         """Wait, spending nothing, for the next message ("turn": its turn has started, its
         messages appended), the end ("ended"), or a reason to continue as new: Temporal's
         suggestion, or a worker deployment version that is no longer the target
         (docs/deployment.md), woken by the next message or the `upgrade` signal."""
         talk = self._talk
+        if self._settles:  # in a workflow task of its own (versioning.CONTINUED_WAIT_SETTLES)
+            self._settles = False
+            await workflow.sleep(SETTLE_PAUSE)
         self._signals.drop_while_waiting()
         if talk.ended is None and not talk.queued:
             idle_since = talk.idle_since or workflow.now()

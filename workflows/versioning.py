@@ -123,6 +123,14 @@ starts, and nothing is fetched (older runs had the engine fetch an unknown one o
 the workflow task: workflows/json_schema.py). Asked only by a run with such a schema, by
 `refuses_foreign_dialects`, so other runs record no marker for it."""
 
+CONTINUED_WAIT_SETTLES = "a-continued-conversation-waits-after-a-timer"
+"""A conversation that continued as new while it waited between turns starts its wait after a
+1 ms timer, in a workflow task of its own (older runs waited at once). The tools' local activity
+comes first, and a query that reaches the run while it runs can make the server close that task
+early: the wait's own patches (`drops-unknown-signals`) were then recorded in the task after it,
+where a replay asks them in the first, and fails with a nondeterminism error. Asked before that
+local activity, in the run's first task, and only by such a run."""
+
 
 PATCH_IDS: dict[str, str] = {
     STATUS_SEARCH_ATTRIBUTES: "0fe2ca6, 2026-11-29",
@@ -152,6 +160,7 @@ PATCH_IDS: dict[str, str] = {
     SLASHED_CALL_IDS: "0.4.0 (unreleased)",
     VERDICT_DUPLICATE_KEYS: "0.4.0 (unreleased)",
     AUTO_MODE_FOR_THE_TREE: "0.4.0 (unreleased)",
+    CONTINUED_WAIT_SETTLES: "0.4.0 (unreleased)",
 }
 """Every patch id that ever landed on main, with where it landed: append-only. A history with an
 id's marker replays only while the code asks for that id (Temporal fails the task on a marker
@@ -309,6 +318,13 @@ def drops_unknown_signals() -> bool:
     """The run waits for the first time: whether to drop signals of unknown names, as this run
     does, or leave them to the SDK's buffer, as a run recorded before did. Asked only then."""
     return workflow.patched(DROPS_UNKNOWN_SIGNALS)
+
+
+def waits_after_a_timer() -> bool:
+    """A conversation starts by waiting between turns: whether its wait begins after a timer,
+    as this run's does, or at once, as a run recorded before did. Asked only then, before the
+    tools' local activity."""
+    return workflow.patched(CONTINUED_WAIT_SETTLES)
 
 
 def moves_between_turns() -> bool:
