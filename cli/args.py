@@ -27,6 +27,7 @@ from ..demo.script import DEMO_MODEL
 from ..serving.command_line import Argument, Command, bad_byte, parse, refuse, said_as, say
 from ..workflows.bounds import MAX_STEPS, MAX_TOKENS, MAX_USD
 from ..workflows.errors import AgentConfigurationError
+from ..workflows.guardrail_data import GuardrailPolicy
 from ..workflows.input_limits import InputTooLarge
 from ..workflows.inputs import (
     DEFAULT_TASK_QUEUE,
@@ -92,6 +93,8 @@ class RunArgs:
     mcp_config: McpConfig | None = None
     conversation: bool = False
     code_mode: bool = False
+    guardrails: GuardrailPolicy | None = None
+    """--guardrail KIND=NAME, by kind (docs/guardrails.md)."""
     chat: bool = False
     """Every line typed is a turn (or steers the working one); without a prompt, the first."""
     stream: bool = False
@@ -200,6 +203,7 @@ _RUN_OPTIONS = [
     option("--max-cost-usd", "fail the run once it has cost more", type=COST),
     flag("--plan", "plan mode: a person approves the model's plan first"),
     flag("--code-mode", "offer run_code: one script over the tools (docs/code-mode.md)"),
+    option("--guardrail", "input, output or tool_result=NAME", multiple=True, metavar="KIND=NAME"),
     flag("--approve-all", "a trusted job: no tool call waits for a person"),
     option("--allow", "this tool's calls run without asking", multiple=True, metavar="TOOL"),
     option("--label", "the kind of task, for `stats` (e.g. order-status)", type=Text()),
@@ -295,6 +299,7 @@ def _run_args(chat: bool, **params: Any) -> RunArgs:
             "the scripted demo calls the demo's tools: with --tool, give --script or a real "
             "provider"
         )
+    guardrails = _guardrails(params.pop("guardrail"))
     name = params.pop("model") or (DEMO_MODEL if demo else CATALOGUE[provider].default_model)
     stream = params.pop("stream")
     stream = sys.stderr.isatty() and not params["json"] if stream is None else stream
@@ -315,11 +320,27 @@ def _run_args(chat: bool, **params: Any) -> RunArgs:
         model=model,
         script=script,
         mcp_config=mcp,
+        guardrails=guardrails,
         conversation=params.pop("conversation", False) or chat,
         chat=chat,
         stream=stream,
         **params,
     )
+
+
+def _guardrails(given: tuple[str, ...]) -> GuardrailPolicy | None:
+    """--guardrail KIND=NAME, each once, in order; None for none."""
+    kinds: dict[str, list[str]] = {"input": [], "output": [], "tool_results": []}
+    for text in dict.fromkeys(given):
+        kind, _, name = text.partition("=")
+        field = "tool_results" if kind == "tool_result" else kind
+        if field not in kinds or not name:
+            refuse(f"--guardrail {text}: give KIND=NAME, KIND one of input, output, tool_result")
+        kinds[field].append(name)
+    try:
+        return GuardrailPolicy.model_validate(kinds) if given else None
+    except ValidationError as error:
+        refuse(f"--guardrail: {error.errors()[0]['msg']}")
 
 
 def _prompt(given: str | None, path: Path | None, *, chat: bool) -> str:

@@ -73,6 +73,7 @@ def build_input(args: RunArgs) -> AgentInput:
         limits=Limits(max_steps=args.max_steps, max_cost_usd=args.max_cost_usd),
         plan=args.plan,
         code_mode=CodeMode() if args.code_mode else None,
+        guardrails=args.guardrails,
         label=args.label,
         tool_approval=ToolApprovalPolicy(approve_all=args.approve_all, allow=list(args.allow)),
     )

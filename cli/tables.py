@@ -77,9 +77,10 @@ def trace_table(
     """The steps of a run, one row each, then a totals row: the model call (model, latency,
     attempts, tokens, cost, why it stopped) and its tool calls (`name outcome latency`, `xN`
     for N attempts, [cut] for a result cut to its bound, [ext] for one kept whole in the result
-    store), and after a call auto mode's judge judged `(judge approved)` (denied, escalated,
-    late). Cost is "-" when unknown. A long run's steps without a record of their own
-    (`earlier`) come first, added up in a row."""
+    store, [held] for one a guardrail withheld), and after a call auto mode's judge judged
+    `(judge approved)` (denied, escalated, late). Cost is "-" when unknown. A long run's steps
+    without a record of their own (`earlier`) come first, added up in a row; each script's
+    calls and each guardrail's verdicts come after the table."""
     header = ["step", "model", "ms", "att", "input", "cached", "output", "cost", "finish"]
     rows: list[tuple[list[str], list[str]]] = []
     before = earlier or EarlierSteps()
@@ -131,10 +132,11 @@ def trace_table(
         "xN: N attempts": any(call.attempts > 1 for call in calls),
         "[cut]: result cut to its bound": any(c.truncated and not c.externalised for c in calls),
         "[ext]: whole result kept in the result store": any(c.externalised for c in calls),
+        "[held]: result withheld by a guardrail": any(c.guardrail for c in calls),
     }
     shown = [note for note, used in notes.items() if used]
     lines += ["; ".join(shown)] if shown else []
-    lines += _scripts(records)
+    lines += _scripts(records) + _guardrails(records)
     for compaction in compactions:
         lost = compaction.cached_tokens_lost
         lines.append(
@@ -183,6 +185,7 @@ def _tool_entries(call: ToolCallRecord, script_calls: int = 0) -> list[str]:
     latency = f"{call.latency_ms}ms" if call.attempts else ""
     attempts = f"x{call.attempts}" if call.attempts > 1 else ""
     kept = "[ext]" if call.externalised else "[cut]" if call.truncated else ""
+    kept += "[held]" if call.guardrail else ""
     made = f"({script_calls} calls)" if script_calls else ""
     entry = " ".join(filter(None, [call.name, call.outcome, latency, attempts, kept, made]))
     return [entry] if call.verdict is None else [entry, f"(judge {call.verdict.outcome})"]
@@ -204,6 +207,20 @@ def _scripts(records: Sequence[StepRecord]) -> list[str]:
             if c.script == call.id
         ]
     return lines
+
+
+def _guardrails(records: Sequence[StepRecord]) -> list[str]:
+    """Each guardrail that tripped, a line (docs/guardrails.md); those that passed, counted."""
+    checks = [(r.step, g) for r in records for g in r.guardrails]
+    passed = Counter(f"{g.name} ({g.kind})" for _, g in checks if not g.tripped)
+    lines = [
+        f"guardrail {g.name} tripped ({g.kind}, step {step}{f', {g.call_id}' if g.call_id else ''}"
+        f", {g.latency_ms}ms): {shorten(g.reason, 200)}"
+        for step, g in checks
+        if g.tripped
+    ]
+    counted = ", ".join(f"{name} x{n}" for name, n in passed.items())
+    return lines + ([f"guardrails passed: {counted}"] if passed else [])
 
 
 def _wrap(entries: list[str], width: int) -> list[str]:

@@ -10,7 +10,9 @@ The names an application needs, from one import:
   `label_stats` across runs; `evaluate`, and `ForkError` (docs/client.md, docs/debugging.md).
 - `tool`, `callback_tool`, `ToolError`, `current_call`, `CompensationInput`, `RetrySettings`,
   `register_toolkit`, `Toolkit`: the app's tools (docs/tools.md, docs/side-effects.md);
-  `approval_predicate`, calls that run without asking (docs/people-in-the-loop.md).
+  `approval_predicate`, calls that run without asking (docs/people-in-the-loop.md);
+  `guardrail`, `GuardrailVerdict`, `GuardrailContext`, `GuardrailPolicy`: checks of what comes
+  in, goes out and tools hand back (docs/guardrails.md).
 - `AgentInput`, `AgentResult`, `Limits`, `ModelSettings`, `ToolApprovalPolicy`, ...: the run's
   data; `AgentWorkflow`, for a workflow that starts runs as children; the `Agent...` errors.
 

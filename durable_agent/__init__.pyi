@@ -1,6 +1,7 @@
 """The public names of durable_agent, each from its one home (see __init__.py)."""
 
 from .activities.admission import Admission as Admission, ProviderLimits as ProviderLimits
+from .activities.guardrails import GuardrailContext as GuardrailContext, guardrail as guardrail
 from .activities.mcp_config import McpConfig as McpConfig
 from .activities.message_store import (
     MessageStore as MessageStore,
@@ -60,10 +61,17 @@ from .workflows.errors import (
     AgentConfigurationError as AgentConfigurationError,
     AgentError as AgentError,
     AgentFatalToolError as AgentFatalToolError,
+    AgentGuardrailTripped as AgentGuardrailTripped,
     AgentInputInvalid as AgentInputInvalid,
     AgentInputTooLarge as AgentInputTooLarge,
     AgentProviderError as AgentProviderError,
     AgentStepLimitExceeded as AgentStepLimitExceeded,
+)
+from .workflows.guardrail_data import (
+    GuardrailPolicy as GuardrailPolicy,
+    GuardrailRecord as GuardrailRecord,
+    GuardrailRef as GuardrailRef,
+    GuardrailVerdict as GuardrailVerdict,
 )
 from .workflows.inputs import (
     AgentInput as AgentInput,

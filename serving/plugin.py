@@ -55,6 +55,7 @@ from ..activities.admission import (
     Admission,
     Gates,
 )
+from ..activities.guardrails import DEFAULT_GUARDRAILS
 from ..activities.mcp_config import McpConfig, load_mcp_config, mcp_config_from
 from ..activities.message_store import MessageStore
 from ..activities.result_store import ResultStore
@@ -221,6 +222,8 @@ class AgentPlugin(SimplePlugin):
             # Code mode's script legs (docs/code-mode.md): a sandbox process starts only when a
             # run's script first runs on this worker.
             scripts.run_script,
+            # Every guardrail the process registered (docs/guardrails.md): runs name theirs.
+            *DEFAULT_GUARDRAILS.activities(),
         ]
         return [*(existing or ()), *served]
 

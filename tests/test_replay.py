@@ -36,6 +36,7 @@ from temporalio.worker import Replayer
 import durable_agent.workflows.registry as registry
 import durable_agent.workflows.tool_catalog as tool_catalog
 import durable_agent.workflows.versioning as versioning
+import tests.guardrails_for_tests  # noqa: F401  (the guardrails scenario's, and read_note)
 from durable_agent.client.forking import scripted_from
 from durable_agent.demo.script import DEMO_PROMPT, support_demo_script
 from durable_agent.serving.worker import build_worker
@@ -50,6 +51,7 @@ from durable_agent.workflows.decisions import (
     ToolCallDecision,
 )
 from durable_agent.workflows.events import EVENTS_TOPIC, AgentEvent
+from durable_agent.workflows.guardrail_data import GuardrailPolicy
 from durable_agent.workflows.inputs import (
     AgentInput,
     AgentResult,
@@ -312,6 +314,23 @@ def scenarios() -> dict[str, Scenario]:
                 tool_approval=ToolApprovalPolicy(),
             ),
             decide_the_scripts_calls,
+        ),
+        # Guardrails (issue 51): the prompt checked beside the model call, a tool's result
+        # withheld, an answer sent back to be revised.
+        "guardrails": Scenario(
+            scripted_input(
+                [
+                    turn(call("read_note", key="k1")),
+                    turn(text="A stupid question."),
+                    turn(text="The note is withheld."),
+                ],
+                tools=["read_note"],
+                guardrails=GuardrailPolicy(
+                    input=["no_injection", "slow_pass"],
+                    output=["polite"],
+                    tool_results=["no_secrets"],
+                ),
+            )
         ),
         # Its second step runs two read-only tools in one workflow task (parallel tools).
         "support_demo": Scenario(scripted_input(support_demo_script(), prompt=DEMO_PROMPT)),
@@ -718,6 +737,16 @@ def test_the_committed_histories_cover_what_they_are_named_for() -> None:
         "workflow_execution_signaled_event_attributes",
         "workflow_execution_completed_event_attributes",
     } <= talk
+    # Each kind of guardrail ran as its own activity, named after it; the input's beside the
+    # first model call, in the workflow task that scheduled it.
+    guarded = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in events(HISTORIES / "guardrails.json")
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert guarded[:3] == ["call_model", "guardrail:no_injection", "guardrail:slow_pass"]
+    assert {"guardrail:no_secrets", "guardrail:polite"} <= set(guarded)
+    assert scheduled_per_task(HISTORIES / "guardrails.json")[0] == 3
     # Failed by code from before answered turns' effects were kept: both turns' undone.
     failed = events(HISTORIES / "failed_conversation.json")
     undos = [

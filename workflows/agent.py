@@ -24,7 +24,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.contrib.workflow_streams import WorkflowStream
 
-from . import code_mode, continuation, dispatch, fork, run_setup, versioning
+from . import continuation, dispatch, fork, run_setup, versioning
 from .auto_mode_forwarding import AutoModeForwarding
 from .budget import Budget
 from .builtin_tools import finish_answer
@@ -34,6 +34,7 @@ from .context import RunContext
 from .context_window import ContextWindow
 from .conversation import Conversation
 from .errors import AgentApprovalTimeout, AgentError, AgentFatalToolError
+from .guardrails import Guardrails
 from .handlers import AgentHandlers
 from .inputs import AgentInput, AgentResult
 from .judge import Judge
@@ -44,10 +45,10 @@ from .outcomes import Outcome
 from .plan_gate import PlanGate, decision_text
 from .reporting import CANCELLED, Reporter
 from .saga import Saga
-from .specs import ToolSpec
 from .state import StepRecord, TurnOutcome
 from .tool_call_gate import ToolCallGate
 from .tool_runner import ToolRunner, not_run_because
+from .toolbox import Toolbox
 from .trace import Trace
 from .transcript import ToolCall, ToolResult, Transcript, UserMessage
 from .unknown_signals import UnknownSignals
@@ -86,11 +87,9 @@ class AgentWorkflow(AgentHandlers):
         self._auto_mode = AutoModeForwarding(self._tool_gate)
         self._callbacks = CallbackGate(self._state, self._reporter)
         self._saga = Saga(ctx, self._reporter)
-        self._conversation = Conversation(ctx, self._reporter, self._budget, signals)
-        self._tools: dict[str, ToolSpec] = {}
-        """The run's own tools, by name: filled when the run resolves them, before step 1."""
-        self._read_result: ToolSpec | None = None
-        self._run_code: ToolSpec | None = None
+        self._guardrails = guard = Guardrails(ctx, self._reporter, self._budget)
+        self._conversation = Conversation(ctx, self._reporter, self._budget, signals, guard)
+        self._toolbox = Toolbox(ctx, self._reporter, self._plan_gate)
         self._telling_parent: asyncio.Task[None] | None = None
         self._first_step_of_run = state.steps
         self._sent_until = len(state.messages) if agent_input.carried else 0
@@ -169,10 +168,10 @@ class AgentWorkflow(AgentHandlers):
             self._gateway,
             self._saga,
             self._reporter,
-            self._tools,
+            self._toolbox.tools,
             talk.interruption if talk.on else None,
         )
-        self._runner.use_code_mode(self._facts, self._loops)
+        self._runner.use_code_mode(self._toolbox.facts, self._loops)
 
     async def _end_cancelled(self) -> AgentResult:
         self._reporter.set_status("failed", CANCELLED)
@@ -190,7 +189,7 @@ class AgentWorkflow(AgentHandlers):
                 case RunAgain():
                     next_step = await self._step()
                 case TurnEnded(outcome, answered):
-                    next_step = self._turn_ended(outcome, answered)
+                    next_step = await self._turn_ended(outcome, answered)
                 case WaitForTurn():
                     next_step = await self._wait_for_turn()
                 case HandOn():
@@ -206,9 +205,10 @@ class AgentWorkflow(AgentHandlers):
             run_setup.check_input_size(agent_input, self._budget)
         talk = self._conversation
         talk.settle_before_waiting()  # before the tools' local activity: conversation.py
-        await self._resolve_tools()
+        await self._toolbox.resolve(self._tool_notices())
         if agent_input.carried is None and agent_input.fork is None:
             self._transcript.append(UserMessage(content=agent_input.prompt))
+            self._guardrails.take_input(agent_input.prompt)
             talk.first_turn(agent_input.prompt)
         # A conversation handed on while it waited between turns waits on.
         return WaitForTurn() if talk.waiting else RunAgain()
@@ -222,10 +222,11 @@ class AgentWorkflow(AgentHandlers):
         if talk.out_of_steps():  # messages queued meanwhile start the next turn
             return TurnEnded("step_limit")
         talk.deliver(self._transcript)  # steering, at a safe point
-        offered = self._offered()
+        offered = self._toolbox.offered()
         step = state.steps + 1
         context = await self._window.fit(offered, self._sent_until, step)
         self._budget.check_before_model_call(workflow.now(), context)
+        guarding = await self._guardrails.start_input_checks(step)  # blocking ones first
         started = workflow.now()
         model = agent_input.model.model
         self._reporter.set_status("running", f"step {step}: waiting for {model}")
@@ -258,6 +259,11 @@ class AgentWorkflow(AgentHandlers):
         )
         state.step_records.append(record)
         self._reporter.step_finished(response, record)
+        # The reply is read only once the input guardrails pass: a trip discards it, no call
+        # of it runs; a conversation that refuses the message answers with why.
+        if refused := await self._guardrails.inputs_checked(guarding, record):
+            self._sent_until = len(state.messages)
+            return TurnEnded("refused", self._result(f"Refused: {refused.reason}", None))
 
         # Append BEFORE executing: if the worker dies mid-tool, the intent is on record.
         checks = dispatch.check_reply(response.message.tool_calls)
@@ -283,15 +289,21 @@ class AgentWorkflow(AgentHandlers):
             return TurnEnded("interrupted") if talk.interrupted else RunAgain()
         return TurnEnded("answered", answer)
 
-    def _turn_ended(self, outcome: TurnOutcome, answered: AgentResult | None) -> NextStep:
+    async def _turn_ended(self, outcome: TurnOutcome, answered: AgentResult | None) -> NextStep:
         """A run ends with its answer; a conversation records the turn and waits for the next
-        message, unless a message queued meanwhile crossed the answer: the turn goes on."""
+        message, unless a message queued meanwhile crossed the answer: the turn goes on. An
+        answer an output guardrail stopped goes back to the model to revise."""
         talk = self._conversation
+        if outcome == "answered" and talk.on and talk.has_queued:
+            return RunAgain()
+        if outcome == "answered" and answered is not None:
+            revise = await self._guardrails.answer_checked(answered.answer, answered.output)
+            if revise is not None:
+                self._transcript.append(UserMessage(content=revise))
+                return RunAgain()
         if not talk.on:
             assert answered is not None, "only an answer ends a turn outside a conversation"
             return Finished(answered)
-        if outcome == "answered" and talk.has_queued:
-            return RunAgain()
         talk.finish_turn(outcome, answered.answer if answered else None)
         return WaitForTurn()
 
@@ -327,7 +339,7 @@ class AgentWorkflow(AgentHandlers):
     ) -> AgentResult | None:
         """Plan a reply's calls, ask for the approvals the plan names, run it, and append one
         result per call in call order. Returns the run's result when finish was accepted."""
-        facts = self._facts()
+        facts = self._toolbox.facts()
         if checks.too_many_calls and versioning.caps_calls_per_reply():
             facts = dataclasses.replace(facts, max_calls=dispatch.MAX_CALLS_PER_REPLY)
         if checks.duplicate_keys and versioning.refuses_duplicate_keys():
@@ -347,12 +359,12 @@ class AgentWorkflow(AgentHandlers):
                 except AgentApprovalTimeout as timeout:
                     # The calls that ran keep their results and records; only the plan failed.
                     reply.outcomes[plan_call.id] = Outcome.error(plan_call, f"Error: {timeout}")
-                    self._append_results(calls, reply.outcomes, record)
+                    await self._append_results(calls, reply.outcomes, record)
                     raise
                 text = decision_text(decision, self._state.plan)
                 reply.outcomes[plan_call.id] = Outcome.ok(plan_call, text)
                 feedback = None if decision.approve else decision.comment
-        self._append_results(calls, reply.outcomes, record)
+        await self._append_results(calls, reply.outcomes, record)
         self._tool_gate.withdraw()
         if reason := reply.fatal:
             raise AgentFatalToolError(reason, self._budget.details())
@@ -362,12 +374,14 @@ class AgentWorkflow(AgentHandlers):
             return None
         return self._result(finish_answer(reply.answer, self._input.output_schema), reply.answer)
 
-    def _append_results(
+    async def _append_results(
         self, calls: tuple[ToolCall, ...], outcomes: dict[str, Outcome], record: StepRecord
     ) -> None:
-        """One result per call, in call order, and the calls' trace records."""
+        """One result per call, in call order (each that a guardrail withheld, refused), and
+        the calls' trace records."""
+        withheld = await self._guardrails.results_checked([outcomes[c.id] for c in calls], record)
         for call in calls:
-            outcome = outcomes[call.id]
+            outcome = withheld.get(call.id) or outcomes[call.id]
             self._transcript.append(outcome.result)
             verdict = self._tool_gate.verdict_of(call.id)
             # The judge's verdict goes with the call's record (one that came late, too).
@@ -378,41 +392,6 @@ class AgentWorkflow(AgentHandlers):
             )
             self._reporter.call_finished(outcome)
         self._reporter.reply_done()
-
-    async def _resolve_tools(self) -> None:
-        told = set(self._tool_notices())
-        run_tools = await run_setup.settle(self._input, self._state, self._ctx.behaviours)
-        for notice in run_tools.notices:
-            if notice not in told:
-                workflow.logger.warning("%s", notice)
-                self._reporter.publish("tools_unavailable", text=notice)
-        self._tools.clear()
-        self._tools.update({spec.name: spec for spec in run_tools.tools})
-        self._read_result = run_tools.read_result
-        self._run_code = code_mode.run_code(self._input, run_tools.tools)
-
-    def _offered(self) -> list[ToolSpec]:
-        return dispatch.offered_tools(
-            self._tools,
-            sub_agents=self._input.sub_agents,
-            read_result=self._read_result if self._state.externalised else None,
-            plan_mode=self._input.plan,
-            plan_approved=self._plan_gate.approved,
-            output_schema=self._input.output_schema,
-            run_code=self._run_code,
-        )
-
-    def _facts(self) -> dispatch.RunFacts:
-        return dispatch.RunFacts(
-            tools=self._tools,
-            offered=self._offered(),
-            plan_mode=self._input.plan,
-            plan_approved=self._plan_gate.approved,
-            output_schema=self._input.output_schema,
-            policy=self._input.tool_approval,
-            remembered=self._state.remembered,
-            behaviours=self._ctx.behaviours,
-        )
 
     def _close_pending_calls(self, content: str) -> None:
         """Give every call still waiting a result, so the transcript stays valid to the end."""

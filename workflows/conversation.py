@@ -28,6 +28,7 @@ from temporalio import workflow
 from . import versioning
 from .budget import Budget
 from .context import RunContext
+from .guardrails import Guardrails
 from .input_limits import check_message, check_queue
 from .interruption import Interruption
 from .outcomes import bounded
@@ -59,6 +60,7 @@ class Conversation:
         reporter: Reporter,
         budget: Budget,
         signals: UnknownSignals,
+        guardrails: Guardrails,
     ) -> None:
         agent_input, state = ctx.input, ctx.state
         self.on = agent_input.conversation
@@ -69,6 +71,7 @@ class Conversation:
         self._budget = budget
         self._idle_timeout = agent_input.idle_timeout_seconds
         self._signals = signals
+        self._guardrails = guardrails
         self._upgrade_asked = False
         """The `upgrade` signal came while the deployment's target version was another."""
         self._settles = False
@@ -208,6 +211,7 @@ class Conversation:
         messages, talk.queued = talk.queued, []
         for message in messages:
             transcript.append(UserMessage(content=message.text))
+            self._guardrails.take_input(message.text)
             self._reporter.publish(
                 "message_delivered", turn=self.turn, text=bounded(message.text, MESSAGE_CHARS)
             )
@@ -241,7 +245,7 @@ class Conversation:
             del talk.turns[:extra]
             talk.earlier_turns += extra
         done = {"answered": "answered", "interrupted": "was interrupted"}.get(
-            outcome, f"stopped ({outcome})"
+            outcome, f"stopped ({outcome})" if outcome != "refused" else "refused its message"
         )
         self._reporter.set_status(
             "running",
@@ -299,6 +303,7 @@ class Conversation:
         self._start_turn(messages[0].text)
         for message in messages:
             transcript.append(UserMessage(content=message.text))
+            self._guardrails.take_input(message.text)
         talk.turns[-1].steering = len(messages) - 1
         return "turn"
 

@@ -57,6 +57,13 @@ class AgentInputInvalid(AgentError):
     task that can never decode it."""
 
 
+class AgentGuardrailTripped(AgentError):
+    """A guardrail's tripwire stopped the run (docs/guardrails.md): an input guardrail on the
+    prompt or a message, or an output guardrail past the revisions it allows. The message names
+    the guardrail and its reason; the details' `guardrail` is its record. What the run did is
+    undone first."""
+
+
 class ScriptedModelMismatch(AgentError):
     """The scripted model was asked for a reply its script does not have."""
 

@@ -23,6 +23,7 @@ AgentEventKind = Literal[
     "approval_requested",
     "approval_decided",
     "judge_verdict",
+    "guardrail",
     "callback_requested",
     "callback_answered",
     "plan_submitted",
@@ -59,7 +60,8 @@ class AgentEvent(BaseModel):
     """As the model wrote them, cut at 1,000 characters."""
     outcome: str | None = None
     """tool_call_finished: the ToolOutcome; approval_decided: the approval status;
-    judge_verdict: what came of it (approved, denied, escalated, late);
+    judge_verdict: what came of it (approved, denied, escalated, late); guardrail: passed or
+    tripped (`text` names it, and says why it tripped; `tool` for a tool result's);
     plan_decided: approved or rejected; compensation: the CompensationStatus."""
     latency_ms: int | None = None
     attempts: int | None = None

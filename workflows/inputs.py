@@ -23,6 +23,7 @@ from .bounds import (
     Tokens,
 )
 from .decisions import AutoRules, PlanState, ToolCallDecision
+from .guardrail_data import GuardrailPolicy
 from .providers import CATALOGUE, REASONING_EFFORTS, Provider
 from .specs import DEFAULT_MAX_RESULT_CHARS, RetrySettings, ToolSpec
 from .state import CompactionRecord, EarlierSteps, EffectLog, RunState, StepRecord, TurnRecord
@@ -102,7 +103,6 @@ class ModelSettings(BaseModel):
     minimal, low, medium, high, xhigh), `output_config.effort` for anthropic (low, medium,
     high, xhigh, max). (The reasoning settings are left out of the JSON when unset, so a run
     without them keeps the history bytes it had.)"""
-
     stream: bool = Field(default=False, exclude_if=lambda v: not v)
     """Use the provider's streaming API: the text (and reasoning summaries) as the model writes
     them reach `AgentRun.deltas()` through the model activity's heartbeats, never the history;
@@ -335,8 +335,7 @@ class CodeMode(BaseModel):
 class AgentInput(BaseModel):
     prompt: str
     label: str | None = None
-    """A name for the kind of task (e.g. "order-status"): `starter.py stats` groups runs by it.
-    Kept in the run's memo, so listing runs shows it."""
+    """A kind of task (e.g. "order-status"), kept in the run's memo: `stats` groups runs by it."""
     system: str | None = None
     tools: list[str] | None = None
     """Names of registered tools to offer; None offers every registered tool."""
@@ -402,9 +401,10 @@ class AgentInput(BaseModel):
     tool, which hold in the sub-agent too (its calls of those tools are denied without asking,
     with the person's reason). Approvals to remember go in `tool_approval.allow`."""
     code_mode: CodeMode | None = Field(default=None, exclude_if=lambda mode: mode is None)
-    """Offer `run_code`: the model may write one script over the run's tools
-    (docs/code-mode.md). Left out of the JSON when unset, so a run without it keeps the
-    history bytes it had."""
+    """Offer `run_code`: one script over the run's tools (docs/code-mode.md). This and
+    `guardrails` are left out of the JSON when unset: a run keeps the history bytes it had."""
+    guardrails: GuardrailPolicy | None = Field(default=None, exclude_if=lambda g: g is None)
+    """Checks of what comes in, goes out and tools hand back (docs/guardrails.md)."""
     effect_log_room: Count | None = Field(default=None, exclude_if=lambda v: v is None)
     """Set by a parent for its sub-agent: the bytes the parent's compensation log has left
     (effect_log.MAX_LOG_BYTES less what it holds), which the sub-agent's effects join when it

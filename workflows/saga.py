@@ -24,7 +24,7 @@ from .errors import FATAL_ERROR_TYPES, AgentError, describe_failure
 from .outcomes import count
 from .paging import EffectsPage, EffectsPageRequest
 from .reporting import Reporter
-from .state import AppliedEffect, CompensationRecord, CompensationStatus
+from .state import AppliedEffect, CompensationRecord, CompensationStatus, FailureDetails
 
 MAX_REPORTED_COMPENSATIONS = 1_000
 """The failure's details list the first this many compensations, and count the rest by status
@@ -181,6 +181,8 @@ class Saga:
             left_out = details.compensations_left_out
             left_out[record.status] = left_out.get(record.status, 0) + 1
         details.kept_effects = kept
+        given = error.details[0] if error.details else None
+        details.guardrail = given.guardrail if isinstance(given, FailureDetails) else None
         message = error.message
         if records:
             # Those that failed first: what a person must see, however many were undone.

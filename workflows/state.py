@@ -35,6 +35,7 @@ from .decisions import (
     ToolApproval,
     ToolCallDecision,
 )
+from .guardrail_data import GuardrailRecord
 from .specs import ToolSpec
 from .transcript import Message, Transcript, UserMessage
 from .usage import Usage
@@ -145,6 +146,8 @@ class ToolCallRecord(BaseModel):
     script: str | None = Field(default=None, exclude_if=lambda v: v is None)
     """A call a code-mode script made: the id of the run_code call whose script made it (its
     record follows the script's calls in the step's)."""
+    guardrail: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The guardrail that withheld the call's result from the model (docs/guardrails.md)."""
 
 
 class StepRecord(BaseModel):
@@ -164,6 +167,8 @@ class StepRecord(BaseModel):
     reasoning_left_out: Recorded = Field(default=0, exclude_if=lambda count: not count)
     """Reasoning parts of the transcript this call did not send: another provider's, or refused
     by its settings (see ModelResponse.reasoning_left_out). Left out of the JSON when 0."""
+    guardrails: list[GuardrailRecord] = Field(default=[], exclude_if=lambda checks: not checks)
+    """The guardrails' verdicts of the step: its input, its tool results, its answer."""
 
 
 class EarlierSteps(BaseModel):
@@ -226,9 +231,9 @@ class RunTools(BaseModel):
         return self.read_result if self.read_result and self.read_result.name == name else None
 
 
-TurnOutcome = Literal["working", "answered", "interrupted", "step_limit"]
+TurnOutcome = Literal["working", "answered", "interrupted", "step_limit", "refused"]
 """working: the turn is under way; step_limit: it made `limits.max_steps` model calls without
-an answer (the conversation goes on)."""
+an answer (the conversation goes on); refused: an input guardrail refused its message."""
 
 
 class TurnRecord(BaseModel):
@@ -336,6 +341,10 @@ class RunState(BaseModel):
     judgements: Recorded = Field(default=0, exclude_if=lambda count: not count)
     """Calls an auto-mode judge was asked about so far (the scripted judge plays its turns by
     this count)."""
+    unchecked_inputs: list[str] = Field(default=[], exclude_if=lambda texts: not texts)
+    """A person's texts that the input guardrails check with the next model call."""
+    guardrail_revisions: Recorded = Field(default=0, exclude_if=lambda count: not count)
+    """Answers in a row that an output guardrail sent back to be revised."""
 
     @model_validator(mode="after")
     def _carried_whole(self) -> RunState:
@@ -407,6 +416,8 @@ class FailureDetails(BaseModel):
     kept_effects: int = Field(default=0, exclude_if=lambda kept: not kept)
     """A conversation's: the effects of its answered turns, which stayed (the message names
     them)."""
+    guardrail: GuardrailRecord | None = Field(default=None, exclude_if=lambda v: v is None)
+    """AgentGuardrailTripped's: the guardrail whose tripwire stopped the run, and why."""
 
     @classmethod
     def of_error(cls, error: BaseException | None) -> FailureDetails:
