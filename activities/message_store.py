@@ -47,7 +47,7 @@ from ..workflows.history import (
     script_ref,
     tools_ref,
 )
-from ..workflows.inputs import ScriptedTurn
+from ..workflows.model_settings import ScriptedTurn
 from ..workflows.specs import ToolSpec
 from ..workflows.transcript import Message, message_adapter
 from .pg_store import postgres_store

@@ -21,7 +21,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-from ..workflows.inputs import Price
+from ..workflows.model_settings import Price
 from ..workflows.usage import Usage
 
 PRICES_AS_OF = "2026-11"

@@ -61,8 +61,9 @@ from durable_agent.serving.command_line import Command, exit_now, parse
 from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker, connect
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import AgentInput, ModelSettings, ToolApprovalPolicy
+from durable_agent.workflows.inputs import AgentInput, ToolApprovalPolicy
 from durable_agent.workflows.model_gateway import model_task_queue
+from durable_agent.workflows.model_settings import ModelSettings
 from tests.fake_openai import RATE_LIMIT_HEADERS, FakeOpenAI, Recorded, Reply
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -40,14 +40,8 @@ from durable_agent.serving.command_line import Command, parse
 from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import (
-    AgentInput,
-    CodeMode,
-    Limits,
-    ModelSettings,
-    ScriptedCall,
-    ScriptedTurn,
-)
+from durable_agent.workflows.inputs import AgentInput, CodeMode, Limits
+from durable_agent.workflows.model_settings import ModelSettings, ScriptedCall, ScriptedTurn
 from durable_agent.workflows.usage import Usage
 
 FIRST_ORDER = 100_000

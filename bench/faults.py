@@ -83,13 +83,8 @@ from durable_agent.demo import tools as demo_tools
 from durable_agent.serving.command_line import Command, exit_now, parse
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentError
-from durable_agent.workflows.inputs import (
-    AgentInput,
-    AgentResult,
-    Limits,
-    ModelSettings,
-    ToolApprovalPolicy,
-)
+from durable_agent.workflows.inputs import AgentInput, AgentResult, Limits, ToolApprovalPolicy
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.specs import RetrySettings
 from durable_agent.workflows.state import CompensationInput, FailureDetails
 from durable_agent.workflows.transcript import Transcript

@@ -44,13 +44,8 @@ from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.events import EVENTS_TOPIC, AgentEvent
-from durable_agent.workflows.inputs import (
-    AgentInput,
-    Limits,
-    ModelSettings,
-    ScriptedCall,
-    ScriptedTurn,
-)
+from durable_agent.workflows.inputs import AgentInput, Limits
+from durable_agent.workflows.model_settings import ModelSettings, ScriptedCall, ScriptedTurn
 
 WAYS = ("not followed", "followed by query", "followed by update")
 UPDATE_EVENTS = {

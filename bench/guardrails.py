@@ -38,7 +38,8 @@ from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.guardrail_data import GuardrailPolicy, GuardrailRef, GuardrailVerdict
-from durable_agent.workflows.inputs import AgentInput, ModelSettings, ScriptedCall, ScriptedTurn
+from durable_agent.workflows.inputs import AgentInput
+from durable_agent.workflows.model_settings import ModelSettings, ScriptedCall, ScriptedTurn
 
 WAYS = ("none", "input, beside the call", "input, blocking", "output", "tool result")
 GUARD = SimpleNamespace(seconds=0.05)

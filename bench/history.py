@@ -35,13 +35,8 @@ from durable_agent.serving.command_line import Command, Several, exit_now, parse
 from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import (
-    AgentInput,
-    Limits,
-    ModelSettings,
-    ScriptedCall,
-    ScriptedTurn,
-)
+from durable_agent.workflows.inputs import AgentInput, Limits
+from durable_agent.workflows.model_settings import ModelSettings, ScriptedCall, ScriptedTurn
 
 
 def agent_input(steps: int, result_chars: int, linear: bool, reply_chars: int = 0) -> AgentInput:

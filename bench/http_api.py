@@ -44,13 +44,8 @@ from durable_agent.client.agent_client import AgentClient, AgentRun, percentile
 from durable_agent.serving.command_line import Command, exit_now, parse
 from durable_agent.serving.dev_server import embedded_dev_server, free_port
 from durable_agent.serving.worker import build_worker
-from durable_agent.workflows.inputs import (
-    AgentInput,
-    Limits,
-    ModelSettings,
-    ScriptedCall,
-    ScriptedTurn,
-)
+from durable_agent.workflows.inputs import AgentInput, Limits
+from durable_agent.workflows.model_settings import ModelSettings, ScriptedCall, ScriptedTurn
 from tests.server_requests import served
 
 CLI = str(Path(sysconfig.get_path("scripts")) / "durable-agent")

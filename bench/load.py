@@ -62,14 +62,8 @@ from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentError
-from durable_agent.workflows.inputs import (
-    AgentInput,
-    AgentResult,
-    ModelSettings,
-    ScriptedCall,
-    ScriptedTurn,
-    ToolApprovalPolicy,
-)
+from durable_agent.workflows.inputs import AgentInput, AgentResult, ToolApprovalPolicy
+from durable_agent.workflows.model_settings import ModelSettings, ScriptedCall, ScriptedTurn
 from durable_agent.workflows.specs import RetrySettings
 from durable_agent.workflows.state import FailureDetails
 from durable_agent.workflows.transcript import Message, Transcript

@@ -40,7 +40,8 @@ from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.activity_io import ModelDelta, StreamProgress
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import AgentInput, Limits, ModelSettings
+from durable_agent.workflows.inputs import AgentInput, Limits
+from durable_agent.workflows.model_settings import ModelSettings
 from tests import fake_anthropic
 
 TOOL = "get_order"

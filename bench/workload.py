@@ -28,13 +28,8 @@ from durable_agent.activities.tools import tool, tool_specs
 from durable_agent.serving.sandbox_runner import WORKFLOW_RUNNER, AgentSandboxRunner
 from durable_agent.workflows.activity_io import ModelRequest
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import (
-    AgentInput,
-    Limits,
-    ModelSettings,
-    ScriptedCall,
-    ScriptedTurn,
-)
+from durable_agent.workflows.inputs import AgentInput, Limits
+from durable_agent.workflows.model_settings import ModelSettings, ScriptedCall, ScriptedTurn
 from durable_agent.workflows.specs import RetrySettings
 from durable_agent.workflows.status import starting_search_attributes
 from durable_agent.workflows.transcript import Message, ToolResult, UserMessage

@@ -29,13 +29,8 @@ from ..workflows.bounds import MAX_STEPS, MAX_TOKENS, MAX_USD
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.guardrail_data import GuardrailPolicy
 from ..workflows.input_limits import InputTooLarge
-from ..workflows.inputs import (
-    DEFAULT_TASK_QUEUE,
-    Limits,
-    ModelSettings,
-    ReasoningEffort,
-    ScriptedTurn,
-)
+from ..workflows.inputs import DEFAULT_TASK_QUEUE, Limits
+from ..workflows.model_settings import ModelSettings, ReasoningEffort, ScriptedTurn
 from ..workflows.providers import CATALOGUE, KEYED_PROVIDERS, PROVIDERS, Provider
 
 _program: ContextVar[str] = ContextVar("program", default="starter.py")

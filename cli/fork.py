@@ -19,7 +19,8 @@ from ..client import evaluation, forking
 from ..client.agent_client import AgentClient, AgentRun
 from ..client.evaluation import EvalRow
 from ..serving.command_line import refuse, say
-from ..workflows.inputs import ModelSettings, ToolApprovalPolicy
+from ..workflows.inputs import ToolApprovalPolicy
+from ..workflows.model_settings import ModelSettings
 from ..workflows.providers import CATALOGUE, Provider
 from . import args, decide
 from .args import Following

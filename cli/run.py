@@ -35,14 +35,8 @@ from ..serving.command_line import say
 from ..serving.self_contained import self_contained
 from ..serving.worker import SETUP_ERRORS, check_worker, setup_error
 from ..workflows.input_limits import InputTooLarge, check_input, json_bytes
-from ..workflows.inputs import (
-    AgentInput,
-    AgentResult,
-    CodeMode,
-    Limits,
-    ModelSettings,
-    ToolApprovalPolicy,
-)
+from ..workflows.inputs import AgentInput, AgentResult, CodeMode, Limits, ToolApprovalPolicy
+from ..workflows.model_settings import ModelSettings
 from ..workflows.state import FailureDetails
 from ..workflows.usage import Usage
 from . import conversation, decide

@@ -78,10 +78,10 @@ from ..workflows.inputs import (
     AgentInput,
     AgentResult,
     Limits,
-    ModelSettings,
     ToolApprovalPolicy,
 )
 from ..workflows.model_gateway import MODEL_ACTIVITY
+from ..workflows.model_settings import ModelSettings
 from ..workflows.paging import (
     EffectsPageRequest,
     TracePage,

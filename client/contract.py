@@ -21,7 +21,8 @@ from temporalio import workflow
 from ..activities.pricing import DEMO_PRICE
 from ..demo import script as demo
 from ..workflows.agent import AgentWorkflow
-from ..workflows.inputs import DEFAULT_TASK_QUEUE, AgentInput, ModelSettings
+from ..workflows.inputs import DEFAULT_TASK_QUEUE, AgentInput
+from ..workflows.model_settings import ModelSettings
 
 Schema = dict[str, Any]
 EXAMPLE_PROMPT = "Where is my latest order? My email is a@b.com."

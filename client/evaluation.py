@@ -22,7 +22,8 @@ from typing import Any
 
 from temporalio.client import Client
 
-from ..workflows.inputs import AgentResult, Limits, ModelSettings, ToolApprovalPolicy
+from ..workflows.inputs import AgentResult, Limits, ToolApprovalPolicy
+from ..workflows.model_settings import ModelSettings
 from ..workflows.providers import CATALOGUE, Provider
 from ..workflows.usage import Usage
 from . import forking

@@ -51,12 +51,11 @@ from ..workflows.inputs import (
     ForkOrigin,
     ForkSeed,
     Limits,
-    ModelSettings,
-    ScriptedTurn,
     ScriptResume,
     ToolApprovalPolicy,
 )
 from ..workflows.model_gateway import MODEL_ACTIVITY
+from ..workflows.model_settings import ModelSettings, ScriptedTurn
 from ..workflows.script_tools import RUN_CODE, RUN_SCRIPT
 from ..workflows.specs import ToolSpec
 from ..workflows.state import AppliedEffect, CompensationInput, FailureDetails

@@ -3,7 +3,7 @@ over the real demo tools, and the system prompt a real model gets for the same d
 
 from __future__ import annotations
 
-from ..workflows.inputs import ScriptedCall, ScriptedTurn
+from ..workflows.model_settings import ScriptedCall, ScriptedTurn
 
 SUPPORT_DEMO_SYSTEM = (
     "You are a customer-support agent for an online shop. Look facts up with the tools; never "

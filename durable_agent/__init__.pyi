@@ -68,6 +68,7 @@ from .workflows.errors import (
     AgentStepLimitExceeded as AgentStepLimitExceeded,
 )
 from .workflows.guardrail_data import (
+    GuardrailJudge as GuardrailJudge,
     GuardrailPolicy as GuardrailPolicy,
     GuardrailRecord as GuardrailRecord,
     GuardrailRef as GuardrailRef,
@@ -80,10 +81,12 @@ from .workflows.inputs import (
     CallbackTool as CallbackTool,
     CodeMode as CodeMode,
     Limits as Limits,
+    ToolApprovalPolicy as ToolApprovalPolicy,
+)
+from .workflows.model_settings import (
     ModelSettings as ModelSettings,
     ScriptedCall as ScriptedCall,
     ScriptedTurn as ScriptedTurn,
-    ToolApprovalPolicy as ToolApprovalPolicy,
 )
 from .workflows.specs import RetrySettings as RetrySettings
 from .workflows.state import CompensationInput as CompensationInput

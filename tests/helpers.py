@@ -17,15 +17,8 @@ from temporalio.exceptions import ApplicationError
 
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import (
-    AgentInput,
-    AgentResult,
-    Limits,
-    ModelSettings,
-    ScriptedCall,
-    ScriptedTurn,
-    ToolApprovalPolicy,
-)
+from durable_agent.workflows.inputs import AgentInput, AgentResult, Limits, ToolApprovalPolicy
+from durable_agent.workflows.model_settings import ModelSettings, ScriptedCall, ScriptedTurn
 from durable_agent.workflows.specs import RetrySettings
 from durable_agent.workflows.state import StepRecord
 from durable_agent.workflows.transcript import Message, Transcript

@@ -27,8 +27,9 @@ from durable_agent.serving.plugin import AgentPlugin
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentConfigurationError
-from durable_agent.workflows.inputs import AgentInput, AgentResult, ModelSettings
+from durable_agent.workflows.inputs import AgentInput, AgentResult
 from durable_agent.workflows.model_gateway import model_task_queue
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.specs import RetrySettings
 from tests import fake_openai
 from tests.helpers import TEST_WORKER_OPTIONS, eventually

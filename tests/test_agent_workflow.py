@@ -12,7 +12,8 @@ import tests.tools_for_tests as test_tools
 from durable_agent.activities.providers import scripted
 from durable_agent.activities.providers.scripted import recorded_requests
 from durable_agent.workflows.activity_io import ModelRequest
-from durable_agent.workflows.inputs import Limits, ModelSettings, ScriptedTurn
+from durable_agent.workflows.inputs import Limits
+from durable_agent.workflows.model_settings import ModelSettings, ScriptedTurn
 from durable_agent.workflows.specs import ToolSpec
 from durable_agent.workflows.transcript import AssistantMessage, ToolResult, UserMessage
 from durable_agent.workflows.usage import Usage

@@ -23,7 +23,8 @@ from temporalio.testing import WorkflowEnvironment
 import tests.tools_for_tests as test_tools
 from durable_agent.demo import tools as demo_tools
 from durable_agent.serving.worker import build_worker
-from durable_agent.workflows.inputs import ScriptedCall, ToolApprovalPolicy
+from durable_agent.workflows.inputs import ToolApprovalPolicy
+from durable_agent.workflows.model_settings import ScriptedCall
 from durable_agent.workflows.shown_arguments import FIELD_CHARS, NOT_WHOLE
 from tests.helpers import TEST_WORKER_OPTIONS, call, run_agent, scripted_input, turn
 from tests.test_tool_approval import finish, start, until

@@ -32,15 +32,8 @@ from durable_agent.workflows.decisions import (
     ToolApproval,
 )
 from durable_agent.workflows.events import AgentEvent
-from durable_agent.workflows.inputs import (
-    AutoMode,
-    Limits,
-    ModelSettings,
-    Price,
-    ScriptedCall,
-    ScriptedTurn,
-    ToolApprovalPolicy,
-)
+from durable_agent.workflows.inputs import AutoMode, Limits, ToolApprovalPolicy
+from durable_agent.workflows.model_settings import ModelSettings, Price, ScriptedCall, ScriptedTurn
 from tests import fake_anthropic, fake_openai
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, turn
 from tests.test_agent_client import serving

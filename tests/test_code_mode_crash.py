@@ -13,7 +13,8 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import AgentInput, CodeMode, Limits, ModelSettings
+from durable_agent.workflows.inputs import AgentInput, CodeMode, Limits
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.transcript import Transcript
 from tests.helpers import TRUSTED, call, eventually, turn
 from tests.test_crash_safety import (  # noqa: F401  (fixtures)

@@ -19,7 +19,8 @@ import tests.tools_for_tests as test_tools
 from durable_agent.client.agent_client import AgentClient, AgentRunFailed
 from durable_agent.client.forking import ForkError, read_run, scripted_from
 from durable_agent.serving.worker import build_worker
-from durable_agent.workflows.inputs import AgentInput, CodeMode, Limits, ModelSettings
+from durable_agent.workflows.inputs import AgentInput, CodeMode, Limits
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.transcript import Transcript
 from tests.helpers import (
     FAST_MODEL_RETRY,

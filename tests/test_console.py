@@ -26,9 +26,9 @@ from durable_agent.workflows.inputs import (
     AutoMode,
     CallbackTool,
     CodeMode,
-    ModelSettings,
     ToolApprovalPolicy,
 )
+from durable_agent.workflows.model_settings import ModelSettings
 from tests import fake_anthropic
 from tests.browser import Browser
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, eventually, turn

@@ -17,13 +17,8 @@ import tests.tools_for_tests as test_tools
 from durable_agent.client.agent_client import AgentClient, AgentRun, AgentRunFailed
 from durable_agent.serving.dev_server import temporal_binary
 from durable_agent.serving.worker import build_worker
-from durable_agent.workflows.inputs import (
-    AgentInput,
-    Limits,
-    ModelSettings,
-    ScriptedTurn,
-    ToolApprovalPolicy,
-)
+from durable_agent.workflows.inputs import AgentInput, Limits, ToolApprovalPolicy
+from durable_agent.workflows.model_settings import ModelSettings, ScriptedTurn
 from durable_agent.workflows.transcript import Transcript
 from durable_agent.workflows.usage import Usage
 from tests import fake_openai

@@ -36,7 +36,8 @@ from durable_agent.demo import tools as demo_tools
 from durable_agent.serving.dev_server import free_port, temporal_binary
 from durable_agent.serving.worker import connect
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import AgentInput, AgentResult, Limits, ModelSettings
+from durable_agent.workflows.inputs import AgentInput, AgentResult, Limits
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.specs import RetrySettings
 from durable_agent.workflows.status import SEARCH_ATTRIBUTES
 from durable_agent.workflows.transcript import Transcript

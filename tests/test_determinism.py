@@ -41,7 +41,8 @@ from durable_agent.serving.sandbox_runner import WORKFLOW_RUNNER, sandbox_from_e
 from durable_agent.serving.worker import build_worker, replayer
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentConfigurationError
-from durable_agent.workflows.inputs import Limits, ModelSettings
+from durable_agent.workflows.inputs import Limits
+from durable_agent.workflows.model_settings import ModelSettings
 from tests.clock_workflow import ClockWorkflow
 from tests.helpers import (
     FAST_MODEL_RETRY,

@@ -19,7 +19,8 @@ from durable_agent.workflows import effect_log
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.continuation import MAX_CARRIED_BYTES
 from durable_agent.workflows.errors import AgentStepLimitExceeded
-from durable_agent.workflows.inputs import Limits, ModelSettings
+from durable_agent.workflows.inputs import Limits
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.paging import EffectsPageRequest
 from durable_agent.workflows.saga import MAX_REPORTED_COMPENSATIONS, Saga
 from durable_agent.workflows.state import (

@@ -31,7 +31,8 @@ from temporalio.client import Client, WorkflowHandle
 from durable_agent.activities.result_store import result_ref
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.history import STORE_MISS
-from durable_agent.workflows.inputs import AgentInput, AgentResult, ModelSettings
+from durable_agent.workflows.inputs import AgentInput, AgentResult
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.specs import RetrySettings
 from tests.helpers import TRUSTED, call, eventually, turn
 

@@ -18,7 +18,8 @@ from durable_agent.demo import tools as demo_tools
 from durable_agent.demo.script import DEMO_PROMPT, support_demo_script
 from durable_agent.encryption.payload_codec import PayloadKey, data_converter
 from durable_agent.serving.worker import build_worker
-from durable_agent.workflows.inputs import AgentInput, AgentResult, Limits, ModelSettings
+from durable_agent.workflows.inputs import AgentInput, AgentResult, Limits
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.usage import Usage
 from tests import fake_openai
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, TRUSTED, call, scripted_input, turn

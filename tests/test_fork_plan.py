@@ -17,7 +17,7 @@ from durable_agent.demo import tools as demo_tools
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.decisions import PlanState
-from durable_agent.workflows.inputs import ModelSettings, ScriptedTurn
+from durable_agent.workflows.model_settings import ModelSettings, ScriptedTurn
 from tests.helpers import (
     FAST_MODEL_RETRY,
     TEST_WORKER_OPTIONS,

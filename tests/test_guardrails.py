@@ -24,12 +24,13 @@ from durable_agent import (
     AgentRunFailed,
     GuardrailPolicy,
     ModelSettings,
+    ScriptedTurn,
     ToolApprovalPolicy,
 )
 from durable_agent.demo import tools as demo_tools
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.guardrail_data import GuardrailRef
+from durable_agent.workflows.guardrail_data import GuardrailJudge, GuardrailRef
 from tests import fake_openai
 from tests.helpers import (
     FAST_MODEL_RETRY,
@@ -274,3 +275,65 @@ def test_a_bad_guardrail_on_the_command_line_exits_2_with_one_line(given: str) -
     assert done.returncode == 2
     assert done.stdout == ""
     assert len(done.stderr.splitlines()) == 1 and "--guardrail" in done.stderr, done.stderr
+
+
+def judge(*verdicts: ScriptedTurn) -> GuardrailJudge:
+    """A scripted judge: its replies, one a text it judges."""
+    return GuardrailJudge(
+        criteria="The text holds a secret code.",
+        model=ModelSettings(provider="scripted", model="judge", script=list(verdicts)),
+    )
+
+
+def verdict(tripped: object, reason: str = "because") -> ScriptedTurn:
+    return turn(call("verdict", tripped=tripped, reason=reason))
+
+
+async def test_a_judge_guardrail_withholds_a_result_and_its_call_counts_in_the_usage(
+    client: Client, task_queue: str
+) -> None:
+    """A model with criteria as a guardrail: it passes the prompt, trips on the note's result,
+    and each of its calls is an activity whose tokens the run's usage counts."""
+    guardrails = GuardrailPolicy(
+        input=["vault"],
+        tool_results=["vault"],
+        judges={"vault": judge(verdict(False), verdict(True, "it holds the vault code"))},
+    )
+    script = [turn(call("read_note", key="k1")), turn(text="I cannot read it.")]
+    run = await run_agent(
+        client, task_queue, scripted_input(script, tools=["read_note"], guardrails=guardrails)
+    )
+
+    assert run.result is not None
+    result = run.tool_results()["call_1_1"]
+    assert result.endswith("withheld by guardrail vault: it holds the vault code")
+    assert [(g.name, g.kind, g.tripped) for g in run.trace[0].guardrails] == [
+        ("vault", "input", False),
+        ("vault", "tool_result", True),
+    ]
+    steps = sum(record.usage.input_tokens for record in run.trace)
+    assert run.result.usage.input_tokens > steps, "the judge's calls were not counted"
+    history = await run.handle.fetch_history()
+    models = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert models.count("call_model") == 4  # two steps, two judgements
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [turn(text="It looks fine to me."), verdict("yes"), turn(call("verdict", reason="no flag"))],
+    ids=["text", "a word for a flag", "no flag"],
+)
+async def test_a_judge_that_does_not_answer_with_a_verdict_fails_closed(
+    client: Client, task_queue: str, reply: ScriptedTurn
+) -> None:
+    guardrails = GuardrailPolicy(input=["vault"], judges={"vault": judge(reply)})
+    run = await run_agent(
+        client, task_queue, scripted_input([turn(text="never read")], guardrails=guardrails)
+    )
+
+    assert run.failure.type == "AgentGuardrailTripped"
+    assert "so it counts as tripped" in run.failure.message

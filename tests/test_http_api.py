@@ -23,13 +23,8 @@ from durable_agent.client.contract import example_input
 from durable_agent.demo import script as demo
 from durable_agent.serving import http_api
 from durable_agent.serving.worker import build_worker
-from durable_agent.workflows.inputs import (
-    AgentInput,
-    Limits,
-    ModelSettings,
-    ScriptedTurn,
-    ToolApprovalPolicy,
-)
+from durable_agent.workflows.inputs import AgentInput, Limits, ToolApprovalPolicy
+from durable_agent.workflows.model_settings import ModelSettings, ScriptedTurn
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
 from tests.serve_process import TOKEN, serving
 from tests.server_requests import served

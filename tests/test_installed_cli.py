@@ -21,7 +21,7 @@ from temporalio.client import Client
 from durable_agent.activities.providers import scripted
 from durable_agent.client.agent_client import AgentRunFailed
 from durable_agent.demo import script as demo
-from durable_agent.workflows.inputs import ScriptedTurn
+from durable_agent.workflows.model_settings import ScriptedTurn
 from tests.helpers import call, eventually, turn
 from tests.serve_process import CLI
 from tests.test_agent_client import serving

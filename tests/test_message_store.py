@@ -24,7 +24,7 @@ from durable_agent.encryption.payload_codec import PayloadKey
 from durable_agent.workflows.activity_io import ModelRequest
 from durable_agent.workflows.errors import AgentConfigurationError
 from durable_agent.workflows.history import chain_refs, tools_json, tools_ref
-from durable_agent.workflows.inputs import ModelSettings
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.specs import ToolSpec
 from durable_agent.workflows.transcript import AssistantMessage, Message, UserMessage
 

@@ -20,7 +20,7 @@ from durable_agent.activities.providers._http_errors import (
 from durable_agent.activities.providers.openai_provider import complete
 from durable_agent.workflows.activity_io import ModelRequest
 from durable_agent.workflows.errors import AgentConfigurationError, AgentProviderError
-from durable_agent.workflows.inputs import ModelSettings
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.specs import ToolSpec
 from durable_agent.workflows.transcript import (
     AssistantMessage,

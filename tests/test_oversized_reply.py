@@ -11,7 +11,8 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.activities.result_store import result_store
-from durable_agent.workflows.inputs import AgentInput, ModelSettings
+from durable_agent.workflows.inputs import AgentInput
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.transcript import AssistantMessage
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import FAST_MODEL_RETRY, TRUSTED, run_agent

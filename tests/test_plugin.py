@@ -39,7 +39,8 @@ from durable_agent.encryption import payload_codec
 from durable_agent.serving import sandbox_runner
 from durable_agent.serving.plugin import Stores, agent_data_converter
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import AgentInput, ModelSettings
+from durable_agent.workflows.inputs import AgentInput
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.payloads import RefusesUndecodableInput
 from tests import fake_openai
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, scripted_input, turn

@@ -9,7 +9,8 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.activities import pricing
-from durable_agent.workflows.inputs import AgentInput, Limits, Price
+from durable_agent.workflows.inputs import AgentInput, Limits
+from durable_agent.workflows.model_settings import Price
 from durable_agent.workflows.usage import Usage
 from tests.helpers import call, run_agent, scripted_input, turn
 

@@ -45,7 +45,8 @@ from durable_agent.encryption.payload_codec import (
 )
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import AgentInput, AgentResult, ModelSettings
+from durable_agent.workflows.inputs import AgentInput, AgentResult
+from durable_agent.workflows.model_settings import ModelSettings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, scripted_input, turn
 

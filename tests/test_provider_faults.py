@@ -24,7 +24,8 @@ from temporalio.exceptions import ApplicationError
 import tests.tools_for_tests as test_tools
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import AgentInput, AgentResult, Limits, ModelSettings
+from durable_agent.workflows.inputs import AgentInput, AgentResult, Limits
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.specs import RetrySettings
 from durable_agent.workflows.transcript import Message, Transcript
 from tests import fake_anthropic, fake_openai

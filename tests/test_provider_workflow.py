@@ -25,13 +25,8 @@ import tests.tools_for_tests as test_tools
 from durable_agent.activities import pricing
 from durable_agent.workflows.compaction import SUMMARY_SYSTEM
 from durable_agent.workflows.decisions import ApprovalCriteria
-from durable_agent.workflows.inputs import (
-    AgentInput,
-    AutoMode,
-    Limits,
-    ModelSettings,
-    ToolApprovalPolicy,
-)
+from durable_agent.workflows.inputs import AgentInput, AutoMode, Limits, ToolApprovalPolicy
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.usage import Usage
 from tests import fake_anthropic, fake_openai
 from tests.helpers import FAST_MODEL_RETRY, Run, run_agent

@@ -7,7 +7,7 @@ from typing import get_args
 
 from durable_agent.activities import admission, model_call
 from durable_agent.serving.plugin import AgentPlugin
-from durable_agent.workflows.inputs import ModelSettings
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.providers import (
     ADMITTED_PROVIDERS,
     CATALOGUE,

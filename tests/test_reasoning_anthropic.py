@@ -16,7 +16,8 @@ from temporalio.client import Client
 from durable_agent.activities.providers import anthropic_provider
 from durable_agent.workflows.activity_io import ModelRequest
 from durable_agent.workflows.errors import AgentProviderError
-from durable_agent.workflows.inputs import AgentInput, Limits, ModelSettings
+from durable_agent.workflows.inputs import AgentInput, Limits
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.transcript import (
     AssistantMessage,
     Message,

@@ -28,8 +28,9 @@ from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.activity_io import ModelRequest
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.errors import AgentProviderError
-from durable_agent.workflows.inputs import AgentInput, ModelSettings, ToolApprovalPolicy
+from durable_agent.workflows.inputs import AgentInput, ToolApprovalPolicy
 from durable_agent.workflows.model_gateway import model_task_queue
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.transcript import (
     AssistantMessage,
     Message,

@@ -17,7 +17,8 @@ from durable_agent.activities.providers import openai_responses_provider
 from durable_agent.activities.providers.anthropic_provider import complete as anthropic_complete
 from durable_agent.activities.providers.openai_provider import complete as chat_complete
 from durable_agent.workflows.activity_io import ModelRequest
-from durable_agent.workflows.inputs import AgentInput, ModelSettings, Price
+from durable_agent.workflows.inputs import AgentInput
+from durable_agent.workflows.model_settings import ModelSettings, Price
 from durable_agent.workflows.transcript import AssistantMessage, TextItem, UserMessage
 from durable_agent.workflows.usage import Usage
 from tests import fake_anthropic, recorded

@@ -61,11 +61,10 @@ from durable_agent.workflows.inputs import (
     ForkOrigin,
     ForkSeed,
     Limits,
-    ModelSettings,
-    ScriptedCall,
     ToolApprovalPolicy,
 )
 from durable_agent.workflows.model_gateway import ModelGateway
+from durable_agent.workflows.model_settings import ModelSettings, ScriptedCall
 from durable_agent.workflows.transcript import AssistantMessage, ToolCall, ToolResult, UserMessage
 from tests.helpers import TEST_WORKER_OPTIONS, call, chain_histories, scripted_input, turn
 

@@ -15,7 +15,8 @@ from temporalio.client import Client, WorkflowHistory
 
 import tests.tools_for_tests as test_tools
 from durable_agent.workflows.dispatch import MAX_CALL_ID_CHARS, MAX_CALLS_PER_REPLY
-from durable_agent.workflows.inputs import Limits, ModelSettings
+from durable_agent.workflows.inputs import Limits
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.tool_runner import MAX_CALLS_IN_FLIGHT
 from tests.helpers import FAST_MODEL_RETRY, call, run_agent, scripted_input, turn
 

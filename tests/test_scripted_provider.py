@@ -21,7 +21,8 @@ from durable_agent.activities.providers import scripted
 from durable_agent.cli import starter as starter_cli
 from durable_agent.client.agent_client import AgentClient, AgentRunFailed
 from durable_agent.serving.worker import build_worker
-from durable_agent.workflows.inputs import AgentInput, ModelSettings, ScriptedCall, ScriptedTurn
+from durable_agent.workflows.inputs import AgentInput
+from durable_agent.workflows.model_settings import ModelSettings, ScriptedCall, ScriptedTurn
 from durable_agent.workflows.transcript import AssistantMessage
 from tests.helpers import TEST_WORKER_OPTIONS, call, turn
 

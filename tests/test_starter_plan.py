@@ -22,7 +22,7 @@ from durable_agent.cli.run import run
 from durable_agent.client.agent_client import AgentClient
 from durable_agent.demo.script import DEMO_PLAN, demo_plan_script, support_demo_script
 from durable_agent.serving.worker import build_worker
-from durable_agent.workflows.inputs import ScriptedCall
+from durable_agent.workflows.model_settings import ScriptedCall
 from tests.helpers import TEST_WORKER_OPTIONS, eventually
 from tests.test_agent_client import end_leftovers
 

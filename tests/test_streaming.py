@@ -18,7 +18,8 @@ from durable_agent.client.agent_client import AgentRun
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.activity_io import ModelDelta
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import AgentInput, ModelSettings
+from durable_agent.workflows.inputs import AgentInput
+from durable_agent.workflows.model_settings import ModelSettings
 from tests import fake_anthropic, fake_openai
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, run_agent
 

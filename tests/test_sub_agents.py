@@ -10,7 +10,8 @@ from temporalio.client import Client
 
 from durable_agent.activities.providers.scripted import recorded_requests
 from durable_agent.demo import tools as demo_tools
-from durable_agent.workflows.inputs import Limits, ModelSettings
+from durable_agent.workflows.inputs import Limits
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.usage import Usage
 from tests.helpers import FAST_MODEL_RETRY, call, run_agent, scripted_input, turn
 

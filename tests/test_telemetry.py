@@ -38,7 +38,8 @@ from durable_agent.serving.dev_server import embedded_dev_server
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.activity_io import ModelRequest, ModelResponse
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import AgentInput, ModelSettings
+from durable_agent.workflows.inputs import AgentInput
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.transcript import AssistantMessage, UserMessage
 from durable_agent.workflows.usage import Usage
 from tests import fake_anthropic, fake_openai

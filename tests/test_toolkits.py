@@ -23,7 +23,8 @@ from durable_agent.activities.toolkits import register_toolkit
 from durable_agent.activities.tools import describe, registered_tools, tool, tool_specs
 from durable_agent.demo import tools as demo_tools
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import AgentInput, ModelSettings
+from durable_agent.workflows.inputs import AgentInput
+from durable_agent.workflows.model_settings import ModelSettings
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.helpers import TRUSTED, call, run_agent, scripted_input, turn
 from tests.retail_toolkit import MathTools, RetailTools

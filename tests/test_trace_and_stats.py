@@ -30,7 +30,8 @@ from durable_agent.client.agent_client import (
 from durable_agent.encryption import payload_codec
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
-from durable_agent.workflows.inputs import AgentResult, Limits, ModelSettings, Price
+from durable_agent.workflows.inputs import AgentResult, Limits
+from durable_agent.workflows.model_settings import ModelSettings, Price
 from durable_agent.workflows.state import CompactionRecord, StepRecord, ToolCallRecord
 from durable_agent.workflows.usage import Usage
 from tests import helpers

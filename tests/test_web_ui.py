@@ -20,7 +20,8 @@ from durable_agent.client.agent_client import AgentClient, AgentRun
 from durable_agent.demo.script import DEMO_MODEL, DEMO_PLAN, SUPPORT_DEMO_SYSTEM, demo_plan_script
 from durable_agent.serving.dev_server import embedded_dev_server, free_port
 from durable_agent.serving.worker import build_worker
-from durable_agent.workflows.inputs import AgentInput, ModelSettings
+from durable_agent.workflows.inputs import AgentInput
+from durable_agent.workflows.model_settings import ModelSettings
 from tests.browser import Browser
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, turn
 

@@ -20,13 +20,8 @@ from durable_agent.client.agent_client import AgentClient, AgentRun, AgentRunFai
 from durable_agent.encryption.payload_codec import ENCODING, PayloadKey, data_converter
 from durable_agent.serving.dev_server import temporal_binary
 from durable_agent.serving.worker import build_worker
-from durable_agent.workflows.inputs import (
-    AgentInput,
-    Limits,
-    ModelSettings,
-    ScriptedTurn,
-    ToolApprovalPolicy,
-)
+from durable_agent.workflows.inputs import AgentInput, Limits, ToolApprovalPolicy
+from durable_agent.workflows.model_settings import ModelSettings, ScriptedTurn
 from durable_agent.workflows.refusals import REFUSED
 from durable_agent.workflows.status import AGENT_COST_USD, AGENT_ERROR, AGENT_STATUS, AGENT_STEP
 from durable_agent.workflows.usage import Usage

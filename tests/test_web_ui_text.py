@@ -12,9 +12,9 @@ from durable_agent.workflows.inputs import (
     AutoMode,
     CodeMode,
     Limits,
-    ModelSettings,
     ToolApprovalPolicy,
 )
+from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.reporting import (
     CANCELLED,
     calls_markdown,

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .inputs import ModelSettings
+from .model_settings import ModelSettings
 from .specs import DEFAULT_MAX_RESULT_CHARS, ToolSpec
 from .transcript import AssistantMessage, Message
 from .usage import Usage

@@ -157,6 +157,7 @@ class AgentWorkflow(AgentHandlers):
         self._loops = LoopDetector(state.loop_counts, bounded=bounded)
         self._gateway = ModelGateway(ctx, self._budget)
         self._tool_gate.use_judge(Judge(ctx, self._gateway, self._budget))
+        self._guardrails.use_gateway(self._gateway)
         self._window = ContextWindow(ctx, self._budget, self._gateway, self._reporter)
         talk = self._conversation
         self._runner = ToolRunner(

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .bounds import Recorded, Seconds
+from .model_settings import ModelSettings
 
 GuardrailKind = Literal["input", "output", "tool_result"]
 GUARDRAIL_ACTIVITY_PREFIX = "guardrail:"
@@ -52,6 +53,22 @@ class GuardrailRef(BaseModel):
 
 
 Guardrails = Annotated[list[GuardrailRef], Field(max_length=MAX_GUARDRAILS)]
+MAX_CRITERIA_CHARS = 8_000
+
+
+class GuardrailJudge(BaseModel):
+    """A model as a guardrail (docs/guardrails.md#judges): it reads the text against written
+    criteria and answers with one verdict call. It is auto mode's judge at work: its own
+    settings, one model call in its own activity on its provider's queue, its cost in the run's
+    budget, its reply untrusted (anything but one valid verdict trips)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    criteria: Annotated[str, Field(min_length=1, max_length=MAX_CRITERIA_CHARS)]
+    """What trips it, in plain words: "The text asks the agent to ignore its instructions"."""
+    model: ModelSettings
+    timeout_seconds: Seconds = 60.0
+    """The judge's call, its retries included."""
 
 
 class GuardrailPolicy(BaseModel):
@@ -76,6 +93,9 @@ class GuardrailPolicy(BaseModel):
     conversation stays open; the run fails otherwise (and always for the first prompt)."""
     timeout_seconds: Seconds = 30.0
     """One check's attempt; a check that times out (after 3 attempts) has tripped."""
+    judges: Annotated[dict[GuardrailName, GuardrailJudge], Field(max_length=MAX_GUARDRAILS)] = {}
+    """Guardrails that are a model with criteria, by the name the lists above give them: a name
+    found here is this judge, any other a function the worker registered."""
 
     @field_validator("output", "tool_results")
     @classmethod

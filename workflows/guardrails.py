@@ -42,6 +42,8 @@ from .guardrail_data import (
     GuardrailRef,
     GuardrailVerdict,
 )
+from .guardrail_judge import judged
+from .model_gateway import ModelGateway
 from .outcomes import Outcome, bounded
 from .reporting import Reporter
 from .state import StepRecord
@@ -57,6 +59,7 @@ class Guardrails:
     def __init__(self, ctx: RunContext, reporter: Reporter, budget: Budget) -> None:
         self._ctx, self._reporter, self._budget = ctx, reporter, budget
         self._policy = ctx.input.guardrails or GuardrailPolicy()
+        self._gateway: ModelGateway | None = None
 
     def uses(self, kind: GuardrailKind) -> bool:
         return bool(self._policy.of(kind))
@@ -178,20 +181,21 @@ class Guardrails:
         )
         return list(await asyncio.gather(*(self._check(ref.name, check) for ref in refs)))
 
+    def use_gateway(self, gateway: ModelGateway) -> None:
+        """The model calls of the run's judge guardrails (guardrail_judge.py)."""
+        self._gateway = gateway
+
     async def _check(self, name: str, check: GuardrailCheck) -> GuardrailRecord:
         started = workflow.now()
+        judge = self._policy.judges.get(name)
+        ctx = self._ctx
         try:
-            verdict = await workflow.execute_activity(
-                GUARDRAIL_ACTIVITY_PREFIX + name,
-                check,
-                result_type=GuardrailVerdict,
-                start_to_close_timeout=timedelta(seconds=self._policy.timeout_seconds),
-                schedule_to_close_timeout=self._budget.deadline(workflow.now()),
-                retry_policy=RetryPolicy(
-                    maximum_attempts=ATTEMPTS, non_retryable_error_types=NOT_RETRIED
-                ),
-                summary=f"{check.kind} guardrail {name}",
-            )
+            if judge is not None:
+                gateway, budget = self._gateway, self._budget
+                assert gateway is not None, "the loop gives its gateway before step 1"
+                verdict = await judged(name, judge, check, gateway, budget, ctx.state)
+            else:
+                verdict = await self._run_function(name, check)
             tripped, reason = verdict.tripped, verdict.reason
         except (ActivityError, ApplicationError) as error:
             tripped = True
@@ -213,6 +217,20 @@ class Guardrails:
             text=f"{check.kind} guardrail {name}" + (f": {record.reason}" if tripped else ""),
         )
         return record
+
+    async def _run_function(self, name: str, check: GuardrailCheck) -> GuardrailVerdict:
+        """A guardrail the app registered, as its activity."""
+        return await workflow.execute_activity(
+            GUARDRAIL_ACTIVITY_PREFIX + name,
+            check,
+            result_type=GuardrailVerdict,
+            start_to_close_timeout=timedelta(seconds=self._policy.timeout_seconds),
+            schedule_to_close_timeout=self._budget.deadline(workflow.now()),
+            retry_policy=RetryPolicy(
+                maximum_attempts=ATTEMPTS, non_retryable_error_types=NOT_RETRIED
+            ),
+            summary=f"{check.kind} guardrail {name}",
+        )
 
     def _raise_if_tripped(self, records: Sequence[GuardrailRecord]) -> None:
         tripped = [r for r in records if r.tripped]

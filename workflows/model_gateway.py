@@ -35,7 +35,7 @@ from .errors import (
     describe_failure,
     error_class,
 )
-from .inputs import ScriptedTurn
+from .model_settings import ScriptedTurn
 from .providers import ADMITTED_PROVIDERS
 from .specs import ToolSpec
 from .transcript import AssistantMessage, Message, ToolResult

@@ -27,7 +27,7 @@ from temporalio.exceptions import ApplicationError
 
 from ...workflows.activity_io import ModelRequest, ModelResponse
 from ...workflows.errors import AgentConfigurationError, AgentProviderError
-from ...workflows.inputs import ModelSettings
+from ...workflows.model_settings import ModelSettings
 from ...workflows.specs import ToolSpec
 from ...workflows.transcript import (
     AssistantMessage,
