@@ -27,6 +27,7 @@ from durable_agent import (
     ScriptedTurn,
     ToolApprovalPolicy,
 )
+from durable_agent.activities.providers.scripted import recorded_requests
 from durable_agent.demo import tools as demo_tools
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
@@ -337,3 +338,37 @@ async def test_a_judge_that_does_not_answer_with_a_verdict_fails_closed(
 
     assert run.failure.type == "AgentGuardrailTripped"
     assert "so it counts as tripped" in run.failure.message
+
+
+@pytest.mark.usefixtures("scripted_requests")
+async def test_a_sub_agent_is_guarded_by_its_parents_guardrails(
+    client: Client, task_queue: str
+) -> None:
+    """The secret a sub-agent's tool hands back reaches neither the child's model nor, through
+    the child's answer, the parent's."""
+    child = ModelSettings(
+        provider="scripted",
+        script=[turn(call("read_note", key="k2")), turn(text="The note could not be read.")],
+        retry=FAST_MODEL_RETRY,
+    )
+    script = [
+        turn(call("delegate", task="read note k2", tools=["read_note"])),
+        turn(text="The sub-agent could not read it."),
+    ]
+    agent_input = scripted_input(
+        script,
+        tools=["read_note"],
+        sub_agents=True,
+        sub_agent_model=child,
+        guardrails=GuardrailPolicy(tool_results=["no_secrets"]),
+    )
+    run = await run_agent(client, task_queue, agent_input)
+
+    assert run.result is not None
+    child_requests = recorded_requests(f"{run.handle.id}/call_1_1")
+    assert len(child_requests) == 2
+    sent = json.dumps([r.model_dump(mode="json") for r in child_requests])
+    assert "withheld by guardrail no_secrets" in sent and guards.SECRET not in sent
+    assert run.tool_results()["call_1_1"] == "The note could not be read."
+    checked = [(g.name, g.call_id, g.tripped) for g in run.trace[0].guardrails]
+    assert checked == [("no_secrets", "call_1_1", False)]

@@ -187,6 +187,9 @@ class SubAgents:
                 if not decision.approve
             },
             effect_log_room=self._saga.room_left(),
+            # The parent's guardrails guard the child too: its task, its tools' results, its
+            # answer (which the parent's tool-result guardrails read again as a result).
+            guardrails=parent.guardrails,
         )
 
 
