@@ -25,7 +25,7 @@ from ..serving.command_line import say
 from ..workflows.activity_io import ModelDelta
 from ..workflows.decisions import ToolApproval
 from ..workflows.events import AgentEvent
-from ..workflows.reporting import verdict_line
+from ..workflows.reporting import guardrail_lines, verdict_line
 from ..workflows.script_tools import RUN_CODE as SCRIPT_TOOL
 from ..workflows.state import CompactionRecord, EarlierSteps, StepRecord, ToolCallRecord
 from ..workflows.status import SubAgentApproval
@@ -136,7 +136,7 @@ def trace_table(
     }
     shown = [note for note, used in notes.items() if used]
     lines += ["; ".join(shown)] if shown else []
-    lines += _scripts(records) + _guardrails(records)
+    lines += _scripts(records) + guardrail_lines(records)
     for compaction in compactions:
         lost = compaction.cached_tokens_lost
         lines.append(
@@ -207,20 +207,6 @@ def _scripts(records: Sequence[StepRecord]) -> list[str]:
             if c.script == call.id
         ]
     return lines
-
-
-def _guardrails(records: Sequence[StepRecord]) -> list[str]:
-    """Each guardrail that tripped, a line (docs/guardrails.md); those that passed, counted."""
-    checks = [(r.step, g) for r in records for g in r.guardrails]
-    passed = Counter(f"{g.name} ({g.kind})" for _, g in checks if not g.tripped)
-    lines = [
-        f"guardrail {g.name} tripped ({g.kind}, step {step}{f', {g.call_id}' if g.call_id else ''}"
-        f", {g.latency_ms}ms): {shorten(g.reason, 200)}"
-        for step, g in checks
-        if g.tripped
-    ]
-    counted = ", ".join(f"{name} x{n}" for name, n in passed.items())
-    return lines + ([f"guardrails passed: {counted}"] if passed else [])
 
 
 def _wrap(entries: list[str], width: int) -> list[str]:

@@ -41,7 +41,7 @@ from ..workflows.decisions import AutoModeChange, PendingCallback, PlanState, To
 from ..workflows.errors import AgentConfigurationError, AgentInputInvalid
 from ..workflows.inputs import AgentInput
 from ..workflows.paging import TracePage, TranscriptPage
-from ..workflows.reporting import verdict_line
+from ..workflows.reporting import guardrail_lines, verdict_line
 from ..workflows.status import AGENT_STATUS, RunStatus
 from .console import add_console
 from .streams import Streams, StreamsFull
@@ -146,6 +146,9 @@ class ShownStatus(RunStatus):
     the console shows as it is rather than say it again."""
 
     verdict_lines: dict[str, str] = Field(default_factory=dict)
+    guardrail_lines: list[str] = Field(default_factory=list)
+    """What the run's guardrails did, as lines (reporting.guardrail_lines): each that tripped,
+    and the passes counted."""
 
 
 class Answer(BaseModel):
@@ -328,7 +331,8 @@ def create_app(agents: AgentClient, *, token: str, streams: Streams | None = Non
         status = await agents.run(workflow_id).status()
         waiting = [*status.approvals, *status.sub_agent_approvals]
         said = {call.call_id: verdict_line(call.verdict) for call in waiting if call.verdict}
-        return ShownStatus(**dict(status), verdict_lines=said)
+        guarded = guardrail_lines(status.step_records)
+        return ShownStatus(**dict(status), verdict_lines=said, guardrail_lines=guarded)
 
     app.include_router(api)
     app.add_middleware(_Door, token=token, limit=MAX_BODY_BYTES)

@@ -16,11 +16,13 @@ import httpx2 as httpx
 import pytest
 from temporalio.client import Client
 
+import tests.guardrails_for_tests as guardrails
 from durable_agent.activities.pricing import DEMO_PRICE
 from durable_agent.client.agent_client import AgentClient
 from durable_agent.demo import script as demo
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.decisions import ApprovalCriteria
+from durable_agent.workflows.guardrail_data import GuardrailPolicy
 from durable_agent.workflows.inputs import (
     AgentInput,
     AutoMode,
@@ -392,3 +394,34 @@ async def test_a_call_a_script_waits_on_is_shown_with_its_script_and_decided_on_
     (printed,) = [m.content for m in transcript if m.role == "tool"]
     assert printed.splitlines()[0] == "wrote done first"
     assert "refused: Error: a person denied this call to write_thing: not that one." in printed
+
+
+async def test_what_the_guardrails_stopped_is_shown_on_the_runs_page(
+    api: httpx.AsyncClient, browser: Browser
+) -> None:
+    """A result a guardrail withheld, and an answer it sent back, are said on the run's page in
+    the lines the CLI's trace shows (reporting.guardrail_lines), the passes counted."""
+    script = [
+        turn(call("read_note", key="k1")),
+        turn(text="A stupid question."),
+        turn(text="The note is withheld."),
+    ]
+    workflow_id = await start(
+        api,
+        AgentInput(
+            prompt="Read note k1.",
+            tools=["read_note"],
+            model=ModelSettings(provider="scripted", script=script, price=DEMO_PRICE),
+            guardrails=GuardrailPolicy(
+                input=["no_injection"], output=["polite"], tool_results=["no_secrets"]
+            ),
+        ),
+    )
+    text, _ = await browser.open(
+        f"{api.base_url}/runs/{workflow_id}#token={TOKEN}",
+        "completed —",
+        "guardrail no_secrets tripped (tool_result, step 1, call_1_1, ",
+        "guardrail polite tripped (output, step 2, ",
+        "guardrails passed: no_injection (input) x1, polite (output) x1",
+    )
+    assert guardrails.SECRET not in text

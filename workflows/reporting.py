@@ -18,6 +18,7 @@ a query answer, so they are encrypted with the payloads when keys are set.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -328,6 +329,21 @@ def calls_markdown(waiting: Sequence[tuple[ToolApproval, bool]], argument_chars:
             "run. The signal `decide_tool_call` takes the same input, " + _SIGNAL_NOTE,
         ]
     )
+
+
+def guardrail_lines(records: Sequence[StepRecord]) -> list[str]:
+    """What the guardrails did (docs/guardrails.md), as `durable-agent trace` and the console
+    show it: a line for each that tripped, and those that passed counted, by guardrail."""
+    checks = [(r.step, g) for r in records for g in r.guardrails]
+    passed = Counter(f"{g.name} ({g.kind})" for _, g in checks if not g.tripped)
+    lines = [
+        f"guardrail {g.name} tripped ({g.kind}, step {step}{f', {g.call_id}' if g.call_id else ''}"
+        f", {g.latency_ms}ms): {shortened(g.reason, 200)}"
+        for step, g in checks
+        if g.tripped
+    ]
+    counted = ", ".join(f"{name} x{n}" for name, n in passed.items())
+    return lines + ([f"guardrails passed: {counted}"] if passed else [])
 
 
 def verdict_line(verdict: JudgeVerdict) -> str:

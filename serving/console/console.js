@@ -348,6 +348,7 @@ function showRun(app, workflowId) {
         limits.max_total_tokens === null ? "" : ` of ${limits.max_total_tokens}`,
       ),
       ...status.tool_notices.map((notice) => el("p", { className: "why" }, notice)),
+      ...status.guardrail_lines.map((line) => el("p", { className: "why guardrail" }, line)),
     );
     cancel.hidden = ended;
   }
