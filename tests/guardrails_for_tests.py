@@ -61,3 +61,11 @@ def broken(text: str, context: GuardrailContext) -> GuardrailVerdict:
 def read_note(key: str) -> str:
     """Read the note filed under `key`."""
     return f"note {key}: the vault code is {SECRET}"
+
+
+@guardrail
+async def stalls(text: str, context: GuardrailContext) -> GuardrailVerdict:
+    """Never answers in time: it must fail closed."""
+    _note("stalls", text, context)
+    await asyncio.sleep(30)
+    return GuardrailVerdict(tripped=False)

@@ -372,3 +372,15 @@ async def test_a_sub_agent_is_guarded_by_its_parents_guardrails(
     assert run.tool_results()["call_1_1"] == "The note could not be read."
     checked = [(g.name, g.call_id, g.tripped) for g in run.trace[0].guardrails]
     assert checked == [("no_secrets", "call_1_1", False)]
+
+
+async def test_a_guardrail_that_times_out_fails_closed(client: Client, task_queue: str) -> None:
+    guardrails = GuardrailPolicy(input=["stalls"], timeout_seconds=0.5)
+    run = await run_agent(
+        client, task_queue, scripted_input([turn(text="never read")], guardrails=guardrails)
+    )
+
+    assert run.failure.type == "AgentGuardrailTripped"
+    assert "input guardrail stalls tripped: the guardrail failed" in run.failure.message
+    assert "timeout" in run.failure.message.lower(), run.failure.message
+    assert guards.checked["stalls"] == 3, "each of its attempts was not given its time"
