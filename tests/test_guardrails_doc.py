@@ -4,43 +4,27 @@ number is in no model request, and the trace shows the verdicts the page shows."
 
 from __future__ import annotations
 
-import functools
 import json
 import re
-import types
-from pathlib import Path
 
 from temporalio.client import Client
 
 from durable_agent.cli.tables import trace_table
+from tests.doc_examples import example_module, section
 from tests.helpers import run_agent
-
-DOC = Path(__file__).resolve().parent.parent / "docs" / "guardrails.md"
-
-
-def section() -> str:
-    return DOC.read_text().split("\n## A complete example\n", 1)[1].split("\n## ", 1)[0]
-
-
-@functools.cache
-def documented_example() -> types.ModuleType:
-    """The section's code, as a module of its own. Once a process: its @tool and @guardrail
-    register."""
-    code = section().split("```python\n", 1)[1].split("```", 1)[0]
-    module = types.ModuleType("guardrails_example")
-    exec(compile(code, str(DOC), "exec"), module.__dict__)
-    return module
 
 
 async def test_the_documented_example_does_what_the_page_says(
     client: Client, task_queue: str
 ) -> None:
-    example = documented_example()
+    example = example_module("guardrails.md")
 
     run = await run_agent(client, task_queue, example.agent_input)
 
     assert run.result is not None, run.error
-    reads, shown = (block.split("```", 1)[0] for block in section().split("```text\n")[1:3])
+    reads, shown = (
+        block.split("```", 1)[0] for block in section("guardrails.md").split("```text\n")[1:3]
+    )
     assert run.tool_results()["call_1_1"] == reads.rstrip("\n")
     assert "4111" not in json.dumps([m.model_dump() for m in run.transcript])
     history = await run.handle.fetch_history()
