@@ -33,7 +33,8 @@ functions, so the same database code and idempotency keys): a call lost with a k
 retried after `TIMEOUT_SECONDS`, not after the demo's 30 s. All workers of one test run this
 same registration, so the workflow sees the same tool specs on every worker. It also registers
 `wait_for_file`, a read-only tool that waits until the test lets it go, and `note_call`, which
-writes a line each time it runs. `--mcp-config` serves
+writes a line each time it runs; and tests/guardrails_for_tests.py's guardrails (each check,
+`guardrail:NAME`, a crash point too). `--mcp-config` serves
 the MCP servers of a config file too, as `worker.py --mcp-config` does (their calls' activity
 types, `server__tool`, are crash points like any other).
 """
@@ -120,13 +121,14 @@ def wait_for_file(path: str) -> str:
 
 class CrashPoint:
     def __init__(self, spec: str, marker: Path) -> None:
-        parts = spec.split(":")
-        if len(parts) not in (2, 3) or parts[0] not in ("before", "after", "schedule"):
+        when, _, rest = spec.partition(":")
+        name, _, nth = rest.rpartition(":") if rest.rpartition(":")[2].isdigit() else (rest, "", "")
+        if when not in ("before", "after", "schedule") or not name:
             raise SystemExit(f"bad --crash-at {spec!r}: want before|after|schedule:NAME[:N]")
         self.spec = spec
-        self.when = parts[0]
-        self.name = parts[1]
-        self.nth = int(parts[2]) if len(parts) == 3 else 1
+        self.when = when
+        self.name = name  # an activity type may hold a colon itself: `guardrail:NAME`
+        self.nth = int(nth) if nth else 1
         self.marker = marker
 
     def crash(self) -> None:
@@ -201,6 +203,8 @@ async def serve(args: SimpleNamespace) -> None:
     from tests.helpers import TEST_WORKER_OPTIONS
 
     register_tools()
+    import tests.guardrails_for_tests  # noqa: F401  (its guardrails, which a check may crash in)
+
     mcp = McpTools(load_mcp_config(args.mcp_config)) if args.mcp_config else None
     client = await connect(args.address)
     interceptors = []
