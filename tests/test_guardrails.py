@@ -37,6 +37,7 @@ from tests.helpers import (
     FAST_MODEL_RETRY,
     TEST_WORKER_OPTIONS,
     call,
+    chain_histories,
     eventually,
     run_agent,
     scripted_input,
@@ -384,3 +385,18 @@ async def test_a_guardrail_that_times_out_fails_closed(client: Client, task_queu
     assert "input guardrail stalls tripped: the guardrail failed" in run.failure.message
     assert "timeout" in run.failure.message.lower(), run.failure.message
     assert guards.checked["stalls"] == 3, "each of its attempts was not given its time"
+
+
+async def test_an_answers_revisions_are_counted_across_continue_as_new(
+    client: Client, task_queue: str
+) -> None:
+    """The run hands on after each step; the second rude answer is the second in a row, in
+    another run of the chain, and past max_revisions=1 the chain fails."""
+    script = [turn(text="stupid"), turn(text="stupid again"), turn(text="fine")]
+    guardrails = GuardrailPolicy(output=["polite"], max_revisions=1)
+    agent_input = scripted_input(script, guardrails=guardrails, continue_as_new_after_steps=1)
+    run = await run_agent(client, task_queue, agent_input)
+
+    assert run.failure.type == "AgentGuardrailTripped"
+    histories = await chain_histories(client, run.handle.id, run.handle.first_execution_run_id)
+    assert len(histories) >= 2
