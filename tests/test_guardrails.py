@@ -62,7 +62,7 @@ async def test_an_input_tripwire_discards_the_reply_and_undoes_the_turn(
     refund = demo_tools.get_order(1042)["refundable"]["amount"]
     openai.script = [
         fake_openai.Slow(
-            1.5,
+            3.0,  # long enough for the message to be queued on a loaded machine
             fake_openai.Reply(
                 tool_calls=[("call_a", "cancel_order", json.dumps({"order_id": ORDER}))]
             ),
