@@ -123,6 +123,20 @@ async def test_a_blocking_input_guardrail_trips_before_the_model_is_called(
     assert details["steps"] == 0 and details["guardrail"]["name"] == "no_injection"
 
 
+async def test_a_blocking_input_guardrail_that_passes_is_in_the_steps_trace(
+    client: Client, task_queue: str
+) -> None:
+    refs = [GuardrailRef(name="no_injection", blocking=True), GuardrailRef(name="slow_pass")]
+    agent_input = scripted_input([turn(text="Hello.")], guardrails=GuardrailPolicy(input=refs))
+    run = await run_agent(client, task_queue, agent_input)
+
+    assert run.result is not None
+    assert trace_guardrails(run.trace) == [
+        ("no_injection", "input", False),
+        ("slow_pass", "input", False),
+    ]
+
+
 async def test_an_output_tripwire_makes_the_model_revise(client: Client, task_queue: str) -> None:
     script = [turn(text="Only a stupid person asks that."), turn(text="It ships on Monday.")]
     agent_input = scripted_input(script, guardrails=GuardrailPolicy(output=["polite"]))

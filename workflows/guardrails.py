@@ -60,6 +60,8 @@ class Guardrails:
         self._ctx, self._reporter, self._budget = ctx, reporter, budget
         self._policy = ctx.input.guardrails or GuardrailPolicy()
         self._gateway: ModelGateway | None = None
+        self._blocked: list[GuardrailRecord] = []
+        """The blocking input checks' verdicts, made before the step's record exists."""
 
     def uses(self, kind: GuardrailKind) -> bool:
         return bool(self._policy.of(kind))
@@ -81,7 +83,8 @@ class Guardrails:
         refs = self._policy.input
         blocking = [ref for ref in refs if ref.blocking]
         if blocking:
-            self._raise_if_tripped(await self._check_all("input", texts, blocking, step))
+            self._blocked = await self._check_all("input", texts, blocking, step)
+            self._raise_if_tripped(self._blocked)
         others = [ref for ref in refs if not ref.blocking]
         return asyncio.create_task(self._check_all("input", texts, others, step))
 
@@ -93,7 +96,8 @@ class Guardrails:
         if checks is None:
             return None
         state = self._ctx.state
-        records = await checks
+        records = [*self._blocked, *await checks]
+        self._blocked = []
         record.guardrails.extend(records)
         texts, state.unchecked_inputs = state.unchecked_inputs, []
         tripped = next((r for r in records if r.tripped), None)
