@@ -15,11 +15,13 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
+import tests.guardrails_for_tests as guards
 from durable_agent.activities.pricing import DEMO_PRICE
 from durable_agent.client.agent_client import AgentClient, AgentRun, AgentRunFailed
 from durable_agent.encryption.payload_codec import ENCODING, PayloadKey, data_converter
 from durable_agent.serving.dev_server import temporal_binary
 from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.guardrail_data import GuardrailPolicy
 from durable_agent.workflows.inputs import AgentInput, Limits, ToolApprovalPolicy
 from durable_agent.workflows.model_settings import ModelSettings, ScriptedTurn
 from durable_agent.workflows.refusals import REFUSED
@@ -255,3 +257,27 @@ async def test_with_keys_the_summary_and_details_are_ciphertext(
     # With the keys, they read.
     described = await encrypted.get_workflow_handle(run.id).describe()
     assert await described.static_summary() == f"{label}: Cancel order 1042: it arrived damaged."
+
+
+async def test_a_run_a_guardrail_stopped_is_in_the_guardrail_list(
+    temporal_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    """docs/web-ui.md's "stopped by a guardrail" list finds a run whose input tripped one."""
+    agent_input = AgentInput(
+        prompt=guards.INJECTION,
+        model=priced(turn(text="never read")),
+        guardrails=GuardrailPolicy(input=["no_injection"]),
+    )
+    agents = AgentClient(client, task_queue)
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        run = await agents.start(agent_input)
+        with pytest.raises(AgentRunFailed) as failed:
+            await run.result()
+    assert failed.value.type == "AgentGuardrailTripped"
+    assert (await attributes(run))[AGENT_ERROR.name] == "AgentGuardrailTripped"
+
+    async def listed() -> bool:
+        query = 'AgentError="AgentGuardrailTripped"'
+        return run.id in await temporal_cli(temporal_env, "workflow", "list", "--query", query)
+
+    await eventually(listed, what="the stopped run in the list")
