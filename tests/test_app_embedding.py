@@ -112,7 +112,8 @@ def test_the_install_claims_one_import_name(installed_python: Path) -> None:
     assert ROOT not in where.parents
     # The console's files ship in the package (served as they are: no build at install).
     console = where.parents[1] / "serving" / "console"
-    assert sorted(p.name for p in console.iterdir()) == ["console.css", "console.js", "index.html"]
+    shipped = sorted(p.name for p in console.iterdir())
+    assert shipped == ["console.css", "console.js", "favicon.svg", "index.html"]
 
 
 def test_an_app_serves_its_workflow_and_an_agent_run_on_one_worker(

@@ -659,3 +659,19 @@ async def test_a_waiting_call_carries_the_arguments_the_tool_gets_as_data(
     assert denied.json()["parsed_arguments"] == approval["parsed_arguments"]
     done = json.loads((await sse(api, workflow_id))[-1]["data"])
     assert done["result"]["answer"] == "Not cancelled." and done["result"]["side_effects"] == []
+
+
+async def test_the_icon_the_console_declares_is_served_without_the_token(
+    api: httpx.AsyncClient,
+) -> None:
+    """A browser asks for the page's icon by itself, without the token: the page names one the
+    console serves (a browser asked /favicon.ico, and met a 401, on every page)."""
+    page = await api.get("/", headers={"Authorization": ""})
+    icon = re.search(r'<link rel="icon" href="([^"]+)"', page.text)
+    assert page.status_code == 200 and icon is not None, page.text
+
+    served = await api.get(icon.group(1), headers={"Authorization": ""})
+
+    assert served.status_code == 200, served.text
+    assert served.headers["content-type"].startswith("image/svg+xml")
+    assert served.text.startswith("<svg")
