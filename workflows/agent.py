@@ -33,6 +33,7 @@ from .callbacks import CallbackGate
 from .context import RunContext
 from .context_window import ContextWindow
 from .conversation import Conversation
+from .elapsed import ms_since
 from .errors import AgentApprovalTimeout, AgentError, AgentFatalToolError
 from .guardrails import Guardrails
 from .handlers import AgentHandlers
@@ -251,7 +252,7 @@ class AgentWorkflow(AgentHandlers):
             provider=agent_input.model.provider,
             model=response.model,
             messages_sent=len(sent),
-            model_latency_ms=_ms_since(started),
+            model_latency_ms=ms_since(started),
             model_attempts=response.attempt,
             usage=response.usage,
             finish_reason=response.finish_reason,
@@ -424,7 +425,3 @@ class AgentWorkflow(AgentHandlers):
             tool_notices=self._tool_notices(),
             forked_from=None if self._input.fork is None else self._input.fork.origin,
         )
-
-
-def _ms_since(started: Any) -> int:
-    return int((workflow.now() - started).total_seconds() * 1000)

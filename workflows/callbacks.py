@@ -22,6 +22,7 @@ from temporalio import workflow
 
 from . import json_schema
 from .decisions import CallbackAnswer, PendingCallback
+from .elapsed import ms_since
 from .input_limits import QUOTED_ID_CHARS, InputTooLarge
 from .outcomes import Outcome, bounded
 from .reporting import Reporter
@@ -87,7 +88,7 @@ class CallbackGate:
                 call,
                 f"Error: {spec.name} timed out: no client answered the call within "
                 f"{spec.timeout_seconds:g} s. It was not carried out; say so, or try another way.",
-                latency_ms=_ms_since(asked_at),
+                latency_ms=ms_since(asked_at),
             )
             return timed_out, None
         finally:
@@ -103,7 +104,7 @@ class CallbackGate:
         cut = len(text) - spec.max_result_chars
         if cut > 0:
             text = text[: spec.max_result_chars] + f"\n[{cut:,} more characters not shown]"
-        outcome = Outcome.ok(call, text, latency_ms=_ms_since(asked_at), truncated=cut > 0)
+        outcome = Outcome.ok(call, text, latency_ms=ms_since(asked_at), truncated=cut > 0)
         return outcome, answer
 
     def validate(self, answer: CallbackAnswer) -> None:
@@ -150,7 +151,3 @@ class CallbackGate:
             f"step {self._state.steps}: waiting for a client to answer {names}: update "
             "answer_callback",
         )
-
-
-def _ms_since(started: Any) -> int:
-    return int((workflow.now() - started).total_seconds() * 1000)

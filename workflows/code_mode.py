@@ -29,6 +29,7 @@ from . import dispatch
 from .activity_io import ScriptCallResult, ScriptLeg, ScriptLegInput
 from .budget import Budget
 from .context import RunContext
+from .elapsed import ms_since
 from .errors import describe_failure
 from .inputs import AgentInput, CodeMode, ScriptResume
 from .interruption import cancelled_text
@@ -138,7 +139,7 @@ class CodeRunner:
                     leg = await self._leg(call, leg_input, legs)
                 except ActivityError as failure:
                     text = f"Error: the script could not run: {describe_failure(failure.cause)}."
-                    return Outcome.error(call, text, latency_ms=_ms_since(started), attempts=legs)
+                    return Outcome.error(call, text, latency_ms=ms_since(started), attempts=legs)
                 printed.append(leg.printed)
                 left_out += leg.printed_left_out
             if leg.status != "waiting":
@@ -153,7 +154,7 @@ class CodeRunner:
             if fatal is not None:
                 text = f"Error: the script was stopped: {fatal}."
                 return Outcome.error(
-                    call, text, latency_ms=_ms_since(started), attempts=legs, fatal=fatal
+                    call, text, latency_ms=ms_since(started), attempts=legs, fatal=fatal
                 )
             if self.interrupted():  # no leg after it: the script stops where it is
                 reason = f"{INTERRUPTED} ({_batch_line(outcomes)})"
@@ -176,7 +177,7 @@ class CodeRunner:
         return make(
             call,
             text,
-            latency_ms=_ms_since(started),
+            latency_ms=ms_since(started),
             attempts=legs,
             truncated=left_out > 0,
         )
@@ -334,7 +335,3 @@ def _batch_line(outcomes: list[Outcome]) -> str:
 
 
 _BECAME = {"ok": "ran", "error": "failed", "not_run": "not run", "loop_detected": "refused"}
-
-
-def _ms_since(started: Any) -> int:
-    return int((workflow.now() - started).total_seconds() * 1000)

@@ -31,6 +31,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from .budget import Budget
 from .builtin_tools import LOOP_TOOLS
 from .context import RunContext
+from .elapsed import ms_since
 from .errors import AgentGuardrailTripped, activity_failure_cause, describe_failure
 from .guardrail_data import (
     GUARDRAIL_ACTIVITY_PREFIX,
@@ -204,7 +205,7 @@ class Guardrails:
         except (ActivityError, ApplicationError) as error:
             tripped = True
             reason = f"the guardrail failed, so it counts as tripped: {_failure(error)}"
-        latency = int((workflow.now() - started).total_seconds() * 1000)
+        latency = ms_since(started)
         record = GuardrailRecord(
             name=name,
             kind=check.kind,

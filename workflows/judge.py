@@ -25,6 +25,7 @@ from .budget import Budget
 from .context import RunContext
 from .decisions import ApprovalCriteria, AutoModeChange, AutoRules, JudgeDecision, JudgeVerdict
 from .dispatch import parsed_json
+from .elapsed import ms_since
 from .errors import AgentError
 from .inputs import AutoMode
 from .model_gateway import ModelGateway
@@ -284,5 +285,5 @@ class Judge:
             verdict = read_verdict(response.message, name, criteria)
             usage = response.usage
             self._budget.record_side_call(usage)
-        latency = int((workflow.now() - started).total_seconds() * 1000)
+        latency = ms_since(started)
         return verdict.model_copy(update={"latency_ms": latency, "usage": usage})

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
@@ -23,6 +22,7 @@ from .auto_mode_forwarding import AutoModeForwarding
 from .budget import Budget
 from .builtin_tools import DELEGATE_PARAMETERS
 from .context import RunContext
+from .elapsed import ms_since
 from .errors import describe_failure
 from .inputs import AgentInput, AgentResult, Limits, ToolApprovalPolicy
 from .judge import sub_agent_auto_mode
@@ -115,14 +115,14 @@ class SubAgents:
             # A failed sub-agent undid its own effects; what it spent still counts here.
             self._budget.record_side_call(FailureDetails.of_error(cause).usage)
             content = f"Error: the sub-agent failed: {describe_failure(cause)}"
-            return Outcome.error(call, content[:2000], latency_ms=_ms_since(started), attempts=1)
+            return Outcome.error(call, content[:2000], latency_ms=ms_since(started), attempts=1)
         finally:
             if workflow.in_workflow():  # not when the worker drops the run from its cache
                 self._gate.sub_agent_ended(call.id)
                 self._auto_mode.sub_agent_ended(call.id)
         self._budget.record_side_call(result.usage)
         self._saga.adopt(result.side_effects)
-        return Outcome.ok(call, result.answer, latency_ms=_ms_since(started), attempts=1)
+        return Outcome.ok(call, result.answer, latency_ms=ms_since(started), attempts=1)
 
     def _out_of_bounds(self, arguments: dict[str, Any]) -> str | None:
         """Why a sub-agent cannot have what the model asked for it, if it cannot: its tools are
@@ -191,7 +191,3 @@ class SubAgents:
             # answer (which the parent's tool-result guardrails read again as a result).
             guardrails=parent.guardrails,
         )
-
-
-def _ms_since(started: datetime) -> int:
-    return int((workflow.now() - started).total_seconds() * 1000)

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -45,6 +45,7 @@ from .dispatch import (
     RunFacts,
     SubmitPlan,
 )
+from .elapsed import ms_since
 from .errors import (
     FATAL_ERROR_TYPES,
     activity_failure_cause,
@@ -306,7 +307,7 @@ class ToolRunner:
             raise
         except (ActivityError, ApplicationError) as error:
             cause = activity_failure_cause(error)
-            latency = _ms_since(started)
+            latency = ms_since(started)
             attempts = _attempts_made(error, spec)
             content = self._failure_text(spec, cause)
             if spec.side_effects and behaviours.records_unknown_outcomes:
@@ -337,7 +338,7 @@ class ToolRunner:
         return make(
             call,
             output.content,
-            latency_ms=_ms_since(started),
+            latency_ms=ms_since(started),
             attempts=output.attempt,
             truncated=output.omitted_chars > 0,
             externalised=output.externalised_ref is not None,
@@ -435,7 +436,3 @@ def _call_summary(call: ToolCall, script: str | None = None) -> str:
     summary = f"{call.name} {call.arguments}"
     summary = summary if script is None else f"{script}: {summary}"
     return summary if len(summary) <= SUMMARY_CHARS else summary[: SUMMARY_CHARS - 3] + "..."
-
-
-def _ms_since(started: datetime) -> int:
-    return int((workflow.now() - started).total_seconds() * 1000)
