@@ -48,7 +48,7 @@ from .model_gateway import ModelGateway
 from .outcomes import Outcome, bounded
 from .reporting import Reporter
 from .state import StepRecord
-from .transcript import ToolResult, UserMessage
+from .transcript import UserMessage
 
 ATTEMPTS = 3
 NOT_RETRIED = ["NotFoundError", "GuardrailError"]
@@ -158,7 +158,9 @@ class Guardrails:
             record.guardrails.extend(records)
             tripped = next((r for r in records if r.tripped), None)
             if tripped is not None:
-                refused[outcome.result.tool_call_id] = _withheld(outcome, tripped)
+                refused[outcome.result.tool_call_id] = outcome.withheld(
+                    tripped.name, tripped.reason
+                )
         return refused
 
     async def _result_checks(self, outcome: Outcome, step: int) -> list[GuardrailRecord]:
@@ -253,26 +255,5 @@ def _handed_back(outcome: Outcome) -> bool:
     return record.outcome in ("ok", "error") and record.name not in LOOP_TOOLS
 
 
-def _withheld(outcome: Outcome, tripped: GuardrailRecord) -> Outcome:
-    result = outcome.result
-    content = (
-        f"Error: the result of {result.tool_name} was withheld by guardrail {tripped.name}: "
-        f"{tripped.reason}"
-    )
-    record = outcome.record.model_copy(
-        update={"guardrail": tripped.name, "error": content[:300], "result_chars": len(content)}
-    )
-    withheld = ToolResult(
-        tool_call_id=result.tool_call_id, tool_name=result.tool_name, content=content, is_error=True
-    )
-    return Outcome(withheld, record, outcome.fatal)
-
-
 def _failure(error: ActivityError | ApplicationError) -> str:
-    cause = activity_failure_cause(error)
-    while isinstance(cause, ActivityError | ApplicationError) and cause.cause is not None:
-        if isinstance(cause, ApplicationError) and cause.type:
-            break
-        cause = cause.cause
-    text = describe_failure(cause)
-    return bounded(text, 300)
+    return bounded(describe_failure(activity_failure_cause(error)), 300)

@@ -1,8 +1,9 @@
 """What came of one tool call: the result the model reads and the record the trace keeps.
 
 Every result of a call is built here, with the constructor that says what happened (`ok`,
-`error`, `refused`, `loop`, `denied`, `not_run`), so the text a model gets and the outcome the
-trace records cannot disagree. Also the bounded quoting of what the model wrote. Pure.
+`error`, `refused`, `loop`, `denied`, `not_run`; `withheld`, by a guardrail), so the text a
+model gets and the outcome the trace records cannot disagree. Also the bounded quoting of what
+the model wrote. Pure.
 """
 
 from __future__ import annotations
@@ -73,6 +74,24 @@ class Outcome:
     def not_run(cls, call: ToolCall, content: str) -> Outcome:
         """The run was ending (a fatal failure, finish, a limit) before the call's turn."""
         return cls._of(call, content, "not_run")
+
+    def withheld(self, guardrail: str, reason: str) -> Outcome:
+        """The call's result stopped by a tool-result guardrail (guardrails.py): a refusal that
+        names it in the result's place, the record saying which guardrail withheld it."""
+        result = self.result
+        content = (
+            f"Error: the result of {result.tool_name} was withheld by guardrail {guardrail}: "
+            f"{reason}"
+        )
+        withheld = result.model_copy(update={"content": content, "is_error": True})
+        record = self.record.model_copy(
+            update={
+                "guardrail": guardrail,
+                "error": content[:RECORDED_ERROR_CHARS],
+                "result_chars": len(content),
+            }
+        )
+        return Outcome(withheld, record, self.fatal)
 
     @classmethod
     def _of(
