@@ -5,8 +5,6 @@ script's work before the crash not done again (its legs before it not retried)."
 
 from __future__ import annotations
 
-import signal
-import uuid
 from pathlib import Path
 
 import pytest
@@ -16,12 +14,12 @@ from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.inputs import AgentInput, CodeMode, Limits
 from durable_agent.workflows.model_settings import ModelSettings
 from durable_agent.workflows.transcript import Transcript
-from tests.helpers import TRUSTED, call, eventually, turn
+from tests.helpers import TRUSTED, call, turn
 from tests.test_crash_safety import (  # noqa: F401  (fixtures)
     ATTEMPT_TIMEOUT,
     QUICK_RETRY,
     Processes,
-    address_of,
+    crashed_and_taken_over,
     processes,
     retried_activities,
     seeded_db,
@@ -84,19 +82,8 @@ async def test_a_script_resumes_on_another_worker_with_nothing_repeated(
     db = tmp_path / "demo.db"
     db.write_bytes(seeded_db.read_bytes())
     notes = tmp_path / "notes.txt"
-    task_queue = f"code-crash-{uuid.uuid4()}"
-    doomed = await processes.worker("doomed", address_of(client), task_queue, db, crash_at)
-    handle = await client.start_workflow(
-        AgentWorkflow.run,
-        script_input(notes),
-        id=f"code-crash-{uuid.uuid4()}",
-        task_queue=task_queue,
-        task_timeout=ATTEMPT_TIMEOUT,
-    )
-    await eventually(lambda: doomed.process.poll() is not None, 60, f"the crash at {crash_at}")
-    assert doomed.process.returncode == -signal.SIGKILL, doomed.output()
-
-    await processes.worker("fresh", address_of(client), task_queue, db)
+    input_ = script_input(notes)
+    handle = await crashed_and_taken_over(client, processes, db, crash_at, input_, "code-crash")
     result = await handle.result()
 
     assert result.answer == "Six calls noted."

@@ -245,6 +245,31 @@ async def start_run(
     )
 
 
+async def crashed_and_taken_over(
+    client: Client,
+    processes: Processes,
+    db: Path,
+    crash_at: str,
+    agent_input: AgentInput,
+    name: str,
+) -> WorkflowHandle[Any, AgentResult]:
+    """Start `agent_input` on a worker of a queue of its own that SIGKILLs itself at
+    `crash_at`, wait for the kill, then start a fresh worker that takes the run over."""
+    task_queue = f"{name}-{uuid.uuid4()}"
+    doomed = await processes.worker("doomed", address_of(client), task_queue, db, crash_at)
+    handle = await client.start_workflow(
+        AgentWorkflow.run,
+        agent_input,
+        id=f"{name}-{uuid.uuid4()}",
+        task_queue=task_queue,
+        task_timeout=ATTEMPT_TIMEOUT,
+    )
+    await eventually(lambda: doomed.process.poll() is not None, 60, f"the crash at {crash_at}")
+    assert doomed.process.returncode == -signal.SIGKILL, doomed.output()
+    await processes.worker("fresh", address_of(client), task_queue, db)
+    return handle
+
+
 @pytest.fixture(scope="module")
 async def reference(
     temporal_env: WorkflowEnvironment, seeded_db: Path, tmp_path_factory: pytest.TempPathFactory

@@ -5,8 +5,6 @@ the call's own writes), the tripped result never reaches the model."""
 
 from __future__ import annotations
 
-import signal
-import uuid
 from pathlib import Path
 
 import pytest
@@ -17,12 +15,12 @@ from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.guardrail_data import GuardrailPolicy
 from durable_agent.workflows.inputs import AgentInput, Limits
 from durable_agent.workflows.model_settings import ModelSettings
-from tests.helpers import TRUSTED, call, eventually, turn
+from tests.helpers import TRUSTED, call, turn
 from tests.test_crash_safety import (  # noqa: F401  (fixtures)
     ATTEMPT_TIMEOUT,
     QUICK_RETRY,
     Processes,
-    address_of,
+    crashed_and_taken_over,
     processes,
     retried_activities,
     seeded_db,
@@ -78,19 +76,8 @@ async def test_a_check_lost_with_its_worker_runs_again_before_what_it_guards(
     db = tmp_path / "demo.db"
     db.write_bytes(seeded_db.read_bytes())
     notes = tmp_path / "notes.txt"
-    task_queue = f"guard-crash-{uuid.uuid4()}"
-    doomed = await processes.worker("doomed", address_of(client), task_queue, db, crash_at)
-    handle = await client.start_workflow(
-        AgentWorkflow.run,
-        guarded_input(notes, prompt, guardrails),
-        id=f"guard-crash-{uuid.uuid4()}",
-        task_queue=task_queue,
-        task_timeout=ATTEMPT_TIMEOUT,
-    )
-    await eventually(lambda: doomed.process.poll() is not None, 60, f"the crash at {crash_at}")
-    assert doomed.process.returncode == -signal.SIGKILL, doomed.output()
-
-    await processes.worker("fresh", address_of(client), task_queue, db)
+    input_ = guarded_input(notes, prompt, guardrails)
+    handle = await crashed_and_taken_over(client, processes, db, crash_at, input_, "guard-crash")
     check = crash_at.split(":", 1)[1]
     if prompt == guards.INJECTION:
         with pytest.raises(WorkflowFailureError) as failed:
