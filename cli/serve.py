@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -15,6 +16,7 @@ import click
 from ..serving import http_api
 from ..serving.command_line import Command, parse, refuse, say
 from ..serving.http_server import serve_api
+from ..serving.served_agent import load_served_agent
 from ..serving.streams import stream_bounds
 from ..serving.worker import SETUP_ERRORS, check_worker, setup_error
 from ..workflows.inputs import DEFAULT_TASK_QUEUE
@@ -29,6 +31,7 @@ DEFAULT_PORT = 8000
 @click.option("--host", default="127.0.0.1", help="the interface to listen on")
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, help="0: any free")
 @click.option("--tools", multiple=True, help="self-contained: the worker's, as `worker --tools`")
+@click.option("--agent", type=Path, help="the agent A2A and AG-UI offer: a run's input, no prompt")
 def command(**options: Any) -> dict[str, Any]:
     """Serve the HTTP API (docs/http-api.md) until interrupted."""
     if options["tools"] and options["address"]:
@@ -41,6 +44,7 @@ def main(argv: Sequence[str], *, prog: str = "starter.py serve") -> int:
     try:
         token = http_api.api_token()
         bounds = stream_bounds()
+        served = None if options["agent"] is None else load_served_agent(options["agent"])
         if options["address"] is None:
             check_worker(options["tools"])
     except SETUP_ERRORS as error:
@@ -48,7 +52,7 @@ def main(argv: Sequence[str], *, prog: str = "starter.py serve") -> int:
         return 2
     where = (options["address"], options["namespace"], options["task_queue"])
     try:
-        asyncio.run(serve_api(*where, options["host"], options["port"], token, bounds))
+        asyncio.run(serve_api(*where, options["host"], options["port"], token, bounds, served))
     except KeyboardInterrupt:
         return 0
     except RuntimeError as error:  # the server cannot be reached

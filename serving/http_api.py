@@ -44,6 +44,7 @@ from ..workflows.paging import TracePage, TranscriptPage
 from ..workflows.reporting import guardrail_lines, verdict_line
 from ..workflows.status import AGENT_STATUS, RunStatus
 from .console import add_console
+from .served_agent import ServedAgent
 from .streams import Streams, StreamsFull
 
 API_TOKEN_VARIABLE = "AGENT_API_TOKEN"
@@ -158,9 +159,16 @@ class Answer(BaseModel):
     result: Any = None
 
 
-def create_app(agents: AgentClient, *, token: str, streams: Streams | None = None) -> FastAPI:
+def create_app(
+    agents: AgentClient,
+    *,
+    token: str,
+    streams: Streams | None = None,
+    served: ServedAgent | None = None,
+) -> FastAPI:
     """The API over `agents`, guarded by `token`; its event streams are in `streams` (for a
-    server that ends them as it stops)."""
+    server that ends them as it stops). With `served`, the agent protocols offer that agent
+    (docs/agent-protocols.md)."""
     streams = Streams() if streams is None else streams
     if not token:
         raise ValueError("the API needs a token")

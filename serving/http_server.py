@@ -15,6 +15,7 @@ from ..client.agent_client import AgentClient
 from . import http_api
 from .command_line import say
 from .self_contained import self_contained
+from .served_agent import ServedAgent
 from .streams import Streams
 
 STOP_SECONDS = 10
@@ -50,14 +51,16 @@ async def serve_api(
     port: int,
     token: http_api.Token,
     stream_bounds: tuple[int, int],
+    served: ServedAgent | None = None,
 ) -> None:
     """Serve the API on `host`:`port` (0: any free port) until SIGTERM or Ctrl-C, over the runs
     at `address`, or a self-contained backend's when None; streams within `stream_bounds` (a
-    server's, a run's). RuntimeError when the server at `address` cannot be reached."""
+    server's, a run's); the agent protocols offer `served`. RuntimeError when the server at
+    `address` cannot be reached."""
     async with _agents(address, namespace, task_queue) as agents:
         max_streams, max_run_streams = stream_bounds
         streams = Streams(max_streams=max_streams, max_run_streams=max_run_streams)
-        app = http_api.create_app(agents, token=token.value, streams=streams)
+        app = http_api.create_app(agents, token=token.value, streams=streams, served=served)
         config = uvicorn.Config(
             app,
             host=host,
