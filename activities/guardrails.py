@@ -9,8 +9,6 @@ does)."""
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar, overload
@@ -25,6 +23,7 @@ from ..workflows.guardrail_data import (
     GuardrailKind,
     GuardrailVerdict,
 )
+from ._calling import call_app_function
 from ._heartbeat import heartbeating
 
 GUARDRAIL_ERROR = "GuardrailError"
@@ -119,12 +118,7 @@ def _guardrail_activity(
             attempt=activity.info().attempt,
         )
         async with heartbeating():
-            if inspect.iscoroutinefunction(function):
-                verdict = await function(check.text, context)
-            else:
-                verdict = await asyncio.to_thread(function, check.text, context)
-                if inspect.isawaitable(verdict):
-                    verdict = await verdict
+            verdict = await call_app_function(function, check.text, context)
         if not isinstance(verdict, GuardrailVerdict):
             raise ApplicationError(
                 f"guardrail {name} answered {type(verdict).__name__}, not a GuardrailVerdict",

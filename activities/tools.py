@@ -14,7 +14,6 @@ any other exception leaves the call's outcome unknown, and the run logs it for c
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import inspect
 import json
@@ -44,6 +43,7 @@ from ..workflows.outcomes import MAY_HAVE_TAKEN_EFFECT, bounded
 from ..workflows.specs import DEFAULT_MAX_RESULT_CHARS, RetrySettings, ToolSpec
 from ..workflows.state import CompensationInput, RunTools, ToolSelection
 from . import progress, telemetry
+from ._calling import call_app_function
 from ._heartbeat import heartbeating
 from .message_store import message_store
 from .result_store import result_store, worker_local
@@ -715,18 +715,11 @@ def _without_titles(schema: Any) -> Any:
     return schema
 
 
-async def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    if inspect.iscoroutinefunction(fn):
-        return await fn(*args, **kwargs)
-    # A sync tool runs in a thread; to_thread copies the context, so current_call() works there.
-    return await asyncio.to_thread(fn, *args, **kwargs)
-
-
 def _compensation_activity(fn: Callable[[CompensationInput], Any]) -> Callable[..., Any]:
     @activity.defn(name=fn.__name__)
     async def compensate(call: CompensationInput) -> str:
         async with heartbeating():
-            value = await _call(fn, call)
+            value = await call_app_function(fn, call)
         return render_result(value)
 
     return compensate
@@ -789,7 +782,7 @@ def _tool_activity(
         )
         try:
             async with heartbeating():
-                value = await _call(fn, **kwargs)
+                value = await call_app_function(fn, **kwargs)
         except AgentError:
             raise
         except for_the_model as error:
