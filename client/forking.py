@@ -163,6 +163,9 @@ class RecordedRun:
     failure: ApplicationError | None = None
     offered: dict[int, list[str]] = field(default_factory=dict)
     """The names of the tools each step's request offered the model (its last request's)."""
+    undone: frozenset[str] = frozenset()
+    """The idempotency keys of the side effects the run's compensations undid (as it failed or
+    was cancelled, or a conversation's turn was)."""
 
     @property
     def step_count(self) -> int:
@@ -285,14 +288,18 @@ class RecordedRun:
         return plan
 
     def origin(self, k: int) -> ForkOrigin:
+        """Where a fork at step `k` starts. The effects of steps 1..k that this run undid later
+        are not inherited: they are named in `undone` instead."""
         self._check_step(k)
         made_it = self.step(k)
+        effects = self.effects_through(k)
         return ForkOrigin(
             workflow_id=self.workflow_id,
             run_id=made_it.run_id if made_it is not None else self.first_run_id,
             step=k,
             usage=self.usage_through(k),
-            effects=self.effects_through(k),
+            effects=[e for e in effects if e.call.idempotency_key not in self.undone],
+            undone=[e.call.tool_call_id for e in effects if e.call.idempotency_key in self.undone],
         )
 
     def inside_script(self, k: int, at: str) -> ForkSeed:
@@ -390,9 +397,10 @@ class RecordedRun:
         plans, and waits for a person, before anything that changes data is offered. With
         `call` (`script_1.3`), a fork inside step k's script, at that call (inside_script)."""
         if call is None:
+            origin = self.origin(k)
             seed = ForkSeed(
-                origin=self.origin(k),
-                messages=self.transcript_through(k),
+                origin=origin,
+                messages=_told_undone(self.transcript_through(k), origin.undone),
                 plan=self.plan_through(k),
             )
         else:
@@ -436,6 +444,25 @@ class RecordedRun:
         if self.input.fork is not None:
             return list(self.input.fork.messages)
         return [UserMessage(content=self.input.prompt)]
+
+
+UNDONE_SINCE = (
+    "\n[Undone since: the run this one was forked from undid this call's effect later, so it "
+    "is no longer in place.]"
+)
+
+
+def _told_undone(messages: list[Message], undone: Sequence[str]) -> list[Message]:
+    """The transcript, each result of a call whose effect was undone since saying so: the fork
+    goes on in a world without that effect, and its model must not think otherwise."""
+    if not undone:
+        return messages
+    return [
+        m.model_copy(update={"content": m.content + UNDONE_SINCE})
+        if isinstance(m, ToolResult) and m.tool_call_id in undone
+        else m
+        for m in messages
+    ]
 
 
 def _result_message(call: ToolCall, result: ToolActivityResult) -> ToolResult:
@@ -505,6 +532,8 @@ class _HistoryReader:
         self._calls: list[RecordedCall] = []
         self._legs: list[tuple[ScriptLegInput, ScriptLeg]] = []
         """The legs of run_code's scripts that completed, in order."""
+        self._undone: set[str] = set()
+        """The idempotency keys of the effects a compensation of the run undid."""
         self._status = "running"
         self._result: AgentResult | None = None
         self._failure: ApplicationError | None = None
@@ -529,6 +558,7 @@ class _HistoryReader:
         ended: list[tuple[int, Any]] = []
         """Each activity that ended, in order: its result, None when it had none."""
         tool_names: set[str] = set()
+        compensations: set[str] = set()
         next_run: str | None = None
         for event in events:
             kind = event.event_type
@@ -542,6 +572,7 @@ class _HistoryReader:
                 if name == MODEL_ACTIVITY:
                     request: ModelRequest = await self._decode(asked.input, ModelRequest)
                     tool_names.update(spec.name for spec in request.tools)
+                    compensations.update(s.compensation for s in request.tools if s.compensation)
                     if request.purpose == "step":
                         requests[event.event_id] = len(self._requests)
                         self._requests.append((run_id, request, None))
@@ -572,6 +603,10 @@ class _HistoryReader:
         # Read once the run's tools are known: a fork inside a script runs tools before its
         # first request names them.
         for at, result in ended:
+            name, payloads = scheduled.get(at, ("", None))
+            if name in compensations and name not in tool_names and result is not None:
+                undone: CompensationInput = await self._decode(payloads, CompensationInput)
+                self._undone.add(undone.idempotency_key)
             if (call := await self._tool_call(scheduled, at, tool_names)) is not None:
                 if result is None:
                     call.failed = True
@@ -670,6 +705,7 @@ class _HistoryReader:
             result=self._result,
             failure=self._failure,
             offered=offered,
+            undone=frozenset(self._undone),
         )
 
     def _whole(

@@ -13,7 +13,13 @@ from temporalio.client import Client, WorkflowHandle
 
 import tests.tools_for_tests as test_tools
 from durable_agent.client.agent_client import AgentClient, AgentRunFailed
-from durable_agent.client.forking import ForkError, ForkStepOutOfRange, read_run, scripted_from
+from durable_agent.client.forking import (
+    UNDONE_SINCE,
+    ForkError,
+    ForkStepOutOfRange,
+    read_run,
+    scripted_from,
+)
 from durable_agent.demo import tools as demo_tools
 from durable_agent.demo.script import DEMO_PROMPT, support_demo_script
 from durable_agent.encryption.payload_codec import PayloadKey, data_converter
@@ -155,6 +161,57 @@ async def test_a_failing_fork_does_not_undo_the_originals_side_effect(
     assert recorded.input.fork is not None
     (inherited,) = recorded.input.fork.origin.effects
     assert inherited.call.tool == "cancel_order" and inherited.compensation == "reinstate_order"
+
+
+async def test_a_fork_of_a_run_that_undid_its_effects_inherits_none_and_is_told(
+    client: Client, task_queue: str
+) -> None:
+    """The original cancelled an order at step 1, then failed and reinstated it: a fork at step
+    1 goes on in a world where the order stands, so it inherits no effect and its transcript
+    says the cancellation was undone, while a fork of a run that kept its effect is told
+    nothing."""
+    agents = AgentClient(client, task_queue)
+    original_script = [
+        turn(call("cancel_order", order_id=104999, reason="customer asked")),
+        turn(call("count_me", key=f"busy-{uuid.uuid4()}")),
+    ]
+    tools = ["cancel_order", "count_me"]
+    fork_script = scripted_from(1, [turn(text="Seen.")])
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        original = await agents.start(
+            scripted_input(original_script, tools=tools, limits=Limits(max_steps=2))
+        )
+        with pytest.raises(AgentRunFailed) as failed:
+            await original.result()
+        assert [c.status for c in failed.value.details.compensations] == ["completed"]
+        assert demo_tools.get_order(104999)["status"] != "cancelled"
+        recorded = await read_run(client, original.id)
+        origin = recorded.origin(1)
+        assert origin.effects == [] and origin.undone == ["call_1_1"]
+        forked = await agents.fork(
+            original.id, step=1, model=ModelSettings(script=fork_script), tool_approval=TRUSTED
+        )
+        result = await forked.result()
+        (told,) = [
+            m for m in await forked.transcript() if getattr(m, "tool_call_id", "") == "call_1_1"
+        ]
+        assert told.content.endswith(UNDONE_SINCE) and told.content.count("[Undone since") == 1
+        assert result.forked_from is not None and result.forked_from.undone == ["call_1_1"]
+
+        # A run that kept its effect: the fork inherits it, and reads the result as it was.
+        kept = await agents.start(
+            scripted_input([original_script[0], turn(text="Cancelled.")], tools=tools)
+        )
+        await kept.result()
+        kept_origin = (await read_run(client, kept.id)).origin(1)
+        assert kept_origin.undone == [] and len(kept_origin.effects) == 1
+        kept_fork = await agents.fork(
+            kept.id, step=1, model=ModelSettings(script=fork_script), tool_approval=TRUSTED
+        )
+        await kept_fork.result()
+        assert not any(
+            UNDONE_SINCE in str(getattr(m, "content", "")) for m in await kept_fork.transcript()
+        )
 
 
 async def test_a_fork_of_a_run_that_continued_as_new(client: Client, task_queue: str) -> None:

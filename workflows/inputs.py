@@ -95,6 +95,10 @@ class ForkOrigin(BaseModel):
     """What the original's steps 1..step cost: the fork did not pay for them again."""
     effects: EffectLog = []
     """The original's side effects in those steps. Inherited: the fork never undoes them."""
+    undone: list[str] = Field(default=[], exclude_if=lambda undone: not undone)
+    """The calls of those steps whose effects the original undid later (it failed or was
+    cancelled): not inherited, since they are not in place; the fork's transcript says so in
+    their results."""
     call: str | None = Field(default=None, exclude_if=lambda call: call is None)
     """A fork inside step `step`'s script, at this call of it (`script_1.3`): the transcript
     ends with that step's reply, and the calls before this one are inherited too."""
