@@ -226,7 +226,7 @@ async def eval_(
     totals = evaluation.eval_totals(rows, scoring is not None)
     plan = {"label": label, "fork_step": fork_step, "provider": provider, "model": model}
     runs = {"score": score, "runs": [row.as_json() for row in rows], "totals": totals}
-    following.answer({**plan, **runs}, eval_table(rows, scored=scoring is not None))
+    following.answer({**plan, **runs}, eval_table(rows, totals, scored=scoring is not None))
     return 0 if all(row.failure is None for row in rows) else 1
 
 
@@ -237,9 +237,9 @@ async def _say_waiting_calls(following: Following, agent_run: AgentRun) -> None:
         await decide.shown(agent_run, item.data, following, ask=False)
 
 
-def eval_table(rows: Sequence[EvalRow], *, scored: bool) -> str:
-    """One row per original against its fork, then the totals (evaluation.py says what each
-    is)."""
+def eval_table(rows: Sequence[EvalRow], totals: dict[str, Any], *, scored: bool) -> str:
+    """One row per original against its fork, then `totals`, eval_totals's (evaluation.py says
+    what each is)."""
     lines = [["original", "fork", "score" if scored else "answer", "steps", "tokens", "cost"]]
     lines[0].append("failure")
     for row in rows:
@@ -256,7 +256,6 @@ def eval_table(rows: Sequence[EvalRow], *, scored: bool) -> str:
                 shorten(row.failure or "", 60),
             ]
         )
-    totals = evaluation.eval_totals(rows, scored)
     mean = totals["mean_score"]
     verdict = (
         f"{totals['equal']} equal" if not scored else "-" if mean is None else f"mean {mean:.3g}"
