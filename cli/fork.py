@@ -20,7 +20,6 @@ from ..client.agent_client import AgentClient, AgentRun
 from ..client.evaluation import EvalRow
 from ..serving.command_line import refuse, say
 from ..workflows.inputs import ToolApprovalPolicy
-from ..workflows.model_settings import ModelSettings
 from ..workflows.providers import CATALOGUE, Provider
 from . import args, decide
 from .args import Following
@@ -72,37 +71,22 @@ async def fork(client: AgentClient, following: Following, workflow_id: str, **fo
     out keeps the original's.
     \f
     Start the fork and follow it as `starter.py --address` follows a run."""
-    step = fork["step"]
+    step, call, no_wait, trace = fork["step"], fork["call"], fork.pop("no_wait"), fork.pop("trace")
+    # The other options are the fork's own arguments, by name (evaluation.fork_with).
+    approval = ToolApprovalPolicy(approve_all=fork.pop("approve_all"), allow=fork.pop("allow"))
     try:
         recorded = await forking.read_run(client.client, workflow_id)
-        model = evaluation.forked_model(recorded.input.model, fork["provider"], fork["model"])
-        if fork["script"] is not None:
-            scripted = forking.scripted_from(step, fork["script"])
-            base = model or ModelSettings(provider="scripted")
-            model = base.model_copy(update={"script": scripted})
-        agent_run = await client.fork(
-            workflow_id,
-            step=step,
-            model=model,
-            system=fork["system"],
-            limits=evaluation.forked_limits(
-                recorded.input.limits, fork["max_steps"], fork["max_cost_usd"]
-            ),
-            tool_approval=ToolApprovalPolicy(approve_all=fork["approve_all"], allow=fork["allow"]),
-            label=fork["label"],
-            task_queue=fork["task_queue"],
-            call=fork["call"],
-        )
+        agent_run = await evaluation.fork_with(client, recorded, tool_approval=approval, **fork)
     except forking.ForkError as error:
         say(f"fork {workflow_id}: {error}")
         return 2 if isinstance(error, forking.ForkStepOutOfRange) else 1
-    if fork["no_wait"]:
+    if no_wait:
         following.answer({"workflow_id": agent_run.id, "status": "running"}, agent_run.id)
         return 0
     if not following.json:
-        at = f"step {step}" if fork["call"] is None else f"step {step}, call {fork['call']}"
+        at = f"step {step}" if call is None else f"step {step}, call {call}"
         say(f"workflow {agent_run.id} started: a fork of {workflow_id} at {at}")
-    return await follow(agent_run, dataclasses.replace(following, trace=fork["trace"]))
+    return await follow(agent_run, dataclasses.replace(following, trace=trace))
 
 
 # --- diff ---------------------------------------------------------------------------------------
@@ -242,7 +226,7 @@ async def eval_(
     totals = evaluation.eval_totals(rows, scoring is not None)
     plan = {"label": label, "fork_step": fork_step, "provider": provider, "model": model}
     runs = {"score": score, "runs": [row.as_json() for row in rows], "totals": totals}
-    following.answer({**plan, **runs}, eval_table(rows, scored=scoring is not None))
+    following.answer({**plan, **runs}, eval_table(rows, totals, scored=scoring is not None))
     return 0 if all(row.failure is None for row in rows) else 1
 
 
@@ -253,9 +237,9 @@ async def _say_waiting_calls(following: Following, agent_run: AgentRun) -> None:
         await decide.shown(agent_run, item.data, following, ask=False)
 
 
-def eval_table(rows: Sequence[EvalRow], *, scored: bool) -> str:
-    """One row per original against its fork, then the totals (evaluation.py says what each
-    is)."""
+def eval_table(rows: Sequence[EvalRow], totals: dict[str, Any], *, scored: bool) -> str:
+    """One row per original against its fork, then `totals`, eval_totals's (evaluation.py says
+    what each is)."""
     lines = [["original", "fork", "score" if scored else "answer", "steps", "tokens", "cost"]]
     lines[0].append("failure")
     for row in rows:
@@ -272,7 +256,6 @@ def eval_table(rows: Sequence[EvalRow], *, scored: bool) -> str:
                 shorten(row.failure or "", 60),
             ]
         )
-    totals = evaluation.eval_totals(rows, scored)
     mean = totals["mean_score"]
     verdict = (
         f"{totals['equal']} equal" if not scored else "-" if mean is None else f"mean {mean:.3g}"

@@ -62,18 +62,15 @@ async def list_(client: AgentClient, following: Following, awaiting_approval: bo
     One line (or JSON object) per run that waits for a person, with its plan or its tool calls
     from its status query."""
     waiting = await overview.waiting_runs(client)
-    if following.json:
-        print(json.dumps([run.as_json() for run in waiting]))
-        return 0
+    lines = []
     for run in waiting:
-        if run.error is not None:
-            print(f"{run.workflow_id}  unknown: {run.error}")
-        if run.plan is not None:
-            print(f"{run.workflow_id}  plan v{run.plan.version}: " + " | ".join(run.plan.steps))
-        for call in run.calls:
-            print(f"{run.workflow_id}  tool call {call.call_id}: {call.tool} {call.arguments}")
-    if not waiting:
-        say("no run is waiting for approval")
+        plan = run.plan
+        said = [f"unknown: {run.error}"] if run.error is not None else []
+        said += [f"plan v{plan.version}: " + " | ".join(plan.steps)] if plan is not None else []
+        said += [f"tool call {c.call_id}: {c.tool} {c.arguments}" for c in run.calls]
+        lines += [f"{run.workflow_id}  {line}" for line in said]
+    data = [run.as_json() for run in waiting]
+    following.answer(data, "\n".join(lines), "no run is waiting for approval")
     return 0
 
 

@@ -22,7 +22,7 @@ import click
 from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from ..activities import pricing, telemetry
+from ..activities import telemetry
 from ..activities.mcp_tools import McpTools
 from ..client.agent_client import (
     AgentClient,
@@ -50,14 +50,10 @@ WATCHER_STOP_SECONDS = 10.0
 
 def build_input(args: RunArgs) -> AgentInput:
     model = args.model
-    if model.provider == "scripted":
-        played = demo.demo_plan_script() if args.plan else demo.support_demo_script()
-        script = list(args.script) if args.script is not None else played
-        if args.conversation and args.script is None:
-            script += demo.conversation_demo_tail()
-        # The built-in demo carries a made-up price, so that its cost shows; a --script does not.
-        price = pricing.DEMO_PRICE if args.script is None else None
-        model = ModelSettings(provider="scripted", model=model.model, script=script, price=price)
+    if model.provider == "scripted" and args.script is not None:  # no price: a user's script
+        model = ModelSettings(provider="scripted", model=model.model, script=list(args.script))
+    elif model.provider == "scripted":
+        model = demo.demo_model(model.model, plan=args.plan, conversation=args.conversation)
     return AgentInput(
         prompt=args.prompt,
         conversation=args.conversation,

@@ -18,11 +18,9 @@ from typing import Any, Literal
 from pydantic import TypeAdapter
 from temporalio import workflow
 
-from ..activities.pricing import DEMO_PRICE
 from ..demo import script as demo
 from ..workflows.agent import AgentWorkflow
 from ..workflows.inputs import DEFAULT_TASK_QUEUE, AgentInput
-from ..workflows.model_settings import ModelSettings
 
 Schema = dict[str, Any]
 EXAMPLE_PROMPT = "Where is my latest order? My email is a@b.com."
@@ -75,12 +73,7 @@ def example_input() -> dict[str, Any]:
     agent_input = AgentInput(
         prompt=EXAMPLE_PROMPT,
         system=demo.SUPPORT_DEMO_SYSTEM,
-        model=ModelSettings(
-            provider="scripted",
-            model=demo.DEMO_MODEL,
-            script=demo.support_demo_script(),
-            price=DEMO_PRICE,
-        ),
+        model=demo.demo_model(),
     )
     return agent_input.model_dump(mode="json", exclude_defaults=True)
 

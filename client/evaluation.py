@@ -23,7 +23,7 @@ from typing import Any
 from temporalio.client import Client
 
 from ..workflows.inputs import AgentResult, Limits, ToolApprovalPolicy
-from ..workflows.model_settings import ModelSettings
+from ..workflows.model_settings import ModelSettings, ScriptedTurn
 from ..workflows.providers import CATALOGUE, Provider
 from ..workflows.usage import Usage
 from . import forking
@@ -52,6 +52,29 @@ def forked_limits(original: Limits, max_steps: int | None, max_cost_usd: float |
     """A fork's limits: the original's, but those given."""
     given = {"max_steps": max_steps, "max_cost_usd": max_cost_usd}
     return original.model_copy(update={k: v for k, v in given.items() if v is not None})
+
+
+async def fork_with(
+    client: AgentClient,
+    original: forking.RecordedRun,
+    *,
+    step: int,
+    provider: Provider | None = None,
+    model: str | None = None,
+    script: Sequence[ScriptedTurn] | None = None,
+    max_steps: int | None = None,
+    max_cost_usd: float | None = None,
+    **fork: Any,
+) -> AgentRun:
+    """Fork the run `original` at `step` (AgentClient.fork, which takes the rest) with another
+    provider or model name, a scripted model's replies from step `step` + 1, or other limits:
+    the original's where None."""
+    settings = forked_model(original.input.model, provider, model)
+    if script is not None:
+        base = settings or ModelSettings(provider="scripted")
+        settings = base.model_copy(update={"script": forking.scripted_from(step, script)})
+    limits = forked_limits(original.input.limits, max_steps, max_cost_usd)
+    return await client.fork(original.workflow_id, step=step, model=settings, limits=limits, **fork)
 
 
 @dataclass
@@ -145,11 +168,13 @@ async def evaluate(
             assert recorded.result is not None, "evaluate forks completed runs"
             row = EvalRow(original, None, recorded.result)
             try:
-                agent_run = await client.fork(
-                    original,
+                agent_run = await fork_with(
+                    client,
+                    recorded,
                     step=step,
-                    model=forked_model(recorded.input.model, provider, model),
-                    limits=forked_limits(recorded.input.limits, max_steps, None),
+                    provider=provider,
+                    model=model,
+                    max_steps=max_steps,
                     tool_approval=tool_approval or ToolApprovalPolicy(),
                     task_queue=task_queue,
                 )

@@ -3,7 +3,8 @@ over the real demo tools, and the system prompt a real model gets for the same d
 
 from __future__ import annotations
 
-from ..workflows.model_settings import ScriptedCall, ScriptedTurn
+from ..activities.pricing import DEMO_PRICE
+from ..workflows.model_settings import ModelSettings, ScriptedCall, ScriptedTurn
 
 SUPPORT_DEMO_SYSTEM = (
     "You are a customer-support agent for an online shop. Look facts up with the tools; never "
@@ -69,3 +70,15 @@ def conversation_demo_tail() -> list[ScriptedTurn]:
         "or ANTHROPIC_API_KEY to talk with a real model."
     )
     return [ScriptedTurn(text=text) for _ in range(50)]
+
+
+def demo_model(
+    name: str = DEMO_MODEL, *, plan: bool = False, conversation: bool = False
+) -> ModelSettings:
+    """The scripted demo's model, wherever it plays (the CLI, `contract --example`): the support
+    conversation, in plan mode with `plan`, and with the later turns' tail in a `conversation`.
+    It carries a made-up price, so that its cost shows (a user's script does not)."""
+    script = demo_plan_script() if plan else support_demo_script()
+    if conversation:
+        script += conversation_demo_tail()
+    return ModelSettings(provider="scripted", model=name, script=script, price=DEMO_PRICE)
