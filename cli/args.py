@@ -110,6 +110,12 @@ class Following:
     stream: bool = False
     """Print the model's text on stderr as it is written."""
 
+    @property
+    def flags(self) -> str:
+        """The server's flags for a command shown to be pasted (none for a self-contained run)."""
+        namespace = f" --namespace {self.namespace}" if self.namespace != "default" else ""
+        return f" --address {self.address}{namespace}" if self.address else ""
+
     def answer(self, data: object, text: str, none: str | None = None) -> None:
         """A command's answer on stdout, at once (`watch` answers as events come): `data` as
         JSON with --json, else `text`; or `none` on stderr, when given, for no text."""

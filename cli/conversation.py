@@ -27,7 +27,7 @@ async def converse(agent_run: AgentRun, following: Following) -> int:
     """A conversation that has started elsewhere: its first turn followed, and the commands
     that carry it on shown."""
     record = await follow_turn(agent_run, 1, following)
-    where = f" --address {following.address}" if following.address else ""
+    where = following.flags
     say(
         f"conversation {agent_run.id} waits for the next message: {program()} send "
         f"{agent_run.id} TEXT{where} [--wait]; {program()} end {agent_run.id}{where}"

@@ -73,9 +73,7 @@ def show(workflow_id: str, question: Question, following: Following, *, ask: boo
     """The question on stderr, then, unless it is asked at this terminal (`ask`, which says how
     to answer it there), the subcommands that decide it from elsewhere, with this server's
     flags."""
-    where = f" --address {following.address}"
-    if following.namespace != "default":
-        where += f" --namespace {following.namespace}"
+    where = following.flags
     match question:
         case PlanQuestion(plan):
             say(f"plan v{plan.version} of {workflow_id} waits for approval:")

@@ -77,7 +77,7 @@ async def test_a_conversation_through_a_server_with_send_and_end(
         match = re.search(r"workflow (agent-\w+) started", err)
         assert match, err
         workflow_id = match.group(1)
-        assert f"starter.py send {workflow_id} TEXT" in err
+        assert f"starter.py send {workflow_id} TEXT --address {address} [--wait]" in err
 
         code, out, err = await cli("send", workflow_id, "thanks!", "--wait", *on, db=tmp_path)
         assert code == 0, err
