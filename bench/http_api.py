@@ -1,5 +1,6 @@
 """What the HTTP API adds: a start through `durable-agent serve` against `AgentClient` direct,
-and how late a run's events reach an SSE client against `AgentRun.events()`.
+and how late a run's events reach an SSE client against `AgentRun.events()`; and what the agent
+protocols add to a start through the HTTP API (docs/agent-protocols.md).
 
     python bench/http_api.py [--starts 100] [--runs 10] [--steps 10] [--json FILE]
 
@@ -10,6 +11,12 @@ timed from the call to its answer. Event lag is the time from an event's `at` (t
 time when it published it) to its arrival, for every event of `--runs` runs of `--steps`
 steps followed by SSE, and as many followed by `AgentRun.events()` (`--together`: two SSE
 clients follow each run at once, sharing serve's one follower of it).
+
+What the agent protocols add: `--starts` conversations started each way in turn through one
+`serve --agent` process, served by a worker: by the HTTP API (`POST /api/runs`), by A2A
+(`SendMessage` with `returnImmediately`, answered once the task's state is read from its run)
+and by AG-UI (a `RunAgentInput`, timed to its stream's RUN_STARTED event). The agent's model
+waits in its first call, so the runs cost the worker nothing while they are measured.
 
 What the event streams cost the dev server: `--streams` SSE clients of one run, for
 `--seconds` while it waits for a person and as long while it waits for a model call that does
@@ -66,10 +73,10 @@ def run_input(steps: int) -> AgentInput:
     )
 
 
-async def serve(address: str, task_queue: str, token: str) -> tuple[Any, str]:
+async def serve(address: str, task_queue: str, token: str, *words: str) -> tuple[Any, str]:
     env = {**os.environ, "AGENT_API_TOKEN": token}
     server = await asyncio.create_subprocess_exec(
-        CLI, "serve", "--address", address, "--task-queue", task_queue, "--port", "0",
+        CLI, "serve", "--address", address, "--task-queue", task_queue, "--port", "0", *words,
         env=env, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert server.stderr is not None
@@ -105,6 +112,63 @@ async def starts(agents: AgentClient, http: httpx.AsyncClient, count: int) -> di
         "direct_p95_ms": round(percentile(direct, 95) * 1000, 2),
         "http_p95_ms": round(percentile(through, 95) * 1000, 2),
     }
+
+
+WAITING_AGENT = AgentInput(
+    prompt="-", model=ModelSettings(script=[ScriptedTurn(text="done", delay_seconds=3600)])
+)
+"""The agent the protocols' starts run: its model waits in its first call."""
+
+
+async def protocol_starts(http: httpx.AsyncClient, count: int) -> dict[str, Any]:
+    """`count` conversations started each way in turn through serve: by the HTTP API, by A2A
+    and by AG-UI (serve runs WAITING_AGENT with --agent)."""
+    body = {**WAITING_AGENT.model_dump(mode="json", exclude_defaults=True), "conversation": True}
+
+    async def by_http(text: str) -> None:
+        answer = await http.post("/api/runs", json={**body, "prompt": text})
+        assert answer.status_code == 201, answer.text
+
+    async def by_a2a(text: str) -> None:
+        message = {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}]}
+        params = {"message": message, "configuration": {"returnImmediately": True}}
+        request = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
+        answer = await http.post("/a2a", json=request, headers={"A2A-Version": "1.0"})
+        assert "result" in answer.json(), answer.text
+
+    async def by_ag_ui(text: str) -> None:
+        run_input = {
+            "threadId": uuid.uuid4().hex,
+            "runId": uuid.uuid4().hex,
+            "messages": [{"id": uuid.uuid4().hex, "role": "user", "content": text}],
+            "tools": [],
+            "context": [],
+            "state": None,
+            "forwardedProps": None,
+        }
+        async with http.stream("POST", "/ag-ui", json=run_input, timeout=60) as stream:
+            assert stream.status_code == 200, await stream.aread()
+            async for line in stream.aiter_lines():
+                if line.startswith("data: ") and '"RUN_STARTED"' in line:
+                    return
+        raise AssertionError("the AG-UI stream ended before RUN_STARTED")
+
+    ways = {"http": by_http, "a2a": by_a2a, "ag_ui": by_ag_ui}
+    timed: dict[str, list[float]] = {name: [] for name in ways}
+    for index in range(count):
+        for name, start in ways.items():
+            begun = time.perf_counter()
+            await start(f"Start {index}.")
+            timed[name].append(time.perf_counter() - begun)
+    medians = {name: statistics.median(times) for name, times in timed.items()}
+    measured: dict[str, Any] = {"starts": count}
+    for name, times in timed.items():
+        measured[f"{name}_median_ms"] = round(medians[name] * 1000, 2)
+        measured[f"{name}_p95_ms"] = round(percentile(times, 95) * 1000, 2)
+    for name in ("a2a", "ag_ui"):
+        added = (medians[name] - medians["http"]) * 1000
+        measured[f"{name}_added_median_ms"] = round(added, 2)
+    return measured
 
 
 async def sse_lags(http: httpx.AsyncClient, workflow_id: str) -> list[float]:
@@ -212,6 +276,25 @@ async def streams_cost(
     return measured
 
 
+async def protocol_starts_through(
+    address: str, task_queue: str, token: str, args: SimpleNamespace
+) -> dict[str, Any]:
+    """protocol_starts through a serve of its own, with --agent, on the worker's queue."""
+    with tempfile.TemporaryDirectory() as scratch:
+        agent = Path(scratch) / "agent.json"
+        template = WAITING_AGENT.model_dump(mode="json", exclude_defaults=True)
+        agent.write_text(json.dumps({k: v for k, v in template.items() if k != "prompt"}))
+        server, url = await serve(address, task_queue, token, "--agent", str(agent))
+        headers = {"Authorization": f"Bearer {token}"}
+        try:
+            async with httpx.AsyncClient(base_url=url, headers=headers) as http:
+                await protocol_starts(http, 5)  # each way warm
+                return await protocol_starts(http, args.starts)
+        finally:
+            server.terminate()
+            await server.communicate()
+
+
 def plan_call() -> ScriptedCall:
     return ScriptedCall(name="submit_plan", arguments={"steps": ["Wait for a person."]})
 
@@ -264,6 +347,7 @@ async def main(argv: list[str] | None = None) -> int:
                     cost = await streams_cost(
                         agents, http, metrics_port, args.streams, args.seconds
                     )
+                    protocols = await protocol_starts_through(address, task_queue, token, args)
             finally:
                 server.terminate()
                 await server.communicate()
@@ -278,6 +362,13 @@ async def main(argv: list[str] | None = None) -> int:
         f"{lags['sse_median_ms']} ms, p95 {lags['sse_p95_ms']} ms; AgentRun.events() median "
         f"{lags['client_median_ms']} ms, p95 {lags['client_p95_ms']} ms"
     )
+    print(
+        f"conversation start, {protocols['starts']} each way through serve --agent: HTTP API "
+        f"{protocols['http_median_ms']} ms, A2A {protocols['a2a_median_ms']} ms, AG-UI "
+        f"{protocols['ag_ui_median_ms']} ms median (p95 {protocols['http_p95_ms']} / "
+        f"{protocols['a2a_p95_ms']} / {protocols['ag_ui_p95_ms']} ms): A2A adds "
+        f"{protocols['a2a_added_median_ms']} ms, AG-UI {protocols['ag_ui_added_median_ms']} ms"
+    )
     for state in ("waiting_for_a_person", "in_a_model_call"):
         rates = cost[state]
         print(
@@ -287,7 +378,12 @@ async def main(argv: list[str] | None = None) -> int:
             f"{rates['all_requests_per_s']} with the worker's)"
         )
     if args.json:
-        measured = {"start": started, "event_lag": lags, "streams_cost": cost}
+        measured = {
+            "start": started,
+            "event_lag": lags,
+            "streams_cost": cost,
+            "protocol_start": protocols,
+        }
         args.json.write_text(json.dumps(measured, indent=2))
     return 0
 
