@@ -42,6 +42,7 @@ from ..client.agent_client import (
     DeltaReader,
     ModelCall,
 )
+from ..workflows.activity_io import ModelDelta
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.events import AgentEvent
 
@@ -107,12 +108,15 @@ class Streams:
         self, *, max_streams: int = MAX_STREAMS, max_run_streams: int = MAX_RUN_STREAMS
     ) -> None:
         self.max_streams, self.max_run_streams = max_streams, max_run_streams
-        self._open: set[asyncio.Queue[str | None]] = set()
+        self._open: set[asyncio.Queue[Any]] = set()
+        self.stopping = False
+        """The server stops: every stream ends (`end_all`), without its last event."""
         self._watches: dict[str, _Watch] = {}
         self._held: Counter[str] = Counter()
 
     def end_all(self) -> None:
         """End every open stream (the server stops)."""
+        self.stopping = True
         for queue in self._open:
             queue.put_nowait(_STOPPING)
 
@@ -151,46 +155,67 @@ class Streams:
     ) -> StreamingResponse:
         """The run's stream from `offset` (`sse`) as the response that sends it, which gives its
         place (`hold`) back however it ends."""
-        stream = self.sse(run, offset)
-        return _Held(give_back, stream, media_type="text/event-stream", headers=headers)
+        return self.held(give_back, self.sse(run, offset), headers)
+
+    def held(
+        self, give_back: Callable[[], None], body: AsyncIterator[str], headers: dict[str, str]
+    ) -> StreamingResponse:
+        """An event stream's response (`body`, SSE), which gives its place (`hold`) back
+        however it ends."""
+        return _Held(give_back, body, media_type="text/event-stream", headers=headers)
 
     async def sse(self, run: AgentRun, offset: int) -> AsyncIterator[str]:
         """The run's events from `offset`, each as `id: OFFSET`, `event: KIND`; the model's
         streamed text as `event: delta` (no id: a live view, not resumed); then `done`."""
-        queue: asyncio.Queue[str | None] = asyncio.Queue()
+        async for item in self.follow(run, offset):
+            if isinstance(item, ModelDelta):
+                yield _event("delta", item.model_dump_json())
+            else:
+                at, event = item
+                yield _event(event.kind, event.model_dump_json(), at)
+        if not self.stopping:
+            yield _event("done", json.dumps(await _outcome(run)))
+
+    async def follow(
+        self, run: AgentRun, offset: int
+    ) -> AsyncIterator[tuple[int, AgentEvent] | ModelDelta]:
+        """The run's events from `offset`, each with its offset, and its model calls' streamed
+        text as it is read, from what the run's streams share: to the run's end, or to the
+        server's (`stopping`), when a client resumes from the last offset it got. Every stream
+        of the HTTP API reads this; so does AG-UI's (serving/ag_ui.py)."""
+        queue: asyncio.Queue[Any] = asyncio.Queue()
         self._open.add(queue)
         try:
             with self._watching(run, offset) as watch:
-                async for chunk in self._stream(watch, run, offset, queue):
-                    yield chunk
+                async for item in self._follow(watch, run, offset, queue):
+                    yield item
         finally:
             self._open.discard(queue)
 
-    async def _stream(
-        self, watch: _Watch, run: AgentRun, offset: int, queue: asyncio.Queue[str | None]
-    ) -> AsyncIterator[str]:
+    async def _follow(
+        self, watch: _Watch, run: AgentRun, offset: int, queue: asyncio.Queue[Any]
+    ) -> AsyncIterator[tuple[int, AgentEvent] | ModelDelta]:
         reader = DeltaReader()
 
         def text(calls: list[ModelCall]) -> None:
             for call in calls:
                 for delta in reader.read(call.progress, call.attempt):
-                    queue.put_nowait(_event("delta", delta.model_dump_json()))
+                    queue.put_nowait(delta)
 
         async def progress() -> None:
             try:
                 async for at, event in watch.read(run, offset):
-                    await queue.put(_event(event.kind, event.model_dump_json(), at))
+                    await queue.put((at, event))
             finally:
                 await queue.put(None)
 
         reading = asyncio.create_task(progress())
         try:
             with watch.model_calls.listening(text):
-                while (chunk := await queue.get()) is not None:
-                    if chunk is _STOPPING:
+                while (item := await queue.get()) is not None:
+                    if item is _STOPPING:
                         return
-                    yield chunk
-            yield _event("done", json.dumps(await _outcome(run)))
+                    yield item
         finally:
             reading.cancel()
             await asyncio.gather(reading, return_exceptions=True)
