@@ -10,7 +10,7 @@ import json
 import shutil
 import subprocess
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from temporalio.client import Client
 
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.model_settings import ScriptedTurn
+from tests import fake_anthropic
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, program, turn
 from tests.serve_process import TOKEN, serving
 
@@ -58,17 +59,21 @@ class Thread:
     def __init__(self, node: asyncio.subprocess.Process) -> None:
         self.node = node
 
-    async def run(self, **asked: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """One runAgent: its events, and how it ended ({"done": ...} or {"error": ...})."""
+    async def run(
+        self, on_event: Callable[[dict[str, Any]], None] | None = None, **asked: Any
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """One runAgent: its events (each given to `on_event` as it comes), and how it ended
+        ({"done": ...} or {"error": ...})."""
         assert self.node.stdin is not None
         self.node.stdin.write((json.dumps(asked) + "\n").encode())
         events = []
         async for line in self.lines():
             said = json.loads(line)
-            if "event" in said:
-                events.append(said["event"])
-            else:
+            if "event" not in said:
                 return events, said
+            events.append(said["event"])
+            if on_event is not None:
+                on_event(said["event"])
         raise AssertionError("the client ended")
 
     async def lines(self) -> AsyncIterator[str]:
@@ -212,3 +217,115 @@ async def test_a_wrong_or_missing_token_is_refused_and_starts_nothing(
                 events, ended = await chat.run(user="hello")
                 assert events == [] and ended["status"] == 401, ended
             assert (await http.get(f"/api/runs/ag-ui-{thread_id}")).status_code == 404
+
+
+async def test_the_answer_streams_to_the_client_as_the_model_writes_it(
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    ag_ui_client: Path,
+    claude: fake_anthropic.FakeAnthropic,
+) -> None:
+    answer = "Order 1042 left the warehouse on Monday and arrives on Thursday, by courier."
+    claude.script.append(fake_anthropic.Reply(answer, pause_after=6))
+    path = tmp_path / "agent.json"
+    model = {"provider": "anthropic", "model": "claude-fake-sonnet", "stream": True}
+    path.write_text(json.dumps({"model": model}))
+
+    def shown(event: dict[str, Any]) -> None:
+        if event["type"] == "TEXT_MESSAGE_CONTENT" and not claude.hold.is_set():
+            # The model is held mid-reply: what came first is a part of its answer.
+            assert answer.startswith(event["delta"]) and event["delta"] != answer
+            claude.hold.set()
+
+    async with served(client, task_queue, path) as http, thread(ag_ui_client, http) as chat:
+        events, ended = await chat.run(shown, user="Where is order 1042?")
+    assert "done" in ended, ended
+    assert claude.hold.is_set()
+    contents = [e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"]
+    assert "".join(contents) == answer and len(contents) > 1
+    assert ended["done"]["result"] == answer
+    assert [m["content"] for m in ended["done"]["newMessages"]] == [answer]
+
+
+def run_input(thread_id: str, *messages: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {
+        "threadId": thread_id,
+        "runId": f"run-{uuid.uuid4().hex[:8]}",
+        "messages": list(messages),
+        **more,
+    }
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"id": f"user-{uuid.uuid4().hex[:8]}", "role": "user", "content": text}
+
+
+async def sse(
+    http: httpx.AsyncClient, body: dict[str, Any], last: int | None = None
+) -> list[tuple[int | None, dict[str, Any]]]:
+    """One AG-UI run read whole over SSE: each event with its id (None where it has none)."""
+    headers = {} if last is None else {"Last-Event-ID": str(last)}
+    events: list[tuple[int | None, dict[str, Any]]] = []
+    event_id: int | None = None
+    async with http.stream("POST", "/ag-ui", json=body, headers=headers, timeout=60) as answer:
+        assert answer.status_code == 200, await answer.aread()
+        async for line in answer.aiter_lines():
+            if line.startswith("id: "):
+                event_id = int(line[4:])
+            elif line.startswith("data: "):
+                events.append((event_id, json.loads(line[6:])))
+                event_id = None
+    return events
+
+
+def resumed_from(full: list[tuple[int | None, dict[str, Any]]], cut: int) -> list[dict[str, Any]]:
+    """What a client that got `full` up to its event `cut` gets on resuming: the events after
+    it, less the ends of the steps it saw begin (a stream shows only what it began)."""
+    begun = {e["stepName"] for _, e in full[: cut + 1] if e["type"] == "STEP_STARTED"}
+    return [
+        e
+        for _, e in full[cut + 1 :]
+        if not (e["type"] == "STEP_FINISHED" and e["stepName"] in begun)
+    ]
+
+
+async def test_a_dropped_stream_resumes_from_its_last_id_on_another_serve_without_loss_or_repeat(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    path = agent_file(tmp_path, SUPPORT_SCRIPT, tools=["search_orders"])
+    thread_id = f"thread-{uuid.uuid4().hex[:12]}"
+    first = run_input(thread_id, user("Where am I?"), tools=[LOCATION_TOOL])
+    async with served(client, task_queue, path) as http:
+        full = await sse(http, first)
+        assert full[0][1]["type"] == "RUN_STARTED" and full[0][0] == -1
+        assert full[-1][1]["outcome"]["pendingToolCallIds"] == ["call_location"]
+        # Dropped after any event with an id, the client resumes from that id and gets the
+        # rest of the run once.
+        for cut, (event_id, _) in enumerate(full[:-1]):
+            if event_id is not None:
+                again = await sse(http, first, last=event_id)
+                assert again[0][1]["type"] == "RUN_STARTED"
+                assert [e for _, e in again[1:]] == resumed_from(full, cut), cut
+
+    # serve stopped; another one, with nothing of this thread in its memory, carries it on.
+    async with served(client, task_queue, path) as http:
+        assert [e for _, e in await sse(http, first, last=-1)] == [e for _, e in full]
+        answered = run_input(
+            thread_id,
+            user("Where am I?"),
+            {
+                "id": "t1",
+                "role": "tool",
+                "toolCallId": "call_location",
+                "content": '{"city": "Oslo"}',
+            },
+            tools=[LOCATION_TOOL],
+        )
+        second = await sse(http, answered)
+        assert second[-1][1]["result"] == "You are in Oslo."
+        start = second[0][0]
+        assert start is not None
+        assert [e for _, e in await sse(http, answered, last=start)][1:] == [
+            e for _, e in second[1:]
+        ]
