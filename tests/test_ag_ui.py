@@ -329,3 +329,98 @@ async def test_a_dropped_stream_resumes_from_its_last_id_on_another_serve_withou
         assert [e for _, e in await sse(http, answered, last=start)][1:] == [
             e for _, e in second[1:]
         ]
+
+
+async def test_what_a_client_gets_wrong_is_refused_before_anything_starts(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    path = agent_file(tmp_path, SUPPORT_SCRIPT, tools=["search_orders"])
+    thread_id = f"thread-{uuid.uuid4().hex[:12]}"
+    tool_result = {"id": "t1", "role": "tool", "toolCallId": "call_location", "content": "{}"}
+    foreign = {"type": "object", "$schema": "http://schemas.example.com/fetch-me"}
+    outside = {"type": "object", "properties": {"a": {"$ref": "http://example.com/a.json"}}}
+    refused: list[tuple[dict[str, str], bytes | dict[str, Any], int]] = [
+        ({}, b"{not json", 422),
+        ({}, {"runId": "r", "messages": [user("hi")]}, 422),
+        ({}, run_input("a thread/with a slash", user("hi")), 422),
+        ({}, run_input(thread_id, {"id": "a", "role": "assistant", "content": "hi"}), 422),
+        ({}, run_input(thread_id, user("   ")), 422),
+        (
+            {},
+            run_input(thread_id, user("hi"), tools=[{**LOCATION_TOOL, "parameters": foreign}]),
+            422,
+        ),
+        (
+            {},
+            run_input(thread_id, user("hi"), tools=[{**LOCATION_TOOL, "parameters": outside}]),
+            422,
+        ),
+        ({}, run_input(thread_id, user("hi"), tools=[{**LOCATION_TOOL, "name": "no spaces"}]), 422),
+        ({}, run_input(thread_id, user("hi"), tool_result), 404),
+        (
+            {},
+            run_input(
+                thread_id, user("hi"), resume=[{"interruptId": "plan", "status": "cancelled"}]
+            ),
+            404,
+        ),
+        ({"Last-Event-ID": "3"}, run_input(thread_id, user("hi")), 404),
+        ({"Last-Event-ID": "three"}, run_input(thread_id, user("hi")), 422),
+        ({}, b"{" + b" " * 4_100_000 + b"}", 413),
+    ]
+    async with served(client, task_queue, path) as http:
+        for headers, body, status in refused:
+            content = body if isinstance(body, bytes) else json.dumps(body).encode()
+            headers = {**headers, "Content-Type": "application/json"}
+            answer = await http.post("/ag-ui", content=content, headers=headers)
+            assert answer.status_code == status, (
+                body if isinstance(body, dict) else "",
+                answer.text,
+            )
+            assert "detail" in answer.json()
+        assert (await http.get(f"/api/runs/ag-ui-{thread_id}")).status_code == 404
+
+        # A thread that waits for its client's tool: a new message, a result for a call that
+        # does not wait, a decision on nothing are refused, and it still waits.
+        first = run_input(thread_id, user("Where am I?"), tools=[LOCATION_TOOL])
+        waiting = await sse(http, first)
+        for body, status in [
+            (run_input(thread_id, user("Hello?")), 409),
+            (run_input(thread_id, {**tool_result, "toolCallId": "call_other"}), 409),
+            (
+                run_input(
+                    thread_id,
+                    resume=[
+                        {
+                            "interruptId": "approval:call_x",
+                            "status": "resolved",
+                            "payload": {"approve": True},
+                        }
+                    ],
+                ),
+                409,
+            ),
+            (
+                run_input(
+                    thread_id,
+                    resume=[
+                        {"interruptId": "approval:call_x", "status": "resolved", "payload": "yes"}
+                    ],
+                ),
+                422,
+            ),
+        ]:
+            answer = await http.post("/ag-ui", json=body)
+            assert answer.status_code == status, answer.text
+        pending = (await http.get(f"/api/runs/ag-ui-{thread_id}")).json()["pending_callbacks"]
+        assert [call["call_id"] for call in pending] == ["call_location"]
+
+        # Cancelled (over the HTTP API), the run a client resumes ends as cancelled.
+        assert (await http.post(f"/api/runs/ag-ui-{thread_id}/cancel")).status_code == 202
+        last = waiting[-1][0]
+        assert last is not None
+        after = await sse(http, first, last=last)
+        assert after[-1][1]["type"] == "RUN_FINISHED"
+        assert after[-1][1]["outcome"] == {"type": "cancelled"}
+        answer = await http.post("/ag-ui", json=run_input(thread_id, user("Hello?")))
+        assert answer.status_code == 409, answer.text
