@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -55,6 +56,8 @@ from .ag_ui_events import (
 )
 from .served_agent import ServedAgent
 from .streams import Streams
+
+_log = logging.getLogger(__name__)
 
 AG_UI_PATH = "/ag-ui"
 WORKFLOW_PREFIX = "ag-ui-"
@@ -113,18 +116,28 @@ async def _stream(
     streams: Streams, run: AgentRun, shown: AgUiRun, start: int
 ) -> AsyncIterator[str]:
     yield shown.started(start - 1)
-    async for item in streams.follow(run, start):
-        if isinstance(item, ModelDelta):
-            chunk = shown.delta(item)
-        else:
-            at, event = item
-            if event.kind == "tool_call_started" and len(event.arguments or "") >= ARGUMENTS_CUT:
-                event = event.model_copy(update={"arguments": await _whole_arguments(run, event)})
-            chunk = shown.event(at, event)
-        if chunk:
-            yield chunk
-        if shown.finished:
-            return
+    try:
+        async for item in streams.follow(run, start):
+            if isinstance(item, ModelDelta):
+                chunk = shown.delta(item)
+            else:
+                at, event = item
+                if (
+                    event.kind == "tool_call_started"
+                    and len(event.arguments or "") >= ARGUMENTS_CUT
+                ):
+                    whole = await _whole_arguments(run, event)
+                    event = event.model_copy(update={"arguments": whole})
+                chunk = shown.event(at, event)
+            if chunk:
+                yield chunk
+            if shown.finished:
+                return
+    except Exception:
+        # The protocol's end for the client, which may resume from the last id it got.
+        _log.exception("AG-UI: following %s failed", run.id)
+        yield shown.error("serve could not follow the conversation: resume", "serve_error")
+        return
     if not streams.stopping:
         yield shown.ended_without_end()
 

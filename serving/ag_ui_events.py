@@ -82,6 +82,8 @@ class AgUiRun:
     _texts: dict[int, tuple[str, str]] = field(default_factory=dict)
     """The open text message of each step: its id, and what it has shown."""
     _voided: set[tuple[int, int]] = field(default_factory=set)
+    _client_answered: set[str] = field(default_factory=set)
+    """The client's tools' calls it answered: it has their results already."""
 
     def started(self, offset: int) -> str:
         """RUN_STARTED, with the offset before the stretch's first event as its id: a client
@@ -116,9 +118,13 @@ class AgUiRun:
 
     def ended_without_end(self) -> str:
         """The conversation's stream ended with no last event (it was terminated, or is gone)."""
+        return self.error("the conversation ended without an answer", "gone")
+
+    def error(self, message: str, code: str) -> str:
+        """RUN_ERROR, after what is open is closed."""
         self.finished = True
         return "".join(_sse(e) for e in self._close()) + _sse(
-            RunErrorEvent(message="the conversation ended without an answer", code="gone")
+            RunErrorEvent(message=message, code=code)
         )
 
     def _translate(self, event: AgentEvent) -> list[BaseEvent]:
@@ -140,7 +146,12 @@ class AgUiRun:
                     ToolCallArgsEvent(tool_call_id=event.call_id, delta=event.arguments or "{}"),
                     ToolCallEndEvent(tool_call_id=event.call_id),
                 ]
+            case "callback_answered" if event.call_id:
+                self._client_answered.add(event.call_id)
+                return []
             case "tool_call_finished" if event.call_id:
+                if event.call_id in self._client_answered and event.outcome == "ok":
+                    return []
                 content = "ok" if event.outcome == "ok" else (event.text or str(event.outcome))
                 result_id = f"{self.message_prefix}-result-{event.call_id}"
                 return [
