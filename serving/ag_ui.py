@@ -45,7 +45,6 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from ..client.agent_client import AgentClient, AgentRun
 from ..workflows import json_schema
-from ..workflows.activity_io import ModelDelta
 from ..workflows.events import AgentEvent
 from ..workflows.transcript import AssistantMessage
 from .ag_ui_events import (
@@ -55,7 +54,7 @@ from .ag_ui_events import (
     plan_interrupt_id,
 )
 from .served_agent import ServedAgent
-from .streams import Streams
+from .streams import Streams, Written
 
 _log = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ def add_ag_ui(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: S
         body: RunAgentInput, last_event_id: Annotated[str | None, Header()] = None
     ) -> StreamingResponse:
         """Run the served agent on an AG-UI thread; its events as AG-UI's, over SSE."""
-        resume_from = _resume_offset(last_event_id)
+        resumed = _resume_point(last_event_id)
         if not THREAD_ID.match(body.thread_id):
             raise HTTPException(
                 422, "threadId: 1 to 200 letters, digits and . _ : @ - (a workflow id's part)"
@@ -86,30 +85,33 @@ def add_ag_ui(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: S
         run = agents.run(WORKFLOW_PREFIX + body.thread_id)
         give_back = streams.hold(run.id)  # 429 past a bound, before any work
         try:
-            if resume_from is not None:
+            if resumed is not None:
                 if await _described(run) is None:
                     raise HTTPException(404, f"no thread {body.thread_id}")
-                start = resume_from
+                start, text = resumed
             else:
-                start = await _take(body, run, agents, served)
+                start, text = await _take(body, run, agents, served), None
         except BaseException:
             give_back()
             raise
-        shown = AgUiRun(body.thread_id, body.run_id, message_prefix=body.run_id)
+        shown = AgUiRun(body.thread_id, body.run_id, body.run_id, resumed_text=text)
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         return streams.held(give_back, _stream(streams, run, shown, start), headers)
 
 
-def _resume_offset(last_event_id: str | None) -> int | None:
+def _resume_point(last_event_id: str | None) -> tuple[int, tuple[int, int, int] | None] | None:
+    """Where a resumed run starts (Last-Event-ID, an id AgUiRun.position made): the offset of
+    its first event, and the text message the client has begun (step, attempt, characters)."""
     if last_event_id is None:
         return None
     try:
-        offset = int(last_event_id) + 1
+        numbers = [int(part) for part in last_event_id.split(":")]
     except ValueError:
-        raise HTTPException(422, "Last-Event-ID: an event's id, a whole number") from None
-    if offset < 0:
-        raise HTTPException(422, "Last-Event-ID: an event's id, -1 or more")
-    return offset
+        numbers = []
+    if len(numbers) not in (1, 4) or numbers[0] < -1 or min(numbers[1:], default=0) < 0:
+        raise HTTPException(422, "Last-Event-ID: the id of the last event the client got")
+    text = (numbers[1], numbers[2], numbers[3]) if len(numbers) == 4 else None
+    return numbers[0] + 1, text
 
 
 async def _stream(
@@ -118,7 +120,7 @@ async def _stream(
     yield shown.started(start - 1)
     try:
         async for item in streams.follow(run, start):
-            if isinstance(item, ModelDelta):
+            if isinstance(item, Written):
                 chunk = shown.delta(item)
             else:
                 at, event = item

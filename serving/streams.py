@@ -29,6 +29,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -42,7 +43,7 @@ from ..client.agent_client import (
     DeltaReader,
     ModelCall,
 )
-from ..workflows.activity_io import ModelDelta
+from ..workflows.activity_io import ModelDelta, StreamProgress
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.events import AgentEvent
 
@@ -76,6 +77,23 @@ grow with them, this bounds what they cost the server."""
 MAX_STREAMS_VARIABLE = "AGENT_API_MAX_STREAMS"
 MAX_RUN_STREAMS_VARIABLE = "AGENT_API_MAX_RUN_STREAMS"
 _STOPPING = "stopping"
+
+
+@dataclass(frozen=True)
+class Written:
+    """A piece of a model call's streamed output, and where it ends in all the call has written
+    of its kind (in characters; 0 for a void), which a stream that resumes mid-reply goes by."""
+
+    delta: ModelDelta
+    end: int
+
+
+def _end(delta: ModelDelta, progress: StreamProgress | None) -> int:
+    if progress is None or delta.kind == "void":
+        return 0
+    if delta.kind == "text":
+        return progress.text_offset + len(progress.text)
+    return progress.reasoning_offset + len(progress.reasoning)
 
 
 class StreamsFull(Exception):
@@ -168,8 +186,8 @@ class Streams:
         """The run's events from `offset`, each as `id: OFFSET`, `event: KIND`; the model's
         streamed text as `event: delta` (no id: a live view, not resumed); then `done`."""
         async for item in self.follow(run, offset):
-            if isinstance(item, ModelDelta):
-                yield _event("delta", item.model_dump_json())
+            if isinstance(item, Written):
+                yield _event("delta", item.delta.model_dump_json())
             else:
                 at, event = item
                 yield _event(event.kind, event.model_dump_json(), at)
@@ -178,11 +196,11 @@ class Streams:
 
     async def follow(
         self, run: AgentRun, offset: int
-    ) -> AsyncIterator[tuple[int, AgentEvent] | ModelDelta]:
+    ) -> AsyncIterator[tuple[int, AgentEvent] | Written]:
         """The run's events from `offset`, each with its offset, and its model calls' streamed
-        text as it is read, from what the run's streams share: to the run's end, or to the
-        server's (`stopping`), when a client resumes from the last offset it got. Every stream
-        of the HTTP API reads this; so does AG-UI's (serving/ag_ui.py)."""
+        text as it is read (`Written`), from what the run's streams share: to the run's end,
+        or to the server's (`stopping`), when a client resumes from the last offset it got.
+        Every stream of the HTTP API reads this; so does AG-UI's (serving/ag_ui.py)."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
         self._open.add(queue)
         try:
@@ -194,13 +212,13 @@ class Streams:
 
     async def _follow(
         self, watch: _Watch, run: AgentRun, offset: int, queue: asyncio.Queue[Any]
-    ) -> AsyncIterator[tuple[int, AgentEvent] | ModelDelta]:
+    ) -> AsyncIterator[tuple[int, AgentEvent] | Written]:
         reader = DeltaReader()
 
         def text(calls: list[ModelCall]) -> None:
             for call in calls:
                 for delta in reader.read(call.progress, call.attempt):
-                    queue.put_nowait(delta)
+                    queue.put_nowait(Written(delta, _end(delta, call.progress)))
 
         async def progress() -> None:
             try:
