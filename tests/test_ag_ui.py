@@ -429,3 +429,54 @@ async def test_what_a_client_gets_wrong_is_refused_before_anything_starts(
         assert after[-1][1]["outcome"] == {"type": "cancelled"}
         answer = await http.post("/ag-ui", json=run_input(thread_id, user("Hello?")))
         assert answer.status_code == 409, answer.text
+
+
+async def test_serve_restarted_mid_reply_the_client_resumes_on_the_next_without_loss_or_repeat(
+    client: Client, task_queue: str, tmp_path: Path, claude: fake_anthropic.FakeAnthropic
+) -> None:
+    answer = "Order 1042 left the warehouse on Monday and arrives on Thursday, by courier."
+    claude.script.append(fake_anthropic.Reply(answer, pause_after=6))
+    path = tmp_path / "agent.json"
+    model = {"provider": "anthropic", "model": "claude-fake-sonnet", "stream": True}
+    path.write_text(json.dumps({"model": model}))
+    body = run_input(f"thread-{uuid.uuid4().hex[:12]}", user("Where is order 1042?"))
+    address = client.service_client.config.target_host
+    words = ("--address", address, "--task-queue", task_queue, "--agent", str(path))
+    got: list[tuple[str | None, dict[str, Any]]] = []
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        async with (
+            serving(*words) as http,
+            http.stream("POST", "/ag-ui", json=body, timeout=60) as answered,
+        ):
+            event_id = None
+            async for line in answered.aiter_lines():
+                if line.startswith("id: "):
+                    event_id = line[4:]
+                elif line.startswith("data: "):
+                    got.append((event_id, json.loads(line[6:])))
+                    if got[-1][1]["type"] == "TEXT_MESSAGE_CONTENT":
+                        # The model is mid-reply (held): serve stops, as in a deploy.
+                        http.process.terminate()  # type: ignore[attr-defined]
+                    event_id = None
+        assert [e["type"] for _, e in got][-1] == "TEXT_MESSAGE_CONTENT"  # no end: cut off
+        last = next(i for i, _ in reversed(got) if i is not None)
+        assert last.count(":") == 3  # the offset, and where the client is in the text
+        claude.hold.set()
+        async with serving(*words) as http:
+            headers = {"Last-Event-ID": last}
+            async with http.stream("POST", "/ag-ui", json=body, headers=headers) as answered:
+                rest = [
+                    json.loads(line[6:])
+                    async for line in answered.aiter_lines()
+                    if line.startswith("data: ")
+                ]
+    assert [e["type"] for e in rest][:2] == ["RUN_STARTED", "TEXT_MESSAGE_START"]
+    assert rest[-1]["type"] == "RUN_FINISHED" and rest[-1]["result"] == answer
+    text = [
+        e["delta"]
+        for _, e in got + [(None, e) for e in rest]
+        if e["type"] == "TEXT_MESSAGE_CONTENT"
+    ]
+    assert "".join(text) == answer  # each character once, across the two serves
+    message_ids = {e["messageId"] for _, e in got + [(None, e) for e in rest] if "messageId" in e}
+    assert len(message_ids) == 1
