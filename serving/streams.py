@@ -202,17 +202,6 @@ class Streams:
         or to the server's (`stopping`), when a client resumes from the last offset it got.
         Every stream of the HTTP API reads this; so does AG-UI's (serving/ag_ui.py)."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        self._open.add(queue)
-        try:
-            with self._watching(run, offset) as watch:
-                async for item in self._follow(watch, run, offset, queue):
-                    yield item
-        finally:
-            self._open.discard(queue)
-
-    async def _follow(
-        self, watch: _Watch, run: AgentRun, offset: int, queue: asyncio.Queue[Any]
-    ) -> AsyncIterator[tuple[int, AgentEvent] | Written]:
         reader = DeltaReader()
 
         def text(calls: list[ModelCall]) -> None:
@@ -220,23 +209,28 @@ class Streams:
                 for delta in reader.read(call.progress, call.attempt):
                     queue.put_nowait(Written(delta, _end(delta, call.progress)))
 
-        async def progress() -> None:
+        async def progress(watch: _Watch) -> None:
             try:
                 async for at, event in watch.read(run, offset):
                     await queue.put((at, event))
             finally:
                 await queue.put(None)
 
-        reading = asyncio.create_task(progress())
+        self._open.add(queue)
         try:
-            with watch.model_calls.listening(text):
-                while (item := await queue.get()) is not None:
-                    if item is _STOPPING:
-                        return
-                    yield item
+            with self._watching(run, offset) as watch:
+                reading = asyncio.create_task(progress(watch))
+                try:
+                    with watch.model_calls.listening(text):
+                        while (item := await queue.get()) is not None:
+                            if item is _STOPPING:
+                                return
+                            yield item
+                finally:
+                    reading.cancel()
+                    await asyncio.gather(reading, return_exceptions=True)
         finally:
-            reading.cancel()
-            await asyncio.gather(reading, return_exceptions=True)
+            self._open.discard(queue)
 
     @contextlib.contextmanager
     def _watching(self, run: AgentRun, offset: int) -> Iterator[_Watch]:
