@@ -139,7 +139,8 @@ SUPPORT_SCRIPT = [
     # Turn 1: a tool of the worker's and the client's own, in one reply.
     turn(
         call("search_orders", id="call_search", email="ada@example.com"),
-        call("get_location", id="call_location"),
+        # Arguments longer than an event carries (1,000 characters): the client gets them whole.
+        call("get_location", id="call_location", why="x" * 1_500),
     ),
     turn(text="You are in {last_tool_result.city}."),
     # Turn 2.
@@ -169,6 +170,8 @@ async def test_a_thread_of_turns_client_tools_and_an_approval_through_the_offici
             e["toolCallId"]: e["toolCallName"] for e in events if e["type"] == "TOOL_CALL_START"
         }
         assert started == {"call_search": "search_orders", "call_location": "get_location"}
+        arguments = {e["toolCallId"]: e["delta"] for e in events if e["type"] == "TOOL_CALL_ARGS"}
+        assert json.loads(arguments["call_location"]) == {"why": "x" * 1_500}
         results = {e["toolCallId"]: e["content"] for e in events if e["type"] == "TOOL_CALL_RESULT"}
 
         # The client answers its tool with a tool message in the next input.
@@ -480,3 +483,24 @@ async def test_serve_restarted_mid_reply_the_client_resumes_on_the_next_without_
     assert "".join(text) == answer  # each character once, across the two serves
     message_ids = {e["messageId"] for _, e in got + [(None, e) for e in rest] if "messageId" in e}
     assert len(message_ids) == 1
+
+
+async def test_a_plan_waits_for_a_person_as_an_interrupt_that_resume_decides(
+    client: Client, task_queue: str, tmp_path: Path, ag_ui_client: Path
+) -> None:
+    steps = ["Look up order 1042", "Say where it is"]
+    script = [turn(call("submit_plan", id="call_plan", steps=steps)), turn(text="It shipped.")]
+    path = agent_file(tmp_path, script, plan=True)
+    async with served(client, task_queue, path) as http, thread(ag_ui_client, http) as chat:
+        events, ended = await chat.run(user="Where is order 1042?")
+        outcome = events[-1]["outcome"]
+        assert outcome["type"] == "interrupt", events[-1]
+        (interrupt,) = outcome["interrupts"]
+        assert (interrupt["id"], interrupt["reason"]) == ("plan", "plan_approval")
+        assert interrupt["message"] == "\n".join(steps)
+        # HttpAgent refuses a next run that does not answer the interrupt.
+        _, refused = await chat.run(user="Hello?")
+        assert "pending interrupt" in refused["error"], refused
+        resume = [{"interruptId": "plan", "status": "resolved", "payload": {"approve": True}}]
+        events, ended = await chat.run(resume=resume)
+        assert ended["done"]["result"] == "It shipped.", ended
