@@ -504,3 +504,20 @@ async def test_a_plan_waits_for_a_person_as_an_interrupt_that_resume_decides(
         resume = [{"interruptId": "plan", "status": "resolved", "payload": {"approve": True}}]
         events, ended = await chat.run(resume=resume)
         assert ended["done"]["result"] == "It shipped.", ended
+
+
+async def test_two_calls_of_the_clients_tools_in_one_reply_end_a_run_each(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    calls = [call("get_location", id="call_1", n=1), call("get_location", id="call_2", n=2)]
+    path = agent_file(tmp_path, [turn(*calls), turn(text="Both answered.")])
+    thread_id = f"thread-{uuid.uuid4().hex[:12]}"
+    messages = [user("Where am I?")]
+    async with served(client, task_queue, path) as http:
+        for answering in ("call_1", "call_2"):
+            ran = await sse(http, run_input(thread_id, *messages, tools=[LOCATION_TOOL]))
+            assert ran[-1][1]["outcome"]["pendingToolCallIds"] == [answering]
+            result = {"id": answering, "role": "tool", "toolCallId": answering, "content": "{}"}
+            messages.append(result)
+        ran = await sse(http, run_input(thread_id, *messages, tools=[LOCATION_TOOL]))
+        assert ran[-1][1]["result"] == "Both answered."
