@@ -43,6 +43,7 @@ from ..workflows.inputs import AgentInput
 from ..workflows.paging import TracePage, TranscriptPage
 from ..workflows.reporting import guardrail_lines, verdict_line
 from ..workflows.status import AGENT_STATUS, RunStatus
+from .ag_ui import add_ag_ui
 from .console import add_console
 from .served_agent import ServedAgent
 from .streams import Streams, StreamsFull
@@ -343,6 +344,8 @@ def create_app(
         return ShownStatus(**dict(status), verdict_lines=said, guardrail_lines=guarded)
 
     app.include_router(api)
+    if served is not None:
+        add_ag_ui(app, agents, served, streams)
     app.add_middleware(_Door, token=token, limit=MAX_BODY_BYTES)
     add_console(app)  # its headers go on every answer, the door's refusals too
     return app

@@ -29,6 +29,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -42,6 +43,7 @@ from ..client.agent_client import (
     DeltaReader,
     ModelCall,
 )
+from ..workflows.activity_io import ModelDelta, StreamProgress
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.events import AgentEvent
 
@@ -77,6 +79,23 @@ MAX_RUN_STREAMS_VARIABLE = "AGENT_API_MAX_RUN_STREAMS"
 _STOPPING = "stopping"
 
 
+@dataclass(frozen=True)
+class Written:
+    """A piece of a model call's streamed output, and where it ends in all the call has written
+    of its kind (in characters; 0 for a void), which a stream that resumes mid-reply goes by."""
+
+    delta: ModelDelta
+    end: int
+
+
+def _end(delta: ModelDelta, progress: StreamProgress | None) -> int:
+    if progress is None or delta.kind == "void":
+        return 0
+    if delta.kind == "text":
+        return progress.text_offset + len(progress.text)
+    return progress.reasoning_offset + len(progress.reasoning)
+
+
 class StreamsFull(Exception):
     """One more event stream would be over a bound (429): the server's or the run's."""
 
@@ -107,12 +126,15 @@ class Streams:
         self, *, max_streams: int = MAX_STREAMS, max_run_streams: int = MAX_RUN_STREAMS
     ) -> None:
         self.max_streams, self.max_run_streams = max_streams, max_run_streams
-        self._open: set[asyncio.Queue[str | None]] = set()
+        self._open: set[asyncio.Queue[Any]] = set()
+        self.stopping = False
+        """The server stops: every stream ends (`end_all`), without its last event."""
         self._watches: dict[str, _Watch] = {}
         self._held: Counter[str] = Counter()
 
     def end_all(self) -> None:
         """End every open stream (the server stops)."""
+        self.stopping = True
         for queue in self._open:
             queue.put_nowait(_STOPPING)
 
@@ -151,49 +173,64 @@ class Streams:
     ) -> StreamingResponse:
         """The run's stream from `offset` (`sse`) as the response that sends it, which gives its
         place (`hold`) back however it ends."""
-        stream = self.sse(run, offset)
-        return _Held(give_back, stream, media_type="text/event-stream", headers=headers)
+        return self.held(give_back, self.sse(run, offset), headers)
+
+    def held(
+        self, give_back: Callable[[], None], body: AsyncIterator[str], headers: dict[str, str]
+    ) -> StreamingResponse:
+        """An event stream's response (`body`, SSE), which gives its place (`hold`) back
+        however it ends."""
+        return _Held(give_back, body, media_type="text/event-stream", headers=headers)
 
     async def sse(self, run: AgentRun, offset: int) -> AsyncIterator[str]:
         """The run's events from `offset`, each as `id: OFFSET`, `event: KIND`; the model's
         streamed text as `event: delta` (no id: a live view, not resumed); then `done`."""
-        queue: asyncio.Queue[str | None] = asyncio.Queue()
-        self._open.add(queue)
-        try:
-            with self._watching(run, offset) as watch:
-                async for chunk in self._stream(watch, run, offset, queue):
-                    yield chunk
-        finally:
-            self._open.discard(queue)
+        async for item in self.follow(run, offset):
+            if isinstance(item, Written):
+                yield _event("delta", item.delta.model_dump_json())
+            else:
+                at, event = item
+                yield _event(event.kind, event.model_dump_json(), at)
+        if not self.stopping:
+            yield _event("done", json.dumps(await _outcome(run)))
 
-    async def _stream(
-        self, watch: _Watch, run: AgentRun, offset: int, queue: asyncio.Queue[str | None]
-    ) -> AsyncIterator[str]:
+    async def follow(
+        self, run: AgentRun, offset: int
+    ) -> AsyncIterator[tuple[int, AgentEvent] | Written]:
+        """The run's events from `offset`, each with its offset, and its model calls' streamed
+        text as it is read (`Written`), from what the run's streams share: to the run's end,
+        or to the server's (`stopping`), when a client resumes from the last offset it got.
+        Every stream of the HTTP API reads this; so does AG-UI's (serving/ag_ui.py)."""
+        queue: asyncio.Queue[Any] = asyncio.Queue()
         reader = DeltaReader()
 
         def text(calls: list[ModelCall]) -> None:
             for call in calls:
                 for delta in reader.read(call.progress, call.attempt):
-                    queue.put_nowait(_event("delta", delta.model_dump_json()))
+                    queue.put_nowait(Written(delta, _end(delta, call.progress)))
 
-        async def progress() -> None:
+        async def progress(watch: _Watch) -> None:
             try:
                 async for at, event in watch.read(run, offset):
-                    await queue.put(_event(event.kind, event.model_dump_json(), at))
+                    await queue.put((at, event))
             finally:
                 await queue.put(None)
 
-        reading = asyncio.create_task(progress())
+        self._open.add(queue)
         try:
-            with watch.model_calls.listening(text):
-                while (chunk := await queue.get()) is not None:
-                    if chunk is _STOPPING:
-                        return
-                    yield chunk
-            yield _event("done", json.dumps(await _outcome(run)))
+            with self._watching(run, offset) as watch:
+                reading = asyncio.create_task(progress(watch))
+                try:
+                    with watch.model_calls.listening(text):
+                        while (item := await queue.get()) is not None:
+                            if item is _STOPPING:
+                                return
+                            yield item
+                finally:
+                    reading.cancel()
+                    await asyncio.gather(reading, return_exceptions=True)
         finally:
-            reading.cancel()
-            await asyncio.gather(reading, return_exceptions=True)
+            self._open.discard(queue)
 
     @contextlib.contextmanager
     def _watching(self, run: AgentRun, offset: int) -> Iterator[_Watch]:
