@@ -1,0 +1,321 @@
+"""A2A on `durable-agent serve --agent FILE` (serving/a2a_*.py, docs/agent-protocols.md#a2a),
+driven by the official Python client (`a2a-sdk`) against real serve processes on the session's
+dev server, with a worker of the module's queue beside them. The official JavaScript client's
+turn is tests/test_a2a_js.py."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import ClientConfig, create_client
+from a2a.client.client import Client as A2AClient
+from a2a.client.errors import A2AClientError
+from a2a.helpers.proto_helpers import get_artifact_text, new_data_part, new_text_message
+from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+)
+from google.protobuf.json_format import MessageToDict
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.testing import WorkflowEnvironment
+
+from durable_agent.demo import tools as demo_tools
+from durable_agent.serving.worker import build_worker
+from tests.helpers import TEST_WORKER_OPTIONS
+from tests.serve_process import TOKEN, serving
+
+PLAIN_SCRIPT = [{"text": "The first answer."}, {"text": "The second answer."}]
+GATED_SCRIPT = [
+    {"calls": [{"name": "issue_refund", "arguments": {"order_id": 1042, "amount": 5.0}}]},
+    {"calls": [{"name": "cancel_order", "arguments": {"order_id": 104998, "reason": "asked"}}]},
+    {"text": "Done."},
+]
+FAST_RETRY = {"maximum_attempts": 3, "initial_interval_seconds": 0.05}
+
+
+def agent_file(where: Path, script: list[dict[str, Any]], **fields: Any) -> Path:
+    path = where / f"agent-{uuid.uuid4().hex[:6]}.json"
+    model = {"provider": "scripted", "script": script, "retry": FAST_RETRY}
+    path.write_text(json.dumps({"label": "helper", "model": model, **fields}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def queue() -> str:
+    return f"test-a2a-{uuid.uuid4()}"
+
+
+@pytest.fixture(scope="module")
+async def worker(temporal_env: WorkflowEnvironment, queue: str) -> AsyncIterator[None]:
+    async with build_worker(temporal_env.client, queue, **TEST_WORKER_OPTIONS):
+        yield
+
+
+@asynccontextmanager
+async def served(
+    temporal_env: WorkflowEnvironment, queue: str, agent: Path
+) -> AsyncIterator[httpx.AsyncClient]:
+    address = temporal_env.client.service_client.config.target_host
+    async with serving("--address", address, "--task-queue", queue, "--agent", str(agent)) as api:
+        yield api
+
+
+@pytest.fixture(scope="module")
+async def plain(
+    temporal_env: WorkflowEnvironment,
+    queue: str,
+    worker: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A serve whose agent answers twice: a first message, then a follow-up."""
+    agent = agent_file(tmp_path_factory.mktemp("plain"), PLAIN_SCRIPT, tools=["get_order"])
+    async with served(temporal_env, queue, agent) as api:
+        yield api
+
+
+@pytest.fixture(scope="module")
+async def gated(
+    temporal_env: WorkflowEnvironment,
+    queue: str,
+    worker: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A serve whose agent refunds (allowed), then cancels an order (waits for a person)."""
+    agent = agent_file(tmp_path_factory.mktemp("gated"), GATED_SCRIPT, **GATED_FIELDS)
+    async with served(temporal_env, queue, agent) as api:
+        yield api
+
+
+GATED_FIELDS: dict[str, Any] = {
+    "tools": ["issue_refund", "cancel_order"],
+    "tool_approval": {"allow": ["issue_refund"]},
+}
+
+
+@asynccontextmanager
+async def a2a(
+    api: httpx.AsyncClient, *, streaming: bool = True, token: str | None = TOKEN
+) -> AsyncIterator[A2AClient]:
+    """The official client, from the served card, sending `token`."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(headers=headers, timeout=60) as http:
+        config = ClientConfig(httpx_client=http, streaming=streaming)
+        client = await create_client(str(api.base_url), client_config=config)
+        async with client:
+            yield client
+
+
+def message(text: str | None = None, *, task: Task | None = None, **data: Any) -> Message:
+    if text is not None:
+        sent = new_text_message(text, role=Role.ROLE_USER)
+    else:
+        sent = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER)
+        sent.parts.append(new_data_part(data))
+    if task is not None:
+        sent.task_id, sent.context_id = task.id, task.context_id
+    return sent
+
+
+async def send(client: A2AClient, sent: Message) -> list[StreamResponse]:
+    return [event async for event in client.send_message(SendMessageRequest(message=sent))]
+
+
+def final_task(events: list[StreamResponse]) -> Task:
+    """The task as the events leave it (the first is the task; the rest update it)."""
+    assert events[0].HasField("task"), events[0]
+    task = Task()
+    task.CopyFrom(events[0].task)
+    for event in events[1:]:
+        if event.HasField("status_update"):
+            task.status.CopyFrom(event.status_update.status)
+        elif event.HasField("artifact_update"):
+            task.artifacts.append(event.artifact_update.artifact)
+    return task
+
+
+def states(events: list[StreamResponse]) -> list[str]:
+    said = []
+    for event in events:
+        if event.HasField("task"):
+            said.append(TaskState.Name(event.task.status.state))
+        elif event.HasField("status_update"):
+            said.append(TaskState.Name(event.status_update.status.state))
+        else:
+            said.append("artifact")
+    return said
+
+
+async def test_the_card_is_public_and_says_how_to_authenticate(plain: httpx.AsyncClient) -> None:
+    base = str(plain.base_url).rstrip("/")
+    async with httpx.AsyncClient() as anyone:
+        card = (await anyone.get(f"{base}/.well-known/agent-card.json")).json()
+    assert card["name"] == "helper"
+    assert card["supportedInterfaces"] == [
+        {"url": f"{base}/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+    ]
+    assert card["capabilities"] == {"streaming": True, "pushNotifications": False}
+    assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
+    assert card["securityRequirements"] == [{"schemes": {"bearer": {}}}]
+    assert [skill["id"] for skill in card["skills"]] == ["get_order"]
+
+
+async def test_a_message_runs_and_its_answer_is_the_tasks_artifact(
+    plain: httpx.AsyncClient, temporal_env: WorkflowEnvironment
+) -> None:
+    async with a2a(plain, streaming=False) as client:
+        [answered] = await send(client, message("Where is order 1042?"))
+        task = answered.task
+        assert TaskState.Name(task.status.state) == "TASK_STATE_COMPLETED"
+        assert [get_artifact_text(a) for a in task.artifacts] == ["The first answer."]
+        assert task.id == f"{task.context_id}#1"
+        assert [part.text for part in task.history[0].parts] == ["Where is order 1042?"]
+        again = await client.get_task(GetTaskRequest(id=task.id))
+    assert again == task
+    # The context is a conversation run, its id the workflow's.
+    handle = temporal_env.client.get_workflow_handle(task.context_id)
+    assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+
+
+async def test_a_streamed_run_and_a_follow_up_in_its_context(plain: httpx.AsyncClient) -> None:
+    async with a2a(plain) as client:
+        events = await send(client, message("Where is order 1042?"))
+        assert states(events) == ["TASK_STATE_WORKING", "artifact", "TASK_STATE_COMPLETED"]
+        first = final_task(events)
+        assert [get_artifact_text(a) for a in first.artifacts] == ["The first answer."]
+
+        follow_up = message("And order 1043?")
+        follow_up.context_id = first.context_id
+        second = final_task(await send(client, follow_up))
+    assert (second.context_id, second.id) == (first.context_id, f"{first.context_id}#2")
+    assert [get_artifact_text(a) for a in second.artifacts] == ["The second answer."]
+
+
+async def test_a_gated_call_waits_as_input_required_and_the_next_message_approves_it(
+    gated: httpx.AsyncClient,
+) -> None:
+    async with a2a(gated) as client:
+        events = await send(client, message("Refund and cancel, please."))
+        assert states(events) == ["TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED"]
+        task = final_task(events)
+        said = task.status.message
+        assert "cancel_order" in said.parts[0].text
+        waiting = MessageToDict(said.parts[1].data)
+        assert waiting["waiting"] == "tool_calls"
+        assert [call["tool"] for call in waiting["calls"]] == ["cancel_order"]
+        assert '{"approve": true}' in waiting["answer"]
+
+        answered = final_task(await send(client, message(task=task, approve=True)))
+    assert TaskState.Name(answered.status.state) == "TASK_STATE_COMPLETED"
+    assert [get_artifact_text(a) for a in answered.artifacts] == ["Done."]
+    assert demo_tools.get_order(104998)["status"] == "cancelled"
+
+
+async def test_cancel_undoes_what_the_run_did(gated: httpx.AsyncClient) -> None:
+    async with a2a(gated, streaming=False) as client:
+        [waiting] = await send(client, message("Refund and cancel, please."))
+        task = waiting.task
+        assert TaskState.Name(task.status.state) == "TASK_STATE_INPUT_REQUIRED"
+        assert [c["tool"] for c in demo_tools.applied_calls()] == ["issue_refund"]
+        cancelled = await client.cancel_task(CancelTaskRequest(id=task.id))
+        assert TaskState.Name(cancelled.status.state) == "TASK_STATE_CANCELED"
+        assert "undone" in cancelled.status.message.parts[0].text
+        again = await client.get_task(GetTaskRequest(id=task.id))
+    assert again.status.state == TaskState.TASK_STATE_CANCELED
+    assert [c["tool"] for c in demo_tools.applied_calls()] == ["issue_refund", "undo issue_refund"]
+
+
+async def test_a_call_without_the_token_or_with_a_wrong_one_is_refused_and_starts_nothing(
+    plain: httpx.AsyncClient, temporal_env: WorkflowEnvironment, queue: str
+) -> None:
+    before = await runs_on(temporal_env, queue)
+    for token in (None, "wrong-" + TOKEN):
+        async with a2a(plain, token=token) as client:
+            with pytest.raises(A2AClientError, match="401"):
+                await send(client, message("Where is order 1042?"))
+    assert await runs_on(temporal_env, queue) == before
+
+
+async def runs_on(temporal_env: WorkflowEnvironment, queue: str) -> int:
+    query = f"TaskQueue='{queue}'"
+    return (await temporal_env.client.count_workflows(query)).count
+
+
+def rpc(method: str, params: Any, request_id: int = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+
+
+VERSION = {"A2A-Version": "1.0"}
+
+
+async def test_what_a_client_gets_wrong_is_a_json_rpc_error_and_starts_nothing(
+    plain: httpx.AsyncClient, temporal_env: WorkflowEnvironment, queue: str
+) -> None:
+    async with a2a(plain, streaming=False) as client:
+        [answered] = await send(client, message("Where is order 1042?"))
+    done = answered.task
+    before = await runs_on(temporal_env, queue)
+
+    async def error_of(body: Any) -> dict[str, Any]:
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        response = await plain.post("/a2a", content=content, headers=VERSION)
+        assert response.status_code == 200, response.text
+        return response.json()["error"]
+
+    assert (await error_of(b"{not json"))["code"] == -32700
+    assert (await error_of({"jsonrpc": "2.0", "id": 1}))["code"] == -32600
+    assert (await error_of(rpc("Nothing", {})))["code"] == -32601
+    assert (await error_of(rpc("SendMessage", {"message": "text"})))["code"] == -32602
+    unknown = await error_of(rpc("GetTask", {"id": "a2a-nobody#1"}))
+    assert unknown["code"] == -32001
+    malformed = await error_of(rpc("GetTask", {"id": "no-turn"}))
+    assert malformed["code"] == -32001
+    answer = {"messageId": "m1", "role": "ROLE_USER", "taskId": done.id}
+    answer["parts"] = [{"data": {"approve": True}}]
+    not_waiting = await error_of(rpc("SendMessage", {"message": answer}))
+    assert not_waiting["code"] == -32602
+    assert "TASK_STATE_COMPLETED: it waits for no answer" in not_waiting["message"]
+    nowhere = {"messageId": "m2", "role": "ROLE_USER", "contextId": "a2a-nobody"}
+    nowhere["parts"] = [{"text": "hello"}]
+    assert (await error_of(rpc("SendMessage", {"message": nowhere})))["code"] == -32602
+    cancel_done = await error_of(rpc("CancelTask", {"id": done.id}))
+    assert cancel_done["code"] == -32002  # not cancelable: it ended
+    # A body over the API's bound, said in its headers: refused before it is read.
+    huge = b"x" * 4_000_001
+    refused = await plain.post("/a2a", content=huge, headers=VERSION)
+    assert refused.status_code == 413
+    assert await runs_on(temporal_env, queue) == before
+
+
+async def test_a_task_outlives_the_serve_that_started_it(
+    temporal_env: WorkflowEnvironment,
+    queue: str,
+    worker: None,
+    tmp_path: Path,
+) -> None:
+    agent = agent_file(tmp_path, GATED_SCRIPT, **GATED_FIELDS)
+    async with served(temporal_env, queue, agent) as first, a2a(first) as client:
+        events = await send(client, message("Refund and cancel, please."))
+    task = final_task(events)
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    # The first serve has stopped; another knows the task from Temporal alone.
+    async with served(temporal_env, queue, agent) as second, a2a(second) as client:
+        again = await client.get_task(GetTaskRequest(id=task.id))
+        assert again.status == task.status
+        resubscribed = [e async for e in client.subscribe(SubscribeToTaskRequest(id=task.id))]
+        assert states(resubscribed) == ["TASK_STATE_INPUT_REQUIRED"]
+        answered = final_task(await send(client, message(task=task, approve=True)))
+    assert [get_artifact_text(a) for a in answered.artifacts] == ["Done."]
