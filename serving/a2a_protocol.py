@@ -54,7 +54,9 @@ def add_a2a(app: FastAPI, agents: AgentClient, served: ServedAgent) -> None:
         here.supported_interfaces[0].url = url
         return JSONResponse(agent_card_to_dict(here))
 
-    app.router.routes.extend(create_jsonrpc_routes(TemporalTasks(agents, served), RPC_PATH))
+    app.router.routes.extend(
+        create_jsonrpc_routes(TemporalTasks(agents, served), RPC_PATH, enable_v0_3_compat=True)
+    )
 
 
 def agent_card(served: ServedAgent) -> AgentCard:

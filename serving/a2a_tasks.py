@@ -79,9 +79,17 @@ async def read_task(agents: AgentClient, given: str) -> Task:
     if status is None or status.conversation is None:
         raise TaskNotFoundError(f"no task {given!r}: {context_id} is not a conversation")
     record = next((t for t in status.conversation.turns if t.turn == turn), None)
+    task = Task(id=given, context_id=context_id)
+    talk = status.conversation
+    queued = [m.text for m in talk.queued if m.turn == turn]
+    if record is None and running and (queued or (turn == 1 and not talk.turns)):
+        # A turn about to begin: its message waits for it (or the run's first turn, its prompt).
+        for text in queued:
+            task.history.append(_message(Role.ROLE_USER, task, [new_text_part(text)]))
+        task.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_WORKING))
+        return task
     if record is None:
         raise TaskNotFoundError(f"no task {given!r}: the conversation has no turn {turn} (kept)")
-    task = Task(id=given, context_id=context_id)
     task.history.append(_message(Role.ROLE_USER, task, [new_text_part(record.message)]))
     if record.outcome == "answered":
         _completed(task, record)
