@@ -86,9 +86,13 @@ class TemporalTasks(RequestHandler):
         self.agents = agents
         self.served = served
 
+    async def _read(self, given: str) -> Task:
+        structured = self.served.template.get("output_schema") is not None
+        return await read_task(self.agents, given, structured=structured)
+
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
         with _refusals():
-            return await read_task(self.agents, params.id)
+            return await self._read(params.id)
 
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext
@@ -96,7 +100,7 @@ class TemporalTasks(RequestHandler):
         with _refusals():
             given = await self._deliver(params.message)
             if params.configuration.return_immediately:
-                return await read_task(self.agents, given)
+                return await self._read(given)
             snapshots = [task async for task in self._snapshots(given)]
             return snapshots[-1]
 
@@ -112,7 +116,7 @@ class TemporalTasks(RequestHandler):
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
         with _refusals():
-            task = await read_task(self.agents, params.id)
+            task = await self._read(params.id)
             if task.status.state in ENDED:
                 state = TaskState.Name(task.status.state)
                 raise UnsupportedOperationError(f"task {params.id} has ended ({state}): GetTask")
@@ -123,7 +127,7 @@ class TemporalTasks(RequestHandler):
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
         with _refusals():
-            task = await read_task(self.agents, params.id)
+            task = await self._read(params.id)
             if task.status.state in ENDED:
                 state = TaskState.Name(task.status.state)
                 raise TaskNotCancelableError(f"task {params.id} has ended ({state})")
@@ -131,7 +135,7 @@ class TemporalTasks(RequestHandler):
             await run.handle.cancel()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(run.handle.result(), CANCEL_WAIT_SECONDS)
-            return await read_task(self.agents, params.id)
+            return await self._read(params.id)
 
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
@@ -169,7 +173,7 @@ class TemporalTasks(RequestHandler):
         docstring says."""
         text = "\n".join(get_text_parts(message.parts)).strip()
         if message.task_id:
-            task = await read_task(self.agents, message.task_id)
+            task = await self._read(message.task_id)
             if message.context_id and message.context_id != task.context_id:
                 raise InvalidParamsError(f"task {task.id} is of context {task.context_id}")
             if task.status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
@@ -222,7 +226,7 @@ class TemporalTasks(RequestHandler):
         """The task now, then again each time its state changes (read after each of its run's
         WAKING_EVENTS), to its end or until it waits for input."""
         context_id, turn = parse_task_id(given)
-        task = await read_task(self.agents, given)
+        task = await self._read(given)
         yield task
         if task.status.state in PAUSED:
             return
@@ -232,7 +236,7 @@ class TemporalTasks(RequestHandler):
                 event = item.data
                 if event.kind not in WAKING_EVENTS or (event.turn or turn) < turn:
                     continue
-                now = await read_task(self.agents, given)
+                now = await self._read(given)
                 if now.status != task.status:
                     task = now
                     yield task
@@ -240,7 +244,7 @@ class TemporalTasks(RequestHandler):
                         return
         finally:
             await events.aclose()
-        now = await read_task(self.agents, given)
+        now = await self._read(given)
         if now.status != task.status:
             yield now
 

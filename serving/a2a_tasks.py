@@ -11,6 +11,8 @@ answered (`completed`, the answer as an artifact), or ended with the run (`faile
 
 from __future__ import annotations
 
+import contextlib
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -61,9 +63,10 @@ def parse_task_id(given: str) -> tuple[str, int]:
     return context_id, int(turn)
 
 
-async def read_task(agents: AgentClient, given: str) -> Task:
-    """The task `given` as its run says it is now. TaskNotFoundError for a run that does not
-    exist, is not a conversation, or has no such turn (kept)."""
+async def read_task(agents: AgentClient, given: str, *, structured: bool = False) -> Task:
+    """The task `given` as its run says it is now; `structured`: its runs have an output schema,
+    so an answer is JSON, also given as data. TaskNotFoundError for a run that does not exist, is
+    not a conversation, or has no such turn (kept)."""
     context_id, turn = parse_task_id(given)
     run = agents.run(context_id)
     try:
@@ -92,7 +95,7 @@ async def read_task(agents: AgentClient, given: str) -> Task:
         raise TaskNotFoundError(f"no task {given!r}: the conversation has no turn {turn} (kept)")
     task.history.append(_message(Role.ROLE_USER, task, [new_text_part(record.message)]))
     if record.outcome == "answered":
-        _completed(task, record)
+        _completed(task, record, structured)
     elif record.outcome != "working" or not running:
         await _ended(task, record, run, description.status)
     else:
@@ -110,10 +113,15 @@ async def _status(run: AgentRun, running: bool) -> RunStatus | None:
         return None
 
 
-def _completed(task: Task, record: TurnRecord) -> None:
+def _completed(task: Task, record: TurnRecord, structured: bool) -> None:
     task.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_COMPLETED))
     artifact = Artifact(artifact_id=f"{task.id}/answer", name="answer")
-    artifact.parts.append(new_text_part(record.answer or ""))
+    answer = record.answer or ""
+    artifact.parts.append(new_text_part(answer))
+    if structured:
+        # The finish call's arguments, checked against the schema (builtin_tools.finish_answer).
+        with contextlib.suppress(ValueError):
+            artifact.parts.append(new_data_part(json.loads(answer)))
     task.artifacts.append(artifact)
 
 

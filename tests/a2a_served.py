@@ -29,6 +29,16 @@ GATED_SCRIPT = [
     {"calls": [{"name": "cancel_order", "arguments": {"order_id": 104998, "reason": "asked"}}]},
     {"text": "Done."},
 ]
+STRUCTURED_SCRIPT = [
+    {"calls": [{"name": "finish", "arguments": {"city": "Paris"}}]},
+    {"text": "Never read.", "expect": "what no message says"},  # fails the run
+]
+CITY = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
 FAST_RETRY = {"maximum_attempts": 3, "initial_interval_seconds": 0.05}
 
 
@@ -81,6 +91,20 @@ async def gated(
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A serve whose agent refunds (allowed), then cancels an order (waits for a person)."""
     agent = agent_file(tmp_path_factory.mktemp("gated"), GATED_SCRIPT, **GATED_FIELDS)
+    async with served(temporal_env, queue, agent) as api:
+        yield api
+
+
+@pytest.fixture(scope="module")
+async def structured(
+    temporal_env: WorkflowEnvironment,
+    queue: str,
+    worker: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A serve whose agent answers with an output schema, then fails."""
+    where = tmp_path_factory.mktemp("structured")
+    agent = agent_file(where, STRUCTURED_SCRIPT, output_schema=CITY)
     async with served(temporal_env, queue, agent) as api:
         yield api
 

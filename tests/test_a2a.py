@@ -5,6 +5,7 @@ turn is tests/test_a2a_js.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from a2a.helpers.proto_helpers import get_artifact_text
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     GetTaskRequest,
+    SendMessageRequest,
     SubscribeToTaskRequest,
     TaskState,
 )
@@ -40,12 +42,9 @@ from tests.a2a_served import (
 from tests.serve_process import TOKEN
 
 # The module's serve processes and worker (tests/a2a_served.py).
-queue, worker, plain, gated = (
-    a2a_served.queue,
-    a2a_served.worker,
-    a2a_served.plain,
-    a2a_served.gated,
-)
+queue, worker = a2a_served.queue, a2a_served.worker
+plain, gated = a2a_served.plain, a2a_served.gated
+structured = a2a_served.structured
 
 
 async def test_the_card_is_public_and_says_how_to_authenticate(plain: httpx.AsyncClient) -> None:
@@ -91,6 +90,23 @@ async def test_a_streamed_run_and_a_follow_up_in_its_context(plain: httpx.AsyncC
         second = final_task(await send(client, follow_up))
     assert (second.context_id, second.id) == (first.context_id, f"{first.context_id}#2")
     assert [get_artifact_text(a) for a in second.artifacts] == ["The second answer."]
+
+
+async def test_a_structured_answer_is_data_too_and_a_failed_run_says_why(
+    structured: httpx.AsyncClient,
+) -> None:
+    async with a2a(structured, streaming=False) as client:
+        [answered] = await send(client, message("Which city?"))
+        parts = answered.task.artifacts[0].parts
+        assert [part.text for part in parts[:1]] == ['{"city": "Paris"}']
+        assert MessageToDict(parts[1].data) == {"city": "Paris"}
+
+        follow_up = message("And the next?")
+        follow_up.context_id = answered.task.context_id
+        [failed] = await send(client, follow_up)
+    assert TaskState.Name(failed.task.status.state) == "TASK_STATE_FAILED"
+    reason = failed.task.status.message.parts[0].text
+    assert reason.startswith("ScriptedModelMismatch: reply 2 expects"), reason
 
 
 async def test_a_gated_call_waits_as_input_required_and_the_next_message_approves_it(
@@ -184,22 +200,52 @@ async def test_what_a_client_gets_wrong_is_a_json_rpc_error_and_starts_nothing(
     assert await runs_on(temporal_env, queue) == before
 
 
-async def test_a_task_outlives_the_serve_that_started_it(
+async def test_a_task_and_its_stream_outlive_the_serve_that_started_them(
     temporal_env: WorkflowEnvironment,
     queue: str,
     worker: None,
     tmp_path: Path,
 ) -> None:
-    agent = agent_file(tmp_path, GATED_SCRIPT, **GATED_FIELDS)
+    # The answer after the approval takes the model SLOW_ANSWER seconds: serve stops meanwhile.
+    script = [*GATED_SCRIPT[:2], {"text": "Done.", "delay_seconds": SLOW_ANSWER}]
+    agent = agent_file(tmp_path, script, **GATED_FIELDS)
     async with served(temporal_env, queue, agent) as first, a2a(first) as client:
-        events = await send(client, message("Refund and cancel, please."))
-    task = final_task(events)
-    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-    # The first serve has stopped; another knows the task from Temporal alone.
+        task = final_task(await send(client, message("Refund and cancel, please.")))
+        assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        # The first serve stops while the task waits for a person: another knows it from
+        # Temporal alone.
     async with served(temporal_env, queue, agent) as second, a2a(second) as client:
         again = await client.get_task(GetTaskRequest(id=task.id))
         assert again.status == task.status
         resubscribed = [e async for e in client.subscribe(SubscribeToTaskRequest(id=task.id))]
         assert states(resubscribed) == ["TASK_STATE_INPUT_REQUIRED"]
-        answered = final_task(await send(client, message(task=task, approve=True)))
-    assert [get_artifact_text(a) for a in answered.artifacts] == ["Done."]
+        stream = client.send_message(SendMessageRequest(message=message(task=task, approve=True)))
+        opened = await anext(stream)
+        assert states([opened]) == ["TASK_STATE_WORKING"]
+        # It stops with the stream open, as a deploy stops it: the stream ends, no answer in it.
+        second.process.terminate()  # type: ignore[attr-defined]
+        with contextlib.suppress(A2AClientError):
+            assert "TASK_STATE_COMPLETED" not in states([e async for e in stream])
+    async with served(temporal_env, queue, agent) as third, a2a(third) as client:
+        resumed = [e async for e in client.subscribe(SubscribeToTaskRequest(id=task.id))]
+    assert states(resumed) == ["TASK_STATE_WORKING", "artifact", "TASK_STATE_COMPLETED"]
+    assert [get_artifact_text(a) for a in final_task(resumed).artifacts] == ["Done."]
+
+
+SLOW_ANSWER = 6.0
+
+
+async def test_a_0_3_client_is_answered_in_0_3_terms_and_1_0_needs_its_version(
+    plain: httpx.AsyncClient,
+) -> None:
+    sent = {"kind": "message", "messageId": "m1", "role": "user"}
+    sent["parts"] = [{"kind": "text", "text": "Where is order 1042?"}]
+    answered = (await plain.post("/a2a", json=rpc("message/send", {"message": sent}))).json()
+    task = answered["result"]
+    assert (task["kind"], task["status"]["state"]) == ("task", "completed")
+    assert task["artifacts"][0]["parts"] == [{"kind": "text", "text": "The first answer."}]
+    got = (await plain.post("/a2a", json=rpc("tasks/get", {"id": task["id"]}))).json()
+    assert got["result"]["status"]["state"] == "completed"
+    # A 1.0 method without the header that says so is refused, as the SDK has it.
+    unversioned = await plain.post("/a2a", json=rpc("GetTask", {"id": task["id"]}))
+    assert unversioned.json()["error"]["code"] == -32009

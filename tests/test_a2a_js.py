@@ -25,12 +25,8 @@ JS_CLIENT = Path(__file__).parent / "a2a_js_client"
 PAGE = DOCS / "agent-protocols.md"
 
 # The module's serve processes and worker (tests/a2a_served.py).
-queue, worker, plain, gated = (
-    a2a_served.queue,
-    a2a_served.worker,
-    a2a_served.plain,
-    a2a_served.gated,
-)
+queue, worker = a2a_served.queue, a2a_served.worker
+plain, gated = a2a_served.plain, a2a_served.gated
 
 
 def a2a_section() -> str:
