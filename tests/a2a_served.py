@@ -33,6 +33,20 @@ STRUCTURED_SCRIPT = [
     {"calls": [{"name": "finish", "arguments": {"city": "Paris"}}]},
     {"text": "Never read.", "expect": "what no message says"},  # fails the run
 ]
+READ_FILE = {
+    "name": "read_local_file",
+    "description": "Read a file on the user's laptop.",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    "result": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+}
+ASKING_SCRIPT = [
+    {"calls": [{"name": "submit_plan", "arguments": {"steps": ["Read the notes", "Answer"]}}]},
+    {
+        "calls": [{"name": "read_local_file", "arguments": {"path": "notes.txt"}}],
+        "expect": "approved",
+    },
+    {"text": "The file says: {last_tool_result.text}"},
+]
 CITY = {
     "type": "object",
     "properties": {"city": {"type": "string"}},
@@ -106,6 +120,20 @@ async def structured(
     where = tmp_path_factory.mktemp("structured")
     agent = agent_file(where, STRUCTURED_SCRIPT, output_schema=CITY)
     async with served(temporal_env, queue, agent) as api:
+        yield api
+
+
+@pytest.fixture(scope="module")
+async def asking(
+    temporal_env: WorkflowEnvironment,
+    queue: str,
+    worker: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[httpx.AsyncClient]:
+    """A serve whose agent plans first, then asks the client for a file (a callback tool)."""
+    where = tmp_path_factory.mktemp("asking")
+    fields = {"plan": True, "tools": [], "callback_tools": [READ_FILE]}
+    async with served(temporal_env, queue, agent_file(where, ASKING_SCRIPT, **fields)) as api:
         yield api
 
 

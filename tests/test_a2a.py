@@ -21,6 +21,7 @@ from a2a.types.a2a_pb2 import (
     SubscribeToTaskRequest,
     TaskState,
 )
+from a2a.utils.errors import InvalidParamsError
 from google.protobuf.json_format import MessageToDict
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
@@ -44,7 +45,7 @@ from tests.serve_process import TOKEN
 # The module's serve processes and worker (tests/a2a_served.py).
 queue, worker = a2a_served.queue, a2a_served.worker
 plain, gated = a2a_served.plain, a2a_served.gated
-structured = a2a_served.structured
+structured, asking = a2a_served.structured, a2a_served.asking
 
 
 async def test_the_card_is_public_and_says_how_to_authenticate(plain: httpx.AsyncClient) -> None:
@@ -59,6 +60,21 @@ async def test_the_card_is_public_and_says_how_to_authenticate(plain: httpx.Asyn
     assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
     assert card["securityRequirements"] == [{"schemes": {"bearer": {}}}]
     assert [skill["id"] for skill in card["skills"]] == ["get_order"]
+
+
+async def test_the_card_lists_the_clients_callback_tools_as_skills(
+    asking: httpx.AsyncClient,
+) -> None:
+    async with httpx.AsyncClient() as anyone:
+        card = (await anyone.get(f"{asking.base_url}/.well-known/agent-card.json")).json()
+    assert card["skills"] == [
+        {
+            "id": "read_local_file",
+            "name": "read_local_file",
+            "description": "Read a file on the user's laptop.",
+            "tags": ["callback"],
+        }
+    ]
 
 
 async def test_a_message_runs_and_its_answer_is_the_tasks_artifact(
@@ -127,6 +143,28 @@ async def test_a_gated_call_waits_as_input_required_and_the_next_message_approve
     assert TaskState.Name(answered.status.state) == "TASK_STATE_COMPLETED"
     assert [get_artifact_text(a) for a in answered.artifacts] == ["Done."]
     assert demo_tools.get_order(104998)["status"] == "cancelled"
+
+
+async def test_a_plan_and_a_callback_tool_wait_for_the_client_which_answers_each(
+    asking: httpx.AsyncClient,
+) -> None:
+    async with a2a(asking) as client:
+        task = final_task(await send(client, message("What do my notes say?")))
+        plan = MessageToDict(task.status.message.parts[1].data)
+        assert (plan["waiting"], plan["steps"]) == ("plan", ["Read the notes", "Answer"])
+        task = final_task(await send(client, message(task=task, approve=True)))
+        asked = MessageToDict(task.status.message.parts[1].data)
+        assert asked["waiting"] == "callbacks"
+        [call] = asked["calls"]
+        assert (call["tool"], call["arguments"]) == ("read_local_file", {"path": "notes.txt"})
+        # An answer that is not the tool's result is refused; the call still waits.
+        with pytest.raises(InvalidParamsError, match='"text" is a required property'):
+            await send(client, message(task=task, call_id=call["call_id"], result={"txt": "hi"}))
+        again = await client.get_task(GetTaskRequest(id=task.id))
+        assert again.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        answer = message(task=task, call_id=call["call_id"], result={"text": "hello"})
+        answered = final_task(await send(client, answer))
+    assert [get_artifact_text(a) for a in answered.artifacts] == ["The file says: hello"]
 
 
 async def test_cancel_undoes_what_the_run_did(gated: httpx.AsyncClient) -> None:
