@@ -88,6 +88,7 @@ async def test_the_js_client_runs_follows_up_reads_cancels_and_is_refused_withou
     assert first["id"] == f"{first['contextId']}#1"
     assert (second["id"], second["answer"]) == (f"{first['contextId']}#2", ["The second answer."])
     assert said["got"] == first
+    assert said["unknown"].startswith("JsonRpcTaskNotFoundError: no task ")
     assert said["waiting"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     assert said["waitingFor"]["calls"][0]["tool"] == "cancel_order"
     assert said["waitingFor"]["calls"][0]["arguments"] == {"order_id": 104998, "reason": "asked"}

@@ -40,6 +40,12 @@ const second = await plain.sendMessage({
 });
 said.second = shown(second);
 said.got = shown(await plain.getTask({ id: first.id }));
+try {
+  await plain.getTask({ id: `${first.contextId}#9` });
+  said.unknown = "found";
+} catch (error) {
+  said.unknown = `${error.constructor.name}: ${error.message}`;
+}
 
 const gated = await clientOf(gatedUrl, process.env.AGENT_API_TOKEN);
 const waiting = await gated.sendMessage({ message: text("Refund and cancel, please.") });
