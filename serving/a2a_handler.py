@@ -61,6 +61,7 @@ from ..workflows.errors import AgentInputInvalid
 from .a2a_answers import answer, data_of
 from .a2a_tasks import CONTEXT_PREFIX, ENDED, PAUSED, parse_task_id, read_task, task_id
 from .served_agent import ServedAgent
+from .streams import Streams, StreamsFull
 
 WAKING_EVENTS = (
     "approval_requested",
@@ -82,9 +83,10 @@ task as it is then (still working, its cancellation under way)."""
 class TemporalTasks(RequestHandler):
     """A2A over the runs of `agents`, each new context a conversation of the `served` agent."""
 
-    def __init__(self, agents: AgentClient, served: ServedAgent) -> None:
+    def __init__(self, agents: AgentClient, served: ServedAgent, streams: Streams) -> None:
         self.agents = agents
         self.served = served
+        self.streams = streams
 
     async def _read(self, given: str) -> Task:
         structured = self.served.template.get("output_schema") is not None
@@ -98,24 +100,28 @@ class TemporalTasks(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
         with _refusals():
-            given = await self._deliver(params.message)
-            if params.configuration.return_immediately:
-                return await self._read(given)
-            snapshots = [task async for task in self._snapshots(given)]
-            return snapshots[-1]
+            context_id = _context_of(params.message)
+            with self._held(context_id):
+                given = await self._deliver(params.message, context_id)
+                if params.configuration.return_immediately:
+                    return await self._read(given)
+                snapshots = [task async for task in self._snapshots(given)]
+                return snapshots[-1]
 
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
         with _refusals():
-            given = await self._deliver(params.message)
-            async for event in self._stream(given):
-                yield event
+            context_id = _context_of(params.message)
+            with self._held(context_id):
+                given = await self._deliver(params.message, context_id)
+                async for event in self._stream(given):
+                    yield event
 
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
-        with _refusals():
+        with _refusals(), self._held(parse_task_id(params.id)[0]):
             task = await self._read(params.id)
             if task.status.state in ENDED:
                 state = TaskState.Name(task.status.state)
@@ -167,10 +173,21 @@ class TemporalTasks(RequestHandler):
     ) -> AgentCard:
         raise ExtendedAgentCardNotConfiguredError()
 
-    async def _deliver(self, message: Message) -> str:
-        """What the message does (answers a task, continues a context, or starts one), done;
-        answers the id of the task it belongs to. Refused, with nothing done, as the module
-        docstring says."""
+    @contextlib.contextmanager
+    def _held(self, context_id: str) -> Iterator[None]:
+        """A place among the server's streams (serving/streams.py bounds them, the HTTP API's
+        and these together), for a call that follows a run: StreamsFull past a bound, before
+        anything is done."""
+        give_back = self.streams.hold(context_id)
+        try:
+            yield
+        finally:
+            give_back()
+
+    async def _deliver(self, message: Message, context_id: str) -> str:
+        """What the message does (answers a task, continues a context, or starts one as
+        `context_id`), done; answers the id of the task it belongs to. Refused, with nothing
+        done, as the module docstring says."""
         text = "\n".join(get_text_parts(message.parts)).strip()
         if message.task_id:
             task = await self._read(message.task_id)
@@ -196,9 +213,7 @@ class TemporalTasks(RequestHandler):
                 ) from None
             return task_id(run.id, await run.post(text))
         agent_input = self.served.input(text, conversation=True)
-        started = await self.agents.start(
-            agent_input, workflow_id=f"{CONTEXT_PREFIX}{uuid.uuid4().hex[:16]}"
-        )
+        started = await self.agents.start(agent_input, workflow_id=context_id)
         return task_id(started.id, 1)
 
     async def _stream(self, given: str) -> AsyncGenerator[Event]:
@@ -249,6 +264,13 @@ class TemporalTasks(RequestHandler):
             yield now
 
 
+def _context_of(message: Message) -> str:
+    """The context a message goes to: its task's, the one it names, or a new one."""
+    if message.task_id:
+        return parse_task_id(message.task_id)[0]
+    return message.context_id or f"{CONTEXT_PREFIX}{uuid.uuid4().hex[:16]}"
+
+
 @contextlib.contextmanager
 def _refusals() -> Iterator[None]:
     """The errors of the client and of Temporal, as A2A's: what the run refused and what the
@@ -271,5 +293,5 @@ def _refusals() -> Iterator[None]:
         if error.status == RPCStatusCode.NOT_FOUND:
             raise TaskNotFoundError(error.message) from None
         raise InternalError(error.message) from None
-    except WorkflowQueryFailedError as error:
+    except (WorkflowQueryFailedError, StreamsFull) as error:
         raise InternalError(str(error)) from None

@@ -33,6 +33,7 @@ from ..activities.tools import registered_tools
 from ..client.agent_client import AgentClient
 from .a2a_handler import TemporalTasks
 from .served_agent import ServedAgent
+from .streams import Streams
 
 CARD_PATH = AGENT_CARD_WELL_KNOWN_PATH
 RPC_PATH = "/a2a"
@@ -40,9 +41,10 @@ SCHEME = "bearer"
 MODES = ["text/plain", "application/json"]
 
 
-def add_a2a(app: FastAPI, agents: AgentClient, served: ServedAgent) -> None:
+def add_a2a(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: Streams) -> None:
     """The card at CARD_PATH and the JSON-RPC endpoint at RPC_PATH, over `agents`' runs of
-    `served`."""
+    `served`; a call that follows a run takes a place among `streams`, as an event stream
+    does."""
     card = agent_card(served)
 
     @app.get(CARD_PATH, include_in_schema=False)
@@ -55,7 +57,9 @@ def add_a2a(app: FastAPI, agents: AgentClient, served: ServedAgent) -> None:
         return JSONResponse(agent_card_to_dict(here))
 
     app.router.routes.extend(
-        create_jsonrpc_routes(TemporalTasks(agents, served), RPC_PATH, enable_v0_3_compat=True)
+        create_jsonrpc_routes(
+            TemporalTasks(agents, served, streams), RPC_PATH, enable_v0_3_compat=True
+        )
     )
 
 
@@ -66,9 +70,8 @@ def agent_card(served: ServedAgent) -> AgentCard:
     template = served.template
     card = AgentCard(
         name=served.name,
-        description=str(
-            template.get("system") or f"{served.name}: an agent whose runs are durable"
-        )[:1000],
+        # Not the system prompt: the card is public, and an operator's prompt may not be.
+        description=f"{served.name}: an agent served by durable-agent, each task a durable run",
         version="1.0",
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
         default_input_modes=MODES,

@@ -345,7 +345,7 @@ def create_app(
 
     app.include_router(api)
     if served is not None:
-        add_a2a(app, agents, served)
+        add_a2a(app, agents, served, streams)
     app.add_middleware(_Door, token=token, limit=MAX_BODY_BYTES)
     add_console(app)  # its headers go on every answer, the door's refusals too
     return app

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from a2a.client.errors import A2AClientError
 from a2a.helpers.proto_helpers import get_artifact_text
+from a2a.server.context import ServerCallContext
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     GetTaskRequest,
@@ -21,16 +22,21 @@ from a2a.types.a2a_pb2 import (
     SubscribeToTaskRequest,
     TaskState,
 )
-from a2a.utils.errors import InvalidParamsError
+from a2a.utils.errors import InternalError, InvalidParamsError
 from google.protobuf.json_format import MessageToDict
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
+from durable_agent.client.agent_client import AgentClient
 from durable_agent.demo import tools as demo_tools
+from durable_agent.serving.a2a_handler import TemporalTasks
+from durable_agent.serving.served_agent import ServedAgent
+from durable_agent.serving.streams import Streams
 from tests import a2a_served
 from tests.a2a_served import (
     GATED_FIELDS,
     GATED_SCRIPT,
+    PLAIN_SCRIPT,
     a2a,
     agent_file,
     final_task,
@@ -271,6 +277,22 @@ async def test_a_task_and_its_stream_outlive_the_serve_that_started_them(
 
 
 SLOW_ANSWER = 6.0
+
+
+async def test_a_call_past_the_servers_stream_bounds_is_refused_and_starts_nothing(
+    temporal_env: WorkflowEnvironment, queue: str
+) -> None:
+    # The handler in this process, on a server that holds one stream and has it taken.
+    streams = Streams(max_streams=1, max_run_streams=1)
+    served_agent = ServedAgent({"model": {"provider": "scripted", "script": PLAIN_SCRIPT}})
+    tasks = TemporalTasks(AgentClient(temporal_env.client, queue), served_agent, streams)
+    give_back = streams.hold("another-run")
+    before = await runs_on(temporal_env, queue)
+    request = SendMessageRequest(message=message("Where is order 1042?"))
+    with pytest.raises(InternalError, match="this server holds 1 event streams"):
+        await tasks.on_message_send(request, ServerCallContext())
+    assert await runs_on(temporal_env, queue) == before
+    give_back()
 
 
 async def test_a_0_3_client_is_answered_in_0_3_terms_and_1_0_needs_its_version(
