@@ -144,6 +144,15 @@ async def test_a_gated_call_waits_as_input_required_and_the_next_message_approve
         assert waiting["waiting"] == "tool_calls"
         assert [call["tool"] for call in waiting["calls"]] == ["cancel_order"]
         assert '{"approve": true}' in waiting["answer"]
+        # An answer that is not a decision, or a text, decides nothing.
+        with pytest.raises(InvalidParamsError, match="a decision is"):
+            await send(client, message(task=task, approve="yes"))
+        text_only = message("yes, go ahead")
+        text_only.task_id, text_only.context_id = task.id, task.context_id
+        with pytest.raises(InvalidParamsError, match="waits for an answer: a data part"):
+            await send(client, text_only)
+        still = await client.get_task(GetTaskRequest(id=task.id))
+        assert still.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
 
         answered = final_task(await send(client, message(task=task, approve=True)))
     assert TaskState.Name(answered.status.state) == "TASK_STATE_COMPLETED"
