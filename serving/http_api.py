@@ -43,6 +43,7 @@ from ..workflows.inputs import AgentInput
 from ..workflows.paging import TracePage, TranscriptPage
 from ..workflows.reporting import guardrail_lines, verdict_line
 from ..workflows.status import AGENT_STATUS, RunStatus
+from .a2a_protocol import CARD_PATH, add_a2a
 from .ag_ui import add_ag_ui
 from .console import add_console
 from .served_agent import ServedAgent
@@ -61,9 +62,9 @@ MAX_BODY_BYTES = 4_000_000
 """A request body over this is refused (413), and never read past it: a run's input may have
 1,800,000 bytes of JSON (workflows/input_limits.py), with room for how a client writes it."""
 RUNS_QUERY = "WorkflowType='AgentWorkflow'"
-PUBLIC_PATHS = ("/console/", "/runs/")
+PUBLIC_PATHS = ("/console/", "/runs/", CARD_PATH)
 """Besides `/`, what a request may GET without the token: the console's page and its files,
-which hold no data (serving/console.py)."""
+which hold no data (serving/console.py), and A2A's Agent Card, which says how to authenticate."""
 
 
 @dataclass(frozen=True)
@@ -345,6 +346,7 @@ def create_app(
 
     app.include_router(api)
     if served is not None:
+        add_a2a(app, agents, served, streams)
         add_ag_ui(app, agents, served, streams)
     app.add_middleware(_Door, token=token, limit=MAX_BODY_BYTES)
     add_console(app)  # its headers go on every answer, the door's refusals too

@@ -1,0 +1,116 @@
+"""A2A (Agent2Agent, protocol 1.0) on `durable-agent serve --agent FILE`
+(docs/agent-protocols.md#a2a): the Agent Card at the protocol's well-known path, and the JSON-RPC
+endpoint, whose requests the official SDK (`a2a-sdk`) parses and answers, each by a call of
+serving/a2a_handler.py over the runs.
+
+    add_a2a(app, agents, served)   # on the HTTP API's app (serving/http_api.py)
+
+The card is public, as the console's page is: it carries no data, and says how to authenticate
+(the API's bearer token, which every JSON-RPC call needs: the API's door refuses a call without
+it with 401, before its body is read)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import create_jsonrpc_routes
+from a2a.types.a2a_pb2 import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+)
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_1_0
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from ..activities.tools import registered_tools
+from ..client.agent_client import AgentClient
+from .a2a_handler import TemporalTasks
+from .served_agent import ServedAgent
+from .streams import Streams
+
+CARD_PATH = AGENT_CARD_WELL_KNOWN_PATH
+RPC_PATH = "/a2a"
+SCHEME = "bearer"
+MODES = ["text/plain", "application/json"]
+
+
+def add_a2a(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: Streams) -> None:
+    """The card at CARD_PATH and the JSON-RPC endpoint at RPC_PATH, over `agents`' runs of
+    `served`; a call that follows a run takes a place among `streams`, as an event stream
+    does."""
+    card = agent_card(served)
+
+    @app.get(CARD_PATH, include_in_schema=False)
+    def card_route(request: Request) -> JSONResponse:
+        # The endpoint's URL as this request reached the server (its host, behind a proxy too).
+        here = AgentCard()
+        here.CopyFrom(card)
+        url = str(request.base_url).rstrip("/") + RPC_PATH
+        here.supported_interfaces[0].url = url
+        return JSONResponse(agent_card_to_dict(here))
+
+    app.router.routes.extend(
+        create_jsonrpc_routes(
+            TemporalTasks(agents, served, streams), RPC_PATH, enable_v0_3_compat=True
+        )
+    )
+
+
+def agent_card(served: ServedAgent) -> AgentCard:
+    """What the card says of `served`: its name, its tools as skills (the client's callback
+    tools' own descriptions included), streaming but no push notifications, and the bearer
+    token; the interface's URL is each request's."""
+    template = served.template
+    card = AgentCard(
+        name=served.name,
+        # Not the system prompt: the card is public, and an operator's prompt may not be.
+        description=f"{served.name}: an agent served by durable-agent, each task a durable run",
+        version="1.0",
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        default_input_modes=MODES,
+        default_output_modes=MODES,
+    )
+    card.supported_interfaces.append(
+        AgentInterface(
+            url=RPC_PATH, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_1_0
+        )
+    )
+    bearer = HTTPAuthSecurityScheme(
+        scheme="Bearer",
+        description="the API's token ($AGENT_API_TOKEN): Authorization: Bearer <token>",
+    )
+    card.security_schemes[SCHEME].CopyFrom(SecurityScheme(http_auth_security_scheme=bearer))
+    requirement = SecurityRequirement()
+    requirement.schemes[SCHEME].CopyFrom(StringList())
+    card.security_requirements.append(requirement)
+    card.skills.extend(_skills(template))
+    return card
+
+
+def _skills(template: dict[str, Any]) -> list[AgentSkill]:
+    skills = []
+    known = registered_tools()  # this process's: all of them when serve runs the worker
+    for name in template.get("tools") or []:
+        description = known[name].spec.description if name in known else f"the {name} tool"
+        skills.append(AgentSkill(id=name, name=name, description=description[:1000], tags=["tool"]))
+    for tool in template.get("callback_tools") or []:
+        skills.append(
+            AgentSkill(
+                id=tool["name"],
+                name=tool["name"],
+                description=tool["description"][:1000],
+                tags=["callback"],
+            )
+        )
+    if not skills:
+        skills.append(
+            AgentSkill(id="chat", name="chat", description="Answers a message.", tags=["chat"])
+        )
+    return skills
