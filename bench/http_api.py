@@ -13,10 +13,9 @@ steps followed by SSE, and as many followed by `AgentRun.events()` (`--together`
 clients follow each run at once, sharing serve's one follower of it).
 
 What the agent protocols add: `--starts` conversations started each way in turn through one
-`serve --agent` process, served by a worker: by the HTTP API (`POST /api/runs`), by A2A
-(`SendMessage` with `returnImmediately`, answered once the task's state is read from its run)
-and by AG-UI (a `RunAgentInput`, timed to its stream's RUN_STARTED event). The agent's model
-waits in its first call, so the runs cost the worker nothing while they are measured.
+`serve --agent` process, on the queue no worker serves, as the plain starts are: by the HTTP
+API (`POST /api/runs`), by A2A (`SendMessage` with `returnImmediately`, answered `submitted`)
+and by AG-UI (a `RunAgentInput`, timed to its stream's RUN_STARTED event).
 
 What the event streams cost the dev server: `--streams` SSE clients of one run, for
 `--seconds` while it waits for a person and as long while it waits for a model call that does
@@ -114,10 +113,8 @@ async def starts(agents: AgentClient, http: httpx.AsyncClient, count: int) -> di
     }
 
 
-WAITING_AGENT = AgentInput(
-    prompt="-", model=ModelSettings(script=[ScriptedTurn(text="done", delay_seconds=3600)])
-)
-"""The agent the protocols' starts run: its model waits in its first call."""
+WAITING_AGENT = AgentInput(prompt="-", model=ModelSettings(script=[]))
+"""The agent the protocols' starts start (on a queue no worker serves: nothing runs)."""
 
 
 async def protocol_starts(http: httpx.AsyncClient, count: int) -> dict[str, Any]:
@@ -279,7 +276,7 @@ async def streams_cost(
 async def protocol_starts_through(
     address: str, task_queue: str, token: str, args: SimpleNamespace
 ) -> dict[str, Any]:
-    """protocol_starts through a serve of its own, with --agent, on the worker's queue."""
+    """protocol_starts through a serve of its own, with --agent, on `task_queue`."""
     with tempfile.TemporaryDirectory() as scratch:
         agent = Path(scratch) / "agent.json"
         template = WAITING_AGENT.model_dump(mode="json", exclude_defaults=True)
@@ -347,7 +344,7 @@ async def main(argv: list[str] | None = None) -> int:
                     cost = await streams_cost(
                         agents, http, metrics_port, args.streams, args.seconds
                     )
-                    protocols = await protocol_starts_through(address, task_queue, token, args)
+                    protocols = await protocol_starts_through(address, idle, token, args)
             finally:
                 server.terminate()
                 await server.communicate()

@@ -8,7 +8,9 @@ parses the requests and writes the answers and errors (serving/a2a_protocol.py m
 - A message with a `taskId` answers that task, which must be `input-required`
   (serving/a2a_answers.py).
 - `SendMessage` answers once the task ended or waits for input (at once with
-  `returnImmediately`); `SendStreamingMessage` and `SubscribeToTask` stream its changes to then.
+  `returnImmediately`: a task this call started is `submitted`, answered without asking its
+  run, whose first workflow task may not have run yet); `SendStreamingMessage` and
+  `SubscribeToTask` stream its changes to then.
 - `CancelTask` cancels the run: it undoes what it did (its compensations), as the HTTP API's
   cancel does, and the task is `canceled`."""
 
@@ -59,7 +61,15 @@ from temporalio.service import RPCError, RPCStatusCode
 from ..client.agent_client import AgentClient, AgentInputTooLarge, AgentUpdateNotDelivered
 from ..workflows.errors import AgentInputInvalid
 from .a2a_answers import answer, data_of
-from .a2a_tasks import CONTEXT_PREFIX, ENDED, PAUSED, parse_task_id, read_task, task_id
+from .a2a_tasks import (
+    CONTEXT_PREFIX,
+    ENDED,
+    PAUSED,
+    parse_task_id,
+    read_task,
+    submitted_task,
+    task_id,
+)
 from .served_agent import ServedAgent
 from .streams import Streams, StreamsFull
 
@@ -104,6 +114,8 @@ class TemporalTasks(RequestHandler):
             with self._held(context_id):
                 given = await self._deliver(params.message, context_id)
                 if params.configuration.return_immediately:
+                    if not (params.message.task_id or params.message.context_id):
+                        return submitted_task(given, params.message)  # started: nothing to read
                     return await self._read(given)
                 snapshots = [task async for task in self._snapshots(given)]
                 return snapshots[-1]

@@ -16,7 +16,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from a2a.helpers.proto_helpers import new_data_part, new_text_part
+from a2a.helpers.proto_helpers import get_text_parts, new_data_part, new_text_part
 from a2a.types.a2a_pb2 import Artifact, Message, Role, Task, TaskState, TaskStatus
 from a2a.utils.errors import TaskNotFoundError
 from temporalio.client import WorkflowExecutionStatus
@@ -100,6 +100,18 @@ async def read_task(agents: AgentClient, given: str, *, structured: bool = False
         await _ended(task, record, run, description.status)
     else:
         _working(task, status)
+    return task
+
+
+def submitted_task(given: str, message: Message) -> Task:
+    """The task a message has just started (a new context's first turn), as `submitted`: the
+    state A2A gives a task received and not yet at work, which is all that is known of it
+    before its run's first workflow task."""
+    context_id, _ = parse_task_id(given)
+    task = Task(id=given, context_id=context_id)
+    text = "\n".join(get_text_parts(message.parts)).strip()
+    task.history.append(_message(Role.ROLE_USER, task, [new_text_part(text)]))
+    task.status.CopyFrom(TaskStatus(state=TaskState.TASK_STATE_SUBMITTED))
     return task
 
 

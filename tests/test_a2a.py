@@ -5,6 +5,7 @@ turn is tests/test_a2a_js.py."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from pathlib import Path
@@ -18,6 +19,7 @@ from a2a.server.context import ServerCallContext
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
     GetTaskRequest,
+    SendMessageConfiguration,
     SendMessageRequest,
     SubscribeToTaskRequest,
     TaskState,
@@ -98,6 +100,47 @@ async def test_a_message_runs_and_its_answer_is_the_tasks_artifact(
     # The context is a conversation run, its id the workflow's.
     handle = temporal_env.client.get_workflow_handle(task.context_id)
     assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+
+
+async def test_return_immediately_answers_a_new_task_as_submitted_without_waiting_for_its_run(
+    plain: httpx.AsyncClient,
+) -> None:
+    """A task a message starts is `submitted`, answered before its run's first workflow task
+    (bench/http_api.py: reading it from the run cost ~35 ms a start); a follow-up's task is
+    read from its run, as every other answer is."""
+    immediately = SendMessageConfiguration(return_immediately=True)
+    async with a2a(plain, streaming=False) as client:
+        sent = message("Where is order 1042?")
+        [started] = [
+            e
+            async for e in client.send_message(
+                SendMessageRequest(message=sent, configuration=immediately)
+            )
+        ]
+        task = started.task
+        assert TaskState.Name(task.status.state) == "TASK_STATE_SUBMITTED"
+        assert task.id == f"{task.context_id}#1"
+        assert [part.text for part in task.history[0].parts] == ["Where is order 1042?"]
+        for _ in range(200):
+            task = await client.get_task(GetTaskRequest(id=task.id))
+            if task.status.state == TaskState.TASK_STATE_COMPLETED:
+                break
+            await asyncio.sleep(0.05)
+        assert [get_artifact_text(a) for a in task.artifacts] == ["The first answer."]
+
+        follow_up = message("And order 1043?")
+        follow_up.context_id = task.context_id
+        [next_turn] = [
+            e
+            async for e in client.send_message(
+                SendMessageRequest(message=follow_up, configuration=immediately)
+            )
+        ]
+    assert next_turn.task.id == f"{task.context_id}#2"
+    assert TaskState.Name(next_turn.task.status.state) in (
+        "TASK_STATE_WORKING",
+        "TASK_STATE_COMPLETED",
+    )
 
 
 async def test_a_streamed_run_and_a_follow_up_in_its_context(plain: httpx.AsyncClient) -> None:
