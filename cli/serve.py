@@ -32,10 +32,13 @@ DEFAULT_PORT = 8000
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, help="0: any free")
 @click.option("--tools", multiple=True, help="self-contained: the worker's, as `worker --tools`")
 @click.option("--agent", type=Path, help="the agent A2A and AG-UI offer: a run's input, no prompt")
+@click.option("--agent-card", type=Path, help="with --agent: A2A card fields (name, skills...)")
 def command(**options: Any) -> dict[str, Any]:
     """Serve the HTTP API (docs/http-api.md) until interrupted."""
     if options["tools"] and options["address"]:
         refuse("--tools is for the embedded worker; with --address, give it to the worker")
+    if options["agent_card"] and not options["agent"]:
+        refuse("--agent-card describes the agent --agent offers: give --agent FILE too")
     return options
 
 
@@ -44,7 +47,7 @@ def main(argv: Sequence[str], *, prog: str = "starter.py serve") -> int:
     try:
         token = http_api.api_token()
         bounds = stream_bounds()
-        served = None if options["agent"] is None else load_served_agent(options["agent"])
+        served = options["agent"] and load_served_agent(options["agent"], options["agent_card"])
         if options["address"] is None:
             check_worker(options["tools"])
     except SETUP_ERRORS as error:

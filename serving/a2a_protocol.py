@@ -28,6 +28,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_1_0
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from google.protobuf.json_format import ParseDict
 
 from ..activities.tools import registered_tools
 from ..client.agent_client import AgentClient
@@ -91,6 +92,12 @@ def agent_card(served: ServedAgent) -> AgentCard:
     requirement.schemes[SCHEME].CopyFrom(StringList())
     card.security_requirements.append(requirement)
     card.skills.extend(_skills(template))
+    if served.card:  # the operator's own words, over serve's (served_agent.CARD_FIELDS)
+        if "skills" in served.card:
+            del card.skills[:]
+        if "name" in served.card and "description" not in served.card:
+            card.description = card.description.replace(served.name, served.card["name"], 1)
+        ParseDict(served.card, card)
     return card
 
 
