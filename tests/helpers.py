@@ -6,9 +6,11 @@ import asyncio
 import inspect
 import os
 import shutil
+import subprocess
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +40,26 @@ def program(names: tuple[str, ...], install: str) -> str:
     if os.environ.get(STRICT_VARIABLE, "") not in ("", "0"):
         pytest.fail(f"{reason} ({STRICT_VARIABLE} is set: this run must not skip it)")
     pytest.skip(reason)
+
+
+def npm_installed(source: Path, where: Path, files: tuple[str, ...]) -> Path:
+    """`files` of the Node client in `source` (its package.json first), copied to `where` (the
+    checkout gets no node_modules) and its packages installed there from npm. Skips, or fails
+    under AGENT_TESTS_STRICT=1, on a machine without node and npm."""
+    program(("node",), "apt-get install nodejs npm")
+    npm = program(("npm",), "apt-get install npm")
+    for name in files:
+        shutil.copy(source / name, where / name)
+    installed = subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stderr
+    return where
 
 
 TEST_WORKER_OPTIONS: dict[str, Any] = {

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
 import types
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 from durable_agent.demo import tools as demo_tools
 from tests import a2a_served
 from tests.doc_examples import DOCS
-from tests.helpers import program
+from tests.helpers import npm_installed
 from tests.serve_process import TOKEN
 
 JS_CLIENT = Path(__file__).parent / "a2a_js_client"
@@ -42,22 +41,9 @@ def example(fence: str) -> str:
 def js_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tests/a2a_js_client with @a2a-js/sdk installed from npm, and the page's example as
     ask.mjs, in a directory of their own (the checkout gets no node_modules)."""
-    program(("node",), "apt-get install nodejs npm")
-    npm = program(("npm",), "apt-get install npm")
     where = tmp_path_factory.mktemp("a2a-js-client")
-    for name in ("package.json", "checks.mjs"):
-        shutil.copy(JS_CLIENT / name, where / name)
     (where / "ask.mjs").write_text(example("js"))
-    installed = subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", "--loglevel=error"],
-        cwd=where,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert installed.returncode == 0, installed.stderr
-    return where
+    return npm_installed(JS_CLIENT, where, ("package.json", "checks.mjs"))
 
 
 async def node(where: Path, *words: str) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -22,7 +21,7 @@ from temporalio.client import Client
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.model_settings import ScriptedTurn
 from tests import fake_anthropic
-from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, program, turn
+from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, npm_installed, turn
 from tests.serve_process import TOKEN, serving
 
 AG_UI_CLIENT = Path(__file__).parent / "ag_ui_client"
@@ -36,21 +35,8 @@ LOCATION_TOOL = {
 @pytest.fixture(scope="session")
 def ag_ui_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tests/ag_ui_client with @ag-ui/client installed from npm, in a directory of its own."""
-    program(("node",), "apt-get install nodejs npm")
-    npm = program(("npm",), "apt-get install npm")
     where = tmp_path_factory.mktemp("ag-ui-client")
-    for name in ("package.json", "tsconfig.json", "drive.mjs"):
-        shutil.copy(AG_UI_CLIENT / name, where / name)
-    installed = subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", "--loglevel=error"],
-        cwd=where,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert installed.returncode == 0, installed.stderr
-    return where
+    return npm_installed(AG_UI_CLIENT, where, ("package.json", "tsconfig.json", "drive.mjs"))
 
 
 class Thread:

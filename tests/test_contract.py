@@ -24,7 +24,7 @@ from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.decisions import PlanDecision, ToolCallDecision
 from durable_agent.workflows.inputs import AgentInput, AgentResult
-from tests.helpers import TEST_WORKER_OPTIONS, program
+from tests.helpers import TEST_WORKER_OPTIONS, npm_installed
 
 NODE_CLIENT = Path(__file__).parent / "node_client"
 CLI = [str(Path(sysconfig.get_path("scripts")) / "durable-agent")]
@@ -154,22 +154,8 @@ async def test_the_temporal_cli_runs_the_example_from_the_contract_alone(
 def node_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tests/node_client with @temporalio/client installed from npm, in a directory of its
     own (the checkout gets no node_modules)."""
-    node = program(("node",), "apt-get install nodejs npm")
-    npm = program(("npm",), "apt-get install npm")
     where = tmp_path_factory.mktemp("node-client")
-    for name in ("package.json", "plan_run.mjs"):
-        shutil.copy(NODE_CLIENT / name, where / name)
-    installed = subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", "--loglevel=error"],
-        cwd=where,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert installed.returncode == 0, installed.stderr
-    assert Path(node).exists()
-    return where
+    return npm_installed(NODE_CLIENT, where, ("package.json", "plan_run.mjs"))
 
 
 async def test_a_node_client_starts_a_plan_run_approves_it_by_update_and_reads_the_result(
