@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import shutil
+import subprocess
 import types
 from pathlib import Path
 from typing import Any
@@ -39,11 +40,22 @@ def example(fence: str) -> str:
 
 @pytest.fixture(scope="module")
 def js_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """tests/a2a_js_client with @a2a-js/sdk installed from npm, and the page's example as
-    ask.mjs, in a directory of their own (the checkout gets no node_modules)."""
+    """tests/a2a_js_client with @a2a-js/sdk installed from npm, and the page's TypeScript
+    example as ask.ts, compiled by tsc (strict) to ask.js against the SDK's declarations, in a
+    directory of their own (the checkout gets no node_modules)."""
     where = tmp_path_factory.mktemp("a2a-js-client")
-    (where / "ask.mjs").write_text(example("js"))
-    return npm_installed(JS_CLIENT, where, ("package.json", "checks.mjs"))
+    (where / "ask.ts").write_text(example("ts"))
+    npm_installed(JS_CLIENT, where, ("package.json", "tsconfig.json", "checks.mjs"))
+    compiled = subprocess.run(
+        [str(where / "node_modules" / ".bin" / "tsc"), "-p", "."],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    return where
 
 
 async def node(where: Path, *words: str) -> str:
@@ -85,10 +97,10 @@ async def test_the_js_client_runs_follows_up_reads_cancels_and_is_refused_withou
         assert "401" in refused
 
 
-async def test_the_pages_javascript_example_approves_what_waits_and_prints_the_answer(
+async def test_the_pages_typescript_example_type_checks_approves_what_waits_and_prints_the_answer(
     gated: httpx.AsyncClient, js_client: Path
 ) -> None:
-    printed = await node(js_client, "ask.mjs", base(gated), "Refund and cancel, please.")
+    printed = await node(js_client, "ask.js", base(gated), "Refund and cancel, please.")
     lines = printed.splitlines()
     assert lines[0] == "Tool calls wait for approval: cancel_order (call_2_1)"
     assert lines[-1] == "Done."
