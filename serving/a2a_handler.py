@@ -64,7 +64,9 @@ from .a2a_answers import answer, data_of
 from .a2a_tasks import (
     CONTEXT_PREFIX,
     ENDED,
+    NOT_A2A,
     PAUSED,
+    a2a_context,
     parse_task_id,
     read_task,
     submitted_task,
@@ -214,6 +216,8 @@ class TemporalTasks(RequestHandler):
         if not text:
             raise InvalidParamsError("the message has no text: a new task's message is text")
         if message.context_id:
+            if not a2a_context(message.context_id):
+                raise InvalidParamsError(f"no context {message.context_id}: {NOT_A2A}")
             run = self.agents.run(message.context_id)
             try:
                 await run.handle.describe()

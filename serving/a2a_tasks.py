@@ -31,6 +31,7 @@ TURN_MARK = "#"
 """Between a task id's conversation and its turn."""
 CONTEXT_PREFIX = "a2a-"
 """The workflow ids of the conversations A2A starts."""
+NOT_A2A = f"an A2A context is a conversation A2A started (its id begins {CONTEXT_PREFIX})"
 CLOSED_QUERY_SECONDS = 10.0
 """How long a query of an ended conversation (for its turns) may take: a worker replays it."""
 
@@ -60,7 +61,15 @@ def parse_task_id(given: str) -> tuple[str, int]:
     context_id, mark, turn = given.rpartition(TURN_MARK)
     if not mark or not context_id or not turn.isdigit() or int(turn) < 1:
         raise TaskNotFoundError(f"no task {given!r}: a task id is <contextId>#<turn>")
+    if not a2a_context(context_id):
+        raise TaskNotFoundError(f"no task {given!r}: {NOT_A2A}")
     return context_id, int(turn)
+
+
+def a2a_context(context_id: str) -> bool:
+    """A context A2A started: an A2A client reads and steers only those, never a conversation
+    that an app, the HTTP API or AG-UI started in the same namespace."""
+    return context_id.startswith(CONTEXT_PREFIX)
 
 
 async def read_task(agents: AgentClient, given: str, *, structured: bool = False) -> Task:
