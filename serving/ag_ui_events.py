@@ -203,7 +203,10 @@ class AgUiRun:
             case "tool_call_finished" if event.call_id:
                 if event.call_id in self._client_answered and event.outcome == "ok":
                     return []
-                content = "ok" if event.outcome == "ok" else (event.text or str(event.outcome))
+                if event.outcome == "ok":
+                    content = "ok" if event.result is None else event.result
+                else:
+                    content = event.text or str(event.outcome)
                 result_id = f"{self.message_prefix}-result-{event.call_id}"
                 return [
                     ToolCallResultEvent(

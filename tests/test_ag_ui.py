@@ -18,6 +18,7 @@ import httpx2 as httpx
 import pytest
 from temporalio.client import Client
 
+from durable_agent.demo import tools as demo_tools
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.model_settings import ScriptedTurn
 from tests import fake_anthropic
@@ -172,6 +173,8 @@ async def test_a_thread_of_turns_client_tools_and_an_approval_through_the_offici
         # The worker's tool's result, in the one run or the other (it runs beside the client's
         # call); none for the client's call: the client has it, it sent it.
         assert list(results) == ["call_search"]
+        # ... as the model read it: the tool's own answer, not a bare "ok".
+        assert json.loads(results["call_search"]) == demo_tools.search_orders("ada@example.com")
         assert ended["done"]["result"] == "You are in Paris."
         texts = [e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"]
         assert "".join(texts) == "You are in Paris."

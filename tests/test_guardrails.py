@@ -21,6 +21,7 @@ import tests.guardrails_for_tests as guards
 from durable_agent import (
     AgentClient,
     AgentInput,
+    AgentRun,
     AgentRunFailed,
     GuardrailPolicy,
     ModelSettings,
@@ -187,6 +188,13 @@ async def test_a_tool_result_guardrail_keeps_a_secret_from_every_later_request(
     assert [(g.name, g.call_id, g.tripped) for g in run.trace[0].guardrails] == [
         ("no_secrets", "call_a", True)
     ]
+    # Nor does the progress stream show it: its tool_call_finished comes before the check, so a
+    # run with tool-result guardrails shows no result there.
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        events = [item.data async for item in AgentRun(run.handle, client).events()]
+    assert guards.SECRET not in json.dumps([e.model_dump(mode="json") for e in events])
+    (finished,) = [e for e in events if e.kind == "tool_call_finished"]
+    assert (finished.outcome, finished.result) == ("ok", None)
 
 
 @pytest.mark.parametrize("name", ["broken", "not_registered_anywhere"])

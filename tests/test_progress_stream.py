@@ -24,6 +24,7 @@ from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.events import AgentEvent
 from durable_agent.workflows.inputs import AgentInput, Limits, ToolApprovalPolicy
+from durable_agent.workflows.transcript import ToolResult
 from tests.helpers import TEST_WORKER_OPTIONS, call, scripted_input, turn
 
 
@@ -68,6 +69,7 @@ async def test_a_late_subscriber_reads_every_event_of_a_finished_run_in_order(
         agent_run = await start(client, task_queue, agent_input)
         result = await agent_run.result()
         events = await read_all(agent_run)
+        transcript = await agent_run.transcript()
     assert [offset for offset, _ in events] == list(range(len(events)))
     assert kinds(events) == [
         "step_started",
@@ -91,6 +93,9 @@ async def test_a_late_subscriber_reads_every_event_of_a_finished_run_in_order(
     assert all(e.latency_ms is not None and e.attempts == 1 for e in finished)
     started = [e for _, e in events if e.kind == "tool_call_started"]
     assert started[0].arguments == '{"order_id":1042}'
+    # Each call's result as the model read it (the transcript's), for a client to show.
+    told = {m.tool_call_id: m.content for m in transcript if isinstance(m, ToolResult)}
+    assert {e.call_id: e.result for e in finished} == told
 
 
 async def test_a_subscriber_that_reconnects_mid_run_resumes_where_it_left_off(

@@ -42,6 +42,10 @@ AgentEventKind = Literal[
 ]
 
 
+SHOWN_RESULT_CHARS = 1_000
+"""What a tool_call_finished event shows of a result: the transcript has it whole."""
+
+
 class AgentEvent(BaseModel):
     """One entry of a run's progress stream, published as it happens (see agent_client.py
     `AgentRun.events`). Fields that do not apply to an event's kind are None."""
@@ -73,6 +77,10 @@ class AgentEvent(BaseModel):
     """A conversation's events of turns and messages: the turn they belong to."""
     confidence: float | None = Field(default=None, exclude_if=lambda value: value is None)
     """judge_verdict: how sure auto mode's judge said it was (None: no valid verdict)."""
+    result: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    """tool_call_finished of a call that ran ("ok"): its result as the model reads it, cut at
+    SHOWN_RESULT_CHARS. None for any other outcome (`text` says why), and in a run with
+    tool-result guardrails, whose check comes after this event (docs/guardrails.md)."""
     script: str | None = Field(default=None, exclude_if=lambda value: value is None)
     """An event of a call a code-mode script made: the id of the run_code call whose script
     made it (docs/code-mode.md)."""

@@ -30,7 +30,7 @@ from . import shown_arguments
 from .activity_io import ModelResponse
 from .context import RunContext
 from .decisions import JudgeVerdict, ToolApproval
-from .events import EVENTS_TOPIC, AgentEvent, AgentEventKind
+from .events import EVENTS_TOPIC, SHOWN_RESULT_CHARS, AgentEvent, AgentEventKind
 from .outcomes import Outcome, count
 from .state import StepRecord
 from .status import AGENT_COST_USD, AGENT_ERROR, AGENT_STATUS, AGENT_STEP, AgentStatus
@@ -183,11 +183,14 @@ class Reporter:
         )
 
     def call_finished(self, outcome: Outcome) -> None:
-        """The tool_call_finished event of a call, once per call."""
+        """The tool_call_finished event of a call, once per call, with an ok call's result
+        (cut), unless tool-result guardrails will check that result after this event."""
         record = outcome.record
         if record.id in self._reported_calls:
             return
         self._reported_calls.add(record.id)
+        guardrails = self._ctx.input.guardrails
+        shown = record.outcome == "ok" and (guardrails is None or not guardrails.tool_results)
         self.publish(
             "tool_call_finished",
             call_id=record.id,
@@ -197,6 +200,7 @@ class Reporter:
             latency_ms=record.latency_ms,
             attempts=record.attempts,
             text=record.error,
+            result=outcome.result.content[:SHOWN_RESULT_CHARS] if shown else None,
         )
 
     def reply_done(self) -> None:
