@@ -95,8 +95,6 @@ def agent_card(served: ServedAgent) -> AgentCard:
     if served.card:  # the operator's own words, over serve's (served_agent.CARD_FIELDS)
         if "skills" in served.card:
             del card.skills[:]
-        if "name" in served.card and "description" not in served.card:
-            card.description = card.description.replace(served.name, served.card["name"], 1)
         ParseDict(served.card, card)
     return card
 

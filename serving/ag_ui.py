@@ -39,12 +39,12 @@ from ag_ui.core import (
 )
 from fastapi import FastAPI, Header, HTTPException
 from fastapi.responses import StreamingResponse
-from pydantic import ValidationError
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from ..client.agent_client import AgentClient, AgentRun
 from ..workflows import json_schema
+from ..workflows.errors import AgentInputInvalid
 from ..workflows.events import AgentEvent
 from ..workflows.transcript import AssistantMessage
 from .ag_ui_events import (
@@ -200,10 +200,8 @@ def _first_input(served: ServedAgent, text: str, tools: list[Tool]) -> Any:
         )
     try:
         return served.input(text, conversation=True, callback_tools=declared)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise HTTPException(422, f"{where}: {first['msg']}") from None
+    except AgentInputInvalid as error:
+        raise HTTPException(422, error.message) from None
 
 
 def _message_text(body: RunAgentInput) -> str:

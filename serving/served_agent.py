@@ -24,8 +24,9 @@ from a2a.types.a2a_pb2 import AgentCard
 from google.protobuf.json_format import ParseDict, ParseError
 from pydantic import ValidationError
 
-from ..workflows.errors import AgentConfigurationError
+from ..workflows.errors import AgentConfigurationError, AgentInputInvalid
 from ..workflows.inputs import AgentInput
+from ..workflows.payloads import refusal
 
 MAX_AGENT_FILE_BYTES = 1_000_000
 """An agent file over this is refused: it describes an agent, and a run's whole input is bounded
@@ -56,15 +57,19 @@ class ServedAgent:
 
     def input(self, prompt: str, **fields: Any) -> AgentInput:
         """The input of a run that `prompt` starts, with `fields` over the template's (a
-        protocol's own: the client's tools as `callback_tools`, a conversation). ValidationError
-        when they make it invalid, as a client's input would."""
-        return AgentInput.model_validate({**self.template, **fields, "prompt": prompt})
+        protocol's own: the client's tools as `callback_tools`, a conversation).
+        AgentInputInvalid when they make it invalid, naming each field and rule, as a client's
+        input is refused (payloads.refusal)."""
+        try:
+            return AgentInput.model_validate({**self.template, **fields, "prompt": prompt})
+        except ValidationError as error:
+            raise refusal(error) from None
 
     @property
     def name(self) -> str:
-        """What the agent is called where a protocol names it: the runs' `label`, else
-        `durable-agent`."""
-        return str(self.template.get("label") or "durable-agent")
+        """What the agent is called where a protocol names it: its card's `name`, else the
+        runs' `label`, else `durable-agent`."""
+        return str(self.card.get("name") or self.template.get("label") or "durable-agent")
 
 
 def load_served_agent(path: Path, card: Path | None = None) -> ServedAgent:
@@ -81,10 +86,8 @@ def load_served_agent(path: Path, card: Path | None = None) -> ServedAgent:
     served = ServedAgent(template, {} if card is None else _card(card))
     try:
         served.input("-")
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the file"
-        raise AgentConfigurationError(f"--agent {path}: {where}: {first['msg']}") from None
+    except AgentInputInvalid as error:
+        raise AgentConfigurationError(f"--agent {path}: {error.message}") from None
     return served
 
 
