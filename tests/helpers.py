@@ -62,6 +62,21 @@ def npm_installed(source: Path, where: Path, files: tuple[str, ...]) -> Path:
     return where
 
 
+def tsc_compiled(where: Path) -> Path:
+    """The TypeScript project in `where` (its tsconfig.json, `npm_installed` with typescript)
+    compiled by tsc, which type-checks it as it does; `where`, its .js files beside the .ts."""
+    compiled = subprocess.run(
+        [str(where / "node_modules" / ".bin" / "tsc"), "-p", "."],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    return where
+
+
 TEST_WORKER_OPTIONS: dict[str, Any] = {
     # A bug in workflow code fails the test's run at once instead of retrying the task forever.
     "workflow_failure_exception_types": [Exception],

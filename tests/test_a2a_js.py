@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
 import types
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 from durable_agent.demo import tools as demo_tools
 from tests import a2a_served
 from tests.doc_examples import DOCS
-from tests.helpers import npm_installed
+from tests.helpers import npm_installed, tsc_compiled
 from tests.serve_process import TOKEN
 
 JS_CLIENT = Path(__file__).parent / "a2a_js_client"
@@ -46,16 +45,7 @@ def js_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("a2a-js-client")
     (where / "ask.ts").write_text(example("ts"))
     npm_installed(JS_CLIENT, where, ("package.json", "tsconfig.json", "checks.mjs"))
-    compiled = subprocess.run(
-        [str(where / "node_modules" / ".bin" / "tsc"), "-p", "."],
-        cwd=where,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
-    return where
+    return tsc_compiled(where)
 
 
 async def node(where: Path, *words: str) -> str:

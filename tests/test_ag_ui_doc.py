@@ -8,14 +8,13 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import subprocess
 import types
 from pathlib import Path
 
 from temporalio.client import Client
 
 from tests.doc_examples import DOCS
-from tests.helpers import call, turn
+from tests.helpers import call, tsc_compiled, turn
 from tests.serve_process import TOKEN
 from tests.test_ag_ui import ag_ui_client, agent_file, served  # noqa: F401 (a fixture)
 
@@ -41,15 +40,7 @@ async def test_the_typescript_client_type_checks_and_runs_to_the_answer(
     ag_ui_client: Path,  # noqa: F811
 ) -> None:
     (ag_ui_client / "example.ts").write_text(block("ts"))
-    checked = subprocess.run(
-        [str(ag_ui_client / "node_modules" / ".bin" / "tsc"), "-p", "."],
-        cwd=ag_ui_client,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert checked.returncode == 0, checked.stdout + checked.stderr
+    tsc_compiled(ag_ui_client)
     path = agent_file(tmp_path, SCRIPT, tools=["cancel_order"])
     async with served(client, task_queue, path) as http:
         environment = {**os.environ, "AGENT_URL": str(http.base_url), "AGENT_API_TOKEN": TOKEN}
