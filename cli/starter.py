@@ -99,17 +99,6 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         return 1
 
 
-async def main_async(argv: Sequence[str]) -> int:
-    """`main` inside a running event loop (the tests use it), for a run or a subcommand."""
-    if argv[:1] and argv[0] in PROGRAMS:
-        say(f"{program()} {argv[0]}: error: a command of its own: use main()")
-        return 2
-    try:
-        return await dispatch(parse_command_line(argv))
-    except CommandLineError as stop:
-        return int(stop.code or 0)
-
-
 async def dispatch(args: RunArgs | Subcommand) -> int:
     """A run starts (and connects, or starts its own server) in cli.run; a subcommand connects
     here and is handed its run. A server that refuses (an update it did not take, a namespace

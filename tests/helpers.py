@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
 
+from durable_agent.cli import starter
+from durable_agent.serving.command_line import CommandLineError
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.agent import AgentWorkflow
 from durable_agent.workflows.inputs import AgentInput, AgentResult, Limits, ToolApprovalPolicy
@@ -186,3 +189,26 @@ async def chain_histories(
         last = history.events[-1]
         run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
     return histories
+
+
+class Cli:
+    """The CLI in this process's event loop, against the session's server, one command at a
+    time: (exit code, stdout, stderr). A run or a subcommand, as `starter.main` would parse and
+    dispatch it; not `worker`, `serve` or `contract`, which run their own event loop."""
+
+    def __init__(
+        self, env: WorkflowEnvironment, task_queue: str, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        self.address = env.client.service_client.config.target_host
+        self.task_queue = task_queue
+        self.capsys = capsys
+
+    async def __call__(self, *argv: str) -> tuple[int, str, str]:
+        self.capsys.readouterr()  # what came before is not this command's
+        try:
+            words = [*argv, "--address", self.address]
+            code = await starter.dispatch(starter.parse_command_line(words))
+        except CommandLineError as stop:
+            code = int(stop.code or 0)
+        out, err = self.capsys.readouterr()
+        return code, out, err

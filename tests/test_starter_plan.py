@@ -23,6 +23,7 @@ from durable_agent.client.agent_client import AgentClient
 from durable_agent.demo.script import DEMO_PLAN, demo_plan_script, support_demo_script
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.model_settings import ScriptedCall
+from tests import helpers
 from tests.helpers import TEST_WORKER_OPTIONS, eventually
 from tests.test_agent_client import end_leftovers
 
@@ -42,22 +43,14 @@ def step_lines(stderr: str) -> list[str]:
     return [line.split(":")[0] for line in stderr.splitlines() if line.startswith("step ")]
 
 
-class Cli:
+class Cli(helpers.Cli):
     """starter.py in this process, against the session's server, one command at a time."""
 
     def __init__(
         self, env: WorkflowEnvironment, task_queue: str, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        self.address = env.client.service_client.config.target_host
-        self.task_queue = task_queue
-        self.capsys = capsys
+        super().__init__(env, task_queue, capsys)
         self.started: list[str] = []
-
-    async def __call__(self, *argv: str) -> tuple[int, str, str]:
-        self.capsys.readouterr()  # what came before is not this command's
-        code = await starter.main_async([*argv, "--address", self.address])
-        out, err = self.capsys.readouterr()
-        return code, out, err
 
     async def start(self, *options: str) -> str:
         code, out, err = await self(

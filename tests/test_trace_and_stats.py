@@ -42,21 +42,8 @@ PROMPT = "Where is my latest order? My email is a@b.com."
 USAGE = {"input_tokens": 100, "cached_input_tokens": 40, "output_tokens": 10}
 
 
-class Cli:
+class Cli(helpers.Cli):
     """starter.py in this process, against the session's server."""
-
-    def __init__(
-        self, env: WorkflowEnvironment, task_queue: str, capsys: pytest.CaptureFixture[str]
-    ) -> None:
-        self.address = env.client.service_client.config.target_host
-        self.task_queue = task_queue
-        self.capsys = capsys
-
-    async def __call__(self, *argv: str) -> tuple[int, str, str]:
-        self.capsys.readouterr()  # what came before is not this command's
-        code = await starter.main_async([*argv, "--address", self.address])
-        out, err = self.capsys.readouterr()
-        return code, out, err
 
     async def run(self, script: list[dict[str, Any]], tmp_path: Path, *options: str) -> Any:
         """A scripted run through the CLI: (exit code, stdout, stderr)."""
