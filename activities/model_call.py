@@ -103,6 +103,7 @@ def model_call(gates: admission.Gates) -> Callable[[ModelRequest], Awaitable[Mod
         provider = ADAPTERS.get(settings.provider)
         if provider is None:
             raise AgentConfigurationError(f"unknown model provider {settings.provider!r}")
+        prices = pricing.price_table()  # a price file that cannot be used fails before a paid call
         attempt = activity.info().attempt
         try:
             with _streaming.publishing(request, attempt) as publisher:
@@ -134,7 +135,9 @@ def model_call(gates: admission.Gates) -> Callable[[ModelRequest], Awaitable[Mod
                 settings.provider,
             )
         price = (
-            settings.price or pricing.price_for(response.model) or pricing.price_for(settings.model)
+            settings.price
+            or pricing.price_for(response.model, prices)
+            or pricing.price_for(settings.model, prices)
         )
         usage = response.usage.model_copy(
             update={"cost_usd": pricing.cost_usd(response.usage, price)}

@@ -10,7 +10,11 @@ cache writes), "o3-mini" costs half of "o3" and "claude-opus-4-8" a third of "cl
 each has no price here rather than a wrong one.
 
 Cost is computed in the model activity, where reading the file is allowed; the workflow only adds
-up the figures the activities returned, so budgets stay deterministic.
+up the figures the activities returned, so budgets stay deterministic. The file is read and checked
+as a worker starts (`check_worker`), and again by a model call before it is made: one that cannot
+be used (missing, not JSON, a price with a field it does not know or a negative rate) is
+AgentConfigurationError, which stops the worker from starting, or fails the run at once, rather
+than after a paid call that each retry would pay for again.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ import re
 from functools import cache
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from ..workflows.errors import AgentConfigurationError
 from ..workflows.model_settings import Price
 from ..workflows.usage import Usage
 
@@ -73,15 +80,44 @@ run's page and the AgentCostUsd search attribute. It is no provider's price; the
 model's name is not in the price table, so other scripted runs stay unpriced."""
 
 
+PRICES_VARIABLE = "AGENT_PRICES"
+
+
 @cache
 def _configured_prices(path: str) -> dict[str, Price]:
-    raw = json.loads(Path(path).read_text())
-    return {model: Price.model_validate(price) for model, price in raw.items()}
+    """$AGENT_PRICES's table; AgentConfigurationError, naming the file and what is wrong, for
+    one that cannot be used (a failed read is not cached: a fixed file is read again)."""
+    where = f"${PRICES_VARIABLE} {path}"
+    try:
+        raw = json.loads(Path(path).read_bytes())
+    except OSError as error:
+        raise AgentConfigurationError(f"{where}: {error.strerror or error}") from None
+    except ValueError as error:
+        raise AgentConfigurationError(f"{where}: not JSON: {error}") from None
+    if not isinstance(raw, dict):
+        raise AgentConfigurationError(f"{where}: a JSON object of prices by model name")
+    table = {}
+    for model, price in raw.items():
+        # A misspelt rate ("cache_wirte") would be a rate of 0, and bill too little.
+        unknown = sorted(set(price) - set(Price.model_fields)) if isinstance(price, dict) else []
+        if unknown:
+            raise AgentConfigurationError(
+                f"{where}: {model}: unknown field {unknown[0]!r} (the fields: "
+                f"{', '.join(Price.model_fields)}, dollars per million tokens)"
+            )
+        try:
+            table[model] = Price.model_validate(price)
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            field = ".".join(str(part) for part in (model, *first["loc"]))
+            raise AgentConfigurationError(f"{where}: {field}: {first['msg']}") from None
+    return table
 
 
 def price_table() -> dict[str, Price]:
-    """The shipped prices, with those of $AGENT_PRICES (if set) taking precedence."""
-    path = os.environ.get("AGENT_PRICES")
+    """The shipped prices, with those of $AGENT_PRICES (if set) taking precedence.
+    AgentConfigurationError for a file that cannot be used."""
+    path = os.environ.get(PRICES_VARIABLE)
     return {**SHIPPED_PRICES, **(_configured_prices(path) if path else {})}
 
 

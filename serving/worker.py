@@ -21,7 +21,7 @@ from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import Replayer, Worker, WorkerDeploymentConfig
 
-from ..activities import message_store, telemetry, toolkits
+from ..activities import message_store, pricing, telemetry, toolkits
 from ..activities.admission import Admission
 from ..activities.mcp_config import McpConfig
 from ..activities.mcp_tools import McpTools
@@ -58,13 +58,14 @@ def check_worker(tools: Sequence[str]) -> list[str]:
     """Load a worker's tools (the demo's when none are named), and check what it would fail on
     later: the payload keys, the stores can be written (the demo's database is a store only
     where its tools are served: a user's worker does not create it), the messages' retention,
-    the model calls' admission limits. Before it connects, and long before a model is paid for.
-    The names of the tools it serves."""
+    the model calls' admission limits, the price file ($AGENT_PRICES). Before it connects, and
+    long before a model is paid for. The names of the tools it serves."""
     served = toolkits.load_tools(list(tools) or [toolkits.DEMO_TOOLS])
     data_converter()
     check_stores(demo=toolkits.serves_demo())
     message_store.retention_hours_from_env()
     Admission.from_env()
+    pricing.price_table()
     return served
 
 

@@ -9,6 +9,8 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.activities import pricing
+from durable_agent.cli import starter, worker
+from durable_agent.workflows.errors import AgentConfigurationError
 from durable_agent.workflows.inputs import AgentInput, Limits
 from durable_agent.workflows.model_settings import Price
 from durable_agent.workflows.usage import Usage
@@ -134,3 +136,70 @@ async def test_a_cost_budget_needs_a_price(client: Client, task_queue: str) -> N
 
     assert run.failure.type == "AgentConfigurationError"
     assert "max_cost_usd=1 cannot be enforced" in run.failure.message
+
+
+BAD_PRICE_FILES = {
+    "missing.json": (None, "No such file or directory"),
+    "not-json.json": ('{"gpt-4o": ', "not JSON"),
+    "a-list.json": ("[]", "a JSON object of prices by model name"),
+    "a-typo.json": (
+        {"m": {"input": 1, "cached_input": 0.1, "output": 4, "cache_wirte": 1.25}},
+        "m: unknown field 'cache_wirte'",
+    ),
+    "negative.json": ({"m": {"input": -1, "cached_input": 0, "output": 1}}, "m.input: "),
+    "infinite.json": ('{"m": {"input": 1e400, "cached_input": 0, "output": 1}}', "m.input: "),
+    "no-output.json": ({"m": {"input": 1, "cached_input": 0}}, "m.output: Field required"),
+}
+
+
+def _price_file(tmp_path: Path, name: str) -> tuple[Path, str]:
+    content, said = BAD_PRICE_FILES[name]
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return path, said
+
+
+@pytest.mark.parametrize("name", BAD_PRICE_FILES)
+def test_a_price_file_that_cannot_be_used_is_refused_naming_what_is_wrong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Each, read as it stood, would have billed wrongly or failed after a paid model call: a
+    misspelt rate was a rate of 0, an unreadable file a traceback in the model activity."""
+    path, said = _price_file(tmp_path, name)
+    monkeypatch.setenv("AGENT_PRICES", str(path))
+    with pytest.raises(AgentConfigurationError) as refused:
+        pricing.price_table()
+    assert refused.value.message.startswith(f"$AGENT_PRICES {path}: ")
+    assert said in refused.value.message
+    path.write_text(json.dumps({"m": {"input": 1, "cached_input": 0.1, "output": 4}}))
+    assert pricing.price_table()["m"] == Price(input=1, cached_input=0.1, output=4)  # read again
+
+
+def test_the_worker_and_a_self_contained_run_refuse_a_bad_price_file_before_starting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = _price_file(tmp_path, "a-typo.json")
+    monkeypatch.setenv("AGENT_PRICES", str(path))
+    said = f"$AGENT_PRICES {path}: m: unknown field 'cache_wirte'"
+    # Port 1: nothing listens there, and nothing gets as far as trying.
+    assert worker.main(["--address", "127.0.0.1:1"]) == 2
+    assert capsys.readouterr().err.startswith(f"worker.py: error: {said} (the fields: ")
+    assert starter.main(["Where is my order?", "--no-stream"]) == 2
+    err = capsys.readouterr().err
+    assert "embedded Temporal dev server" not in err
+    assert err.splitlines()[-1].startswith(f"starter.py: error: {said}")
+
+
+async def test_a_run_on_a_worker_with_a_bad_price_file_fails_before_its_first_model_call(
+    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker an app built itself (build_worker, no check_worker): the model activity reads
+    the file before it calls the model, and its error is not retried."""
+    path, _ = _price_file(tmp_path, "not-json.json")
+    monkeypatch.setenv("AGENT_PRICES", str(path))
+    run = await run_agent(client, task_queue, scripted_input([turn(text="never said")]))
+
+    assert run.failure.type == "AgentConfigurationError"
+    assert f"$AGENT_PRICES {path}: not JSON" in run.failure.message
+    assert run.trace == [] and run.transcript[-1].role == "user"
