@@ -13,6 +13,7 @@ from google.protobuf.json_format import MessageToDict
 
 from ..client.agent_client import AgentRun
 from ..workflows.status import RunStatus
+from .a2a_tasks import waiting_for_a_person
 
 APPROVAL_KEYS = {"approve", "reason", "call_id"}
 CALLBACK_KEYS = {"call_id", "result"}
@@ -45,7 +46,7 @@ async def answer(run: AgentRun, status: RunStatus, given: dict[str, Any] | None)
         else:
             await run.reject_plan(reason, version=plan.version)
         return
-    waiting = [a.call_id for a in status.approvals if a.status == "awaiting_approval"]
+    waiting = [a.call_id for a in waiting_for_a_person(status)]
     if waiting:
         approve, reason = _decision(given, allow_call_id=True)
         chosen = given.get("call_id")

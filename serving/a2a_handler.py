@@ -78,6 +78,7 @@ from .streams import Streams, StreamsFull
 WAKING_EVENTS = (
     "approval_requested",
     "approval_decided",
+    "judge_verdict",
     "plan_submitted",
     "plan_decided",
     "callback_requested",

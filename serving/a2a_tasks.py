@@ -24,6 +24,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from ..client.agent_client import AgentClient, AgentRun, AgentRunFailed
 from ..workflows.agent import AgentWorkflow
+from ..workflows.decisions import ToolApproval
 from ..workflows.state import TurnRecord
 from ..workflows.status import RunStatus
 
@@ -173,6 +174,12 @@ async def _ended(
     task.status.CopyFrom(TaskStatus(state=state, message=message))
 
 
+def waiting_for_a_person(status: RunStatus) -> list[ToolApproval]:
+    """The run's own calls that wait for a person: not those auto mode's judge reviews, which
+    it may yet decide (a verdict that escalates one wakes the task's readers)."""
+    return [a for a in status.approvals if a.status == "awaiting_approval" and not a.judging]
+
+
 def _working(task: Task, status: RunStatus) -> None:
     waiting: dict[str, Any] | None = None
     shown: list[dict[str, Any]]
@@ -180,7 +187,7 @@ def _working(task: Task, status: RunStatus) -> None:
         plan = status.plan
         waiting = {"waiting": "plan", "version": plan.version, "steps": plan.steps}
         said = "The agent's plan waits for approval:\n" + "\n".join(plan.steps)
-    elif calls := [a for a in status.approvals if a.status == "awaiting_approval"]:
+    elif calls := waiting_for_a_person(status):
         # The arguments whole, as data; as a person is shown them where they are too long.
         shown = [
             {"call_id": c.call_id, "tool": c.tool, "arguments": c.parsed_arguments or c.arguments}

@@ -102,6 +102,10 @@ class AgUiRun:
     """The steps whose reply is whole (it made calls): later text of theirs was shown."""
     _client_answered: set[str] = field(default_factory=set)
     """The client's tools' calls it answered: it has their results already."""
+    _judged: dict[str, AgentEvent] = field(default_factory=dict)
+    """The approval_requested events of the calls auto mode's judge reviews, by call id: a
+    call goes to a person (an interrupt) only if the judge escalates it or an operator hands it
+    over (its verdict is then late, with no decision before it)."""
 
     def started(self, offset: int) -> str:
         """RUN_STARTED, with the offset before the stretch's first event as its id: a client
@@ -217,16 +221,14 @@ class AgUiRun:
                 return self._finish(
                     RunFinishedSuccessOutcome(pending_tool_call_ids=[event.call_id])
                 )
-            case "approval_requested" if event.call_id:
-                interrupt = Interrupt(
-                    id=approval_interrupt_id(event.call_id),
-                    reason=APPROVAL,
-                    message=f"{event.tool} wants to run with {event.arguments}",
-                    tool_call_id=event.call_id,
-                    response_schema=DECISION_SCHEMA,
-                    metadata={"tool": event.tool, "arguments": event.arguments},
-                )
-                return self._finish(RunFinishedInterruptOutcome(interrupts=[interrupt]))
+            case "approval_requested" if event.call_id and event.outcome == "judge":
+                self._judged[event.call_id] = event
+                return []
+            case "approval_requested" if event.call_id and event.outcome is None:
+                return self._asked(event)
+            case "approval_decided" if event.call_id:
+                self._judged.pop(event.call_id, None)  # decided by a person, elsewhere
+                return []
             case "plan_submitted":
                 interrupt = Interrupt(
                     id=plan_interrupt_id(),
@@ -247,9 +249,29 @@ class AgUiRun:
             case "judge_verdict" | "guardrail" | "compensation" | "retry":
                 # What a front end may show beside the run, by name (docs/agent-protocols.md).
                 value = event.model_dump(mode="json", exclude_none=True)
-                return [CustomEvent(name=f"durable_agent.{event.kind}", value=value)]
+                shown: list[BaseEvent] = [
+                    CustomEvent(name=f"durable_agent.{event.kind}", value=value)
+                ]
+                verdict = event.kind == "judge_verdict"
+                judged = self._judged.pop(event.call_id or "", None) if verdict else None
+                # Late with no decision before it: an operator handed the call to a person.
+                if judged is not None and event.outcome in ("escalated", "late"):
+                    return shown + self._asked(judged)
+                return shown
             case _:
                 return []
+
+    def _asked(self, event: AgentEvent) -> list[BaseEvent]:
+        """A call that waits for a person: the run ends with an interrupt that resume decides."""
+        interrupt = Interrupt(
+            id=approval_interrupt_id(event.call_id or ""),
+            reason=APPROVAL,
+            message=f"{event.tool} wants to run with {event.arguments}",
+            tool_call_id=event.call_id,
+            response_schema=DECISION_SCHEMA,
+            metadata={"tool": event.tool, "arguments": event.arguments},
+        )
+        return self._finish(RunFinishedInterruptOutcome(interrupts=[interrupt]))
 
     def _answered(self, event: AgentEvent) -> list[BaseEvent]:
         """The turn's (or the conversation's) answer: what the client does not have of it (all

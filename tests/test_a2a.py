@@ -372,3 +372,48 @@ async def test_a_0_3_client_is_answered_in_0_3_terms_and_1_0_needs_its_version(
     # A 1.0 method without the header that says so is refused, as the SDK has it.
     unversioned = await plain.post("/a2a", json=rpc("GetTask", {"id": task["id"]}))
     assert unversioned.json()["error"]["code"] == -32009
+
+
+JUDGED_SCRIPT = [
+    {"calls": [{"name": "cancel_order", "id": "call_one", "arguments": {"order_id": 1042}}]},
+    {"text": "Cancelled 1042."},
+    {"calls": [{"name": "cancel_order", "id": "call_two", "arguments": {"order_id": 1043}}]},
+    {"text": "Cancelled 1043."},
+]
+
+
+def _verdict(decision: str) -> dict[str, Any]:
+    """The judge's verdict, after a while: the task is read while the judge works."""
+    arguments = {"decision": decision, "confidence": 0.95, "reason": f"{decision}, as scripted"}
+    return {"calls": [{"name": "verdict", "arguments": arguments}], "delay_seconds": 1.5}
+
+
+async def test_a_call_auto_modes_judge_reviews_is_input_required_only_once_it_goes_to_a_person(
+    temporal_env: WorkflowEnvironment, queue: str, worker: None, tmp_path: Path
+) -> None:
+    """The judge decides first: a call it approves never makes the task input-required (it
+    was, while the judge worked, and an answer once the judge had decided was refused); one
+    it escalates does, and the client's answer decides it."""
+    judge = {"provider": "scripted", "script": [_verdict("approve"), _verdict("escalate")]}
+    auto_mode = {
+        "judge": judge,
+        "criteria": {"cancels": {"effect": "cancels a customer's order"}},
+        "tools": {"cancel_order": "cancels"},
+    }
+    fields = {"tools": ["cancel_order"], "tool_approval": {"auto_mode": auto_mode}}
+    agent = agent_file(tmp_path, JUDGED_SCRIPT, **fields)
+    async with served(temporal_env, queue, agent) as api, a2a(api) as client:
+        events = await send(client, message("Cancel order 1042."))
+        assert states(events) == ["TASK_STATE_WORKING", "artifact", "TASK_STATE_COMPLETED"]
+        first = final_task(events)
+        assert [get_artifact_text(a) for a in first.artifacts] == ["Cancelled 1042."]
+
+        follow_up = message("And 1043.")
+        follow_up.context_id = first.context_id
+        events = await send(client, follow_up)
+        assert states(events)[-1] == "TASK_STATE_INPUT_REQUIRED", states(events)
+        task = final_task(events)
+        waiting = MessageToDict(task.status.message.parts[1].data)
+        assert [call["call_id"] for call in waiting["calls"]] == ["call_two"]
+        answered = final_task(await send(client, message(task=task, approve=True)))
+    assert [get_artifact_text(a) for a in answered.artifacts] == ["Cancelled 1043."]

@@ -11,6 +11,7 @@ import shutil
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,12 @@ import pytest
 from temporalio.client import Client
 
 from durable_agent.demo import tools as demo_tools
+from durable_agent.serving.ag_ui_events import AgUiRun
 from durable_agent.serving.worker import build_worker
-from durable_agent.workflows.model_settings import ScriptedTurn
+from durable_agent.workflows.decisions import ApprovalCriteria
+from durable_agent.workflows.events import AgentEvent
+from durable_agent.workflows.inputs import AutoMode, ToolApprovalPolicy
+from durable_agent.workflows.model_settings import ModelSettings, ScriptedTurn
 from tests import fake_anthropic
 from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, call, npm_installed, turn
 from tests.serve_process import TOKEN, serving
@@ -510,3 +515,102 @@ async def test_two_calls_of_the_clients_tools_in_one_reply_end_a_run_each(
             messages.append(result)
         ran = await sse(http, run_input(thread_id, *messages, tools=[LOCATION_TOOL]))
         assert ran[-1][1]["result"] == "Both answered."
+
+
+NOW = datetime(2026, 12, 7, tzinfo=UTC)
+
+
+def judged_agent_file(tmp_path: Path, script: list[ScriptedTurn], *judge: ScriptedTurn) -> Path:
+    """An agent whose `cancel_order` calls auto mode's judge reviews before a person."""
+    cancels = ApprovalCriteria(effect="cancels a customer's order", approve_when="one order")
+    auto_mode = AutoMode(
+        judge=ModelSettings(provider="scripted", model="judge-1", script=list(judge)),
+        criteria={"cancels": cancels},
+        tools={"cancel_order": "cancels"},
+    )
+    policy = ToolApprovalPolicy(auto_mode=auto_mode).model_dump(mode="json", exclude_none=True)
+    return agent_file(tmp_path, script, tools=["cancel_order"], tool_approval=policy)
+
+
+def verdict(decision: str, reason: str) -> ScriptedTurn:
+    return turn(call("verdict", decision=decision, confidence=0.95, reason=reason))
+
+
+async def test_a_call_auto_modes_judge_reviews_interrupts_only_when_it_goes_to_a_person(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """The judge decides first: a call it approves runs within the AG-UI run, with its verdict
+    as a CUSTOM event; one it escalates ends the run with the interrupt a person answers. (An
+    interrupt at the request, as before, ended the run while the judge worked, and a resume
+    once it had decided was refused.)"""
+    script = [
+        turn(call("cancel_order", id="call_one", order_id=1042, reason="asked")),
+        turn(text="Cancelled 1042."),
+        turn(call("cancel_order", id="call_two", order_id=1043, reason="asked")),
+        turn(text="Cancelled 1043."),
+    ]
+    judge = [verdict("approve", "one order, asked for"), verdict("escalate", "not sure")]
+    path = judged_agent_file(tmp_path, script, *judge)
+    thread_id = f"judged-{uuid.uuid4().hex[:8]}"
+    async with served(client, task_queue, path) as http:
+        events = [e for _, e in await sse(http, run_input(thread_id, user("Cancel 1042.")))]
+        assert events[-1]["outcome"] == {"type": "success"}, events[-1]
+        assert events[-1]["result"] == "Cancelled 1042."
+        (judged,) = [e["value"] for e in events if e["type"] == "CUSTOM"]
+        assert (judged["kind"], judged["call_id"], judged["outcome"]) == (
+            "judge_verdict",
+            "call_one",
+            "approved",
+        )
+        assert [e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == ["call_one"]
+
+        events = [e for _, e in await sse(http, run_input(thread_id, user("And 1043.")))]
+        outcome = events[-1]["outcome"]
+        assert outcome["type"] == "interrupt", events[-1]
+        assert [i["id"] for i in outcome["interrupts"]] == ["approval:call_two"]
+        verdicts = [e["value"]["outcome"] for e in events if e["type"] == "CUSTOM"]
+        assert verdicts == ["escalated"]
+        assert not [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
+
+        approve = {"interruptId": "approval:call_two", "status": "resolved"}
+        resume = [{**approve, "payload": {"approve": True}}]
+        events = [e for _, e in await sse(http, run_input(thread_id, resume=resume))]
+        assert events[-1]["result"] == "Cancelled 1043.", events[-1]
+        assert [e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == ["call_two"]
+
+
+@pytest.mark.parametrize(
+    ("after", "interrupts"),
+    [
+        # The judge escalated: a person decides.
+        ([("judge_verdict", "escalated")], True),
+        # An operator turned auto mode off while it worked: the call went to a person, and the
+        # verdict that came after is late.
+        ([("judge_verdict", "late")], True),
+        # A person decided it elsewhere first: the verdict is late, and nothing waits.
+        ([("approval_decided", "approved"), ("judge_verdict", "late")], False),
+        ([("judge_verdict", "approved")], False),
+        ([("judge_verdict", "denied")], False),
+    ],
+)
+def test_a_judged_call_interrupts_the_run_by_its_events_alone(
+    after: list[tuple[str, str]], interrupts: bool
+) -> None:
+    """Where a stretch ends depends on its events, never on when a serve asked (a client that
+    resumes elsewhere gets the same stretch): the request says the judge reviews it first."""
+    shown = AgUiRun("t", "r", "r")
+    shown.started(-1)
+    asked = {"call_id": "call_1", "tool": "cancel_order", "arguments": "{}"}
+    events = [("approval_requested", "judge"), *after]
+    for offset, (kind, outcome) in enumerate(events):
+        event = AgentEvent.model_validate(
+            {"kind": kind, "step": 1, "at": NOW, **asked, "outcome": outcome}
+        )
+        sent = shown.event(offset, event)
+        assert shown.finished == (interrupts and offset == len(events) - 1)
+        assert ('"interrupt"' in sent) == shown.finished
+    remembered = AgUiRun("t", "r", "r")
+    remembered.started(-1)
+    request = {"kind": "approval_requested", "step": 1, "at": NOW, **asked}
+    remembered.event(0, AgentEvent.model_validate({**request, "outcome": "remembered"}))
+    assert not remembered.finished

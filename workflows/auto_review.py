@@ -46,6 +46,10 @@ class AutoReview:
         """Calls with criteria are judged before a person is asked (judge.py)."""
         self._judge = judge
 
+    def judges(self, tool: str) -> bool:
+        """Whether a call of `tool` that asks goes to the judge first (`start`)."""
+        return self._judge is not None and self._judge.criteria_for(tool) is not None
+
     def start(self, request: ToolApproval, call: ToolCall, run: Run) -> bool:
         """Hand a call just asked to the judge, when its tool has criteria; False when it has
         none, and a person decides it."""

@@ -22,6 +22,7 @@ from .budget import Budget
 from .context import RunContext
 from .decisions import DecidedBy, ToolApproval, ToolCallDecision
 from .dispatch import Run
+from .events import FirstDecider
 from .outcomes import count
 from .reporting import Explained, Reporter, calls_markdown, verdict_line
 from .status import SubAgentApproval
@@ -65,9 +66,11 @@ class CallApprovals:
         """Every call that waits, this run's and its sub-agents'."""
         return [*self.awaiting(), *self._relayed()]
 
-    def open(self, call: ToolCall, action: Run, step: int) -> ToolApproval:
+    def open(
+        self, call: ToolCall, action: Run, step: int, first: FirstDecider | None = None
+    ) -> ToolApproval:
         """The request of one call the plan marks (its arguments parsed: only a call the plan
-        will run asks), published as asked."""
+        will run asks), published as asked, of a person or `first` of another."""
         fields, left_out = shown_arguments.fields_of(action.arguments)
         request = ToolApproval(
             call_id=call.id,
@@ -82,7 +85,7 @@ class CallApprovals:
         )
         self._state.approvals.append(request)
         self._by_call[call.id] = request
-        self._reporter.asked(request)
+        self._reporter.asked(request, first)
         return request
 
     def decide(self, decision: ToolCallDecision) -> ToolApproval:

@@ -40,6 +40,8 @@ AgentEventKind = Literal[
     "completed",
     "failed",
 ]
+FirstDecider = Literal["judge", "remembered"]
+"""Who decides a call that asks before a person could (an approval_requested event's outcome)."""
 
 
 SHOWN_RESULT_CHARS = 1_000
@@ -63,7 +65,10 @@ class AgentEvent(BaseModel):
     arguments: str | None = None
     """As the model wrote them, cut at 1,000 characters."""
     outcome: str | None = None
-    """tool_call_finished: the ToolOutcome; approval_decided: the approval status;
+    """tool_call_finished: the ToolOutcome; approval_requested: who decides the call first, when
+    not a person (`judge`: auto mode's judge reviews it, a judge_verdict follows; `remembered`:
+    a remembered denial decides it at once, an approval_decided follows); approval_decided: the
+    approval status;
     judge_verdict: what came of it (approved, denied, escalated, late); guardrail: passed or
     tripped (`text` names it, and says why it tripped; `tool` for a tool result's);
     plan_decided: approved or rejected; compensation: the CompensationStatus."""

@@ -30,7 +30,13 @@ from . import shown_arguments
 from .activity_io import ModelResponse
 from .context import RunContext
 from .decisions import JudgeVerdict, ToolApproval
-from .events import EVENTS_TOPIC, SHOWN_RESULT_CHARS, AgentEvent, AgentEventKind
+from .events import (
+    EVENTS_TOPIC,
+    SHOWN_RESULT_CHARS,
+    AgentEvent,
+    AgentEventKind,
+    FirstDecider,
+)
 from .outcomes import Outcome, count
 from .state import StepRecord
 from .status import AGENT_COST_USD, AGENT_ERROR, AGENT_STATUS, AGENT_STEP, AgentStatus
@@ -206,13 +212,15 @@ class Reporter:
     def reply_done(self) -> None:
         self._reported_calls.clear()
 
-    def asked(self, approval: ToolApproval) -> None:
-        """approval_requested: a call waits for a decision (auto mode's judge's, or a person's)."""
+    def asked(self, approval: ToolApproval, first: FirstDecider | None = None) -> None:
+        """approval_requested: a call waits for a decision: a person's, or `first` auto mode's
+        judge's or a remembered one's (the event's `outcome`)."""
         self.publish(
             "approval_requested",
             call_id=approval.call_id,
             tool=approval.tool,
             arguments=approval.arguments,
+            outcome=first,
         )
 
     def decided(

@@ -24,6 +24,7 @@ from .call_approvals import CallApprovals
 from .context import RunContext
 from .decisions import AutoModeChange, JudgeVerdict, ToolApproval, ToolCallDecision
 from .dispatch import PlannedCall, Run
+from .events import FirstDecider
 from .input_limits import check_reason, quoted_id
 from .judge import Judge
 from .refusals import ignored
@@ -79,8 +80,11 @@ class ToolCallGate:
             call, action = entry.call, entry.action
             # Only a call the plan will run asks (dispatch._asks): its arguments are parsed.
             assert isinstance(action, Run)
-            request = self._calls.open(call, action, step)
-            if entry.ask == "remembered_denial":
+            remembered = entry.ask == "remembered_denial"
+            judged = not remembered and self._review.judges(call.name)
+            first: FirstDecider | None = "remembered" if remembered else "judge" if judged else None
+            request = self._calls.open(call, action, step, first)
+            if remembered:
                 self._calls.record(request, self._state.remembered[call.name], "remembered")
             elif not self._review.start(request, call, action):
                 asked += 1
