@@ -281,6 +281,9 @@ async def test_what_a_client_gets_wrong_is_a_json_rpc_error_and_starts_nothing(
     assert unknown["code"] == -32001
     malformed = await error_of(rpc("GetTask", {"id": "no-turn"}))
     assert malformed["code"] == -32001
+    for odd_turn in ("²", "9" * 5000):  # digits that int() refuses
+        odd = await error_of(rpc("GetTask", {"id": f"a2a-nobody#{odd_turn}"}))
+        assert odd["code"] == -32001, odd
     answer = {"messageId": "m1", "role": "ROLE_USER", "taskId": done.id}
     answer["parts"] = [{"data": {"approve": True}}]
     not_waiting = await error_of(rpc("SendMessage", {"message": answer}))
