@@ -274,6 +274,13 @@ async def test_what_a_client_gets_wrong_is_a_json_rpc_error_and_starts_nothing(
         return response.json()["error"]
 
     assert (await error_of(b"{not json"))["code"] == -32700
+    # JSON that Python parses but cannot write back, or cannot parse at all: the client's.
+    for unreadable in (
+        b'{"jsonrpc": "2.0", "id": "\\ud800", "method": "GetTask", "params": {"id": "a2a-x#1"}}',
+        b"[" * 10_000 + b"]" * 10_000,
+        b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "a2a-\xff#1"}}',
+    ):
+        assert (await error_of(unreadable))["code"] == -32700
     assert (await error_of({"jsonrpc": "2.0", "id": 1}))["code"] == -32600
     assert (await error_of(rpc("Nothing", {})))["code"] == -32601
     assert (await error_of(rpc("SendMessage", {"message": "text"})))["code"] == -32602
