@@ -12,6 +12,7 @@ it with 401, before its body is read)."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from a2a.server.jsonrpc_models import JSONParseError
@@ -72,6 +73,34 @@ def add_a2a(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: Str
         return await dispatcher.handle_requests(request)
 
     app.router.routes.append(Route(RPC_PATH, rpc_route, methods=["POST"]))
+    for name in SDK_LOGGERS:
+        logging.getLogger(name).addFilter(_CLIENT_ERRORS_UNLOGGED)
+
+
+class _ClientErrorsUnlogged(logging.Filter):
+    """The SDK logs every request it refuses: a warning each, and a traceback for params or a
+    request it cannot parse. Those are the client's mistakes, answered with the reason; in
+    serve's log they would be noise any client could make (serve's own errors, an unhandled
+    exception or an Internal error, are ERROR and stay)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR and record.msg not in CLIENT_ERROR_LOGS
+
+
+_CLIENT_ERRORS_UNLOGGED = _ClientErrorsUnlogged()
+SDK_LOGGERS = (
+    "a2a.server.routes.jsonrpc_dispatcher",
+    "a2a.compat.v0_3.jsonrpc_adapter",
+    "a2a.utils.version_validator",
+)
+CLIENT_ERROR_LOGS = frozenset(
+    {
+        "Failed to validate base JSON-RPC request",
+        "Failed to parse request params",
+        "Failed to validate base JSON-RPC request for v0.3",
+    }
+)
+"""What the SDK logs, with a traceback, as it answers a request it cannot parse."""
 
 
 def _unreadable(body: bytes) -> str | None:
