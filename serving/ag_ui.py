@@ -264,8 +264,9 @@ async def _answer(run: AgentRun, results: list[ToolMessage]) -> int:
         raise HTTPException(
             409, "no tool call of this thread waits for these results (answered or timed out)"
         )
-    for message in answering:
-        await run.answer_callback(message.tool_call_id, _result(message))
+    answers = [(message.tool_call_id, _result(message)) for message in answering]
+    for call_id, result in answers:
+        await run.answer_callback(call_id, result)
     ids = {message.tool_call_id for message in answering}
     last = answering[-1].tool_call_id
     _, asked = await _find(
@@ -278,7 +279,7 @@ async def _answer(run: AgentRun, results: list[ToolMessage]) -> int:
 
 def _result(message: ToolMessage) -> Any:
     """A tool message's content, as JSON where it is JSON (a callback tool's result may have a
-    schema), else as text."""
+    schema), else as text; 422 for JSON nested past what Python reads."""
     content = message.content
     if not isinstance(content, str):
         content = "\n".join(part.text for part in content if isinstance(part, TextPart))
@@ -288,6 +289,10 @@ def _result(message: ToolMessage) -> Any:
         return json.loads(content)
     except ValueError:
         return content
+    except RecursionError:
+        raise HTTPException(
+            422, f"messages: tool {message.tool_call_id[:100]}: its JSON is nested too deeply"
+        ) from None
 
 
 async def _decide(run: AgentRun, entries: list[ResumeEntry]) -> int:

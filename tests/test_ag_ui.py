@@ -387,6 +387,7 @@ async def test_what_a_client_gets_wrong_is_refused_before_anything_starts(
         for body, status in [
             (run_input(thread_id, user("Hello?")), 409),
             (run_input(thread_id, {**tool_result, "toolCallId": "call_other"}), 409),
+            (run_input(thread_id, {**tool_result, "content": "[" * 10_000 + "]" * 10_000}), 422),
             (
                 run_input(
                     thread_id,
