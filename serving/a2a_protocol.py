@@ -11,10 +11,16 @@ it with 401, before its body is read)."""
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
-from a2a.server.routes import create_jsonrpc_routes
+from a2a.server.jsonrpc_models import JSONParseError
+from a2a.server.request_handlers.response_helpers import (
+    agent_card_to_dict,
+    build_error_response,
+)
+from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.types.a2a_pb2 import (
     AgentCapabilities,
     AgentCard,
@@ -27,8 +33,9 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_1_0
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from google.protobuf.json_format import ParseDict
+from starlette.routing import Route
 
 from ..activities.tools import registered_tools
 from ..client.agent_client import AgentClient
@@ -57,11 +64,66 @@ def add_a2a(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: Str
         here.supported_interfaces[0].url = url
         return JSONResponse(agent_card_to_dict(here))
 
-    app.router.routes.extend(
-        create_jsonrpc_routes(
-            TemporalTasks(agents, served, streams), RPC_PATH, enable_v0_3_compat=True
-        )
-    )
+    dispatcher = JsonRpcDispatcher(TemporalTasks(agents, served, streams), enable_v0_3_compat=True)
+
+    async def rpc_route(request: Request) -> Response:
+        unreadable = _unreadable(await request.body())
+        if unreadable is not None:
+            return JSONResponse(build_error_response(None, JSONParseError(message=unreadable)))
+        return await dispatcher.handle_requests(request)
+
+    app.router.routes.append(Route(RPC_PATH, rpc_route, methods=["POST"]))
+    for name in SDK_LOGGERS:
+        logging.getLogger(name).addFilter(_CLIENT_ERRORS_UNLOGGED)
+
+
+class _ClientErrorsUnlogged(logging.Filter):
+    """The SDK logs every request it refuses: a warning each, and a traceback for params or a
+    request it cannot parse. Those are the client's mistakes, answered with the reason; in
+    serve's log they would be noise any client could make (serve's own errors, an unhandled
+    exception or an Internal error, are ERROR and stay)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR and record.msg not in CLIENT_ERROR_LOGS
+
+
+_CLIENT_ERRORS_UNLOGGED = _ClientErrorsUnlogged()
+SDK_LOGGERS = (
+    "a2a.server.routes.jsonrpc_dispatcher",
+    "a2a.compat.v0_3.jsonrpc_adapter",
+    "a2a.utils.version_validator",
+)
+CLIENT_ERROR_LOGS = frozenset(
+    {
+        "Failed to validate base JSON-RPC request",
+        "Failed to parse request params",
+        "Failed to validate base JSON-RPC request for v0.3",
+    }
+)
+"""What the SDK logs, with a traceback, as it answers a request it cannot parse."""
+
+
+def _unreadable(body: bytes) -> str | None:
+    """Why a body the SDK's dispatcher would parse as JSON cannot be read as JSON text, for a
+    Parse error: not UTF-8, nested past what Python's parser takes, or a string with a lone
+    surrogate (\\ud800), which parses but cannot be written back, not even in the answer's
+    `id`. The dispatcher took each for its own failure (-32603, or a 500 for the `id`), and a
+    run would fail on it. None for any other body: the dispatcher's to answer."""
+    try:
+        parsed = json.loads(body)
+    except RecursionError:
+        return "the JSON is nested too deeply"
+    except UnicodeDecodeError:
+        return "the body is not UTF-8"
+    except ValueError:
+        return None  # not JSON: the dispatcher says where
+    try:
+        json.dumps(parsed, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return "a string has a lone surrogate (\\ud800-\\udfff): not Unicode text"
+    except RecursionError:
+        return "the JSON is nested too deeply"
+    return None
 
 
 def agent_card(served: ServedAgent) -> AgentCard:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -30,6 +31,8 @@ from ..workflows.status import RunStatus
 
 TURN_MARK = "#"
 """Between a task id's conversation and its turn."""
+TURN = re.compile(r"[0-9]{1,18}")
+"""A task id's turn, as a number int() reads."""
 CONTEXT_PREFIX = "a2a-"
 """The workflow ids of the conversations A2A starts."""
 NOT_A2A = f"an A2A context is a conversation A2A started (its id begins {CONTEXT_PREFIX})"
@@ -60,7 +63,8 @@ def task_id(context_id: str, turn: int) -> str:
 def parse_task_id(given: str) -> tuple[str, int]:
     """The conversation and turn of a task id; TaskNotFoundError for an id that names none."""
     context_id, mark, turn = given.rpartition(TURN_MARK)
-    if not mark or not context_id or not turn.isdigit() or int(turn) < 1:
+    # ASCII digits, and few of them: int() refuses other digits ("²") and 4,300 of them.
+    if not mark or not context_id or not TURN.fullmatch(turn) or int(turn) < 1:
         raise TaskNotFoundError(f"no task {given!r}: a task id is <contextId>#<turn>")
     if not a2a_context(context_id):
         raise TaskNotFoundError(f"no task {given!r}: {NOT_A2A}")

@@ -39,6 +39,7 @@ from ag_ui.core import (
 )
 from fastapi import FastAPI, Header, HTTPException
 from fastapi.responses import StreamingResponse
+from pydantic_core import PydanticSerializationError
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -78,6 +79,7 @@ def add_ag_ui(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: S
     ) -> StreamingResponse:
         """Run the served agent on an AG-UI thread; its events as AG-UI's, over SSE."""
         resumed = _resume_point(last_event_id)
+        _unicode(body)
         if not THREAD_ID.match(body.thread_id):
             raise HTTPException(
                 422, "threadId: 1 to 200 letters, digits and . _ : @ - (a workflow id's part)"
@@ -97,6 +99,21 @@ def add_ag_ui(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: S
         shown = AgUiRun(body.thread_id, body.run_id, body.run_id, resumed_text=text)
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         return streams.held(give_back, _stream(streams, run, shown, start), headers)
+
+
+def _unicode(body: RunAgentInput) -> None:
+    """422 for an input with a lone surrogate (\\ud800) in a string: JSON parses it, but it is
+    not text, and nothing can write it: not the run's input (a 500 as it started), nor an
+    event that echoes the input (a runId broke the stream at RUN_STARTED, its run started)."""
+    try:
+        body.model_dump_json()
+    except PydanticSerializationError as error:
+        # UnicodeEncodeError's words; JSON nested too deeply fails here too, and is for what
+        # reads that part of the input to refuse (a tool's schema), or to ignore (state).
+        if "surrogates not allowed" in str(error):
+            raise HTTPException(
+                422, "a string has a lone surrogate (\\ud800-\\udfff): not Unicode text"
+            ) from None
 
 
 def _resume_point(last_event_id: str | None) -> tuple[int, tuple[int, int, int] | None] | None:
@@ -247,8 +264,9 @@ async def _answer(run: AgentRun, results: list[ToolMessage]) -> int:
         raise HTTPException(
             409, "no tool call of this thread waits for these results (answered or timed out)"
         )
-    for message in answering:
-        await run.answer_callback(message.tool_call_id, _result(message))
+    answers = [(message.tool_call_id, _result(message)) for message in answering]
+    for call_id, result in answers:
+        await run.answer_callback(call_id, result)
     ids = {message.tool_call_id for message in answering}
     last = answering[-1].tool_call_id
     _, asked = await _find(
@@ -261,7 +279,7 @@ async def _answer(run: AgentRun, results: list[ToolMessage]) -> int:
 
 def _result(message: ToolMessage) -> Any:
     """A tool message's content, as JSON where it is JSON (a callback tool's result may have a
-    schema), else as text."""
+    schema), else as text; 422 for JSON nested past what Python reads."""
     content = message.content
     if not isinstance(content, str):
         content = "\n".join(part.text for part in content if isinstance(part, TextPart))
@@ -271,6 +289,10 @@ def _result(message: ToolMessage) -> Any:
         return json.loads(content)
     except ValueError:
         return content
+    except RecursionError:
+        raise HTTPException(
+            422, f"messages: tool {message.tool_call_id[:100]}: its JSON is nested too deeply"
+        ) from None
 
 
 async def _decide(run: AgentRun, entries: list[ResumeEntry]) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import uuid
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from durable_agent.client.agent_client import AgentClient
 from durable_agent.client.contract import example_input
 from durable_agent.demo import tools as demo_tools
 from durable_agent.serving.a2a_handler import TemporalTasks
+from durable_agent.serving.http_api import create_app
 from durable_agent.serving.served_agent import ServedAgent
 from durable_agent.serving.streams import Streams
 from tests import a2a_served
@@ -274,6 +276,13 @@ async def test_what_a_client_gets_wrong_is_a_json_rpc_error_and_starts_nothing(
         return response.json()["error"]
 
     assert (await error_of(b"{not json"))["code"] == -32700
+    # JSON that Python parses but cannot write back, or cannot parse at all: the client's.
+    for unreadable in (
+        b'{"jsonrpc": "2.0", "id": "\\ud800", "method": "GetTask", "params": {"id": "a2a-x#1"}}',
+        b"[" * 10_000 + b"]" * 10_000,
+        b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "a2a-\xff#1"}}',
+    ):
+        assert (await error_of(unreadable))["code"] == -32700
     assert (await error_of({"jsonrpc": "2.0", "id": 1}))["code"] == -32600
     assert (await error_of(rpc("Nothing", {})))["code"] == -32601
     assert (await error_of(rpc("SendMessage", {"message": "text"})))["code"] == -32602
@@ -281,6 +290,9 @@ async def test_what_a_client_gets_wrong_is_a_json_rpc_error_and_starts_nothing(
     assert unknown["code"] == -32001
     malformed = await error_of(rpc("GetTask", {"id": "no-turn"}))
     assert malformed["code"] == -32001
+    for odd_turn in ("²", "9" * 5000):  # digits that int() refuses
+        odd = await error_of(rpc("GetTask", {"id": f"a2a-nobody#{odd_turn}"}))
+        assert odd["code"] == -32001, odd
     answer = {"messageId": "m1", "role": "ROLE_USER", "taskId": done.id}
     answer["parts"] = [{"data": {"approve": True}}]
     not_waiting = await error_of(rpc("SendMessage", {"message": answer}))
@@ -305,6 +317,29 @@ async def test_what_a_client_gets_wrong_is_a_json_rpc_error_and_starts_nothing(
     refused = await plain.post("/a2a", content=huge, headers=VERSION)
     assert refused.status_code == 413
     assert await runs_on(temporal_env, queue) == before
+
+
+async def test_serve_logs_no_traceback_for_what_a_client_gets_wrong(
+    temporal_env: WorkflowEnvironment, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK logs each request it refuses, with a traceback for one it cannot parse: the
+    client is answered with the reason, and serve's log is left to serve's own errors."""
+    served_agent = ServedAgent({"model": {"provider": "scripted", "script": PLAIN_SCRIPT}})
+    app = create_app(AgentClient(temporal_env.client, queue), token=TOKEN, served=served_agent)
+    caplog.set_level(logging.INFO)
+    headers = {"Authorization": f"Bearer {TOKEN}", **VERSION}
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://serve") as http:
+        for wrong in (
+            rpc("GetTask", {"id": 5}),
+            rpc("GetTask", {"id": "no-turn"}),
+            rpc("Nothing", {}),
+            {"jsonrpc": "2.0", "id": 1.5, "method": "GetTask", "params": {}},
+            rpc("tasks/get", {"id": None}),
+        ):
+            answered = await http.post("/a2a", json=wrong, headers=headers)
+            assert "error" in answered.json(), answered.text
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("a2a")] == []
 
 
 async def test_a_task_and_its_stream_outlive_the_serve_that_started_them(

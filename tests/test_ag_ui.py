@@ -369,6 +369,9 @@ async def test_what_a_client_gets_wrong_is_refused_before_anything_starts(
         ({"Last-Event-ID": "3"}, run_input(thread_id, user("hi")), 404),
         ({"Last-Event-ID": "three"}, run_input(thread_id, user("hi")), 422),
         ({}, b"{" + b" " * 4_100_000 + b"}", 413),
+        # A lone surrogate parses, but writes nowhere: not into a run's input, nor an event.
+        ({}, run_input(thread_id, user("hi \ud800")), 422),
+        ({}, {**run_input(thread_id, user("hi")), "runId": "\ud800"}, 422),
     ]
     async with served(client, task_queue, path) as http:
         for headers, body, status in refused:
@@ -389,6 +392,7 @@ async def test_what_a_client_gets_wrong_is_refused_before_anything_starts(
         for body, status in [
             (run_input(thread_id, user("Hello?")), 409),
             (run_input(thread_id, {**tool_result, "toolCallId": "call_other"}), 409),
+            (run_input(thread_id, {**tool_result, "content": "[" * 10_000 + "]" * 10_000}), 422),
             (
                 run_input(
                     thread_id,
