@@ -39,6 +39,7 @@ from starlette.routing import Route
 
 from ..activities.tools import registered_tools
 from ..client.agent_client import AgentClient
+from ..workflows.payloads import LONE_SURROGATE
 from .a2a_handler import TemporalTasks
 from .served_agent import ServedAgent
 from .streams import Streams
@@ -120,7 +121,7 @@ def _unreadable(body: bytes) -> str | None:
     try:
         json.dumps(parsed, ensure_ascii=False).encode()
     except UnicodeEncodeError:
-        return "a string has a lone surrogate (\\ud800-\\udfff): not Unicode text"
+        return LONE_SURROGATE
     except RecursionError:
         return "the JSON is nested too deeply"
     return None

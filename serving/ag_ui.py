@@ -47,6 +47,7 @@ from ..client.agent_client import AgentClient, AgentRun
 from ..workflows import json_schema
 from ..workflows.errors import AgentInputInvalid
 from ..workflows.events import AgentEvent
+from ..workflows.payloads import LONE_SURROGATE, lone_surrogate
 from ..workflows.transcript import AssistantMessage
 from .ag_ui_events import (
     ARGUMENTS_CUT,
@@ -110,10 +111,8 @@ def _unicode(body: RunAgentInput) -> None:
     except PydanticSerializationError as error:
         # UnicodeEncodeError's words; JSON nested too deeply fails here too, and is for what
         # reads that part of the input to refuse (a tool's schema), or to ignore (state).
-        if "surrogates not allowed" in str(error):
-            raise HTTPException(
-                422, "a string has a lone surrogate (\\ud800-\\udfff): not Unicode text"
-            ) from None
+        if lone_surrogate(error):
+            raise HTTPException(422, LONE_SURROGATE) from None
 
 
 def _resume_point(last_event_id: str | None) -> tuple[int, tuple[int, int, int] | None] | None:

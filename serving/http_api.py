@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
+from pydantic_core import PydanticSerializationError
 from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -41,6 +42,7 @@ from ..workflows.decisions import AutoModeChange, PendingCallback, PlanState, To
 from ..workflows.errors import AgentConfigurationError, AgentInputInvalid
 from ..workflows.inputs import AgentInput
 from ..workflows.paging import TracePage, TranscriptPage
+from ..workflows.payloads import LONE_SURROGATE, lone_surrogate
 from ..workflows.reporting import guardrail_lines, verdict_line
 from ..workflows.status import AGENT_STATUS, RunStatus
 from .a2a_protocol import CARD_PATH, add_a2a
@@ -228,6 +230,15 @@ def create_app(
     @app.exception_handler(AgentInputInvalid)
     async def invalid(request: Request, error: AgentInputInvalid) -> JSONResponse:
         return JSONResponse({"detail": error.message, "type": error.type}, status_code=422)
+
+    @app.exception_handler(UnicodeEncodeError)
+    @app.exception_handler(PydanticSerializationError)
+    async def not_text(request: Request, error: ValueError) -> JSONResponse:
+        # JSON's "\ud800" is a str no payload can carry: a message, a reason or a result sent
+        # with one failed as it was sent to the run, a 500.
+        if not lone_surrogate(error):
+            raise error
+        return JSONResponse({"detail": LONE_SURROGATE}, status_code=422)
 
     @app.exception_handler(StreamsFull)
     async def full(request: Request, error: StreamsFull) -> JSONResponse:

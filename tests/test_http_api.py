@@ -173,6 +173,45 @@ async def test_bad_input_is_a_4xx_that_names_the_field_and_starts_nothing(
     assert bad_id.status_code == 422
 
 
+async def test_a_text_with_a_lone_surrogate_is_a_422_on_every_route_that_takes_one(
+    api: httpx.AsyncClient, client: Client
+) -> None:
+    """JSON's "\\ud800" parses into a str nothing can send to a run: each was a 500 (a run's
+    input, a message, a decision's reason, a callback's result), from another language too."""
+    surrogate = "\\ud800"  # as the JSON text has it: json= would refuse to write it
+    refused_start = f"run-{uuid.uuid4()}"
+    bodies = {
+        "/api/runs": f'{{"prompt": "hi {surrogate}", "workflow_id": "{refused_start}"}}',
+    }
+    script = [{"text": "One."}, {"text": "Two."}]
+    body = {
+        "prompt": "hi",
+        "conversation": True,
+        "model": {"provider": "scripted", "script": script},
+    }
+    workflow_id = (await api.post("/api/runs", json=body)).json()["workflow_id"]
+    at = f"/api/runs/{workflow_id}"
+
+    async def waits_for_a_message() -> bool:
+        status = await api.get(at)
+        talk = status.json().get("conversation") if status.status_code == 200 else None
+        return talk is not None and not talk["working"]
+
+    await eventually(waits_for_a_message, what="the first turn to end")
+    bodies[f"{at}/messages"] = f'{{"text": "more {surrogate}"}}'
+    bodies[f"{at}/decisions"] = (
+        f'{{"kind": "tool_call", "approve": false, "call_id": "c1", "reason": "{surrogate}"}}'
+    )
+    bodies[f"{at}/callbacks"] = f'{{"call_id": "c1", "result": "{surrogate}"}}'
+    for route, sent in bodies.items():
+        answered = await api.post(route, content=sent, headers=JSON_BODY)
+        assert answered.status_code == 422, (route, answered.text)
+        assert "lone surrogate" in answered.text, answered.text
+    assert [w async for w in client.list_workflows(f"WorkflowId='{refused_start}'")] == []
+    # The conversation took none of it, and takes a message as before.
+    assert (await api.post(f"{at}/messages", json={"text": "more"})).json() == {"turn": 2}
+
+
 async def test_serve_without_an_address_is_a_working_api_offline() -> None:
     async with serving(token=None) as http:
         said = "".join(http.said)  # type: ignore[attr-defined]

@@ -215,6 +215,11 @@ async def test_agent_client_refuses_an_input_changed_after_it_was_built(
     with pytest.raises(RPCError) as missing:
         await client.get_workflow_handle(workflow_id).describe()
     assert missing.value.status == RPCStatusCode.NOT_FOUND
+    # A text no payload can carry (pydantic's serialisation error, before): typed, too.
+    agent_input = scripted_input([turn(text="never asked")])
+    agent_input.system = "from a JSON \ud800"
+    with pytest.raises(AgentInputInvalid, match="lone surrogate"):
+        await AgentClient(client, task_queue).start(agent_input, workflow_id=workflow_id)
 
 
 async def test_the_http_api_refuses_out_of_bounds_numbers_before_starting_anything(

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 
@@ -32,6 +33,9 @@ from .errors import AgentInputInvalid
 from .inputs import AgentInput
 from .outcomes import bounded
 
+LONE_SURROGATE = "a string has a lone surrogate (\\ud800-\\udfff): not Unicode text"
+"""Why a text with a lone surrogate is refused: JSON's `\\ud800` parses, in Python, into a string
+no payload, event or answer can carry as UTF-8."""
 MAX_REPORTED_PROBLEMS = 10
 """Problems of one input named in the refusal; the count says how many more there are."""
 
@@ -51,11 +55,22 @@ def refusal(error: ValidationError) -> AgentInputInvalid:
     )
 
 
+def lone_surrogate(error: BaseException) -> bool:
+    """An encoding error (UnicodeEncodeError, or pydantic's that wraps one) of a lone surrogate."""
+    return "surrogates not allowed" in str(error)
+
+
 def check_wire(agent_input: AgentInput) -> bytes:
     """The input as its payload carries it (JSON), once checked to decode as a worker will decode
     it: a model changed after it was built (a field set to None, `model_construct`), or a float
-    that JSON writes as null, is refused here rather than by the run. Raises AgentInputInvalid."""
-    data = agent_input.model_dump_json().encode()
+    that JSON writes as null, is refused here rather than by the run, as is a text with a lone
+    surrogate, which cannot be written at all. Raises AgentInputInvalid."""
+    try:
+        data = agent_input.model_dump_json().encode()
+    except PydanticSerializationError as error:
+        if not lone_surrogate(error):
+            raise
+        raise AgentInputInvalid(f"the run's input cannot be sent: {LONE_SURROGATE}") from None
     try:
         AgentInput.model_validate_json(data)
     except ValidationError as error:
