@@ -61,6 +61,16 @@ def test_a_pattern_the_linear_engine_cannot_match_is_refused_naming_it() -> None
     json_schema.check(SCHEMA)
 
 
+def test_a_pattern_that_is_no_regular_expression_is_refused_saying_so() -> None:
+    """Not blamed on the linear engine (a `[` was said to need backreferences or lookaround)."""
+    for pattern, why in (("[", "unterminated character set"), ("a{2,1}", "min repeat")):
+        with pytest.raises(json_schema.SchemaRefused) as refused:
+            json_schema.check({"type": "string", "pattern": pattern})
+        said = str(refused.value)
+        assert f"{pattern!r}, which is not a regular expression: {why}" in said, said
+        assert "linear time" not in said
+
+
 @pytest.mark.timeout(60)
 async def test_a_hostile_answer_is_refused_to_the_model_and_no_other_run_notices(
     client: Client, task_queue: str

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -155,6 +156,11 @@ def _check_linear(schema: dict[str, Any], foreign_dialects_refused: bool) -> Non
                 {"pattern": pattern}, pattern_options=_LINEAR_PATTERNS
             )
         except jsonschema_rs.ValidationError:
+            if (invalid := _not_a_regex(pattern)) is not None:
+                raise SchemaRefused(
+                    f"has the pattern {bounded(repr(pattern))}, which is not a regular "
+                    f"expression: {invalid}"
+                ) from None
             raise SchemaRefused(
                 f"has the pattern {bounded(repr(pattern))}, which cannot be matched in linear "
                 "time: backreferences and lookaround are not supported (a backtracking match of "
@@ -164,6 +170,19 @@ def _check_linear(schema: dict[str, Any], foreign_dialects_refused: bool) -> Non
         _validator(_canonical(schema))
     except jsonschema_rs.ValidationError as error:
         raise SchemaRefused(f"cannot be used: {bounded(error.message)}") from None
+
+
+def _not_a_regex(pattern: str) -> str | None:
+    """Why `pattern` is no regular expression at all (Python's parser, which reads what the
+    linear engine reads and more, says so), rather than one that engine cannot match; None when
+    it is one (or too deep for the parser to say)."""
+    try:
+        re.compile(pattern)
+    except re.error as error:
+        return str(error)
+    except (RecursionError, OverflowError):
+        return None
+    return None
 
 
 def external_refs(schema: Any) -> list[str]:
