@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import re
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -285,13 +286,26 @@ def _result(message: ToolMessage) -> Any:
     if message.error:
         return {"error": message.error, "content": content}
     try:
-        return json.loads(content)
+        # NaN, Infinity and 1e400 are no JSON (RFC 8259): Python reads them as floats, which
+        # reached the run as null. They are text here.
+        return json.loads(content, parse_constant=_not_json, parse_float=_finite)
     except ValueError:
         return content
     except RecursionError:
         raise HTTPException(
             422, f"messages: tool {message.tool_call_id[:100]}: its JSON is nested too deeply"
         ) from None
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite(number: str) -> float:
+    value = float(number)
+    if not math.isfinite(value):
+        raise ValueError(f"{number[:20]} is past what a JSON number carries")
+    return value
 
 
 async def _decide(run: AgentRun, entries: list[ResumeEntry]) -> int:

@@ -17,9 +17,11 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
+from ag_ui.core import ToolMessage
 from temporalio.client import Client
 
 from durable_agent.demo import tools as demo_tools
+from durable_agent.serving import ag_ui
 from durable_agent.serving.ag_ui_events import AgUiRun
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.decisions import ApprovalCriteria
@@ -618,3 +620,22 @@ def test_a_judged_call_interrupts_the_run_by_its_events_alone(
     request = {"kind": "approval_requested", "step": 1, "at": NOW, **asked}
     remembered.event(0, AgentEvent.model_validate({**request, "outcome": "remembered"}))
     assert not remembered.finished
+
+
+@pytest.mark.parametrize(
+    ("content", "read"),
+    [
+        ('{"city": "Paris", "km": 1.5}', {"city": "Paris", "km": 1.5}),
+        ("[1, 2]", [1, 2]),
+        ("Paris", "Paris"),
+        # No JSON (RFC 8259), though Python reads them as floats, which reached the run as null.
+        ("NaN", "NaN"),
+        ('{"km": Infinity}', '{"km": Infinity}'),
+        ("1e400", "1e400"),
+    ],
+)
+def test_a_client_tools_result_is_read_as_json_only_where_it_is_json(
+    content: str, read: Any
+) -> None:
+    message = ToolMessage(id="m1", role="tool", content=content, tool_call_id="call_1")
+    assert ag_ui._result(message) == read
