@@ -309,28 +309,35 @@ def _finite(number: str) -> float:
 
 
 async def _decide(run: AgentRun, entries: list[ResumeEntry]) -> int:
-    """Decide what each entry answers; the offset after the last one's request."""
+    """Decide what each entry answers; the offset after the last one's request. Every entry is
+    read before any is sent: one the client got wrong (422) decides nothing."""
+    if not entries:
+        raise HTTPException(422, "resume: no entries")
+    answers = [(_interrupted_call(entry), *_decision(entry)) for entry in entries]
     decided: list[tuple[Callable[[AgentEvent], bool], Callable[[AgentEvent], bool]]] = []
-    for entry in entries:
-        approve, reason = _decision(entry)
-        if entry.interrupt_id == plan_interrupt_id():
+    for call_id, approve, reason in answers:
+        if call_id is None:
             if approve:
                 await run.approve_plan(reason)
             else:
                 await run.reject_plan(reason or "rejected")
             decided.append((_is("plan_decided"), _is("plan_submitted")))
-            continue
-        prefix = approval_interrupt_id("")
-        if not entry.interrupt_id.startswith(prefix):
-            raise HTTPException(422, f"resume: no interrupt {entry.interrupt_id[:100]!r}")
-        call_id = entry.interrupt_id[len(prefix) :]
-        await run.decide_tool_call(call_id, approve, reason)
-        decided.append((_is("approval_decided", call_id), _is("approval_requested", call_id)))
-    if not decided:
-        raise HTTPException(422, "resume: no entries")
+        else:
+            await run.decide_tool_call(call_id, approve, reason)
+            decided.append((_is("approval_decided", call_id), _is("approval_requested", call_id)))
     until, asked_event = decided[-1]
     _, asked = await _find(run, until, asked_event)
     return asked + 1
+
+
+def _interrupted_call(entry: ResumeEntry) -> str | None:
+    """The call an entry's interrupt waits on; None for the plan's. 422 for another id."""
+    if entry.interrupt_id == plan_interrupt_id():
+        return None
+    prefix = approval_interrupt_id("")
+    if not entry.interrupt_id.startswith(prefix):
+        raise HTTPException(422, f"resume: no interrupt {entry.interrupt_id[:100]!r}")
+    return entry.interrupt_id[len(prefix) :]
 
 
 def _is(kind: str, call_id: str | None = None) -> Callable[[AgentEvent], bool]:

@@ -580,6 +580,11 @@ async def test_a_call_auto_modes_judge_reviews_interrupts_only_when_it_goes_to_a
 
         approve = {"interruptId": "approval:call_two", "status": "resolved"}
         resume = [{**approve, "payload": {"approve": True}}]
+        # An entry the client got wrong refuses the resume whole, before any entry is sent
+        # (the approval before it was, and this resume's was then refused as decided).
+        wrong = [*resume, {**approve, "payload": {"approve": "yes"}}]
+        refused = await http.post("/ag-ui", json=run_input(thread_id, resume=wrong))
+        assert refused.status_code == 422, refused.text
         events = [e for _, e in await sse(http, run_input(thread_id, resume=resume))]
         assert events[-1]["result"] == "Cancelled 1043.", events[-1]
         assert [e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == ["call_two"]
