@@ -57,12 +57,13 @@ async def shown(
     agent_run: AgentRun, event: AgentEvent, following: Following, *, ask: bool
 ) -> Question | None:
     """What `event` asks of a person, if it still waits (a submitted plan is looked up in the
-    run's status: it may have been decided elsewhere already), shown: see `show`."""
+    run's status: it may have been decided elsewhere already; a call a remembered denial
+    decides at once does not wait), shown: see `show`."""
     question: Question | None = None
     if event.kind == "plan_submitted":
         plan = (await agent_run.status()).plan
         question = PlanQuestion(plan) if plan and plan.status == "awaiting_approval" else None
-    elif event.kind == "approval_requested":
+    elif event.kind == "approval_requested" and event.outcome != "remembered":
         question = CallQuestion(event)
     if question is not None:
         show(agent_run.id, question, following, ask=ask)

@@ -4,12 +4,18 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from durable_agent.cli import decide
+from durable_agent.cli.args import Following
+from durable_agent.client.agent_client import AgentRun
+from durable_agent.workflows.events import AgentEvent
 from tests.helpers import eventually
 from tests.test_starter_plan import PROMPT, run_in_terminal as run_plan_in_terminal, serving
 
@@ -157,3 +163,19 @@ def test_approve_all_runs_every_call_without_asking(tmp_path: Path) -> None:
     assert out["answer"] == "Cancelled and emailed."
     assert "waits for approval" not in err
     assert "send_email" in err and "(ok)" in err
+
+
+async def test_a_call_a_remembered_denial_decides_is_not_shown_as_waiting(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Its approval_requested says so (`remembered`), and an approval_decided follows at once:
+    the CLI showed it as waiting for approval, with commands that the run would refuse."""
+    following = Following(json=False, address="h:7233")
+    fields = {"step": 2, "at": datetime.now(UTC), "call_id": "call_2_1", "tool": "cancel_order"}
+    asked = AgentEvent(kind="approval_requested", arguments="{}", **fields)
+    run = cast(AgentRun, SimpleNamespace(id="agent-1"))
+    remembered = asked.model_copy(update={"outcome": "remembered"})
+    assert await decide.shown(run, remembered, following, ask=False) is None
+    assert capsys.readouterr().err == ""
+    assert await decide.shown(run, asked, following, ask=False) is not None
+    assert "call_2_1 of agent-1 waits for approval" in capsys.readouterr().err
