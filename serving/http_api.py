@@ -261,7 +261,7 @@ def create_app(
     @api.get("/runs/{workflow_id:path}/transcript")
     async def transcript(
         workflow_id: str,
-        start: Annotated[int, Query(ge=0)] = 0,
+        start: Annotated[int, Query(ge=0, le=MAX_COUNT)] = 0,
         max_bytes: Annotated[int, Query(ge=1, le=1_000_000)] = 1_000_000,
     ) -> TranscriptPage:
         """The transcript, a page at a time."""
@@ -270,7 +270,7 @@ def create_app(
     @api.get("/runs/{workflow_id:path}/trace")
     async def trace(
         workflow_id: str,
-        start: Annotated[int, Query(ge=0)] = 0,
+        start: Annotated[int, Query(ge=0, le=MAX_COUNT)] = 0,
         max_bytes: Annotated[int, Query(ge=1, le=1_000_000)] = 1_000_000,
     ) -> TracePage:
         """The step records, a page at a time."""

@@ -171,6 +171,9 @@ async def test_bad_input_is_a_4xx_that_names_the_field_and_starts_nothing(
     assert (await api.post("/api/runs/no-such-run/interrupt")).status_code == 404
     bad_id = await api.get("/api/runs/x/events", headers={"Last-Event-ID": "seven"})
     assert bad_id.status_code == 422
+    # A page's start past any count (2**63) failed the query's own bound, a 500.
+    far = await api.get("/api/runs/no-such-run/transcript", params={"start": 2**63})
+    assert far.status_code == 422 and "start" in far.text
 
 
 async def test_a_text_with_a_lone_surrogate_is_a_422_on_every_route_that_takes_one(
