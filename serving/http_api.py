@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
-from pydantic_core import PydanticSerializationError
+from pydantic_core import PydanticSerializationError, to_json
 from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -196,6 +198,15 @@ def create_app(
     @app.get("/openapi.json", dependencies=[Depends(authorized)], include_in_schema=False)
     def openapi() -> dict[str, Any]:
         return app.openapi()
+
+    @app.exception_handler(RequestValidationError)
+    async def unprocessable(request: Request, error: RequestValidationError) -> Response:
+        # FastAPI's own answer, but for the value each problem quotes: a NaN or an Infinity
+        # that JSON's literals gave (a float field's, or 1e400's) is no JSON number, and the
+        # 422 that quoted one failed as it was written, a 500.
+        detail = {"detail": jsonable_encoder(error.errors())}
+        content = to_json(detail, inf_nan_mode="strings")
+        return Response(content, status_code=422, media_type="application/json")
 
     @app.exception_handler(RPCError)
     async def server_refused(request: Request, error: RPCError) -> JSONResponse:

@@ -174,6 +174,11 @@ async def test_bad_input_is_a_4xx_that_names_the_field_and_starts_nothing(
     # A page's start past any count (2**63) failed the query's own bound, a 500.
     far = await api.get("/api/runs/no-such-run/transcript", params={"start": 2**63})
     assert far.status_code == 422 and "start" in far.text
+    # JSON's NaN and Infinity parse: a 422 that quoted one failed as it was written, a 500.
+    for number in ("NaN", "-Infinity", "1e400"):
+        sent = f'{{"prompt": "x", "model": {{"temperature": {number}}}, "workflow_id": "{bad[0]}"}}'
+        not_finite = await api.post("/api/runs", content=sent, headers=JSON_BODY)
+        assert not_finite.status_code == 422 and "temperature" in not_finite.text, sent
 
 
 async def test_a_text_with_a_lone_surrogate_is_a_422_on_every_route_that_takes_one(
