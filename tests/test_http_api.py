@@ -179,6 +179,10 @@ async def test_bad_input_is_a_4xx_that_names_the_field_and_starts_nothing(
         sent = f'{{"prompt": "x", "model": {{"temperature": {number}}}, "workflow_id": "{bad[0]}"}}'
         not_finite = await api.post("/api/runs", content=sent, headers=JSON_BODY)
         assert not_finite.status_code == 422 and "temperature" in not_finite.text, sent
+    # Nested past what pydantic writes: no payload could carry it, a 500.
+    nested = json.loads('{"properties": {"a": ' * 400 + "{}" + "}}" * 400)
+    deep = await api.post("/api/runs", json={"prompt": "x", "output_schema": nested})
+    assert deep.status_code == 422 and deep.json()["type"] == "AgentInputInvalid", deep.text
 
 
 async def test_a_text_with_a_lone_surrogate_is_a_422_on_every_route_that_takes_one(
