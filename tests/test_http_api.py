@@ -359,6 +359,11 @@ async def test_a_callback_is_published_and_answered_over_http(api: httpx.AsyncCl
     pending = await asyncio.wait_for(published(), 30)
     assert pending["arguments"] == {"path": "a.txt"}
     path = f"/api/runs/{workflow_id}/callbacks"
+    # Over Temporal's 2 MB the run's refusal could not be sent back: its workflow task failed
+    # at each try, and the request waited with no answer.
+    huge = {"call_id": pending["call_id"], "result": {"text": "x" * 2_500_000}}
+    refused = await api.post(path, json=huge)
+    assert refused.status_code == 409 and "MAX_INPUT_BYTES" in refused.json()["detail"]
     wrong = await api.post(path, json={"call_id": pending["call_id"], "result": {"txt": 1}})
     assert wrong.status_code == 409 and "does not match" in wrong.json()["detail"]
     right = await api.post(path, json={"call_id": pending["call_id"], "result": {"text": "hi"}})
