@@ -224,6 +224,37 @@ async def test_a_text_with_a_lone_surrogate_is_a_422_on_every_route_that_takes_o
     assert (await api.post(f"{at}/messages", json={"text": "more"})).json() == {"turn": 2}
 
 
+async def test_a_workflow_of_another_kind_is_no_run_on_any_route(
+    api: httpx.AsyncClient, client: Client
+) -> None:
+    """A workflow id of the namespace that is no agent's run: its queries waited 30 s for a
+    502, its updates and its stream with no end, and `cancel` cancelled it."""
+    other = await client.start_workflow(
+        "SomeoneElsesWorkflow", id=f"other-{uuid.uuid4()}", task_queue=f"none-{uuid.uuid4()}"
+    )
+    at = f"/api/runs/{other.id}"
+    for path in (at, f"{at}/transcript", f"{at}/trace", f"{at}/events"):
+        answered = await api.get(path)
+        assert answered.status_code == 404 and "not an agent's run" in answered.text, path
+    bodies = {
+        "messages": {"text": "hi"},
+        "decisions": {"kind": "plan", "approve": True},
+        "callbacks": {"call_id": "c", "result": 1},
+        "auto-mode": {"off": True},
+        "interrupt": None,
+        "cancel": None,
+    }
+    for route, body in bodies.items():
+        answered = await api.post(f"{at}/{route}", json=body)
+        assert answered.status_code == 404 and "not an agent's run" in answered.text, route
+    assert not (await other.describe()).raw_description.workflow_extended_info.cancel_requested
+    await other.terminate()
+    # No id at all (`/api/runs//events`) was Temporal's "WorkflowId is not set", a 502.
+    for path in ("/api/runs//events", "/api/runs//trace"):
+        assert (await api.get(path)).status_code == 404, path
+    assert (await api.post("/api/runs//cancel")).status_code == 404
+
+
 async def test_serve_without_an_address_is_a_working_api_offline() -> None:
     async with serving(token=None) as http:
         said = "".join(http.said)  # type: ignore[attr-defined]
