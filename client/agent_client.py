@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-from pydantic_core import to_jsonable_python
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.errordetails.v1 import WorkflowNotReadyFailure
@@ -62,10 +62,12 @@ from ..workflows.decisions import (
 from ..workflows.errors import (
     AgentConfigurationError,
     AgentError,
+    AgentInputInvalid,
     AgentInputTooLarge,
 )
 from ..workflows.events import EVENTS_TOPIC, AgentEvent
 from ..workflows.input_limits import (
+    MAX_INPUT_BYTES,
     TOO_LARGE,
     InputTooLarge,
     check_comment,
@@ -516,6 +518,7 @@ class AgentRun:
         again after a continue-as-new reaches the next run, and with one update id for all its
         tries, so that the server takes it once. Sent again only when the server says it did
         not take it (NotTaken), which makes every try but the one taken a no-op."""
+        _refuse_oversized(name, self.client.data_converter.payload_converter.to_payloads(args))
         handle = self.client.get_workflow_handle(
             self.id, first_execution_run_id=self.handle.first_execution_run_id
         )
@@ -844,7 +847,13 @@ class AgentClient:
         with it as it started), and AgentInputTooLarge for one over
         input_limits.MAX_INPUT_BYTES (likewise)."""
         try:
-            check_input(len(check_wire(agent_input)), len(agent_input.prompt))
+            wire = check_wire(agent_input)
+        except PydanticSerializationError as error:
+            # Nested past what pydantic writes (an output_schema of hundreds of levels, say):
+            # no payload can carry it, and it was a 500 over HTTP.
+            raise AgentInputInvalid(f"the run's input cannot be sent: {error}") from None
+        try:
+            check_input(len(wire), len(agent_input.prompt))
         except InputTooLarge as refused:
             raise AgentInputTooLarge(str(refused)) from None
         if not self._search_attributes_checked:
@@ -1154,6 +1163,23 @@ def _refuse_locally(check: Callable[[Any], None], text: str | None) -> None:
         return
     # The cause is the run's refusal (`from` would replace it).
     raise WorkflowUpdateFailedError(ApplicationError(reason, type=TOO_LARGE, non_retryable=True))
+
+
+def _refuse_oversized(name: str, payloads: Sequence[Payload]) -> None:
+    """Refuse an update whose input is over MAX_INPUT_BYTES before sending it. The run's
+    validator cannot: the worker's answer to an update, accepted or refused, carries its input
+    back, and past Temporal's 2 MB payload limit that answer fails the workflow task instead.
+    Each try fails the run's task again, and the caller waits with no answer (a callback's
+    3 MB result, a decision's 3 MB call id: the HTTP API took them, under its 4 MB body)."""
+    size = sum(payload.ByteSize() for payload in payloads)
+    if size > MAX_INPUT_BYTES:
+        reason = (
+            f"update {name}'s input is {size:,} bytes: a run takes at most {MAX_INPUT_BYTES:,} "
+            "in one update (MAX_INPUT_BYTES), under Temporal's 2 MB payload limit; send less"
+        )
+        raise WorkflowUpdateFailedError(
+            ApplicationError(reason, type=TOO_LARGE, non_retryable=True)
+        )
 
 
 def _payload_of(wire: str) -> Payload:

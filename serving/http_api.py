@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
-from pydantic_core import PydanticSerializationError
+from pydantic_core import PydanticSerializationError, to_json
 from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -35,8 +37,10 @@ from ..client import overview
 from ..client.agent_client import (
     AgentClient,
     AgentInputTooLarge,
+    AgentRun,
     AgentUpdateNotDelivered,
 )
+from ..workflows.agent import AgentWorkflow
 from ..workflows.bounds import MAX_COUNT
 from ..workflows.decisions import AutoModeChange, PendingCallback, PlanState, ToolApproval
 from ..workflows.errors import AgentConfigurationError, AgentInputInvalid
@@ -197,6 +201,15 @@ def create_app(
     def openapi() -> dict[str, Any]:
         return app.openapi()
 
+    @app.exception_handler(RequestValidationError)
+    async def unprocessable(request: Request, error: RequestValidationError) -> Response:
+        # FastAPI's own answer, but for the value each problem quotes: a NaN or an Infinity
+        # that JSON's literals gave (a float field's, or 1e400's) is no JSON number, and the
+        # 422 that quoted one failed as it was written, a 500.
+        detail = {"detail": jsonable_encoder(error.errors())}
+        content = to_json(detail, inf_nan_mode="strings")
+        return Response(content, status_code=422, media_type="application/json")
+
     @app.exception_handler(RPCError)
     async def server_refused(request: Request, error: RPCError) -> JSONResponse:
         if error.status == RPCStatusCode.NOT_FOUND:
@@ -244,6 +257,18 @@ def create_app(
     async def full(request: Request, error: StreamsFull) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=429)
 
+    async def agent_run(workflow_id: str) -> AgentRun:
+        """The run `workflow_id`, once the server says it is an agent's: 404 for an empty id, an
+        unknown one, or a workflow of another kind in the namespace. A query of another kind's
+        workflow waited 30 s for a 502, an update waited on with no end, and `cancel` cancelled
+        it, whatever it was."""
+        if not workflow_id:  # `/api/runs//events`: Temporal's "WorkflowId is not set", a 502
+            raise HTTPException(404, "no such run: the route names none")
+        run = agents.run(workflow_id)
+        if (await run.handle.describe()).workflow_type != AgentWorkflow.__name__:
+            raise HTTPException(404, "no such run: that workflow is not an agent's run")
+        return run
+
     @api.post("/runs", status_code=201)
     async def start(body: StartRun) -> Started:
         """Start a run or a conversation; answers its id."""
@@ -261,31 +286,31 @@ def create_app(
     @api.get("/runs/{workflow_id:path}/transcript")
     async def transcript(
         workflow_id: str,
-        start: Annotated[int, Query(ge=0)] = 0,
+        start: Annotated[int, Query(ge=0, le=MAX_COUNT)] = 0,
         max_bytes: Annotated[int, Query(ge=1, le=1_000_000)] = 1_000_000,
     ) -> TranscriptPage:
         """The transcript, a page at a time."""
-        return await agents.run(workflow_id).transcript_page(start, max_bytes)
+        return await (await agent_run(workflow_id)).transcript_page(start, max_bytes)
 
     @api.get("/runs/{workflow_id:path}/trace")
     async def trace(
         workflow_id: str,
-        start: Annotated[int, Query(ge=0)] = 0,
+        start: Annotated[int, Query(ge=0, le=MAX_COUNT)] = 0,
         max_bytes: Annotated[int, Query(ge=1, le=1_000_000)] = 1_000_000,
     ) -> TracePage:
         """The step records, a page at a time."""
-        return await agents.run(workflow_id).trace_page(start, max_bytes)
+        return await (await agent_run(workflow_id)).trace_page(start, max_bytes)
 
     @api.post("/runs/{workflow_id:path}/messages")
     async def message(workflow_id: str, body: Message) -> Turn:
         """A message to a conversation: it starts the next turn or steers the working one."""
-        return Turn(turn=await agents.run(workflow_id).post(body.text))
+        return Turn(turn=await (await agent_run(workflow_id)).post(body.text))
 
     @api.post("/runs/{workflow_id:path}/decisions")
     async def decide(workflow_id: str, body: Decision) -> PlanState | ToolApproval:
         """Approve or reject what waits for a person; 409 with the run's reason when it
         refuses (decided already, another version, an unknown call)."""
-        run = agents.run(workflow_id)
+        run = await agent_run(workflow_id)
         if body.kind == "plan":
             if body.approve:
                 return await run.approve_plan(body.reason, version=body.version)
@@ -303,23 +328,25 @@ def create_app(
         """Answer a callback tool's call that waits (the status's `pending_callbacks`); 409
         with the run's reason when the result does not match the tool's result schema or the
         call does not wait."""
-        return await agents.run(workflow_id).answer_callback(body.call_id, body.result)
+        run = await agent_run(workflow_id)
+        return await run.answer_callback(body.call_id, body.result)
 
     @api.post("/runs/{workflow_id:path}/auto-mode")
     async def auto_mode(workflow_id: str, body: AutoModeChange) -> dict[str, str]:
         """For an operator: turn auto mode's judge off for the rest of the run, or replace its
         rules; 409 when the run has no auto mode to change."""
-        return {"auto_mode": await agents.run(workflow_id).set_auto_mode(body)}
+        run = await agent_run(workflow_id)
+        return {"auto_mode": await run.set_auto_mode(body)}
 
     @api.post("/runs/{workflow_id:path}/interrupt")
     async def interrupt(workflow_id: str) -> Turn:
         """Stop a conversation's working turn."""
-        return Turn(turn=await agents.run(workflow_id).interrupt())
+        return Turn(turn=await (await agent_run(workflow_id)).interrupt())
 
     @api.post("/runs/{workflow_id:path}/cancel", status_code=202)
     async def cancel(workflow_id: str) -> dict[str, str]:
         """Ask the run to stop: it fails as cancelled, undoing what it changed."""
-        await agents.run(workflow_id).handle.cancel()
+        await (await agent_run(workflow_id)).handle.cancel()
         return {"workflow_id": workflow_id, "status": "cancelling"}
 
     @api.get("/runs/{workflow_id:path}/events", response_class=StreamingResponse)
@@ -333,10 +360,9 @@ def create_app(
             raise HTTPException(422, "Last-Event-ID: an event's id, a whole number") from None
         if offset < 0:
             raise HTTPException(422, "Last-Event-ID: an event's id, 0 or more")
-        run = agents.run(workflow_id)
-        give_back = streams.hold(run.id)  # 429 past a bound, before any work
+        give_back = streams.hold(workflow_id)  # 429 past a bound, before any work
         try:
-            await run.handle.describe()  # 404 now, rather than an empty stream, for an unknown id
+            run = await agent_run(workflow_id)  # 404 now, rather than an endless stream
         except BaseException:
             give_back()
             raise
@@ -349,7 +375,7 @@ def create_app(
     async def status(workflow_id: str) -> ShownStatus:
         """The run's `status` query: its step, cost, limits, plan and pending decisions, and the
         judge's verdict on each waiting call it judged, as a line (`verdict_lines`)."""
-        status = await agents.run(workflow_id).status()
+        status = await (await agent_run(workflow_id)).status()
         waiting = [*status.approvals, *status.sub_agent_approvals]
         said = {call.call_id: verdict_line(call.verdict) for call in waiting if call.verdict}
         guarded = guardrail_lines(status.step_records)

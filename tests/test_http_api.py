@@ -171,6 +171,18 @@ async def test_bad_input_is_a_4xx_that_names_the_field_and_starts_nothing(
     assert (await api.post("/api/runs/no-such-run/interrupt")).status_code == 404
     bad_id = await api.get("/api/runs/x/events", headers={"Last-Event-ID": "seven"})
     assert bad_id.status_code == 422
+    # A page's start past any count (2**63) failed the query's own bound, a 500.
+    far = await api.get("/api/runs/no-such-run/transcript", params={"start": 2**63})
+    assert far.status_code == 422 and "start" in far.text
+    # JSON's NaN and Infinity parse: a 422 that quoted one failed as it was written, a 500.
+    for number in ("NaN", "-Infinity", "1e400"):
+        sent = f'{{"prompt": "x", "model": {{"temperature": {number}}}, "workflow_id": "{bad[0]}"}}'
+        not_finite = await api.post("/api/runs", content=sent, headers=JSON_BODY)
+        assert not_finite.status_code == 422 and "temperature" in not_finite.text, sent
+    # Nested past what pydantic writes: no payload could carry it, a 500.
+    nested = json.loads('{"properties": {"a": ' * 400 + "{}" + "}}" * 400)
+    deep = await api.post("/api/runs", json={"prompt": "x", "output_schema": nested})
+    assert deep.status_code == 422 and deep.json()["type"] == "AgentInputInvalid", deep.text
 
 
 async def test_a_text_with_a_lone_surrogate_is_a_422_on_every_route_that_takes_one(
@@ -210,6 +222,37 @@ async def test_a_text_with_a_lone_surrogate_is_a_422_on_every_route_that_takes_o
     assert [w async for w in client.list_workflows(f"WorkflowId='{refused_start}'")] == []
     # The conversation took none of it, and takes a message as before.
     assert (await api.post(f"{at}/messages", json={"text": "more"})).json() == {"turn": 2}
+
+
+async def test_a_workflow_of_another_kind_is_no_run_on_any_route(
+    api: httpx.AsyncClient, client: Client
+) -> None:
+    """A workflow id of the namespace that is no agent's run: its queries waited 30 s for a
+    502, its updates and its stream with no end, and `cancel` cancelled it."""
+    other = await client.start_workflow(
+        "SomeoneElsesWorkflow", id=f"other-{uuid.uuid4()}", task_queue=f"none-{uuid.uuid4()}"
+    )
+    at = f"/api/runs/{other.id}"
+    for path in (at, f"{at}/transcript", f"{at}/trace", f"{at}/events"):
+        answered = await api.get(path)
+        assert answered.status_code == 404 and "not an agent's run" in answered.text, path
+    bodies = {
+        "messages": {"text": "hi"},
+        "decisions": {"kind": "plan", "approve": True},
+        "callbacks": {"call_id": "c", "result": 1},
+        "auto-mode": {"off": True},
+        "interrupt": None,
+        "cancel": None,
+    }
+    for route, body in bodies.items():
+        answered = await api.post(f"{at}/{route}", json=body)
+        assert answered.status_code == 404 and "not an agent's run" in answered.text, route
+    assert not (await other.describe()).raw_description.workflow_extended_info.cancel_requested
+    await other.terminate()
+    # No id at all (`/api/runs//events`) was Temporal's "WorkflowId is not set", a 502.
+    for path in ("/api/runs//events", "/api/runs//trace"):
+        assert (await api.get(path)).status_code == 404, path
+    assert (await api.post("/api/runs//cancel")).status_code == 404
 
 
 async def test_serve_without_an_address_is_a_working_api_offline() -> None:
@@ -347,6 +390,11 @@ async def test_a_callback_is_published_and_answered_over_http(api: httpx.AsyncCl
     pending = await asyncio.wait_for(published(), 30)
     assert pending["arguments"] == {"path": "a.txt"}
     path = f"/api/runs/{workflow_id}/callbacks"
+    # Over Temporal's 2 MB the run's refusal could not be sent back: its workflow task failed
+    # at each try, and the request waited with no answer.
+    huge = {"call_id": pending["call_id"], "result": {"text": "x" * 2_500_000}}
+    refused = await api.post(path, json=huge)
+    assert refused.status_code == 409 and "MAX_INPUT_BYTES" in refused.json()["detail"]
     wrong = await api.post(path, json={"call_id": pending["call_id"], "result": {"txt": 1}})
     assert wrong.status_code == 409 and "does not match" in wrong.json()["detail"]
     right = await api.post(path, json={"call_id": pending["call_id"], "result": {"text": "hi"}})
