@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-from pydantic_core import PydanticSerializationError, to_jsonable_python
+from pydantic_core import to_jsonable_python
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.errordetails.v1 import WorkflowNotReadyFailure
@@ -62,7 +62,6 @@ from ..workflows.decisions import (
 from ..workflows.errors import (
     AgentConfigurationError,
     AgentError,
-    AgentInputInvalid,
     AgentInputTooLarge,
 )
 from ..workflows.events import EVENTS_TOPIC, AgentEvent
@@ -847,13 +846,7 @@ class AgentClient:
         with it as it started), and AgentInputTooLarge for one over
         input_limits.MAX_INPUT_BYTES (likewise)."""
         try:
-            wire = check_wire(agent_input)
-        except PydanticSerializationError as error:
-            # Nested past what pydantic writes (an output_schema of hundreds of levels, say):
-            # no payload can carry it, and it was a 500 over HTTP.
-            raise AgentInputInvalid(f"the run's input cannot be sent: {error}") from None
-        try:
-            check_input(len(wire), len(agent_input.prompt))
+            check_input(len(check_wire(agent_input)), len(agent_input.prompt))
         except InputTooLarge as refused:
             raise AgentInputTooLarge(str(refused)) from None
         if not self._search_attributes_checked:

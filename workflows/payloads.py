@@ -63,14 +63,14 @@ def lone_surrogate(error: BaseException) -> bool:
 def check_wire(agent_input: AgentInput) -> bytes:
     """The input as its payload carries it (JSON), once checked to decode as a worker will decode
     it: a model changed after it was built (a field set to None, `model_construct`), or a float
-    that JSON writes as null, is refused here rather than by the run, as is a text with a lone
-    surrogate, which cannot be written at all. Raises AgentInputInvalid."""
+    that JSON writes as null, is refused here rather than by the run, as is one that cannot be
+    written at all (a text with a lone surrogate, an output_schema nested past what pydantic
+    writes). Raises AgentInputInvalid."""
     try:
         data = agent_input.model_dump_json().encode()
     except PydanticSerializationError as error:
-        if not lone_surrogate(error):
-            raise
-        raise AgentInputInvalid(f"the run's input cannot be sent: {LONE_SURROGATE}") from None
+        why = LONE_SURROGATE if lone_surrogate(error) else str(error)
+        raise AgentInputInvalid(f"the run's input cannot be sent: {why}") from None
     try:
         AgentInput.model_validate_json(data)
     except ValidationError as error:
