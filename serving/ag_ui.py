@@ -46,6 +46,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from ..client.agent_client import AgentClient, AgentRun
 from ..workflows import json_schema
+from ..workflows.agent import AgentWorkflow
 from ..workflows.errors import AgentInputInvalid
 from ..workflows.events import AgentEvent
 from ..workflows.payloads import LONE_SURROGATE, lone_surrogate
@@ -387,13 +388,17 @@ def _running(described: WorkflowExecutionDescription, thread_id: str) -> None:
 
 
 async def _described(run: AgentRun) -> WorkflowExecutionDescription | None:
-    """The thread's conversation, or None when it has none."""
+    """The thread's conversation, or None when it has none; 409 when its id is a workflow of
+    another kind (whose queries would wait 30 s for no answer, and its updates without end)."""
     try:
-        return await run.handle.describe()
+        described = await run.handle.describe()
     except RPCError as error:
         if error.status == RPCStatusCode.NOT_FOUND:
             return None
         raise
+    if described.workflow_type != AgentWorkflow.__name__:
+        raise HTTPException(409, f"{run.id} is a workflow of another kind, not a conversation")
+    return described
 
 
 async def _whole_arguments(run: AgentRun, event: AgentEvent) -> str:

@@ -644,3 +644,24 @@ def test_a_client_tools_result_is_read_as_json_only_where_it_is_json(
 ) -> None:
     message = ToolMessage(id="m1", role="tool", content=content, tool_call_id="call_1")
     assert ag_ui._result(message) == read
+
+
+async def test_a_thread_whose_id_is_another_kind_of_workflow_is_refused_at_once(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """`ag-ui-<threadId>` taken by a workflow that is no agent's: its status query waited 30 s
+    for a 502, and a resume's update without end."""
+    thread_id = f"taken-{uuid.uuid4().hex[:8]}"
+    other = await client.start_workflow(
+        "SomeoneElsesWorkflow", id=f"ag-ui-{thread_id}", task_queue=f"none-{uuid.uuid4()}"
+    )
+    path = agent_file(tmp_path, [turn(text="never said")])
+    try:
+        async with served(client, task_queue, path) as http:
+            resume = [{"interruptId": "plan", "status": "resolved", "payload": {"approve": True}}]
+            for body in (run_input(thread_id, user("hi")), run_input(thread_id, resume=resume)):
+                refused = await http.post("/ag-ui", json=body, timeout=10)
+                assert refused.status_code == 409, refused.text
+                assert "another kind" in refused.text
+    finally:
+        await other.terminate()
