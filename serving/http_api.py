@@ -27,7 +27,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, R
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import PydanticSerializationError, to_json
 from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -135,7 +135,10 @@ class Message(BaseModel):
 class Decision(BaseModel):
     """A person's decision: on the plan that waits (`kind: plan`, approve or reject with a
     reason, `version` to decide only that one) or on a tool call (`kind: tool_call`, `call_id`;
-    `remember` decides the tool's later calls too)."""
+    `remember` decides the tool's later calls too). Its booleans are JSON's true and false
+    only, as A2A's and AG-UI's are: pydantic would read "yes", 1 or "on" as an approval."""
+
+    model_config = ConfigDict(strict=True)
 
     kind: Literal["plan", "tool_call"]
     approve: bool

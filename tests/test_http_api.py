@@ -133,6 +133,12 @@ async def test_a_plan_waits_first_in_the_list_and_a_refused_decision_is_409_with
         f"/api/runs/{workflow_id}/decisions", json={"kind": "plan", "approve": False}
     )
     assert no_reason.status_code == 422 and "reason" in no_reason.text
+    # JSON's true alone approves: "yes", 1 and "on" were read as true.
+    for loose in ("yes", 1, "on", "true"):
+        sloppy = await api.post(
+            f"/api/runs/{workflow_id}/decisions", json={"kind": "plan", "approve": loose}
+        )
+        assert sloppy.status_code == 422 and "approve" in sloppy.text, (loose, sloppy.text)
 
     approved = await api.post(
         f"/api/runs/{workflow_id}/decisions",
