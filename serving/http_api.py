@@ -44,6 +44,7 @@ from ..workflows.agent import AgentWorkflow
 from ..workflows.bounds import MAX_COUNT
 from ..workflows.decisions import AutoModeChange, PendingCallback, PlanState, ToolApproval
 from ..workflows.errors import AgentConfigurationError, AgentInputInvalid
+from ..workflows.input_limits import TOO_LARGE
 from ..workflows.inputs import AgentInput
 from ..workflows.paging import TracePage, TranscriptPage
 from ..workflows.payloads import LONE_SURROGATE, lone_surrogate
@@ -215,6 +216,9 @@ def create_app(
 
     @app.exception_handler(RPCError)
     async def server_refused(request: Request, error: RPCError) -> JSONResponse:
+        if error.status == RPCStatusCode.NOT_FOUND and "already completed" in error.message:
+            # An update sent to a run that has ended: Temporal's NOT_FOUND, but the run is there.
+            return JSONResponse({"detail": "the run has ended"}, status_code=409)
         if error.status == RPCStatusCode.NOT_FOUND:
             return JSONResponse({"detail": "no such run"}, status_code=404)
         if error.status == RPCStatusCode.ALREADY_EXISTS:
@@ -233,7 +237,9 @@ def create_app(
     async def refused(request: Request, error: WorkflowUpdateFailedError) -> JSONResponse:
         cause = error.cause
         reason = getattr(cause, "message", None) or str(cause)
-        return JSONResponse({"detail": reason, "type": getattr(cause, "type", None)}, 409)
+        kind = getattr(cause, "type", None)
+        # Over a bound (a message, a comment, an update's input) is 413, as a run's input is.
+        return JSONResponse({"detail": reason, "type": kind}, 413 if kind == TOO_LARGE else 409)
 
     @app.exception_handler(AgentUpdateNotDelivered)
     async def busy(request: Request, error: AgentUpdateNotDelivered) -> JSONResponse:

@@ -23,6 +23,7 @@ from durable_agent.client.contract import example_input
 from durable_agent.demo import script as demo
 from durable_agent.serving import http_api
 from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.input_limits import MAX_MESSAGE_CHARS
 from durable_agent.workflows.inputs import AgentInput, Limits, ToolApprovalPolicy
 from durable_agent.workflows.model_settings import ModelSettings, ScriptedTurn
 from tests.helpers import TEST_WORKER_OPTIONS, call, eventually, scripted_input, turn
@@ -148,6 +149,11 @@ async def test_a_plan_waits_first_in_the_list_and_a_refused_decision_is_409_with
     assert approved.json()["status"] == "approved"
     done = (await sse(api, workflow_id))[-1]
     assert json.loads(done["data"])["status"] == "completed"
+    # The run has ended: Temporal's NOT_FOUND for an update, which said "no such run" (404).
+    late = await api.post(
+        f"/api/runs/{workflow_id}/decisions", json={"kind": "plan", "approve": True}
+    )
+    assert late.status_code == 409 and late.json()["detail"] == "the run has ended", late.text
 
 
 async def test_bad_input_is_a_4xx_that_names_the_field_and_starts_nothing(
@@ -226,6 +232,9 @@ async def test_a_text_with_a_lone_surrogate_is_a_422_on_every_route_that_takes_o
         assert answered.status_code == 422, (route, answered.text)
         assert "lone surrogate" in answered.text, answered.text
     assert [w async for w in client.list_workflows(f"WorkflowId='{refused_start}'")] == []
+    # A message over its bound is 413, as a run's input over its own is (it was 409).
+    long = await api.post(f"{at}/messages", json={"text": "x" * (MAX_MESSAGE_CHARS + 1)})
+    assert long.status_code == 413 and "MAX_MESSAGE_CHARS" in long.text, long.text
     # The conversation took none of it, and takes a message as before.
     assert (await api.post(f"{at}/messages", json={"text": "more"})).json() == {"turn": 2}
 
@@ -400,7 +409,7 @@ async def test_a_callback_is_published_and_answered_over_http(api: httpx.AsyncCl
     # at each try, and the request waited with no answer.
     huge = {"call_id": pending["call_id"], "result": {"text": "x" * 2_500_000}}
     refused = await api.post(path, json=huge)
-    assert refused.status_code == 409 and "MAX_INPUT_BYTES" in refused.json()["detail"]
+    assert refused.status_code == 413 and "MAX_INPUT_BYTES" in refused.json()["detail"]
     wrong = await api.post(path, json={"call_id": pending["call_id"], "result": {"txt": 1}})
     assert wrong.status_code == 409 and "does not match" in wrong.json()["detail"]
     right = await api.post(path, json={"call_id": pending["call_id"], "result": {"text": "hi"}})
