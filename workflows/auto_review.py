@@ -50,16 +50,14 @@ class AutoReview:
         """Whether a call of `tool` that asks goes to the judge first (`start`)."""
         return self._judge is not None and self._judge.criteria_for(tool) is not None
 
-    def start(self, request: ToolApproval, call: ToolCall, run: Run) -> bool:
-        """Hand a call just asked to the judge, when its tool has criteria; False when it has
-        none, and a person decides it."""
-        if self._judge is None or not (named := self._judge.criteria_for(call.name)):
-            return False
+    def start(self, request: ToolApproval, call: ToolCall, run: Run) -> None:
+        """Hand a call just asked to the judge: one whose tool has criteria (`judges`)."""
+        named = self._judge.criteria_for(call.name) if self._judge is not None else None
+        assert self._judge is not None and named is not None, "a call the judge does not review"
         request.judging = True
         self._judging[call.id] = asyncio.create_task(
             self._judged(request, call, run, named, self._judge.next_judgement())
         )
-        return True
 
     async def settled(self, request: ToolApproval) -> str | None:
         """Wait for the judge to be done with a call it reviews; the error result the model

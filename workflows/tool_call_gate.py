@@ -86,7 +86,9 @@ class ToolCallGate:
             request = self._calls.open(call, action, step, first)
             if remembered:
                 self._calls.record(request, self._state.remembered[call.name], "remembered")
-            elif not self._review.start(request, call, action):
+            elif judged:
+                self._review.start(request, call, action)
+            else:
                 asked += 1
         if asked:
             self._calls.show_waiting()
