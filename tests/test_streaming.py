@@ -14,14 +14,16 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+import tests.guardrails_for_tests  # noqa: F401  (registers `polite`)
 from durable_agent.client.agent_client import AgentRun
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.activity_io import ModelDelta
 from durable_agent.workflows.agent import AgentWorkflow
+from durable_agent.workflows.guardrail_data import GuardrailPolicy
 from durable_agent.workflows.inputs import AgentInput
 from durable_agent.workflows.model_settings import ModelSettings
 from tests import fake_anthropic, fake_openai
-from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, run_agent
+from tests.helpers import FAST_MODEL_RETRY, TEST_WORKER_OPTIONS, eventually, run_agent
 
 TOOLS = ["search_orders", "get_order", "get_tracking", "get_customer"]
 SEARCH = ("toolu_search", "search_orders", {"email": "a@b.com"})
@@ -237,3 +239,37 @@ async def test_a_retried_stream_marks_the_failed_attempts_deltas_void(
     assert ANSWER.startswith(_text(deltas, attempt=2))
     # The retry says so on the progress stream too.
     assert [e.attempts for e in events if e.kind == "retry"] == [2]
+
+
+async def test_a_run_with_output_guardrails_streams_but_shows_no_text_before_they_read_it(
+    client: Client, task_queue: str, claude: fake_anthropic.FakeAnthropic
+) -> None:
+    """The answer is held mid-stream, its first 48 characters written. The call streams from
+    the provider, but its beats carry none of it: an output guardrail reads the answer before
+    anyone may. The answer comes out whole once `polite` has read it."""
+    claude.script += anthropic_script(pause_after=14)
+    guarded = anthropic_input(stream=True).model_copy(
+        update={"guardrails": GuardrailPolicy(output=["polite"])}
+    )
+    deltas: list[ModelDelta] = []
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        agent_run = await _start(client, task_queue, guarded)
+
+        async def answer_call_beats_without_text() -> bool:
+            calls = (await agent_run.model_calls()).calls
+            return len(claude.requests) == 3 and [c.not_streaming for c in calls] == [True]
+
+        await eventually(answer_call_beats_without_text, what="step 3's call to beat")
+        reading = asyncio.create_task(_collect(agent_run.deltas(), deltas))
+        claude.hold.set()
+        result = await agent_run.result()
+        await reading
+    assert result.answer == ANSWER
+    assert [r.body.get("stream") for r in claude.requests] == [True] * 3
+    assert deltas == []
+    assert [(g.name, g.tripped) for g in result.step_records[-1].guardrails] == [("polite", False)]
+
+
+async def _collect(reading: AsyncIterator[ModelDelta], into: list[ModelDelta]) -> None:
+    async for delta in reading:
+        into.append(delta)

@@ -27,6 +27,10 @@ class ModelRequest(BaseModel):
     judge plays that turn of its script."""
     tool_choice: str | None = Field(default=None, exclude_if=lambda name: name is None)
     """The tool the model must call (a judge's `verdict`); None: the model chooses."""
+    deltas_withheld: bool = Field(default=False, exclude_if=lambda withheld: not withheld)
+    """The run has output guardrails, which read its answer before anyone else may: the call
+    streams from the provider when its settings say so (a long reply may need it), but
+    publishes nothing as it writes (docs/guardrails.md)."""
     prefix_ref: str | None = None
     """Names the first `prefix_count` messages, sent by an earlier call: `messages` is the rest
     (see workflows/history.py). None: `messages` is everything."""

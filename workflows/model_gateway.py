@@ -69,6 +69,9 @@ class ModelGateway:
         self._script_digest: str | None = None
         self.behaviours = ctx.behaviours
         """Set by the run from its history (see versioning)."""
+        guardrails = ctx.input.guardrails
+        self._deltas_withheld = guardrails is not None and bool(guardrails.output)
+        """An answer's text reaches no one before the output guardrails have read it."""
 
     def keep_reference(self, content_ref: str) -> None:
         """A tool result or a model reply a worker stored: later requests may name it instead
@@ -88,6 +91,7 @@ class ModelGateway:
             messages=messages,
             tools=offered,
             step=step,
+            deltas_withheld=self._deltas_withheld,
         )
         summary = f"model {settings.model}, step {step}"
         by_reference = self._by_reference(request)

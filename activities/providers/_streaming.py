@@ -81,6 +81,21 @@ class StreamPublisher:
             self._trailing = asyncio.get_running_loop().call_later(wait, self.heartbeat)
 
 
+class _Withheld(StreamPublisher):
+    """A call that streams from the provider, but whose text no one may read before the run's
+    output guardrails have: its beats carry no details."""
+
+    def text(self, delta: str) -> None:
+        pass
+
+    def reasoning(self, delta: str) -> None:
+        pass
+
+    def heartbeat(self) -> None:
+        if activity.in_activity():
+            activity.heartbeat()
+
+
 class _Kept:
     """The newest STREAM_KEPT_CHARS of a stream of pieces, and how many came before them."""
 
@@ -102,11 +117,13 @@ class _Kept:
 
 @contextmanager
 def publishing(request: ModelRequest, attempt: int) -> Iterator[StreamPublisher | None]:
-    """A publisher for this call when it streams (None otherwise), for the adapters to find."""
+    """A publisher for this call when it streams (None otherwise), for the adapters to find;
+    one that publishes nothing when the run's output guardrails must read the answer first."""
     if not request.settings.stream or request.purpose != "step":
         yield None
         return
-    publisher = StreamPublisher(request.step, attempt)
+    withheld = request.deltas_withheld
+    publisher = (_Withheld if withheld else StreamPublisher)(request.step, attempt)
     token = _current.set(publisher)
     try:
         publisher.heartbeat()  # a new attempt says so at once: the last one's deltas are void
