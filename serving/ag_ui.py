@@ -58,7 +58,7 @@ from .ag_ui_events import (
     plan_interrupt_id,
 )
 from .served_agent import ServedAgent
-from .streams import Streams, Written
+from .streams import Streams, Written, check_resume
 
 _log = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ def add_ag_ui(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: S
                 if await _described(run) is None:
                     raise HTTPException(404, f"no thread {body.thread_id}")
                 start, text = resumed
+                await check_resume(run, start, last_event_id or "")  # 416 past its last event
             else:
                 start, text = await _take(body, run, agents, served), None
         except BaseException:

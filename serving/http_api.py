@@ -54,7 +54,7 @@ from .a2a_protocol import CARD_PATH, add_a2a
 from .ag_ui import add_ag_ui
 from .console import add_console
 from .served_agent import ServedAgent
-from .streams import Streams, StreamsFull
+from .streams import ResumedPastTheEnd, Streams, StreamsFull, check_resume
 
 API_TOKEN_VARIABLE = "AGENT_API_TOKEN"
 MIN_TOKEN_CHARS = 16
@@ -266,6 +266,10 @@ def create_app(
     async def full(request: Request, error: StreamsFull) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=429)
 
+    @app.exception_handler(ResumedPastTheEnd)
+    async def past_the_end(request: Request, error: ResumedPastTheEnd) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=416)
+
     async def agent_run(workflow_id: str) -> AgentRun:
         """The run `workflow_id`, once the server says it is an agent's: 404 for an empty id, an
         unknown one, or a workflow of another kind in the namespace. A query of another kind's
@@ -372,6 +376,8 @@ def create_app(
         give_back = streams.hold(workflow_id)  # 429 past a bound, before any work
         try:
             run = await agent_run(workflow_id)  # 404 now, rather than an endless stream
+            if last_event_id is not None:
+                await check_resume(run, offset, last_event_id)  # 416, likewise
         except BaseException:
             give_back()
             raise

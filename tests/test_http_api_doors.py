@@ -1,0 +1,75 @@
+"""What the HTTP API's routes refuse at their doors, typed, where they once served a wedge or
+took a value JSON has not: a stream resumed past the run's last event (serving/streams.py),
+numbers in other forms than digits, NaN in a body, a run id with control characters
+(serving/http_api.py, docs/http-api.md)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+from temporalio.client import Client
+
+from durable_agent.serving.worker import build_worker
+from tests.helpers import TEST_WORKER_OPTIONS
+from tests.serve_process import serving
+from tests.test_http_api import plan_input, sse
+
+
+async def events_until(http: httpx.AsyncClient, workflow_id: str, kind: str) -> list[dict]:
+    """The run's events from its first to the first of `kind`, the stream then closed."""
+    events: list[dict[str, Any]] = []
+    async with http.stream("GET", f"/api/runs/{workflow_id}/events", timeout=30) as stream:
+        fields: dict[str, Any] = {}
+        async for line in stream.aiter_lines():
+            if line:
+                name, _, value = line.partition(": ")
+                fields[name] = value
+            elif fields:
+                events.append(fields)
+                if fields["event"] == kind:
+                    return events
+                fields = {}
+    raise AssertionError(f"the stream ended before {kind}: {events}")
+
+
+async def test_a_stream_resumed_past_the_runs_last_event_is_refused_and_holds_no_place(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It waited, silent, holding one of the run's places, until the run published that many
+    events: for a run that waits for a person, for as long as nobody decides."""
+    monkeypatch.setenv("AGENT_API_MAX_RUN_STREAMS", "2")
+    address = client.service_client.config.target_host
+    worker = build_worker(client, task_queue, **TEST_WORKER_OPTIONS)
+    async with worker, serving("--address", address, "--task-queue", task_queue) as http:
+        workflow_id = (await http.post("/api/runs", json=plan_input())).json()["workflow_id"]
+        last = int((await events_until(http, workflow_id, "plan_submitted"))[-1]["id"])
+        path = f"/api/runs/{workflow_id}/events"
+        # More refusals than the run has places (the stream above may keep one a moment yet):
+        # a refusal that held its place would make the next a 429.
+        for past in (last + 2, last + 500, last + 2):
+            refused = await http.get(path, headers={"Last-Event-ID": str(past)}, timeout=10)
+            assert refused.status_code == 416, refused.text
+            assert refused.json()["detail"] == (
+                f"Last-Event-ID {past} is past the run's last event ({last}):"
+                " resume from an id its stream sent"
+            )
+        # Resumed after the last event, a stream waits for the next.
+        headers = {"Last-Event-ID": str(last)}
+        async with http.stream("GET", path, headers=headers, timeout=30) as stream:
+            assert stream.status_code == 200
+            decided = await http.post(
+                f"/api/runs/{workflow_id}/decisions", json={"kind": "plan", "approve": True}
+            )
+            assert decided.status_code == 200, decided.text
+            ids = [int(line[4:]) async for line in stream.aiter_lines() if line[:4] == "id: "]
+        assert ids == list(range(last + 1, ids[-1] + 1)) and len(ids) > 2
+        # Once the run has ended, too: past its end is refused, at its end is `done` alone.
+        end = ids[-1]
+        after = await http.get(path, headers={"Last-Event-ID": str(end + 1)}, timeout=10)
+        assert after.status_code == 416 and f"last event ({end})" in after.text
+        done = await sse(http, workflow_id, last=end)
+        assert [e["event"] for e in done] == ["done"]
+        assert json.loads(done[0]["data"])["status"] == "completed"
