@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,8 +28,8 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, R
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic_core import PydanticSerializationError, to_json
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError, PydanticSerializationError, to_json
 from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -54,7 +55,7 @@ from .a2a_protocol import CARD_PATH, add_a2a
 from .ag_ui import add_ag_ui
 from .console import add_console
 from .served_agent import ServedAgent
-from .streams import ResumedPastTheEnd, Streams, StreamsFull, check_resume
+from .streams import ResumedPastTheEnd, Streams, StreamsFull, check_resume, event_id
 
 API_TOKEN_VARIABLE = "AGENT_API_TOKEN"
 MIN_TOKEN_CHARS = 16
@@ -72,6 +73,18 @@ RUNS_QUERY = "WorkflowType='AgentWorkflow'"
 PUBLIC_PATHS = ("/console/", "/runs/", CARD_PATH)
 """Besides `/`, what a request may GET without the token: the console's page and its files,
 which hold no data (serving/console.py), and A2A's Agent Card, which says how to authenticate."""
+DIGITS = re.compile(r"[0-9]+")
+
+
+def _digits_alone(given: Any) -> Any:
+    # pydantic, as int(), reads "+3", "3_0", " 5", "5\n" and "3.0" as numbers.
+    if isinstance(given, str) and not DIGITS.fullmatch(given):
+        raise PydanticCustomError("int_parsing", "Input should be a whole number: ASCII digits")
+    return given
+
+
+Digits = BeforeValidator(_digits_alone)
+"""A query's number: ASCII digits alone, then within its bounds (`Query(ge=..., le=...)`)."""
 
 
 @dataclass(frozen=True)
@@ -290,7 +303,9 @@ def create_app(
         return Started(workflow_id=started.id)
 
     @api.get("/runs")
-    async def runs(limit: Annotated[int, Query(ge=1, le=1000)] = LIST_LIMIT) -> list[RunListed]:
+    async def runs(
+        limit: Annotated[int, Query(ge=1, le=1000), Digits] = LIST_LIMIT,
+    ) -> list[RunListed]:
         """The runs that wait for a person first, each with what it waits on (the newest
         MAX_WAITING_ASKED at most), then the newest others (at most `limit` in all). A listing
         made in the last LIST_SHARED_SECONDS is shared."""
@@ -299,8 +314,8 @@ def create_app(
     @api.get("/runs/{workflow_id:path}/transcript")
     async def transcript(
         workflow_id: str,
-        start: Annotated[int, Query(ge=0, le=MAX_COUNT)] = 0,
-        max_bytes: Annotated[int, Query(ge=1, le=1_000_000)] = 1_000_000,
+        start: Annotated[int, Query(ge=0, le=MAX_COUNT), Digits] = 0,
+        max_bytes: Annotated[int, Query(ge=1, le=1_000_000), Digits] = 1_000_000,
     ) -> TranscriptPage:
         """The transcript, a page at a time."""
         return await (await agent_run(workflow_id)).transcript_page(start, max_bytes)
@@ -308,8 +323,8 @@ def create_app(
     @api.get("/runs/{workflow_id:path}/trace")
     async def trace(
         workflow_id: str,
-        start: Annotated[int, Query(ge=0, le=MAX_COUNT)] = 0,
-        max_bytes: Annotated[int, Query(ge=1, le=1_000_000)] = 1_000_000,
+        start: Annotated[int, Query(ge=0, le=MAX_COUNT), Digits] = 0,
+        max_bytes: Annotated[int, Query(ge=1, le=1_000_000), Digits] = 1_000_000,
     ) -> TracePage:
         """The step records, a page at a time."""
         return await (await agent_run(workflow_id)).trace_page(start, max_bytes)
@@ -367,12 +382,14 @@ def create_app(
         workflow_id: str, last_event_id: Annotated[str | None, Header()] = None
     ) -> StreamingResponse:
         """The run's events as Server-Sent Events, from the one after `Last-Event-ID`."""
-        try:
-            offset = 0 if last_event_id is None else int(last_event_id) + 1
-        except ValueError:
-            raise HTTPException(422, "Last-Event-ID: an event's id, a whole number") from None
-        if offset < 0:
-            raise HTTPException(422, "Last-Event-ID: an event's id, 0 or more")
+        offset = 0
+        if last_event_id is not None:
+            last = event_id(last_event_id)
+            if last is None:
+                raise HTTPException(
+                    422, f"Last-Event-ID: an event's id, ASCII digits alone, 0 to {MAX_COUNT}"
+                )
+            offset = last + 1
         give_back = streams.hold(workflow_id)  # 429 past a bound, before any work
         try:
             run = await agent_run(workflow_id)  # 404 now, rather than an endless stream

@@ -29,6 +29,7 @@ import bisect
 import contextlib
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from ..client.agent_client import (
     ModelCall,
 )
 from ..workflows.activity_io import ModelDelta, StreamProgress
+from ..workflows.bounds import MAX_COUNT
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.events import AgentEvent
 
@@ -84,6 +86,9 @@ RESUME_CHECK_TIMEOUT = timedelta(seconds=5)
 """How long a resumed stream waits at its door for the run to say how many events it has (a
 worker answers the query): past it the stream is served unchecked, as one of a run whose workers
 are away is, which gets the events they publish once they are back."""
+EVENT_ID = re.compile(r"-1|[0-9]{1,16}")
+"""An event's id in a Last-Event-ID: ASCII digits alone, or -1 (before the first event: AG-UI's
+RUN_STARTED of a new thread). int() reads "+3", "3_0", " 5" and "٣" too."""
 MAX_STREAMS_VARIABLE = "AGENT_API_MAX_STREAMS"
 MAX_RUN_STREAMS_VARIABLE = "AGENT_API_MAX_RUN_STREAMS"
 _STOPPING = "stopping"
@@ -113,6 +118,14 @@ class StreamsFull(Exception):
 class ResumedPastTheEnd(Exception):
     """A stream asked for from past the run's last event (416): it would send nothing until the
     run had published that many, holding its place (`Streams.hold`) all the while."""
+
+
+def event_id(given: str) -> int | None:
+    """`given` (a Last-Event-ID, or a part of AG-UI's) as a number: None for one that is not
+    EVENT_ID's, or is past MAX_COUNT."""
+    if not EVENT_ID.fullmatch(given) or int(given) > MAX_COUNT:
+        return None
+    return int(given)
 
 
 async def check_resume(run: AgentRun, offset: int, last_event_id: str) -> None:

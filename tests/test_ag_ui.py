@@ -370,6 +370,11 @@ async def test_what_a_client_gets_wrong_is_refused_before_anything_starts(
         ),
         ({"Last-Event-ID": "3"}, run_input(thread_id, user("hi")), 404),
         ({"Last-Event-ID": "three"}, run_input(thread_id, user("hi")), 422),
+        # int() read these as 3 (or 30): a resume from an id no stream sent.
+        ({"Last-Event-ID": "+3"}, run_input(thread_id, user("hi")), 422),
+        ({"Last-Event-ID": "3_0"}, run_input(thread_id, user("hi")), 422),
+        ({"Last-Event-ID": "3:1:+0:5"}, run_input(thread_id, user("hi")), 422),
+        ({"Last-Event-ID": "3:-1:0:5"}, run_input(thread_id, user("hi")), 422),
         ({}, b"{" + b" " * 4_100_000 + b"}", 413),
         # A lone surrogate parses, but writes nowhere: not into a run's input, nor an event.
         ({}, run_input(thread_id, user("hi \ud800")), 422),

@@ -12,10 +12,13 @@ import httpx2 as httpx
 import pytest
 from temporalio.client import Client
 
+from durable_agent.client.contract import example_input
 from durable_agent.serving.worker import build_worker
 from tests.helpers import TEST_WORKER_OPTIONS
 from tests.serve_process import serving
 from tests.test_http_api import plan_input, sse
+
+PAGE_NUMBERS = ("start", "max_bytes")
 
 
 async def events_until(http: httpx.AsyncClient, workflow_id: str, kind: str) -> list[dict]:
@@ -73,3 +76,27 @@ async def test_a_stream_resumed_past_the_runs_last_event_is_refused_and_holds_no
         done = await sse(http, workflow_id, last=end)
         assert [e["event"] for e in done] == ["done"]
         assert json.loads(done[0]["data"])["status"] == "completed"
+
+
+async def test_a_number_is_ascii_digits_alone_in_a_query_and_in_last_event_id(
+    api: httpx.AsyncClient,
+) -> None:
+    """int() and pydantic read "+3", "3_0", " 5" and "3.0" as numbers: a page from "+1"
+    was served as the page from 1, and a stream resumed after "3_0" as after 30."""
+    started = await api.post("/api/runs", json=example_input())
+    at = f"/api/runs/{started.json()['workflow_id']}"
+    assert (await api.get(f"{at}/transcript", params={"start": "1"})).status_code == 200
+    asked = [(f"{at}/{page}", name) for page in ("transcript", "trace") for name in PAGE_NUMBERS]
+    for path, name in [*asked, ("/api/runs", "limit")]:
+        for given in ("+1", "1_0", " 1", "1 ", "1.0", "٣", "-0", "0x1"):
+            refused = await api.get(path, params={name: given})
+            assert refused.status_code == 422, (path, name, given, refused.text)
+            [problem] = refused.json()["detail"]
+            assert problem["loc"] == ["query", name], problem
+            assert problem["msg"] == "Input should be a whole number: ASCII digits", problem
+    for given in ("+1", "1_0", "1.0", "-2", "1e1", "9999999999999999"):
+        refused = await api.get(f"{at}/events", headers={"Last-Event-ID": given}, timeout=10)
+        assert refused.status_code == 422, (given, refused.text)
+        assert "ASCII digits" in refused.json()["detail"], refused.text
+    # Digits alone are read as ever: a stream resumed after 0 starts at 1.
+    assert int((await sse(api, at.removeprefix("/api/runs/"), last=0))[0]["id"]) == 1
