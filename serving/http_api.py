@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
+import math
 import os
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -28,6 +30,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, R
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError, PydanticSerializationError, to_json
 from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedError
@@ -212,7 +215,8 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    api = APIRouter(prefix="/api", dependencies=[Depends(authorized)])
+    app.router.route_class = _JsonRoute  # AG-UI's
+    api = APIRouter(prefix="/api", dependencies=[Depends(authorized)], route_class=_JsonRoute)
 
     @app.get("/openapi.json", dependencies=[Depends(authorized)], include_in_schema=False)
     def openapi() -> dict[str, Any]:
@@ -221,8 +225,8 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def unprocessable(request: Request, error: RequestValidationError) -> Response:
         # FastAPI's own answer, but for the value each problem quotes: a NaN or an Infinity
-        # that JSON's literals gave (a float field's, or 1e400's) is no JSON number, and the
-        # 422 that quoted one failed as it was written, a 500.
+        # is no JSON number, and the 422 that quoted one failed as it was written, a 500. A
+        # body's are refused as it is read now (`_JsonRoute`); this stays for any other.
         detail = {"detail": jsonable_encoder(error.errors())}
         content = to_json(detail, inf_nan_mode="strings")
         return Response(content, status_code=422, media_type="application/json")
@@ -423,6 +427,67 @@ def create_app(
 
 
 UNAUTHORIZED = "Authorization: Bearer <token> is needed"
+
+
+class _JsonRoute(APIRoute):
+    """A route whose JSON body must be JSON (RFC 8259): FastAPI parses it with Python's parser,
+    which reads NaN, Infinity and 1e400 as floats. One in a field that takes any JSON (a
+    callback's result, a schema) reached the run as null; in a number field, pydantic said so.
+    Now each is refused as it is read, 422 naming where it is (`_finite_json`)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def finite(request: Request) -> Response:
+            return await handler(_JsonRequest(request.scope, request.receive))
+
+        return finite
+
+
+class _JsonRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = _finite_json(await self.body())
+        return self._json
+
+
+_NOT_JSON = object()
+"""What `_finite_json` reads a NaN, an Infinity or a 1e400 as, to find where it was."""
+
+
+def _finite_json(body: bytes) -> Any:
+    """The body's JSON; HTTPException 422, as pydantic's refusals look, for a number JSON has
+    not: NaN, Infinity, -Infinity, or one past a double's range."""
+    refused: list[str] = []
+
+    def not_a_number(text: str) -> Any:
+        refused.append(text)
+        return _NOT_JSON
+
+    def number(text: str) -> Any:
+        value = float(text)
+        return value if math.isfinite(value) else not_a_number(text)
+
+    parsed = json.loads(body, parse_constant=not_a_number, parse_float=number)
+    if not refused:
+        return parsed
+    text = refused[0][:40]
+    why = "past what a JSON number carries" if text[-1].isdigit() else "not a JSON number"
+    problem = {"type": "json_invalid", "loc": ["body", *_where_not_json(parsed)]}
+    raise HTTPException(422, [{**problem, "msg": f"not JSON: {text} is {why}", "input": text}])
+
+
+def _where_not_json(parsed: Any) -> list[str | int]:
+    """The path to the first number `_finite_json` refused (none: a later key replaced it)."""
+    unread: list[tuple[list[str | int], Any]] = [([], parsed)]
+    while unread:  # not recursive: JSON nests as deep as Python's parser reads
+        path, value = unread.pop()
+        if value is _NOT_JSON:
+            return path
+        if isinstance(value, dict | list):
+            parts = list(value.items() if isinstance(value, dict) else enumerate(value))
+            unread.extend(([*path, key], item) for key, item in reversed(parts))
+    return []
 
 
 def _token_matches(authorization: str | None, token: str) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -360,6 +361,18 @@ async def test_what_a_client_gets_wrong_is_refused_before_anything_starts(
             422,
         ),
         ({}, run_input(thread_id, user("hi"), tools=[{**LOCATION_TOOL, "name": "no spaces"}]), 422),
+        # NaN is no JSON (json.dumps writes it): the tool's schema in the run had null for it.
+        (
+            {},
+            run_input(
+                thread_id,
+                user("hi"),
+                tools=[
+                    {**LOCATION_TOOL, "parameters": {"properties": {"a": {"default": math.nan}}}}
+                ],
+            ),
+            422,
+        ),
         ({}, run_input(thread_id, user("hi"), tool_result), 404),
         (
             {},

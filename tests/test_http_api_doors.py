@@ -6,6 +6,7 @@ numbers in other forms than digits, NaN in a body, a run id with control charact
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import httpx2 as httpx
@@ -14,9 +15,9 @@ from temporalio.client import Client
 
 from durable_agent.client.contract import example_input
 from durable_agent.serving.worker import build_worker
-from tests.helpers import TEST_WORKER_OPTIONS
+from tests.helpers import TEST_WORKER_OPTIONS, eventually
 from tests.serve_process import serving
-from tests.test_http_api import plan_input, sse
+from tests.test_http_api import JSON_BODY, plan_input, sse
 
 PAGE_NUMBERS = ("start", "max_bytes")
 
@@ -100,3 +101,59 @@ async def test_a_number_is_ascii_digits_alone_in_a_query_and_in_last_event_id(
         assert "ASCII digits" in refused.json()["detail"], refused.text
     # Digits alone are read as ever: a stream resumed after 0 starts at 1.
     assert int((await sse(api, at.removeprefix("/api/runs/"), last=0))[0]["id"]) == 1
+
+
+async def test_nan_and_infinity_anywhere_in_a_body_are_refused_as_not_json(
+    api: httpx.AsyncClient, client: Client
+) -> None:
+    """Python's parser reads NaN, Infinity and 1e400 as floats: one in a callback's result, or
+    in a run's output schema, reached the run as null."""
+    tool = {"name": "read_local_file", "description": "Read a file on the user's laptop."}
+    script = [{"calls": [{"name": "read_local_file", "arguments": {}}]}, {"text": "Read."}]
+    body = {
+        "prompt": "read a.txt",
+        "callback_tools": [tool],
+        "model": {"provider": "scripted", "script": script},
+    }
+    workflow_id = (await api.post("/api/runs", json=body)).json()["workflow_id"]
+    at = f"/api/runs/{workflow_id}"
+
+    async def published() -> bool:
+        return bool((await api.get(at)).json()["pending_callbacks"])
+
+    await eventually(published, what="the callback published")
+    call_id = (await api.get(at)).json()["pending_callbacks"][0]["call_id"]
+    for number, why in (
+        ("NaN", "not a JSON number"),
+        ("-Infinity", "not a JSON number"),
+        ("1e400", "past what a JSON number carries"),
+    ):
+        sent = f'{{"call_id": "{call_id}", "result": {{"rows": [1, {number}]}}}}'
+        refused = await api.post(f"{at}/callbacks", content=sent, headers=JSON_BODY)
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["detail"] == [
+            {
+                "type": "json_invalid",
+                "loc": ["body", "result", "rows", 1],
+                "msg": f"not JSON: {number} is {why}",
+                "input": number,
+            }
+        ]
+    # The call still waits, and takes a result that is JSON.
+    answered = await api.post(f"{at}/callbacks", json={"call_id": call_id, "result": {"rows": []}})
+    assert answered.status_code == 200, answered.text
+    assert json.loads((await sse(api, workflow_id))[-1]["data"])["status"] == "completed"
+
+    refused_start = f"nan-{uuid.uuid4()}"
+    schema = '{"type": "object", "properties": {"n": {"type": "number", "maximum": NaN}}}'
+    sent = f'{{"prompt": "x", "output_schema": {schema}, "workflow_id": "{refused_start}"}}'
+    refused = await api.post("/api/runs", content=sent, headers=JSON_BODY)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"][0]["loc"] == [
+        "body",
+        "output_schema",
+        "properties",
+        "n",
+        "maximum",
+    ]
+    assert [w async for w in client.list_workflows(f"WorkflowId='{refused_start}'")] == []
