@@ -12,9 +12,13 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
+from durable_agent.client.agent_client import AgentClient
 from durable_agent.client.contract import example_input
 from durable_agent.serving.worker import build_worker
+from durable_agent.workflows.errors import AgentInputInvalid
+from durable_agent.workflows.inputs import AgentInput
 from tests.helpers import TEST_WORKER_OPTIONS, eventually
 from tests.serve_process import serving
 from tests.test_http_api import JSON_BODY, plan_input, sse
@@ -157,3 +161,34 @@ async def test_nan_and_infinity_anywhere_in_a_body_are_refused_as_not_json(
         "maximum",
     ]
     assert [w async for w in client.list_workflows(f"WorkflowId='{refused_start}'")] == []
+
+
+async def test_a_run_id_with_a_control_character_is_refused_and_starts_nothing(
+    api: httpx.AsyncClient, client: Client, task_queue: str
+) -> None:
+    """Temporal takes a workflow id with "\\n", "\\x00" or "\\x7f": a run started with one broke
+    every line that showed its id, in a log, the CLI's tables, the console, a search."""
+    agents = AgentClient(client, task_queue)
+    for character in ("\n", "\x00", "\x1b", "\x7f", "\x85"):
+        workflow_id = f"id-{uuid.uuid4().hex[:8]}{character}x"
+        why = (
+            f"workflow_id: a control character (U+{ord(character):04X}) at 11:"
+            " an id is shown, logged and searched as text"
+        )
+        refused = await api.post("/api/runs", json={**example_input(), "workflow_id": workflow_id})
+        assert refused.status_code == 422, refused.text
+        assert refused.json() == {"detail": why, "type": "AgentInputInvalid"}
+        with pytest.raises(AgentInputInvalid) as raised:
+            await agents.start(AgentInput(prompt="x"), workflow_id=workflow_id)
+        assert raised.value.message == why
+        with pytest.raises(RPCError) as unknown:
+            await client.get_workflow_handle(workflow_id).describe()
+        assert unknown.value.status == RPCStatusCode.NOT_FOUND
+    with pytest.raises(AgentInputInvalid, match="lone surrogate"):
+        await agents.start(AgentInput(prompt="x"), workflow_id="id-\ud800")
+    # Any other character is an id's, as before: a sub-agent's slash, a space, a letter of
+    # another script.
+    started = await api.post(
+        "/api/runs", json={**example_input(), "workflow_id": f"id {uuid.uuid4().hex[:8]}/é"}
+    )
+    assert started.status_code == 201, started.text
