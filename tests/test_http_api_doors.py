@@ -83,6 +83,20 @@ async def test_a_stream_resumed_past_the_runs_last_event_is_refused_and_holds_no
         assert json.loads(done[0]["data"])["status"] == "completed"
 
 
+async def test_a_resume_no_worker_can_check_is_served_unchecked(
+    client: Client, task_queue: str
+) -> None:
+    """How many events a run has is a query, which a worker answers: while none does (a deploy
+    of the workers), a resumed stream is served as before, not refused for the outage."""
+    address = client.service_client.config.target_host
+    async with serving("--address", address, "--task-queue", task_queue) as http:
+        workflow_id = (await http.post("/api/runs", json=plan_input())).json()["workflow_id"]
+        path = f"/api/runs/{workflow_id}/events"
+        async with http.stream("GET", path, headers={"Last-Event-ID": "3"}, timeout=30) as stream:
+            assert stream.status_code == 200
+        await client.get_workflow_handle(workflow_id).terminate()  # no worker would end it
+
+
 async def test_a_number_is_ascii_digits_alone_in_a_query_and_in_last_event_id(
     api: httpx.AsyncClient,
 ) -> None:
