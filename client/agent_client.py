@@ -17,6 +17,7 @@ import base64
 import logging
 import math
 import re
+import unicodedata
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ from ..workflows.decisions import (
 from ..workflows.errors import (
     AgentConfigurationError,
     AgentError,
+    AgentInputInvalid,
     AgentInputTooLarge,
 )
 from ..workflows.events import EVENTS_TOPIC, AgentEvent
@@ -90,7 +92,7 @@ from ..workflows.paging import (
     TranscriptPage,
     TranscriptPageRequest,
 )
-from ..workflows.payloads import check_wire
+from ..workflows.payloads import LONE_SURROGATE, check_wire
 from ..workflows.run_summary import run_details, run_summary
 from ..workflows.state import AppliedEffect, EarlierSteps, FailureDetails, StepRecord, TurnRecord
 from ..workflows.status import SEARCH_ATTRIBUTES, RunStatus, starting_search_attributes
@@ -844,7 +846,10 @@ class AgentClient:
         are set. Raises, sending nothing, AgentInputInvalid for an input that would not decode
         as a worker decodes it (a field set to None after it was built, say: the run would fail
         with it as it started), and AgentInputTooLarge for one over
-        input_limits.MAX_INPUT_BYTES (likewise)."""
+        input_limits.MAX_INPUT_BYTES (likewise); AgentInputInvalid too for a `workflow_id` with
+        a control character or a lone surrogate (`_check_workflow_id`)."""
+        if workflow_id:
+            _check_workflow_id(workflow_id)
         try:
             check_input(len(check_wire(agent_input)), len(agent_input.prompt))
         except InputTooLarge as refused:
@@ -1142,6 +1147,22 @@ def _not_delivered(workflow_id: str, name: str, reason: NotTaken, error: RPCErro
                 f"for a message); {nothing}: send it again then, or now as a signal of the same "
                 "name (the run takes send_message, interrupt, end_conversation, "
                 "decide_tool_call, approve_plan and reject_plan as signals)"
+            )
+
+
+def _check_workflow_id(workflow_id: str) -> None:
+    """AgentInputInvalid for an id with a control character (Unicode's Cc: U+0000 to U+001F,
+    U+007F to U+009F), which Temporal takes and which breaks every line that shows the id (a
+    log, the CLI's, the console's, a visibility query), or a lone surrogate, which no request
+    can carry."""
+    for at, character in enumerate(workflow_id):
+        kind = unicodedata.category(character)
+        if kind == "Cs":
+            raise AgentInputInvalid(f"workflow_id: {LONE_SURROGATE}")
+        if kind == "Cc":
+            raise AgentInputInvalid(
+                f"workflow_id: a control character (U+{ord(character):04X}) at {at}:"
+                " an id is shown, logged and searched as text"
             )
 
 

@@ -58,7 +58,7 @@ from .ag_ui_events import (
     plan_interrupt_id,
 )
 from .served_agent import ServedAgent
-from .streams import Streams, Written
+from .streams import Streams, Written, check_resume, event_id
 
 _log = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ def add_ag_ui(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: S
                 if await _described(run) is None:
                     raise HTTPException(404, f"no thread {body.thread_id}")
                 start, text = resumed
+                await check_resume(run, start, last_event_id or "")  # 416 past its last event
             else:
                 start, text = await _take(body, run, agents, served), None
         except BaseException:
@@ -122,12 +123,12 @@ def _resume_point(last_event_id: str | None) -> tuple[int, tuple[int, int, int] 
     its first event, and the text message the client has begun (step, attempt, characters)."""
     if last_event_id is None:
         return None
-    try:
-        numbers = [int(part) for part in last_event_id.split(":")]
-    except ValueError:
-        numbers = []
-    if len(numbers) not in (1, 4) or numbers[0] < -1 or min(numbers[1:], default=0) < 0:
-        raise HTTPException(422, "Last-Event-ID: the id of the last event the client got")
+    read = [event_id(part) for part in last_event_id.split(":")]
+    numbers = [number for number in read if number is not None]
+    if len(numbers) != len(read) or len(numbers) not in (1, 4) or -1 in numbers[1:]:
+        raise HTTPException(
+            422, "Last-Event-ID: the id of the last event the client got, in ASCII digits"
+        )
     text = (numbers[1], numbers[2], numbers[3]) if len(numbers) == 4 else None
     return numbers[0] + 1, text
 

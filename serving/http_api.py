@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
+import math
 import os
+import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -27,8 +30,9 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, R
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic_core import PydanticSerializationError, to_json
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError, PydanticSerializationError, to_json
 from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -54,7 +58,7 @@ from .a2a_protocol import CARD_PATH, add_a2a
 from .ag_ui import add_ag_ui
 from .console import add_console
 from .served_agent import ServedAgent
-from .streams import Streams, StreamsFull
+from .streams import ResumedPastTheEnd, Streams, StreamsFull, check_resume, event_id
 
 API_TOKEN_VARIABLE = "AGENT_API_TOKEN"
 MIN_TOKEN_CHARS = 16
@@ -72,6 +76,18 @@ RUNS_QUERY = "WorkflowType='AgentWorkflow'"
 PUBLIC_PATHS = ("/console/", "/runs/", CARD_PATH)
 """Besides `/`, what a request may GET without the token: the console's page and its files,
 which hold no data (serving/console.py), and A2A's Agent Card, which says how to authenticate."""
+DIGITS = re.compile(r"[0-9]+")
+
+
+def _digits_alone(given: Any) -> Any:
+    # pydantic, as int(), reads "+3", "3_0", " 5", "5\n" and "3.0" as numbers.
+    if isinstance(given, str) and not DIGITS.fullmatch(given):
+        raise PydanticCustomError("int_parsing", "Input should be a whole number: ASCII digits")
+    return given
+
+
+Digits = BeforeValidator(_digits_alone)
+"""A query's number: ASCII digits alone, then within its bounds (`Query(ge=..., le=...)`)."""
 
 
 @dataclass(frozen=True)
@@ -199,7 +215,8 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    api = APIRouter(prefix="/api", dependencies=[Depends(authorized)])
+    app.router.route_class = _JsonRoute  # AG-UI's
+    api = APIRouter(prefix="/api", dependencies=[Depends(authorized)], route_class=_JsonRoute)
 
     @app.get("/openapi.json", dependencies=[Depends(authorized)], include_in_schema=False)
     def openapi() -> dict[str, Any]:
@@ -208,8 +225,8 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def unprocessable(request: Request, error: RequestValidationError) -> Response:
         # FastAPI's own answer, but for the value each problem quotes: a NaN or an Infinity
-        # that JSON's literals gave (a float field's, or 1e400's) is no JSON number, and the
-        # 422 that quoted one failed as it was written, a 500.
+        # is no JSON number, and the 422 that quoted one failed as it was written, a 500. A
+        # body's are refused as it is read now (`_JsonRoute`); this stays for any other.
         detail = {"detail": jsonable_encoder(error.errors())}
         content = to_json(detail, inf_nan_mode="strings")
         return Response(content, status_code=422, media_type="application/json")
@@ -266,6 +283,10 @@ def create_app(
     async def full(request: Request, error: StreamsFull) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=429)
 
+    @app.exception_handler(ResumedPastTheEnd)
+    async def past_the_end(request: Request, error: ResumedPastTheEnd) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=416)
+
     async def agent_run(workflow_id: str) -> AgentRun:
         """The run `workflow_id`, once the server says it is an agent's: 404 for an empty id, an
         unknown one, or a workflow of another kind in the namespace. A query of another kind's
@@ -286,7 +307,9 @@ def create_app(
         return Started(workflow_id=started.id)
 
     @api.get("/runs")
-    async def runs(limit: Annotated[int, Query(ge=1, le=1000)] = LIST_LIMIT) -> list[RunListed]:
+    async def runs(
+        limit: Annotated[int, Query(ge=1, le=1000), Digits] = LIST_LIMIT,
+    ) -> list[RunListed]:
         """The runs that wait for a person first, each with what it waits on (the newest
         MAX_WAITING_ASKED at most), then the newest others (at most `limit` in all). A listing
         made in the last LIST_SHARED_SECONDS is shared."""
@@ -295,8 +318,8 @@ def create_app(
     @api.get("/runs/{workflow_id:path}/transcript")
     async def transcript(
         workflow_id: str,
-        start: Annotated[int, Query(ge=0, le=MAX_COUNT)] = 0,
-        max_bytes: Annotated[int, Query(ge=1, le=1_000_000)] = 1_000_000,
+        start: Annotated[int, Query(ge=0, le=MAX_COUNT), Digits] = 0,
+        max_bytes: Annotated[int, Query(ge=1, le=1_000_000), Digits] = 1_000_000,
     ) -> TranscriptPage:
         """The transcript, a page at a time."""
         return await (await agent_run(workflow_id)).transcript_page(start, max_bytes)
@@ -304,8 +327,8 @@ def create_app(
     @api.get("/runs/{workflow_id:path}/trace")
     async def trace(
         workflow_id: str,
-        start: Annotated[int, Query(ge=0, le=MAX_COUNT)] = 0,
-        max_bytes: Annotated[int, Query(ge=1, le=1_000_000)] = 1_000_000,
+        start: Annotated[int, Query(ge=0, le=MAX_COUNT), Digits] = 0,
+        max_bytes: Annotated[int, Query(ge=1, le=1_000_000), Digits] = 1_000_000,
     ) -> TracePage:
         """The step records, a page at a time."""
         return await (await agent_run(workflow_id)).trace_page(start, max_bytes)
@@ -363,15 +386,19 @@ def create_app(
         workflow_id: str, last_event_id: Annotated[str | None, Header()] = None
     ) -> StreamingResponse:
         """The run's events as Server-Sent Events, from the one after `Last-Event-ID`."""
-        try:
-            offset = 0 if last_event_id is None else int(last_event_id) + 1
-        except ValueError:
-            raise HTTPException(422, "Last-Event-ID: an event's id, a whole number") from None
-        if offset < 0:
-            raise HTTPException(422, "Last-Event-ID: an event's id, 0 or more")
+        offset = 0
+        if last_event_id is not None:
+            last = event_id(last_event_id)
+            if last is None:
+                raise HTTPException(
+                    422, f"Last-Event-ID: an event's id, ASCII digits alone, 0 to {MAX_COUNT}"
+                )
+            offset = last + 1
         give_back = streams.hold(workflow_id)  # 429 past a bound, before any work
         try:
             run = await agent_run(workflow_id)  # 404 now, rather than an endless stream
+            if last_event_id is not None:
+                await check_resume(run, offset, last_event_id)  # 416, likewise
         except BaseException:
             give_back()
             raise
@@ -400,6 +427,67 @@ def create_app(
 
 
 UNAUTHORIZED = "Authorization: Bearer <token> is needed"
+
+
+class _JsonRoute(APIRoute):
+    """A route whose JSON body must be JSON (RFC 8259): FastAPI parses it with Python's parser,
+    which reads NaN, Infinity and 1e400 as floats. One in a field that takes any JSON (a
+    callback's result, a schema) reached the run as null; in a number field, pydantic said so.
+    Now each is refused as it is read, 422 naming where it is (`_finite_json`)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def finite(request: Request) -> Response:
+            return await handler(_JsonRequest(request.scope, request.receive))
+
+        return finite
+
+
+class _JsonRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = _finite_json(await self.body())
+        return self._json
+
+
+_NOT_JSON = object()
+"""What `_finite_json` reads a NaN, an Infinity or a 1e400 as, to find where it was."""
+
+
+def _finite_json(body: bytes) -> Any:
+    """The body's JSON; HTTPException 422, as pydantic's refusals look, for a number JSON has
+    not: NaN, Infinity, -Infinity, or one past a double's range."""
+    refused: list[str] = []
+
+    def not_a_number(text: str) -> Any:
+        refused.append(text)
+        return _NOT_JSON
+
+    def number(text: str) -> Any:
+        value = float(text)
+        return value if math.isfinite(value) else not_a_number(text)
+
+    parsed = json.loads(body, parse_constant=not_a_number, parse_float=number)
+    if not refused:
+        return parsed
+    text = refused[0][:40]
+    why = "past what a JSON number carries" if text[-1].isdigit() else "not a JSON number"
+    problem = {"type": "json_invalid", "loc": ["body", *_where_not_json(parsed)]}
+    raise HTTPException(422, [{**problem, "msg": f"not JSON: {text} is {why}", "input": text}])
+
+
+def _where_not_json(parsed: Any) -> list[str | int]:
+    """The path to the first number `_finite_json` refused (none: a later key replaced it)."""
+    unread: list[tuple[list[str | int], Any]] = [([], parsed)]
+    while unread:  # not recursive: JSON nests as deep as Python's parser reads
+        path, value = unread.pop()
+        if value is _NOT_JSON:
+            return path
+        if isinstance(value, dict | list):
+            parts = list(value.items() if isinstance(value, dict) else enumerate(value))
+            unread.extend(([*path, key], item) for key, item in reversed(parts))
+    return []
 
 
 def _token_matches(authorization: str | None, token: str) -> bool:

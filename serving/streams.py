@@ -14,7 +14,9 @@ any of them is open:
   (for a person, for a tool, for a message). Its followers' events say when to look.
 
 How many streams a server holds, and a run, is bounded (MAX_STREAMS, MAX_RUN_STREAMS): one more
-is refused with 429 (`StreamsFull`) before it starts.
+is refused with 429 (`StreamsFull`) before it starts. So is one resumed from past the run's last
+event (416, `ResumedPastTheEnd`), which would otherwise wait, silent, holding its place, for as
+long as the run lives (`check_resume`).
 
 `Streams` also ends every open stream when the server stops: a stream is endless while its run
 works, and uvicorn waits for every open response before it stops. An ended stream has no `done`;
@@ -27,6 +29,7 @@ import bisect
 import contextlib
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -34,6 +37,7 @@ from datetime import timedelta
 from typing import Any
 
 from fastapi.responses import StreamingResponse
+from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from ..client.agent_client import (
@@ -44,6 +48,7 @@ from ..client.agent_client import (
     ModelCall,
 )
 from ..workflows.activity_io import ModelDelta, StreamProgress
+from ..workflows.bounds import MAX_COUNT
 from ..workflows.errors import AgentConfigurationError
 from ..workflows.events import AgentEvent
 
@@ -74,6 +79,16 @@ MAX_RUN_STREAMS = 32
 """The event streams of one run one server holds at once; $AGENT_API_MAX_RUN_STREAMS sets
 another. They share one follower and one text reader: what a run costs the cluster does not
 grow with them, this bounds what they cost the server."""
+STREAM_LENGTH_QUERY = "__temporal_workflow_stream_offset"
+"""The stream's own query (temporalio.contrib.workflow_streams): how many events the run has
+published, the offset its next one will have, across continue-as-new."""
+RESUME_CHECK_TIMEOUT = timedelta(seconds=5)
+"""How long a resumed stream waits at its door for the run to say how many events it has (a
+worker answers the query): past it the stream is served unchecked, as one of a run whose workers
+are away is, which gets the events they publish once they are back."""
+EVENT_ID = re.compile(r"-1|[0-9]{1,16}")
+"""An event's id in a Last-Event-ID: ASCII digits alone, or -1 (before the first event: AG-UI's
+RUN_STARTED of a new thread). int() reads "+3", "3_0", " 5" and "٣" too."""
 MAX_STREAMS_VARIABLE = "AGENT_API_MAX_STREAMS"
 MAX_RUN_STREAMS_VARIABLE = "AGENT_API_MAX_RUN_STREAMS"
 _STOPPING = "stopping"
@@ -98,6 +113,41 @@ def _end(delta: ModelDelta, progress: StreamProgress | None) -> int:
 
 class StreamsFull(Exception):
     """One more event stream would be over a bound (429): the server's or the run's."""
+
+
+class ResumedPastTheEnd(Exception):
+    """A stream asked for from past the run's last event (416): it would send nothing until the
+    run had published that many, holding its place (`Streams.hold`) all the while."""
+
+
+def event_id(given: str) -> int | None:
+    """`given` (a Last-Event-ID, or a part of AG-UI's) as a number: None for one that is not
+    EVENT_ID's, or is past MAX_COUNT."""
+    if not EVENT_ID.fullmatch(given) or int(given) > MAX_COUNT:
+        return None
+    return int(given)
+
+
+async def check_resume(run: AgentRun, offset: int, last_event_id: str) -> None:
+    """ResumedPastTheEnd when `offset` (after `last_event_id`, which the refusal quotes) is past
+    the run's events: more than it has published. As many is the next event's offset, and waits
+    for it. A run only adds events, so an offset that passes here stays good while the stream
+    reads, however many come between; one the run cannot say in time (RESUME_CHECK_TIMEOUT) is
+    not refused."""
+    if offset == 0:
+        return
+    try:
+        published = await run.client.get_workflow_handle(run.id).query(
+            STREAM_LENGTH_QUERY, result_type=int, rpc_timeout=RESUME_CHECK_TIMEOUT
+        )
+    except (RPCError, WorkflowQueryFailedError):
+        return  # no worker answered (or the run is gone): the stream says so as it reads
+    if offset > published:
+        last = f"({published - 1})" if published else "(it has published none yet)"
+        raise ResumedPastTheEnd(
+            f"Last-Event-ID {last_event_id} is past the run's last event {last}:"
+            " resume from an id its stream sent"
+        )
 
 
 def stream_bounds(environ: Mapping[str, str] = os.environ) -> tuple[int, int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -360,6 +361,18 @@ async def test_what_a_client_gets_wrong_is_refused_before_anything_starts(
             422,
         ),
         ({}, run_input(thread_id, user("hi"), tools=[{**LOCATION_TOOL, "name": "no spaces"}]), 422),
+        # NaN is no JSON (json.dumps writes it): the tool's schema in the run had null for it.
+        (
+            {},
+            run_input(
+                thread_id,
+                user("hi"),
+                tools=[
+                    {**LOCATION_TOOL, "parameters": {"properties": {"a": {"default": math.nan}}}}
+                ],
+            ),
+            422,
+        ),
         ({}, run_input(thread_id, user("hi"), tool_result), 404),
         (
             {},
@@ -370,6 +383,11 @@ async def test_what_a_client_gets_wrong_is_refused_before_anything_starts(
         ),
         ({"Last-Event-ID": "3"}, run_input(thread_id, user("hi")), 404),
         ({"Last-Event-ID": "three"}, run_input(thread_id, user("hi")), 422),
+        # int() read these as 3 (or 30): a resume from an id no stream sent.
+        ({"Last-Event-ID": "+3"}, run_input(thread_id, user("hi")), 422),
+        ({"Last-Event-ID": "3_0"}, run_input(thread_id, user("hi")), 422),
+        ({"Last-Event-ID": "3:1:+0:5"}, run_input(thread_id, user("hi")), 422),
+        ({"Last-Event-ID": "3:-1:0:5"}, run_input(thread_id, user("hi")), 422),
         ({}, b"{" + b" " * 4_100_000 + b"}", 413),
         # A lone surrogate parses, but writes nowhere: not into a run's input, nor an event.
         ({}, run_input(thread_id, user("hi \ud800")), 422),
@@ -432,6 +450,30 @@ async def test_what_a_client_gets_wrong_is_refused_before_anything_starts(
         assert after[-1][1]["outcome"] == {"type": "cancelled"}
         answer = await http.post("/ag-ui", json=run_input(thread_id, user("Hello?")))
         assert answer.status_code == 409, answer.text
+
+
+async def test_a_run_resumed_past_the_conversations_last_event_is_refused_and_holds_no_place(
+    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It waited, silent, holding one of the thread's places, until the conversation published
+    that many events: for a thread that waits for its client, for ever."""
+    monkeypatch.setenv("AGENT_API_MAX_RUN_STREAMS", "2")
+    path = agent_file(tmp_path, SUPPORT_SCRIPT, tools=["search_orders"])
+    first = run_input(f"thread-{uuid.uuid4().hex[:12]}", user("Where am I?"), tools=[LOCATION_TOOL])
+    async with served(client, task_queue, path) as http:
+        full = await sse(http, first)
+        last = max(event_id for event_id, _ in full if event_id is not None)
+        # More refusals than the thread has places: one that held its place made the next 429.
+        for past in (f"{last + 500}", f"{last + 500}:1:0:5", f"{last + 9000}"):
+            refused = await http.post(
+                "/ag-ui", json=first, headers={"Last-Event-ID": past}, timeout=10
+            )
+            assert refused.status_code == 416, refused.text
+            assert refused.json()["detail"].startswith(
+                f"Last-Event-ID {past} is past the run's last event ("
+            )
+        again = await sse(http, first, last=-1)
+        assert [e for _, e in again] == [e for _, e in full]
 
 
 async def test_serve_restarted_mid_reply_the_client_resumes_on_the_next_without_loss_or_repeat(
