@@ -614,7 +614,8 @@ class AgentRun:
     ) -> AsyncGenerator[WorkflowStreamItem[AgentEvent]]:
         """The run's progress events from `from_offset`, as they happen, across continue-as-new;
         for a run that has ended, what is left, then the end. Each item's `offset` is where to
-        resume (`offset + 1`) after a reconnect.
+        resume (`offset + 1`) after a reconnect; none is below `from_offset`, even one past the
+        last event (the events from there come as the run publishes them).
 
         The events are read by query, which writes nothing to the run's history, so following a
         run costs it nothing (docs/performance.md, "Following a run"). While nothing comes, the
@@ -646,7 +647,9 @@ class AgentRun:
                 event = converter.from_payload(_payload_of(wire.data), AgentEvent)
                 ended = event.kind in RUN_ENDS
                 yield WorkflowStreamItem(topic=wire.topic, data=event, offset=wire.offset)
-            offset = page.next_offset
+            # From past the last event, the page's next offset is the stream's end: keep the
+            # one asked, whose events come once the run has published up to it.
+            offset = max(offset, page.next_offset)
             if page.more_ready:
                 continue
             if ended:

@@ -126,6 +126,29 @@ async def test_a_subscriber_that_reconnects_mid_run_resumes_where_it_left_off(
     assert kinds(whole)[-1] == "completed"
 
 
+async def test_a_subscriber_from_past_the_last_event_gets_only_what_comes_from_there(
+    client: Client, task_queue: str
+) -> None:
+    """Asked from two events past the end while the run waits, `events` yields nothing before
+    that offset once the run goes on: not the events from the end, offsets below the one asked."""
+    script = [turn(call("cancel_order", order_id=104999, reason="asked")), turn(text="Done.")]
+    agent_input = scripted_input(script, tools=["cancel_order"], tool_approval=ToolApprovalPolicy())
+    async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
+        agent_run = await start(client, task_queue, agent_input)
+        first: list[tuple[int, AgentEvent]] = []
+        async for item in agent_run.events():
+            first.append((item.offset, item.data))
+            if item.data.kind == "approval_requested":
+                break
+        ahead = first[-1][0] + 3
+        reading = asyncio.create_task(read_all(agent_run, from_offset=ahead))
+        await agent_run.decide_tool_call("call_1_1", approve=True)
+        later = await reading
+        whole = await read_all(agent_run)
+    assert later and later[0][0] == ahead
+    assert same(later, [event for event in whole if event[0] >= ahead])
+
+
 async def test_a_run_that_continues_as_new_keeps_its_stream(
     client: Client, task_queue: str
 ) -> None:
