@@ -92,7 +92,8 @@ from ..workflows.paging import (
     TranscriptPage,
     TranscriptPageRequest,
 )
-from ..workflows.payloads import LONE_SURROGATE, check_wire
+from ..workflows.payloads import LONE_SURROGATE, check_wire, non_json_number
+from ..workflows.refusals import refusal
 from ..workflows.run_summary import run_details, run_summary
 from ..workflows.state import AppliedEffect, EarlierSteps, FailureDetails, StepRecord, TurnRecord
 from ..workflows.status import SEARCH_ATTRIBUTES, RunStatus, starting_search_attributes
@@ -492,8 +493,15 @@ class AgentRun:
         """Answer a callback tool's call with the result the client computed (JSON); answers
         the call as it was asked. Raises temporalio.client.WorkflowUpdateFailedError, saying
         why, when the result does not match the tool's result schema (the call keeps waiting)
-        or the call does not wait (answered already, timed out, never asked)."""
-        answer = CallbackAnswer(call_id=call_id, result=to_jsonable_python(result))
+        or the call does not wait (answered already, timed out, never asked), and, sending
+        nothing, for a NaN or an Infinity in it, which JSON would carry as null."""
+        jsonable = to_jsonable_python(result)
+        where = non_json_number(jsonable)
+        if where is not None:
+            at = ".".join(map(str, ["result", *where]))
+            reason = f"{at} is no JSON number (NaN or ∞): JSON would carry it as null"
+            raise WorkflowUpdateFailedError(refusal(f"answer {call_id}: {reason}"))
+        answer = CallbackAnswer(call_id=call_id, result=jsonable)
         return await self._update("answer_callback", answer, result_type=PendingCallback)
 
     async def set_auto_mode(

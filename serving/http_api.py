@@ -51,7 +51,7 @@ from ..workflows.errors import AgentConfigurationError, AgentInputInvalid
 from ..workflows.input_limits import TOO_LARGE
 from ..workflows.inputs import AgentInput
 from ..workflows.paging import TracePage, TranscriptPage
-from ..workflows.payloads import LONE_SURROGATE, lone_surrogate
+from ..workflows.payloads import LONE_SURROGATE, lone_surrogate, non_json_number
 from ..workflows.reporting import guardrail_lines, verdict_line
 from ..workflows.status import AGENT_STATUS, RunStatus
 from .a2a_protocol import CARD_PATH, add_a2a
@@ -451,43 +451,25 @@ class _JsonRequest(Request):
         return self._json
 
 
-_NOT_JSON = object()
-"""What `_finite_json` reads a NaN, an Infinity or a 1e400 as, to find where it was."""
-
-
 def _finite_json(body: bytes) -> Any:
     """The body's JSON; HTTPException 422, as pydantic's refusals look, for a number JSON has
     not: NaN, Infinity, -Infinity, or one past a double's range."""
     refused: list[str] = []
 
-    def not_a_number(text: str) -> Any:
-        refused.append(text)
-        return _NOT_JSON
-
-    def number(text: str) -> Any:
+    def number(text: str) -> float:
         value = float(text)
-        return value if math.isfinite(value) else not_a_number(text)
+        if not math.isfinite(value):
+            refused.append(text)
+        return value
 
-    parsed = json.loads(body, parse_constant=not_a_number, parse_float=number)
+    parsed = json.loads(body, parse_constant=number, parse_float=number)
     if not refused:
         return parsed
     text = refused[0][:40]
     why = "past what a JSON number carries" if text[-1].isdigit() else "not a JSON number"
-    problem = {"type": "json_invalid", "loc": ["body", *_where_not_json(parsed)]}
+    where = non_json_number(parsed) or []  # none: a later key replaced it
+    problem = {"type": "json_invalid", "loc": ["body", *where]}
     raise HTTPException(422, [{**problem, "msg": f"not JSON: {text} is {why}", "input": text}])
-
-
-def _where_not_json(parsed: Any) -> list[str | int]:
-    """The path to the first number `_finite_json` refused (none: a later key replaced it)."""
-    unread: list[tuple[list[str | int], Any]] = [([], parsed)]
-    while unread:  # not recursive: JSON nests as deep as Python's parser reads
-        path, value = unread.pop()
-        if value is _NOT_JSON:
-            return path
-        if isinstance(value, dict | list):
-            parts = list(value.items() if isinstance(value, dict) else enumerate(value))
-            unread.extend(([*path, key], item) for key, item in reversed(parts))
-    return []
 
 
 def _token_matches(authorization: str | None, token: str) -> bool:

@@ -20,7 +20,12 @@ from typing import Any
 import httpx2 as httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -220,6 +225,30 @@ async def test_agent_client_refuses_an_input_changed_after_it_was_built(
     agent_input.system = "from a JSON \ud800"
     with pytest.raises(AgentInputInvalid, match="lone surrogate"):
         await AgentClient(client, task_queue).start(agent_input, workflow_id=workflow_id)
+
+
+async def test_agent_client_refuses_a_nan_that_json_would_send_as_null(
+    client: Client, task_queue: str
+) -> None:
+    """JSON has no NaN: pydantic writes one as null, which a run reads as no cost limit at all,
+    or as a schema's null default. Refused, naming where it is, and nothing is started or sent."""
+    agents = AgentClient(client, task_queue)
+    workflow_id = f"refused-{uuid.uuid4()}"
+    unbounded = scripted_input([turn(text="never asked")])
+    unbounded.limits.max_cost_usd = float("nan")  # pydantic does not check assignment
+    with pytest.raises(AgentInputInvalid, match=r"limits\.max_cost_usd: no JSON number"):
+        await agents.start(unbounded, workflow_id=workflow_id)
+    number = {"type": "number", "default": float("inf")}
+    schema = {"type": "object", "properties": {"n": number}}
+    defaulted = scripted_input([turn(text="never asked")], output_schema=schema)
+    with pytest.raises(AgentInputInvalid, match=r"output_schema\.properties\.n\.default"):
+        await agents.start(defaulted, workflow_id=workflow_id)
+    with pytest.raises(RPCError) as missing:
+        await client.get_workflow_handle(workflow_id).describe()
+    assert missing.value.status == RPCStatusCode.NOT_FOUND
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await agents.run(workflow_id).answer_callback("call_1_1", {"rows": [1, float("nan")]})
+    assert "result.rows.1 is no JSON number" in str(refused.value.cause)
 
 
 async def test_the_http_api_refuses_out_of_bounds_numbers_before_starting_anything(

@@ -21,6 +21,7 @@ anything (`check_wire`), so that a Python app never gets as far. Deterministic: 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,17 +61,37 @@ def lone_surrogate(error: BaseException) -> bool:
     return "surrogates not allowed" in str(error)
 
 
+def non_json_number(value: Any) -> list[str | int] | None:
+    """The path in `value` (dicts and lists, as JSON parses) to its first float that JSON has no
+    number for (NaN, Infinity), which pydantic and the SDK write as null; None when it has none.
+    Not recursive: a value nests as deep as Python's parser reads."""
+    unread: list[tuple[list[str | int], Any]] = [([], value)]
+    while unread:
+        path, item = unread.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return path
+        if isinstance(item, dict | list):
+            parts = list(item.items() if isinstance(item, dict) else enumerate(item))
+            unread.extend(([*path, key], part) for key, part in reversed(parts))
+    return None
+
+
 def check_wire(agent_input: AgentInput) -> bytes:
     """The input as its payload carries it (JSON), once checked to decode as a worker will decode
     it: a model changed after it was built (a field set to None, `model_construct`), or a float
-    that JSON writes as null, is refused here rather than by the run, as is one that cannot be
-    written at all (a text with a lone surrogate, an output_schema nested past what pydantic
-    writes). Raises AgentInputInvalid."""
+    that JSON writes as null (NaN or Infinity, anywhere: `max_cost_usd`, a schema's `default`),
+    is refused here rather than read by the run as null, as is one that cannot be written at all
+    (a text with a lone surrogate, an output_schema nested past what pydantic writes). Raises
+    AgentInputInvalid."""
     try:
         data = agent_input.model_dump_json().encode()
+        where = non_json_number(agent_input.model_dump())
     except PydanticSerializationError as error:
         why = LONE_SURROGATE if lone_surrogate(error) else str(error)
         raise AgentInputInvalid(f"the run's input cannot be sent: {why}") from None
+    if where is not None:
+        at = ".".join(map(str, where))
+        raise AgentInputInvalid(f"the run's input cannot be sent: {at}: no JSON number (NaN or ∞)")
     try:
         AgentInput.model_validate_json(data)
     except ValidationError as error:
