@@ -11,7 +11,6 @@ it with 401, before its body is read)."""
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -39,8 +38,8 @@ from starlette.routing import Route
 
 from ..activities.tools import registered_tools
 from ..client.agent_client import AgentClient
-from ..workflows.payloads import LONE_SURROGATE
 from .a2a_handler import TemporalTasks
+from .json_body import UnreadableBody, read_json
 from .served_agent import ServedAgent
 from .streams import Streams
 
@@ -68,9 +67,15 @@ def add_a2a(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: Str
     dispatcher = JsonRpcDispatcher(TemporalTasks(agents, served, streams), enable_v0_3_compat=True)
 
     async def rpc_route(request: Request) -> Response:
-        unreadable = _unreadable(await request.body())
-        if unreadable is not None:
-            return JSONResponse(build_error_response(None, JSONParseError(message=unreadable)))
+        # JSON that Python cannot read as text is the client's Parse error: the dispatcher took
+        # each kind for its own failure (-32603, or a 500 for a lone surrogate in the `id`),
+        # and a run would fail on it. Parsed once: the dispatcher reads it again for nothing.
+        try:
+            await read_json(request)
+        except UnreadableBody as refused:
+            return JSONResponse(build_error_response(None, JSONParseError(message=refused.reason)))
+        except ValueError:
+            pass  # not JSON: the dispatcher says where
         return await dispatcher.handle_requests(request)
 
     app.router.routes.append(Route(RPC_PATH, rpc_route, methods=["POST"]))
@@ -102,29 +107,6 @@ CLIENT_ERROR_LOGS = frozenset(
     }
 )
 """What the SDK logs, with a traceback, as it answers a request it cannot parse."""
-
-
-def _unreadable(body: bytes) -> str | None:
-    """Why a body the SDK's dispatcher would parse as JSON cannot be read as JSON text, for a
-    Parse error: not UTF-8, nested past what Python's parser takes, or a string with a lone
-    surrogate (\\ud800), which parses but cannot be written back, not even in the answer's
-    `id`. The dispatcher took each for its own failure (-32603, or a 500 for the `id`), and a
-    run would fail on it. None for any other body: the dispatcher's to answer."""
-    try:
-        parsed = json.loads(body)
-    except RecursionError:
-        return "the JSON is nested too deeply"
-    except UnicodeDecodeError:
-        return "the body is not UTF-8"
-    except ValueError:
-        return None  # not JSON: the dispatcher says where
-    try:
-        json.dumps(parsed, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        return LONE_SURROGATE
-    except RecursionError:
-        return "the JSON is nested too deeply"
-    return None
 
 
 def agent_card(served: ServedAgent) -> AgentCard:

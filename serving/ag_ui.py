@@ -57,6 +57,7 @@ from .ag_ui_events import (
     approval_interrupt_id,
     plan_interrupt_id,
 )
+from .json_body import ReadsJsonFirst
 from .served_agent import ServedAgent
 from .streams import Streams, Written
 
@@ -76,7 +77,6 @@ def add_ag_ui(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: S
     """`POST /ag-ui` on `app`, over the conversations `agents` runs, of the agent `served`; its
     streams are among `streams`, bounded and ended with the others."""
 
-    @app.post(AG_UI_PATH, response_class=StreamingResponse, tags=["AG-UI"])
     async def run_agent(
         body: RunAgentInput, last_event_id: Annotated[str | None, Header()] = None
     ) -> StreamingResponse:
@@ -102,6 +102,17 @@ def add_ag_ui(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: S
         shown = AgUiRun(body.thread_id, body.run_id, body.run_id, resumed_text=text)
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         return streams.held(give_back, _stream(streams, run, shown, start), headers)
+
+    # The body read first: one that is not UTF-8, or nested past the parser, is a 422 with the
+    # reason (FastAPI's was a 400, "There was an error parsing the body").
+    app.router.add_api_route(
+        AG_UI_PATH,
+        run_agent,
+        methods=["POST"],
+        response_class=StreamingResponse,
+        tags=["AG-UI"],
+        route_class_override=ReadsJsonFirst,
+    )
 
 
 def _unicode(body: RunAgentInput) -> None:

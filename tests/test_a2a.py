@@ -277,12 +277,19 @@ async def test_what_a_client_gets_wrong_is_a_json_rpc_error_and_starts_nothing(
 
     assert (await error_of(b"{not json"))["code"] == -32700
     # JSON that Python parses but cannot write back, or cannot parse at all: the client's.
-    for unreadable in (
-        b'{"jsonrpc": "2.0", "id": "\\ud800", "method": "GetTask", "params": {"id": "a2a-x#1"}}',
-        b"[" * 10_000 + b"]" * 10_000,
-        b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "a2a-\xff#1"}}',
+    for unreadable, reason in (
+        (
+            b'{"jsonrpc": "2.0", "id": "\\ud800", "method": "GetTask", "params": {"id": "a"}}',
+            "lone surrogate",
+        ),
+        (b"[" * 10_000 + b"]" * 10_000, "nested too deep"),
+        (
+            b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "a2a-\xff#1"}}',
+            "the body is not UTF-8: byte 0xff at offset 71",
+        ),
     ):
-        assert (await error_of(unreadable))["code"] == -32700
+        parse_error = await error_of(unreadable)
+        assert parse_error["code"] == -32700 and reason in parse_error["message"], parse_error
     assert (await error_of({"jsonrpc": "2.0", "id": 1}))["code"] == -32600
     assert (await error_of(rpc("Nothing", {})))["code"] == -32601
     assert (await error_of(rpc("SendMessage", {"message": "text"})))["code"] == -32602

@@ -385,6 +385,20 @@ async def test_what_a_client_gets_wrong_is_refused_before_anything_starts(
                 answer.text,
             )
             assert "detail" in answer.json()
+        # JSON that Python cannot read as text is 422 with the reason (FastAPI's was a 400,
+        # "There was an error parsing the body").
+        asking = json.dumps(run_input(thread_id, user("hi"))).encode()
+        for content, reason in [
+            (asking.replace(b'"hi"', b'"h\xffi"'), "the body is not UTF-8: byte 0xff at offset "),
+            (
+                asking[:-1] + b', "state": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+                "nested too deep",
+            ),
+        ]:
+            headers = {"Content-Type": "application/json"}
+            answer = await http.post("/ag-ui", content=content, headers=headers)
+            assert answer.status_code == 422, answer.text
+            assert reason in answer.json()["detail"], answer.text
         assert (await http.get(f"/api/runs/ag-ui-{thread_id}")).status_code == 404
 
         # A thread that waits for its client's tool: a new message, a result for a call that
