@@ -44,11 +44,13 @@ from pydantic_core import PydanticSerializationError
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from ..activities.tools import DEFAULT_TOOLS
 from ..client.agent_client import AgentClient, AgentRun
-from ..workflows import json_schema
+from ..workflows import json_schema, run_setup
 from ..workflows.agent import AgentWorkflow
-from ..workflows.errors import AgentInputInvalid
+from ..workflows.errors import AgentConfigurationError, AgentInputInvalid
 from ..workflows.events import AgentEvent
+from ..workflows.inputs import AgentInput
 from ..workflows.payloads import LONE_SURROGATE, lone_surrogate
 from ..workflows.transcript import AssistantMessage
 from .ag_ui_events import (
@@ -211,10 +213,11 @@ async def _take(
     return offset
 
 
-def _first_input(served: ServedAgent, text: str, tools: list[Tool]) -> Any:
+def _first_input(served: ServedAgent, text: str, tools: list[Tool]) -> AgentInput:
     """The conversation's input: the served agent's, with the client's tools as callback tools
-    beside its own. 422 for a tool whose schema a run would refuse (checked here by the same
-    rules, without fetching anything: a `$schema` or `$ref` outside it is refused)."""
+    beside its own. 422 for a tool a run would refuse, checked here by the run's rules: its
+    schema (without fetching anything: a `$schema` or `$ref` outside it is refused), and its
+    name, which no other tool of the run may have (run_setup.check_callback_names)."""
     declared = list(served.template.get("callback_tools", []))
     for tool in tools:
         parameters = tool.parameters if tool.parameters is not None else {"type": "object"}
@@ -228,9 +231,24 @@ def _first_input(served: ServedAgent, text: str, tools: list[Tool]) -> Any:
             {"name": tool.name, "description": tool.description, "parameters": parameters}
         )
     try:
-        return served.input(text, conversation=True, callback_tools=declared)
+        agent_input = served.input(text, conversation=True, callback_tools=declared)
     except AgentInputInvalid as error:
         raise HTTPException(422, error.message) from None
+    try:
+        run_setup.check_callback_names(_worker_tools(served), agent_input)
+    except AgentConfigurationError as error:
+        raise HTTPException(422, f"tools: {error.message}") from None
+    return agent_input
+
+
+def _worker_tools(served: ServedAgent) -> list[str]:
+    """The worker's tools a run of `served` is offered, as far as serve knows: those its file
+    names; where it names none (all of the worker's), this process's, as a worker here offers
+    them (all of them when serve runs the worker)."""
+    named = served.template.get("tools")
+    if named is not None:
+        return list(named)
+    return [spec.name for spec in DEFAULT_TOOLS.for_run(None).tools]
 
 
 def _message_text(body: RunAgentInput) -> str:
