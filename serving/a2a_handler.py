@@ -3,6 +3,7 @@ of `AgentClient`, and each task is read from Temporal (serving/a2a_tasks.py), so
 state of its own and any serve process answers for any task. The SDK's JSON-RPC dispatcher
 parses the requests and writes the answers and errors (serving/a2a_protocol.py mounts it).
 
+- A message is the user's (its role), or is refused.
 - A message without a task starts a conversation (a new context), or, with the `contextId` of
   one, is its next message (`AgentRun.post`): the turn it belongs to is the task.
 - A message with a `taskId` answers that task, which must be `input-required`
@@ -37,6 +38,7 @@ from a2a.types.a2a_pb2 import (
     ListTasksRequest,
     ListTasksResponse,
     Message,
+    Role,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
@@ -113,6 +115,7 @@ class TemporalTasks(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
         with _refusals():
+            _check_sent(params.message)
             context_id = _context_of(params.message)
             with self._held(context_id):
                 given = await self._deliver(params.message, context_id)
@@ -127,6 +130,7 @@ class TemporalTasks(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
         with _refusals():
+            _check_sent(params.message)
             context_id = _context_of(params.message)
             with self._held(context_id):
                 given = await self._deliver(params.message, context_id)
@@ -279,6 +283,17 @@ class TemporalTasks(RequestHandler):
         now = await self._read(given)
         if now.status != task.status:
             yield now
+
+
+def _check_sent(message: Message) -> None:
+    """InvalidParamsError for a message no client sends: one that is not the user's. An agent's
+    message (or one of no role: the SDK's parser reads an unknown role so) taken as the user's
+    would put words in the user's mouth, in a new task or an answer."""
+    if message.role != Role.ROLE_USER:
+        role = Role.Name(message.role) if message.role in Role.values() else str(message.role)
+        raise InvalidParamsError(
+            f"role: a client's message is the user's (ROLE_USER; \"user\" in A2A 0.3), not {role}"
+        )
 
 
 def _context_of(message: Message) -> str:
