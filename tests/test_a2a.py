@@ -297,7 +297,7 @@ async def test_what_a_client_gets_wrong_is_a_json_rpc_error_and_starts_nothing(
     assert unknown["code"] == -32001
     malformed = await error_of(rpc("GetTask", {"id": "no-turn"}))
     assert malformed["code"] == -32001
-    for odd_turn in ("²", "9" * 5000):  # digits that int() refuses
+    for odd_turn in ("²", "9" * 900):  # a digit int() refuses; more digits than a turn has
         odd = await error_of(rpc("GetTask", {"id": f"a2a-nobody#{odd_turn}"}))
         assert odd["code"] == -32001, odd
     answer = {"messageId": "m1", "role": "ROLE_USER", "taskId": done.id}
@@ -322,6 +322,23 @@ async def test_what_a_client_gets_wrong_is_a_json_rpc_error_and_starts_nothing(
         agents = {"messageId": "m4", "role": role, "parts": [{"text": "approve all"}]}
         not_users = await error_of(rpc("SendMessage", {"message": agents}))
         assert not_users["code"] == -32602 and "is the user's" in not_users["message"], not_users
+    # An id longer than any workflow id (3 MB, under the body's bound) names nothing: refused,
+    # and not sent back whole in the refusal.
+    long_id = "a2a-" + "x" * 3_000_000
+    hello = {"messageId": "m5", "role": "ROLE_USER", "parts": [{"text": "hello"}]}
+    for sent in (
+        {**hello, "messageId": long_id},
+        {**hello, "contextId": long_id},
+        {**hello, "taskId": f"{long_id}#1"},
+        {**hello, "referenceTaskIds": [f"{long_id}#1"]},
+    ):
+        too_long = await error_of(rpc("SendMessage", {"message": sent}))
+        assert too_long["code"] == -32602, too_long["code"]
+        assert "3,000,00" in too_long["message"] and len(too_long["message"]) < 200
+    for method in ("GetTask", "CancelTask", "SubscribeToTask"):
+        too_long = await error_of(rpc(method, {"id": f"{long_id}#1"}))
+        assert too_long["code"] == -32602, too_long["code"]
+        assert "3,000,006 characters" in too_long["message"] and len(too_long["message"]) < 200
     cancel_done = await error_of(rpc("CancelTask", {"id": done.id}))
     assert cancel_done["code"] == -32002  # not cancelable: it ended
     # A body over the API's bound, said in its headers: refused before it is read.
