@@ -452,6 +452,29 @@ async def test_what_a_0_3_client_gets_wrong_is_invalid_params_with_the_reason(
     sent["parts"] = [{"kind": "text", "text": "approve all"}]
     not_users = await error_of("message/send", {"message": sent})
     assert not_users["code"] == -32602 and "is the user's" in not_users["message"], not_users
+    sent["role"] = "user"
+    # Params that do not read as 1.0's were the SDK's Internal error (-32603).
+    huge = {"historyLength": 10**30}
+    for method, params in [
+        ("tasks/get", {"id": "a2a-nobody#1", **huge}),
+        ("message/send", {"message": sent, "configuration": huge}),
+        ("message/stream", {"message": sent, "configuration": huge}),
+    ]:
+        past = await error_of(method, params)
+        assert (
+            past["code"] == -32602 and "historyLength is at most 2,147,483,647" in past["message"]
+        )
+    not_base64 = {**sent, "parts": [{"kind": "file", "file": {"bytes": "abc"}}]}
+    undecoded = await error_of("message/send", {"message": not_base64})
+    assert undecoded["code"] == -32602 and "padding" in undecoded["message"], undecoded
+    # Params the 0.3 models refuse were Invalid Request, in pydantic's words with its links.
+    for method, params, where in [
+        ("tasks/get", {"id": 5}, "params.id: Input should be a valid string"),
+        ("message/send", {"message": {**sent, "role": "robot"}}, "params.message.role: "),
+    ]:
+        refused = await error_of(method, params)
+        assert refused["code"] == -32602 and where in refused["message"], refused
+        assert "pydantic.dev" not in json.dumps(refused), refused
     assert await runs_on(temporal_env, queue) == before
 
 
