@@ -40,7 +40,6 @@ from ag_ui.core import (
 )
 from fastapi import FastAPI, Header, HTTPException
 from fastapi.responses import StreamingResponse
-from pydantic_core import PydanticSerializationError
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -51,7 +50,6 @@ from ..workflows.agent import AgentWorkflow
 from ..workflows.errors import AgentConfigurationError, AgentInputInvalid
 from ..workflows.events import AgentEvent
 from ..workflows.inputs import AgentInput
-from ..workflows.payloads import LONE_SURROGATE, lone_surrogate
 from ..workflows.transcript import AssistantMessage
 from .ag_ui_events import (
     ARGUMENTS_CUT,
@@ -84,7 +82,6 @@ def add_ag_ui(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: S
     ) -> StreamingResponse:
         """Run the served agent on an AG-UI thread; its events as AG-UI's, over SSE."""
         resumed = _resume_point(last_event_id)
-        _unicode(body)
         if not THREAD_ID.match(body.thread_id):
             raise HTTPException(
                 422, "threadId: 1 to 200 letters, digits and . _ : @ - (a workflow id's part)"
@@ -106,7 +103,10 @@ def add_ag_ui(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: S
         return streams.held(give_back, _stream(streams, run, shown, start), headers)
 
     # The body read first: one that is not UTF-8, or nested past the parser, is a 422 with the
-    # reason (FastAPI's was a 400, "There was an error parsing the body").
+    # reason (FastAPI's was a 400, "There was an error parsing the body"), and so is one with a
+    # lone surrogate (\ud800), which parses but writes nowhere: not into the run's input (a 500
+    # as it started), nor an event that echoes the input (a runId broke the stream at
+    # RUN_STARTED, its run started).
     app.router.add_api_route(
         AG_UI_PATH,
         run_agent,
@@ -115,19 +115,6 @@ def add_ag_ui(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: S
         tags=["AG-UI"],
         route_class_override=ReadsJsonFirst,
     )
-
-
-def _unicode(body: RunAgentInput) -> None:
-    """422 for an input with a lone surrogate (\\ud800) in a string: JSON parses it, but it is
-    not text, and nothing can write it: not the run's input (a 500 as it started), nor an
-    event that echoes the input (a runId broke the stream at RUN_STARTED, its run started)."""
-    try:
-        body.model_dump_json()
-    except PydanticSerializationError as error:
-        # UnicodeEncodeError's words; JSON nested too deeply fails here too, and is for what
-        # reads that part of the input to refuse (a tool's schema), or to ignore (state).
-        if lone_surrogate(error):
-            raise HTTPException(422, LONE_SURROGATE) from None
 
 
 def _resume_point(last_event_id: str | None) -> tuple[int, tuple[int, int, int] | None] | None:
