@@ -3,6 +3,7 @@ of `AgentClient`, and each task is read from Temporal (serving/a2a_tasks.py), so
 state of its own and any serve process answers for any task. The SDK's JSON-RPC dispatcher
 parses the requests and writes the answers and errors (serving/a2a_protocol.py mounts it).
 
+- A message is the user's (its role), its ids of at most MAX_ID_CHARS, or it is refused.
 - A message without a task starts a conversation (a new context), or, with the `contextId` of
   one, is its next message (`AgentRun.post`): the turn it belongs to is the task.
 - A message with a `taskId` answers that task, which must be `input-required`
@@ -37,6 +38,7 @@ from a2a.types.a2a_pb2 import (
     ListTasksRequest,
     ListTasksResponse,
     Message,
+    Role,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
@@ -67,6 +69,7 @@ from .a2a_tasks import (
     NOT_A2A,
     PAUSED,
     a2a_context,
+    check_id,
     parse_task_id,
     read_task,
     submitted_task,
@@ -113,6 +116,7 @@ class TemporalTasks(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
         with _refusals():
+            _check_sent(params.message)
             context_id = _context_of(params.message)
             with self._held(context_id):
                 given = await self._deliver(params.message, context_id)
@@ -127,6 +131,7 @@ class TemporalTasks(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
         with _refusals():
+            _check_sent(params.message)
             context_id = _context_of(params.message)
             with self._held(context_id):
                 given = await self._deliver(params.message, context_id)
@@ -279,6 +284,24 @@ class TemporalTasks(RequestHandler):
         now = await self._read(given)
         if now.status != task.status:
             yield now
+
+
+def _check_sent(message: Message) -> None:
+    """InvalidParamsError for a message no client sends: one that is not the user's (an agent's
+    message, or one of no role, which the SDK's parser makes of an unknown role, taken as the
+    user's would put words in the user's mouth), or with an id over MAX_ID_CHARS."""
+    if message.role != Role.ROLE_USER:
+        role = Role.Name(message.role) if message.role in Role.values() else str(message.role)
+        raise InvalidParamsError(
+            f"role: a client's message is the user's (ROLE_USER; \"user\" in A2A 0.3), not {role}"
+        )
+    for name, given in [
+        ("messageId", message.message_id),
+        ("contextId", message.context_id),
+        ("taskId", message.task_id),
+        *[("referenceTaskIds", task) for task in message.reference_task_ids],
+    ]:
+        check_id(name, given)
 
 
 def _context_of(message: Message) -> str:

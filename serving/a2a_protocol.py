@@ -7,15 +7,18 @@ serving/a2a_handler.py over the runs.
 
 The card is public, as the console's page is: it carries no data, and says how to authenticate
 (the API's bearer token, which every JSON-RPC call needs: the API's door refuses a call without
-it with 401, before its body is read)."""
+it with 401, before its body is read). The endpoint refuses, before the SDK's dispatcher reads
+it, a body that is not JSON text (serving/json_body.py), and a 0.3 request whose params the
+SDK's 0.3 layer would answer in pydantic's words or take for its own failure."""
 
 from __future__ import annotations
 
-import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from a2a.server.jsonrpc_models import JSONParseError
+from a2a.compat.v0_3 import conversions, types as types_v03
+from a2a.server.jsonrpc_models import InvalidParamsError, InvalidRequestError, JSONParseError
 from a2a.server.request_handlers.response_helpers import (
     agent_card_to_dict,
     build_error_response,
@@ -35,12 +38,15 @@ from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_1_0
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from google.protobuf.json_format import ParseDict
+from pydantic import BaseModel, ValidationError
 from starlette.routing import Route
 
 from ..activities.tools import registered_tools
 from ..client.agent_client import AgentClient
-from ..workflows.payloads import LONE_SURROGATE
+from ..workflows.outcomes import bounded
+from ..workflows.payloads import named_problems
 from .a2a_handler import TemporalTasks
+from .json_body import UnreadableBody, read_json
 from .served_agent import ServedAgent
 from .streams import Streams
 
@@ -68,9 +74,18 @@ def add_a2a(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: Str
     dispatcher = JsonRpcDispatcher(TemporalTasks(agents, served, streams), enable_v0_3_compat=True)
 
     async def rpc_route(request: Request) -> Response:
-        unreadable = _unreadable(await request.body())
-        if unreadable is not None:
-            return JSONResponse(build_error_response(None, JSONParseError(message=unreadable)))
+        # JSON that Python cannot read as text is the client's Parse error: the dispatcher took
+        # each kind for its own failure (-32603, or a 500 for a lone surrogate in the `id`),
+        # and a run would fail on it. Parsed once: the dispatcher reads it again for nothing.
+        try:
+            parsed = await read_json(request)
+        except UnreadableBody as refused:
+            return JSONResponse(build_error_response(None, JSONParseError(message=refused.reason)))
+        except ValueError:
+            parsed = None  # not JSON: the dispatcher says where
+        refused_in_0_3 = _refused_in_0_3(parsed)
+        if refused_in_0_3 is not None:
+            return JSONResponse(refused_in_0_3)
         return await dispatcher.handle_requests(request)
 
     app.router.routes.append(Route(RPC_PATH, rpc_route, methods=["POST"]))
@@ -104,26 +119,59 @@ CLIENT_ERROR_LOGS = frozenset(
 """What the SDK logs, with a traceback, as it answers a request it cannot parse."""
 
 
-def _unreadable(body: bytes) -> str | None:
-    """Why a body the SDK's dispatcher would parse as JSON cannot be read as JSON text, for a
-    Parse error: not UTF-8, nested past what Python's parser takes, or a string with a lone
-    surrogate (\\ud800), which parses but cannot be written back, not even in the answer's
-    `id`. The dispatcher took each for its own failure (-32603, or a 500 for the `id`), and a
-    run would fail on it. None for any other body: the dispatcher's to answer."""
+V0_3_REQUESTS: dict[str, tuple[type[BaseModel], Callable[[Any], Any]]] = {
+    "message/send": (types_v03.SendMessageRequest, conversions.to_core_send_message_request),
+    "message/stream": (
+        types_v03.SendStreamingMessageRequest,
+        conversions.to_core_send_message_request,
+    ),
+    "tasks/get": (types_v03.GetTaskRequest, conversions.to_core_get_task_request),
+    "tasks/cancel": (types_v03.CancelTaskRequest, conversions.to_core_cancel_task_request),
+    "tasks/resubscribe": (
+        types_v03.TaskResubscriptionRequest,
+        conversions.to_core_subscribe_to_task_request,
+    ),
+}
+"""The 0.3 requests this server answers: the SDK's 0.3 model of each, and how its 0.3 layer reads
+it as 1.0's for the handler (`JSONRPC03Adapter.METHOD_TO_MODEL`, `RequestHandler03`). The
+push-notification methods and the extended card are refused whatever their params."""
+INT32 = range(-(2**31), 2**31)
+"""What a 1.0 request's `historyLength` holds (an int32)."""
+
+
+def _refused_in_0_3(parsed: Any) -> dict[str, Any] | None:
+    """The answer to a 0.3 request whose params the SDK's 0.3 layer would answer in pydantic's
+    words, or take for its own failure; None for any other request, the dispatcher's to answer.
+
+    Params its 0.3 models refuse were Invalid Request, with pydantic's text and a link for each
+    problem: now Invalid params (Invalid Request for the request's own fields), each problem as
+    its field and rule. Params that do not read as 1.0's (a `historyLength` past an int32, a
+    file's bytes that are no base64) were an Internal error: now Invalid params, saying why."""
+    if not isinstance(parsed, dict) or parsed.get("method") not in V0_3_REQUESTS:
+        return None
+    given = parsed.get("id")
+    request_id = given if isinstance(given, str | int) and not isinstance(given, bool) else None
+    model, read_as_1_0 = V0_3_REQUESTS[parsed["method"]]
     try:
-        parsed = json.loads(body)
-    except RecursionError:
-        return "the JSON is nested too deeply"
-    except UnicodeDecodeError:
-        return "the body is not UTF-8"
-    except ValueError:
-        return None  # not JSON: the dispatcher says where
+        request = model.model_validate(parsed)
+    except ValidationError as error:
+        problems = named_problems(error)
+        if all(problem["loc"][:1] == ("params",) for problem in error.errors()):
+            return build_error_response(request_id, InvalidParamsError(message=problems))
+        return build_error_response(request_id, InvalidRequestError(message=problems))
+    params = getattr(request, "params", None)
+    configuration = getattr(params, "configuration", None)
+    history_length = getattr(
+        params if configuration is None else configuration, "history_length", None
+    )
+    if history_length is not None and history_length not in INT32:
+        said = f"params: historyLength is at most {INT32[-1]:,} (an int32, as A2A 1.0 has it)"
+        return build_error_response(request_id, InvalidParamsError(message=said))
     try:
-        json.dumps(parsed, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        return LONE_SURROGATE
-    except RecursionError:
-        return "the JSON is nested too deeply"
+        read_as_1_0(request)
+    except Exception as error:  # a conversion of data: whatever it fails on is the data's
+        said = f"params: not what A2A 1.0 takes, as serve reads the request: {error}"
+        return build_error_response(request_id, InvalidParamsError(message=bounded(said)))
     return None
 
 

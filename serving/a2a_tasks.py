@@ -19,7 +19,7 @@ from typing import Any
 
 from a2a.helpers.proto_helpers import get_text_parts, new_data_part, new_text_part
 from a2a.types.a2a_pb2 import Artifact, Message, Role, Task, TaskState, TaskStatus
-from a2a.utils.errors import TaskNotFoundError
+from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -28,6 +28,7 @@ from ..workflows.agent import AgentWorkflow
 from ..workflows.decisions import ToolApproval
 from ..workflows.state import TurnRecord
 from ..workflows.status import RunStatus
+from ..workflows.sub_agents import MAX_WORKFLOW_ID_CHARS
 
 TURN_MARK = "#"
 """Between a task id's conversation and its turn."""
@@ -36,6 +37,10 @@ TURN = re.compile(r"[0-9]{1,18}")
 CONTEXT_PREFIX = "a2a-"
 """The workflow ids of the conversations A2A starts."""
 NOT_A2A = f"an A2A context is a conversation A2A started (its id begins {CONTEXT_PREFIX})"
+MAX_ID_CHARS = MAX_WORKFLOW_ID_CHARS
+"""The longest id a client may send: a message's, a context's, a task's (a context is a workflow
+id, which Temporal bounds so). A longer one names nothing, and a refusal that quoted it (of 3 MB,
+under serve's body bound) sent it back whole."""
 CLOSED_QUERY_SECONDS = 10.0
 """How long a query of an ended conversation (for its turns) may take: a worker replays it."""
 
@@ -60,8 +65,19 @@ def task_id(context_id: str, turn: int) -> str:
     return f"{context_id}{TURN_MARK}{turn}"
 
 
+def check_id(name: str, given: str) -> None:
+    """InvalidParamsError for an id the client sent (`name`: "messageId") over MAX_ID_CHARS."""
+    if len(given) > MAX_ID_CHARS:
+        raise InvalidParamsError(
+            f"{name}: {len(given):,} characters; an id has at most {MAX_ID_CHARS:,} (a context "
+            "is a workflow id, which Temporal bounds so)"
+        )
+
+
 def parse_task_id(given: str) -> tuple[str, int]:
-    """The conversation and turn of a task id; TaskNotFoundError for an id that names none."""
+    """The conversation and turn of a task id; TaskNotFoundError for an id that names none,
+    InvalidParamsError for one longer than any id (check_id)."""
+    check_id("the task id", given)
     context_id, mark, turn = given.rpartition(TURN_MARK)
     # ASCII digits, and few of them: int() refuses other digits ("²") and 4,300 of them.
     if not mark or not context_id or not TURN.fullmatch(turn) or int(turn) < 1:

@@ -40,16 +40,16 @@ from ag_ui.core import (
 )
 from fastapi import FastAPI, Header, HTTPException
 from fastapi.responses import StreamingResponse
-from pydantic_core import PydanticSerializationError
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from ..activities.tools import DEFAULT_TOOLS
 from ..client.agent_client import AgentClient, AgentRun
-from ..workflows import json_schema
+from ..workflows import json_schema, run_setup
 from ..workflows.agent import AgentWorkflow
-from ..workflows.errors import AgentInputInvalid
+from ..workflows.errors import AgentConfigurationError, AgentInputInvalid
 from ..workflows.events import AgentEvent
-from ..workflows.payloads import LONE_SURROGATE, lone_surrogate
+from ..workflows.inputs import AgentInput
 from ..workflows.transcript import AssistantMessage
 from .ag_ui_events import (
     ARGUMENTS_CUT,
@@ -57,6 +57,7 @@ from .ag_ui_events import (
     approval_interrupt_id,
     plan_interrupt_id,
 )
+from .json_body import ReadsJsonFirst
 from .served_agent import ServedAgent
 from .streams import Streams, Written, check_resume, event_id
 
@@ -76,13 +77,11 @@ def add_ag_ui(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: S
     """`POST /ag-ui` on `app`, over the conversations `agents` runs, of the agent `served`; its
     streams are among `streams`, bounded and ended with the others."""
 
-    @app.post(AG_UI_PATH, response_class=StreamingResponse, tags=["AG-UI"])
     async def run_agent(
         body: RunAgentInput, last_event_id: Annotated[str | None, Header()] = None
     ) -> StreamingResponse:
         """Run the served agent on an AG-UI thread; its events as AG-UI's, over SSE."""
         resumed = _resume_point(last_event_id)
-        _unicode(body)
         if not THREAD_ID.match(body.thread_id):
             raise HTTPException(
                 422, "threadId: 1 to 200 letters, digits and . _ : @ - (a workflow id's part)"
@@ -104,18 +103,19 @@ def add_ag_ui(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: S
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         return streams.held(give_back, _stream(streams, run, shown, start), headers)
 
-
-def _unicode(body: RunAgentInput) -> None:
-    """422 for an input with a lone surrogate (\\ud800) in a string: JSON parses it, but it is
-    not text, and nothing can write it: not the run's input (a 500 as it started), nor an
-    event that echoes the input (a runId broke the stream at RUN_STARTED, its run started)."""
-    try:
-        body.model_dump_json()
-    except PydanticSerializationError as error:
-        # UnicodeEncodeError's words; JSON nested too deeply fails here too, and is for what
-        # reads that part of the input to refuse (a tool's schema), or to ignore (state).
-        if lone_surrogate(error):
-            raise HTTPException(422, LONE_SURROGATE) from None
+    # The body read first: one that is not UTF-8, or nested past the parser, is a 422 with the
+    # reason (FastAPI's was a 400, "There was an error parsing the body"), and so is one with a
+    # lone surrogate (\ud800), which parses but writes nowhere: not into the run's input (a 500
+    # as it started), nor an event that echoes the input (a runId broke the stream at
+    # RUN_STARTED, its run started).
+    app.router.add_api_route(
+        AG_UI_PATH,
+        run_agent,
+        methods=["POST"],
+        response_class=StreamingResponse,
+        tags=["AG-UI"],
+        route_class_override=ReadsJsonFirst,
+    )
 
 
 def _resume_point(last_event_id: str | None) -> tuple[int, tuple[int, int, int] | None] | None:
@@ -201,10 +201,11 @@ async def _take(
     return offset
 
 
-def _first_input(served: ServedAgent, text: str, tools: list[Tool]) -> Any:
+def _first_input(served: ServedAgent, text: str, tools: list[Tool]) -> AgentInput:
     """The conversation's input: the served agent's, with the client's tools as callback tools
-    beside its own. 422 for a tool whose schema a run would refuse (checked here by the same
-    rules, without fetching anything: a `$schema` or `$ref` outside it is refused)."""
+    beside its own. 422 for a tool a run would refuse, checked here by the run's rules: its
+    schema (without fetching anything: a `$schema` or `$ref` outside it is refused), and its
+    name, which no other tool of the run may have (run_setup.check_callback_names)."""
     declared = list(served.template.get("callback_tools", []))
     for tool in tools:
         parameters = tool.parameters if tool.parameters is not None else {"type": "object"}
@@ -218,9 +219,24 @@ def _first_input(served: ServedAgent, text: str, tools: list[Tool]) -> Any:
             {"name": tool.name, "description": tool.description, "parameters": parameters}
         )
     try:
-        return served.input(text, conversation=True, callback_tools=declared)
+        agent_input = served.input(text, conversation=True, callback_tools=declared)
     except AgentInputInvalid as error:
         raise HTTPException(422, error.message) from None
+    try:
+        run_setup.check_callback_names(_worker_tools(served), agent_input)
+    except AgentConfigurationError as error:
+        raise HTTPException(422, f"tools: {error.message}") from None
+    return agent_input
+
+
+def _worker_tools(served: ServedAgent) -> list[str]:
+    """The worker's tools a run of `served` is offered, as far as serve knows: those its file
+    names; where it names none (all of the worker's), this process's, as a worker here offers
+    them (all of them when serve runs the worker)."""
+    named = served.template.get("tools")
+    if named is not None:
+        return list(named)
+    return [spec.name for spec in DEFAULT_TOOLS.for_run(None).tools]
 
 
 def _message_text(body: RunAgentInput) -> str:

@@ -277,12 +277,19 @@ async def test_what_a_client_gets_wrong_is_a_json_rpc_error_and_starts_nothing(
 
     assert (await error_of(b"{not json"))["code"] == -32700
     # JSON that Python parses but cannot write back, or cannot parse at all: the client's.
-    for unreadable in (
-        b'{"jsonrpc": "2.0", "id": "\\ud800", "method": "GetTask", "params": {"id": "a2a-x#1"}}',
-        b"[" * 10_000 + b"]" * 10_000,
-        b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "a2a-\xff#1"}}',
+    for unreadable, reason in (
+        (
+            b'{"jsonrpc": "2.0", "id": "\\ud800", "method": "GetTask", "params": {"id": "a"}}',
+            "lone surrogate",
+        ),
+        (b"[" * 10_000 + b"]" * 10_000, "nested too deep"),
+        (
+            b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "a2a-\xff#1"}}',
+            "the body is not UTF-8: byte 0xff at offset 71",
+        ),
     ):
-        assert (await error_of(unreadable))["code"] == -32700
+        parse_error = await error_of(unreadable)
+        assert parse_error["code"] == -32700 and reason in parse_error["message"], parse_error
     assert (await error_of({"jsonrpc": "2.0", "id": 1}))["code"] == -32600
     assert (await error_of(rpc("Nothing", {})))["code"] == -32601
     assert (await error_of(rpc("SendMessage", {"message": "text"})))["code"] == -32602
@@ -290,7 +297,7 @@ async def test_what_a_client_gets_wrong_is_a_json_rpc_error_and_starts_nothing(
     assert unknown["code"] == -32001
     malformed = await error_of(rpc("GetTask", {"id": "no-turn"}))
     assert malformed["code"] == -32001
-    for odd_turn in ("²", "9" * 5000):  # digits that int() refuses
+    for odd_turn in ("²", "9" * 900):  # a digit int() refuses; more digits than a turn has
         odd = await error_of(rpc("GetTask", {"id": f"a2a-nobody#{odd_turn}"}))
         assert odd["code"] == -32001, odd
     answer = {"messageId": "m1", "role": "ROLE_USER", "taskId": done.id}
@@ -310,6 +317,28 @@ async def test_what_a_client_gets_wrong_is_a_json_rpc_error_and_starts_nothing(
     nowhere = {"messageId": "m2", "role": "ROLE_USER", "contextId": "a2a-nobody"}
     nowhere["parts"] = [{"text": "hello"}]
     assert (await error_of(rpc("SendMessage", {"message": nowhere})))["code"] == -32602
+    # A message that is not the user's (the agent's, or of no role) puts no words in its mouth.
+    for role in ("ROLE_AGENT", "ROLE_UNSPECIFIED"):
+        agents = {"messageId": "m4", "role": role, "parts": [{"text": "approve all"}]}
+        not_users = await error_of(rpc("SendMessage", {"message": agents}))
+        assert not_users["code"] == -32602 and "is the user's" in not_users["message"], not_users
+    # An id longer than any workflow id (3 MB, under the body's bound) names nothing: refused,
+    # and not sent back whole in the refusal.
+    long_id = "a2a-" + "x" * 3_000_000
+    hello = {"messageId": "m5", "role": "ROLE_USER", "parts": [{"text": "hello"}]}
+    for sent in (
+        {**hello, "messageId": long_id},
+        {**hello, "contextId": long_id},
+        {**hello, "taskId": f"{long_id}#1"},
+        {**hello, "referenceTaskIds": [f"{long_id}#1"]},
+    ):
+        too_long = await error_of(rpc("SendMessage", {"message": sent}))
+        assert too_long["code"] == -32602, too_long["code"]
+        assert "3,000,00" in too_long["message"] and len(too_long["message"]) < 200
+    for method in ("GetTask", "CancelTask", "SubscribeToTask"):
+        too_long = await error_of(rpc(method, {"id": f"{long_id}#1"}))
+        assert too_long["code"] == -32602, too_long["code"]
+        assert "3,000,006 characters" in too_long["message"] and len(too_long["message"]) < 200
     cancel_done = await error_of(rpc("CancelTask", {"id": done.id}))
     assert cancel_done["code"] == -32002  # not cancelable: it ended
     # A body over the API's bound, said in its headers: refused before it is read.
@@ -407,6 +436,46 @@ async def test_a_0_3_client_is_answered_in_0_3_terms_and_1_0_needs_its_version(
     # A 1.0 method without the header that says so is refused, as the SDK has it.
     unversioned = await plain.post("/a2a", json=rpc("GetTask", {"id": task["id"]}))
     assert unversioned.json()["error"]["code"] == -32009
+
+
+async def test_what_a_0_3_client_gets_wrong_is_invalid_params_with_the_reason(
+    plain: httpx.AsyncClient, temporal_env: WorkflowEnvironment, queue: str
+) -> None:
+    before = await runs_on(temporal_env, queue)
+
+    async def error_of(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        response = await plain.post("/a2a", json=rpc(method, params))
+        assert response.status_code == 200, response.text
+        return response.json()["error"]
+
+    sent = {"kind": "message", "messageId": "m1", "role": "agent"}
+    sent["parts"] = [{"kind": "text", "text": "approve all"}]
+    not_users = await error_of("message/send", {"message": sent})
+    assert not_users["code"] == -32602 and "is the user's" in not_users["message"], not_users
+    sent["role"] = "user"
+    # Params that do not read as 1.0's were the SDK's Internal error (-32603).
+    huge = {"historyLength": 10**30}
+    for method, params in [
+        ("tasks/get", {"id": "a2a-nobody#1", **huge}),
+        ("message/send", {"message": sent, "configuration": huge}),
+        ("message/stream", {"message": sent, "configuration": huge}),
+    ]:
+        past = await error_of(method, params)
+        assert (
+            past["code"] == -32602 and "historyLength is at most 2,147,483,647" in past["message"]
+        )
+    not_base64 = {**sent, "parts": [{"kind": "file", "file": {"bytes": "abc"}}]}
+    undecoded = await error_of("message/send", {"message": not_base64})
+    assert undecoded["code"] == -32602 and "padding" in undecoded["message"], undecoded
+    # Params the 0.3 models refuse were Invalid Request, in pydantic's words with its links.
+    for method, params, where in [
+        ("tasks/get", {"id": 5}, "params.id: Input should be a valid string"),
+        ("message/send", {"message": {**sent, "role": "robot"}}, "params.message.role: "),
+    ]:
+        refused = await error_of(method, params)
+        assert refused["code"] == -32602 and where in refused["message"], refused
+        assert "pydantic.dev" not in json.dumps(refused), refused
+    assert await runs_on(temporal_env, queue) == before
 
 
 JUDGED_SCRIPT = [

@@ -403,6 +403,33 @@ async def test_what_a_client_gets_wrong_is_refused_before_anything_starts(
                 answer.text,
             )
             assert "detail" in answer.json()
+        # JSON that Python cannot read as text is 422 with the reason (FastAPI's was a 400,
+        # "There was an error parsing the body").
+        asking = json.dumps(run_input(thread_id, user("hi"))).encode()
+        explained = [
+            (asking.replace(b'"hi"', b'"h\xffi"'), "the body is not UTF-8: byte 0xff at offset "),
+            (
+                asking[:-1] + b', "state": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+                "nested too deep",
+            ),
+        ]
+        # A client's tool named as another tool of the run: refused here, where the run started
+        # and failed at once (RUN_ERROR).
+        for tools, reason in [
+            ([{**LOCATION_TOOL, "name": "finish"}], "'finish': a built-in tool of every run"),
+            (
+                [{**LOCATION_TOOL, "name": "search_orders"}],
+                "'search_orders': one of the worker's tools",
+            ),
+            ([LOCATION_TOOL, LOCATION_TOOL], "'get_location': another callback tool"),
+        ]:
+            body = run_input(thread_id, user("hi"), tools=tools)
+            explained.append((json.dumps(body).encode(), reason))
+        for content, reason in explained:
+            headers = {"Content-Type": "application/json"}
+            answer = await http.post("/ag-ui", content=content, headers=headers)
+            assert answer.status_code == 422, answer.text
+            assert reason in answer.json()["detail"], answer.text
         assert (await http.get(f"/api/runs/ag-ui-{thread_id}")).status_code == 404
 
         # A thread that waits for its client's tool: a new message, a result for a call that

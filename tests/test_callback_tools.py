@@ -121,6 +121,31 @@ async def test_an_unanswered_callback_times_out_and_the_model_is_told(
         assert await run.pending_callbacks() == []
 
 
+@pytest.mark.parametrize(
+    ("names", "clash"),
+    [
+        (["get_order"], "callback tool 'get_order': one of the worker's tools has that name"),
+        (["finish"], "callback tool 'finish': a built-in tool of every run has that name"),
+        (["note", "note"], "callback tool 'note': another callback tool has that name"),
+    ],
+)
+async def test_a_callback_tool_named_as_another_tool_of_the_run_fails_it_as_it_starts(
+    client: Client, task_queue: str, names: list[str], clash: str
+) -> None:
+    """The rule AG-UI's door refuses a client's tools by (run_setup.check_callback_names):
+    the providers refuse two tools of one name."""
+    declared = [READ_FILE.model_copy(update={"name": name}) for name in names]
+    async with serving(client, task_queue) as agents:
+        agent_input = scripted_input(
+            [turn(text="never asked")], tools=["get_order"], callback_tools=declared
+        )
+        run = await agents.start(agent_input)
+        with pytest.raises(AgentRunFailed) as failed:
+            await run.result()
+    assert failed.value.type == "AgentConfigurationError"
+    assert clash in failed.value.message
+
+
 async def test_arguments_that_do_not_match_never_reach_a_client(
     client: Client, task_queue: str
 ) -> None:

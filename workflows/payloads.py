@@ -44,6 +44,16 @@ MAX_REPORTED_PROBLEMS = 10
 def refusal(error: ValidationError) -> AgentInputInvalid:
     """The error a run's input that failed `error` is refused with: each problem as its field's
     path and the rule it broke (never the value sent, which may be large or secret)."""
+    return AgentInputInvalid(
+        "the run's input does not fit the contract (`durable-agent contract`): "
+        + named_problems(error)
+    )
+
+
+def named_problems(error: ValidationError) -> str:
+    """`error`'s problems, each as its field's path and the rule it broke, in pydantic's words
+    without its links (nor the value sent, which may be large or secret); MAX_REPORTED_PROBLEMS
+    of them, and how many more."""
     problems = error.errors(include_url=False, include_input=False, include_context=False)
     named = [
         f"{'.'.join(str(part) for part in problem['loc']) or '(input)'}: {bounded(problem['msg'])}"
@@ -51,9 +61,7 @@ def refusal(error: ValidationError) -> AgentInputInvalid:
     ]
     if len(problems) > MAX_REPORTED_PROBLEMS:
         named.append(f"and {len(problems) - MAX_REPORTED_PROBLEMS} more")
-    return AgentInputInvalid(
-        "the run's input does not fit the contract (`durable-agent contract`): " + "; ".join(named)
-    )
+    return "; ".join(named)
 
 
 def lone_surrogate(error: BaseException) -> bool:

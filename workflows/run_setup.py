@@ -11,6 +11,7 @@ with the reason, and has paid for nothing.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from datetime import timedelta
 from typing import Any
 
@@ -38,6 +39,10 @@ from .versioning import Behaviours
 MAX_NOTICES = 10
 """Notices a run keeps about its tools (the newest): a chain whose listing fails at every
 continue-as-new must not grow its state."""
+CODE_MODES_OWN = (
+    f"a tool named {RUN_CODE!r} is code mode's own: rename the tool, or run without code mode"
+)
+"""Why a run in code mode refuses another tool named `run_code`."""
 
 
 async def settle(agent_input: AgentInput, state: RunState, behaviours: Behaviours) -> RunTools:
@@ -55,14 +60,12 @@ async def settle(agent_input: AgentInput, state: RunState, behaviours: Behaviour
             run_tools = tool_catalog.for_run(agent_input.tools)
         except KeyError as error:
             raise AgentConfigurationError(f"the run asks for tools {error.args[0]}") from None
+    worker_tools = [spec.name for spec in run_tools.tools]
     if agent_input.callback_tools:
+        check_callback_names(worker_tools, agent_input)
         run_tools = _with_callbacks(run_tools, agent_input)
-    if agent_input.code_mode is not None and RUN_CODE in {s.name for s in run_tools.tools}:
-        # The model would be offered two tools of one name, which the providers refuse.
-        raise AgentConfigurationError(
-            f"a tool named {RUN_CODE!r} is code mode's own: rename the tool, or run without "
-            "code mode"
-        )
+    if agent_input.code_mode is not None and RUN_CODE in worker_tools:
+        raise AgentConfigurationError(CODE_MODES_OWN)
     _check_output_schema(agent_input, behaviours)
     if unknown := approval.unknown_predicates(agent_input.tool_approval):
         raise AgentConfigurationError(
@@ -71,18 +74,29 @@ async def settle(agent_input: AgentInput, state: RunState, behaviours: Behaviour
     return run_tools
 
 
-def _with_callbacks(run_tools: RunTools, agent_input: AgentInput) -> RunTools:
-    """The worker's tools and the callback tools the input declares; AgentConfigurationError
-    for a name taken twice or a schema the linear engine refuses."""
-    taken = {spec.name for spec in run_tools.tools} | RESERVED_TOOL_NAMES
-    declared: list[ToolSpec] = []
+def check_callback_names(worker_tools: Collection[str], agent_input: AgentInput) -> None:
+    """AgentConfigurationError for a callback tool of `agent_input` whose name another tool of
+    the run has: a built-in one, code mode's own, one of the worker's `worker_tools`, or a
+    callback tool declared before it. The model would be offered two tools of one name, which
+    the providers refuse. The run's rule, and a door's that takes a client's tools
+    (serving/ag_ui.py), which refuses them by it before it starts the run."""
+    taken = dict.fromkeys(worker_tools, "one of the worker's tools")
+    taken.update(dict.fromkeys(sorted(RESERVED_TOOL_NAMES), "a built-in tool of every run"))
     for tool in agent_input.callback_tools:
+        if agent_input.code_mode is not None and tool.name == RUN_CODE:
+            raise AgentConfigurationError(CODE_MODES_OWN)
         if tool.name in taken:
             raise AgentConfigurationError(
-                f"callback tool {tool.name!r}: the name is taken (a worker's tool, a built-in "
-                "one, or another callback tool)"
+                f"callback tool {tool.name!r}: {taken[tool.name]} has that name: rename it"
             )
-        taken.add(tool.name)
+        taken[tool.name] = "another callback tool"
+
+
+def _with_callbacks(run_tools: RunTools, agent_input: AgentInput) -> RunTools:
+    """The worker's tools and the callback tools the input declares (their names checked by
+    `check_callback_names`); AgentConfigurationError for a schema the linear engine refuses."""
+    declared: list[ToolSpec] = []
+    for tool in agent_input.callback_tools:
         for part, schema in (("parameters", tool.parameters), ("result", tool.result)):
             if schema is None:
                 continue
