@@ -495,13 +495,7 @@ class AgentRun:
         why, when the result does not match the tool's result schema (the call keeps waiting)
         or the call does not wait (answered already, timed out, never asked), and, sending
         nothing, for a NaN or an Infinity in it, which JSON would carry as null."""
-        jsonable = to_jsonable_python(result)
-        where = non_json_number(jsonable)
-        if where is not None:
-            at = ".".join(map(str, ["result", *where]))
-            reason = f"{at} is no JSON number (NaN or ∞): JSON would carry it as null"
-            raise WorkflowUpdateFailedError(refusal(f"answer {call_id}: {reason}"))
-        answer = CallbackAnswer(call_id=call_id, result=jsonable)
+        answer = CallbackAnswer(call_id=call_id, result=_json_numbers(to_jsonable_python(result)))
         return await self._update("answer_callback", answer, result_type=PendingCallback)
 
     async def set_auto_mode(
@@ -655,8 +649,7 @@ class AgentRun:
                 event = converter.from_payload(_payload_of(wire.data), AgentEvent)
                 ended = event.kind in RUN_ENDS
                 yield WorkflowStreamItem(topic=wire.topic, data=event, offset=wire.offset)
-            # From past the last event, the page's next offset is the stream's end: keep the
-            # one asked, whose events come once the run has published up to it.
+            # Past the last event, the page's next offset is the stream's end: keep the one asked.
             offset = max(offset, page.next_offset)
             if page.more_ready:
                 continue
@@ -1205,6 +1198,17 @@ def _refuse_oversized(name: str, payloads: Sequence[Payload]) -> None:
         raise WorkflowUpdateFailedError(
             ApplicationError(reason, type=TOO_LARGE, non_retryable=True)
         )
+
+
+def _json_numbers(result: Any) -> Any:
+    """A callback's result, refused (as the run refuses one) for a NaN or an Infinity in it,
+    which JSON would carry as null."""
+    where = non_json_number(result)
+    if where is not None:
+        at = ".".join(map(str, ["result", *where]))
+        reason = f"{at} is no JSON number (NaN or ∞): JSON would carry it as null"
+        raise WorkflowUpdateFailedError(refusal(reason))
+    return result
 
 
 def _payload_of(wire: str) -> Payload:

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
-import math
 import os
 import re
 import secrets
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -30,7 +28,6 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, R
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from fastapi.routing import APIRoute
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError, PydanticSerializationError, to_json
 from temporalio.client import WorkflowQueryFailedError, WorkflowUpdateFailedError
@@ -51,12 +48,13 @@ from ..workflows.errors import AgentConfigurationError, AgentInputInvalid
 from ..workflows.input_limits import TOO_LARGE
 from ..workflows.inputs import AgentInput
 from ..workflows.paging import TracePage, TranscriptPage
-from ..workflows.payloads import LONE_SURROGATE, lone_surrogate, non_json_number
+from ..workflows.payloads import LONE_SURROGATE, lone_surrogate
 from ..workflows.reporting import guardrail_lines, verdict_line
 from ..workflows.status import AGENT_STATUS, RunStatus
 from .a2a_protocol import CARD_PATH, add_a2a
 from .ag_ui import add_ag_ui
 from .console import add_console
+from .json_body import ReadsJsonFirst
 from .served_agent import ServedAgent
 from .streams import ResumedPastTheEnd, Streams, StreamsFull, check_resume, event_id
 
@@ -215,8 +213,7 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    app.router.route_class = _JsonRoute  # AG-UI's
-    api = APIRouter(prefix="/api", dependencies=[Depends(authorized)], route_class=_JsonRoute)
+    api = APIRouter(prefix="/api", dependencies=[Depends(authorized)], route_class=ReadsJsonFirst)
 
     @app.get("/openapi.json", dependencies=[Depends(authorized)], include_in_schema=False)
     def openapi() -> dict[str, Any]:
@@ -226,7 +223,7 @@ def create_app(
     async def unprocessable(request: Request, error: RequestValidationError) -> Response:
         # FastAPI's own answer, but for the value each problem quotes: a NaN or an Infinity
         # is no JSON number, and the 422 that quoted one failed as it was written, a 500. A
-        # body's are refused as it is read now (`_JsonRoute`); this stays for any other.
+        # body's are refused as it is read now (`ReadsJsonFirst`); this stays for any other.
         detail = {"detail": jsonable_encoder(error.errors())}
         content = to_json(detail, inf_nan_mode="strings")
         return Response(content, status_code=422, media_type="application/json")
@@ -427,49 +424,6 @@ def create_app(
 
 
 UNAUTHORIZED = "Authorization: Bearer <token> is needed"
-
-
-class _JsonRoute(APIRoute):
-    """A route whose JSON body must be JSON (RFC 8259): FastAPI parses it with Python's parser,
-    which reads NaN, Infinity and 1e400 as floats. One in a field that takes any JSON (a
-    callback's result, a schema) reached the run as null; in a number field, pydantic said so.
-    Now each is refused as it is read, 422 naming where it is (`_finite_json`)."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def finite(request: Request) -> Response:
-            return await handler(_JsonRequest(request.scope, request.receive))
-
-        return finite
-
-
-class _JsonRequest(Request):
-    async def json(self) -> Any:
-        if not hasattr(self, "_json"):
-            self._json = _finite_json(await self.body())
-        return self._json
-
-
-def _finite_json(body: bytes) -> Any:
-    """The body's JSON; HTTPException 422, as pydantic's refusals look, for a number JSON has
-    not: NaN, Infinity, -Infinity, or one past a double's range."""
-    refused: list[str] = []
-
-    def number(text: str) -> float:
-        value = float(text)
-        if not math.isfinite(value):
-            refused.append(text)
-        return value
-
-    parsed = json.loads(body, parse_constant=number, parse_float=number)
-    if not refused:
-        return parsed
-    text = refused[0][:40]
-    why = "past what a JSON number carries" if text[-1].isdigit() else "not a JSON number"
-    where = non_json_number(parsed) or []  # none: a later key replaced it
-    problem = {"type": "json_invalid", "loc": ["body", *where]}
-    raise HTTPException(422, [{**problem, "msg": f"not JSON: {text} is {why}", "input": text}])
 
 
 def _token_matches(authorization: str | None, token: str) -> bool:
