@@ -287,6 +287,11 @@ async def test_what_a_client_gets_wrong_is_a_json_rpc_error_and_starts_nothing(
             b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "a2a-\xff#1"}}',
             "the body is not UTF-8: byte 0xff at offset 71",
         ),
+        (  # no JSON: the other doors refuse it too
+            b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "a", '
+            b'"historyLength": NaN}}',
+            "not JSON: NaN is not a JSON number",
+        ),
     ):
         parse_error = await error_of(unreadable)
         assert parse_error["code"] == -32700 and reason in parse_error["message"], parse_error

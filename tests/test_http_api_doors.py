@@ -177,6 +177,25 @@ async def test_nan_and_infinity_anywhere_in_a_body_are_refused_as_not_json(
     assert [w async for w in client.list_workflows(f"WorkflowId='{refused_start}'")] == []
 
 
+async def test_a_body_that_cannot_be_read_as_text_is_422_with_the_reason(
+    api: httpx.AsyncClient, client: Client
+) -> None:
+    """FastAPI answered both with a 400, "There was an error parsing the body"."""
+    workflow_id = f"unread-{uuid.uuid4()}"
+    for sent, why in (
+        (f'{{"prompt": "caf\xe9", "workflow_id": "{workflow_id}"}}'.encode("latin-1"), "UTF-8"),
+        (b'{"prompt": "x", "output_schema": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "deep"),
+    ):
+        refused = await api.post("/api/runs", content=sent, headers=JSON_BODY)
+        assert refused.status_code == 422, refused.text
+        detail = refused.json()["detail"]
+        if why == "UTF-8":
+            assert detail == "the body is not UTF-8: byte 0xe9 at offset 15"
+        else:
+            assert detail.startswith("the body is nested too deep")
+    assert [w async for w in client.list_workflows(f"WorkflowId='{workflow_id}'")] == []
+
+
 async def test_a_run_id_with_a_control_character_is_refused_and_starts_nothing(
     api: httpx.AsyncClient, client: Client, task_queue: str
 ) -> None:
