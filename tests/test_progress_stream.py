@@ -98,6 +98,16 @@ async def test_a_late_subscriber_reads_every_event_of_a_finished_run_in_order(
     assert {e.call_id: e.result for e in finished} == told
 
 
+async def read_until_asked(agent_run: AgentRun) -> list[tuple[int, AgentEvent]]:
+    """The run's events up to its first tool call that waits for a person, then no more."""
+    first: list[tuple[int, AgentEvent]] = []
+    async for item in agent_run.events():
+        first.append((item.offset, item.data))
+        if item.data.kind == "approval_requested":
+            break
+    return first
+
+
 async def test_a_subscriber_that_reconnects_mid_run_resumes_where_it_left_off(
     client: Client, task_queue: str
 ) -> None:
@@ -113,11 +123,7 @@ async def test_a_subscriber_that_reconnects_mid_run_resumes_where_it_left_off(
     )
     async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
         agent_run = await start(client, task_queue, agent_input)
-        first: list[tuple[int, AgentEvent]] = []
-        async for item in agent_run.events():
-            first.append((item.offset, item.data))
-            if item.data.kind == "approval_requested":
-                break
+        first = await read_until_asked(agent_run)
         await agent_run.decide_tool_call("call_2_1", approve=True)
         second = await read_all(agent_run, from_offset=first[-1][0] + 1)
         whole = await read_all(agent_run)
@@ -135,11 +141,7 @@ async def test_a_subscriber_from_past_the_last_event_gets_only_what_comes_from_t
     agent_input = scripted_input(script, tools=["cancel_order"], tool_approval=ToolApprovalPolicy())
     async with build_worker(client, task_queue, **TEST_WORKER_OPTIONS):
         agent_run = await start(client, task_queue, agent_input)
-        first: list[tuple[int, AgentEvent]] = []
-        async for item in agent_run.events():
-            first.append((item.offset, item.data))
-            if item.data.kind == "approval_requested":
-                break
+        first = await read_until_asked(agent_run)
         ahead = first[-1][0] + 3
         reading = asyncio.create_task(read_all(agent_run, from_offset=ahead))
         await agent_run.decide_tool_call("call_1_1", approve=True)
