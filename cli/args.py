@@ -24,6 +24,7 @@ from ..activities.mcp_config import MCP_CONFIG_VARIABLE, McpConfig, mcp_config_f
 from ..activities.toolkits import DEMO_TOOLS
 from ..client.agent_client import AgentClient
 from ..demo.script import DEMO_MODEL
+from ..serving import command_line
 from ..serving.command_line import Argument, Command, bad_byte, parse, refuse, said_as, say
 from ..workflows.bounds import MAX_STEPS, MAX_TOKENS, MAX_USD
 from ..workflows.errors import AgentConfigurationError
@@ -122,7 +123,7 @@ class Following:
         if not self.json and not text and none is not None:
             say(none)
         else:
-            print(json.dumps(data) if self.json else text, flush=True)
+            print(json.dumps(data) if self.json else command_line.for_stdout(text), flush=True)
 
 
 class Text(click.ParamType):

@@ -13,7 +13,7 @@ import click
 from temporalio.client import WorkflowUpdateFailedError
 
 from ..client.agent_client import AgentRun, AgentRunFailed, AgentUpdateNotDelivered
-from ..serving.command_line import say
+from ..serving.command_line import for_stdout, say
 from ..workflows.input_limits import check_message
 from ..workflows.inputs import AgentResult
 from ..workflows.state import TurnRecord
@@ -71,7 +71,7 @@ def _print_turn(record: TurnRecord, following: Following) -> None:
     if following.json:
         print(json.dumps(record.model_dump(mode="json")))
     elif record.answer is not None:
-        print(record.answer, flush=True)
+        print(for_stdout(record.answer), flush=True)
     summary = f"turn {record.turn} {record.outcome}: {record.steps} steps, "
     say(summary + usage_text(record.usage))
 

@@ -19,7 +19,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from ..client.agent_client import AgentRun
-from ..serving.command_line import one_line, refuse, say
+from ..serving.command_line import one_line, refuse, say, visible
 from ..workflows.decisions import AutoRules, PlanState, ToolApproval
 from ..workflows.events import AgentEvent
 from ..workflows.input_limits import TOO_LARGE, check_comment, check_reason
@@ -47,7 +47,7 @@ class CallQuestion:
         return self.event.call_id or ""
 
     def __str__(self) -> str:
-        return f"tool call {self.event.call_id} ({self.event.tool})"
+        return f"tool call {visible(self.call_id)} ({self.event.tool})"
 
 
 Question = PlanQuestion | CallQuestion
@@ -79,7 +79,7 @@ def show(workflow_id: str, question: Question, following: Following, *, ask: boo
         case PlanQuestion(plan):
             say(f"plan v{plan.version} of {workflow_id} waits for approval:")
             for number, step in enumerate(plan.steps, start=1):
-                say(f"  {number}. {step}")
+                say(f"  {number}. {visible(step)}")
             how = f"approve {workflow_id}{where} [--comment TEXT], or {program()} reject "
             how += f"{workflow_id}{where} --feedback TEXT"
         case CallQuestion(event):
@@ -87,7 +87,7 @@ def show(workflow_id: str, question: Question, following: Following, *, ask: boo
             by = f" (sub-agent {asker})" if asker else ""
             by += f" (in the script of {event.script})" if event.script else ""
             say(
-                f"tool call {event.call_id} of {workflow_id} waits for approval{by}: "
+                f"tool call {visible(question.call_id)} of {workflow_id} waits for approval{by}: "
                 f"{event.tool} {event.arguments}"
             )
             call = f"{workflow_id} {event.call_id}{where}"

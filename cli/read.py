@@ -12,7 +12,7 @@ import click
 
 from ..client import overview
 from ..client.agent_client import AgentClient, AgentRun
-from ..serving.command_line import say
+from ..serving.command_line import say, visible
 from ..workflows.events import AgentEvent
 from .args import COUNT, POSITIVE, Following, subcommand
 from .tables import event_line, stats_table, trace_table, waiting_calls_table
@@ -31,7 +31,7 @@ async def watch(agent_run: AgentRun, following: Following, from_offset: int) -> 
     async for item in agent_run.events(from_offset):
         last = item.data
         data = {"offset": item.offset, **last.model_dump(mode="json")}
-        following.answer(data, f"{item.offset:>5}  {event_line(last)}")
+        following.answer(data, f"{item.offset:>5}  {visible(event_line(last))}")
     return 0 if last is not None and last.kind == "completed" else 1
 
 
@@ -68,7 +68,7 @@ async def list_(client: AgentClient, following: Following, awaiting_approval: bo
         said = [f"unknown: {run.error}"] if run.error is not None else []
         said += [f"plan v{plan.version}: " + " | ".join(plan.steps)] if plan is not None else []
         said += [f"tool call {c.call_id}: {c.tool} {c.arguments}" for c in run.calls]
-        lines += [f"{run.workflow_id}  {line}" for line in said]
+        lines += [f"{run.workflow_id}  {visible(line)}" for line in said]
     data = [run.as_json() for run in waiting]
     following.answer(data, "\n".join(lines), "no run is waiting for approval")
     return 0

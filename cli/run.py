@@ -31,7 +31,7 @@ from ..client.agent_client import (
     SearchAttributesNotRegistered,
 )
 from ..demo import script as demo
-from ..serving.command_line import say
+from ..serving.command_line import for_stdout, say
 from ..serving.self_contained import self_contained
 from ..serving.worker import SETUP_ERRORS, check_worker, setup_error
 from ..workflows.input_limits import InputTooLarge, check_input, json_bytes
@@ -222,7 +222,7 @@ async def follow(agent_run: AgentRun, following: Following) -> int:
         return failed(following, agent_run.id, "RPCError", f"run {agent_run.id}: {error.message}")
     lines.show(result.step_records)
     if not following.json:
-        print(result.answer)
+        print(for_stdout(result.answer))
         say(f"{result.steps} steps, {usage_text(result.usage)}")
         if following.trace:
             earlier, compactions = result.earlier_steps, result.compactions

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..client.agent_client import StepStats
-from ..serving.command_line import say
+from ..serving.command_line import say, visible
 from ..workflows.activity_io import ModelDelta
 from ..workflows.decisions import ToolApproval
 from ..workflows.events import AgentEvent
@@ -157,7 +157,7 @@ def waiting_calls_table(approvals: Sequence[ToolApproval]) -> str:
     asked, the tool and its arguments, the sub-agent that asked when it is not the run, and the
     script that made it."""
     rows = [
-        [a.call_id, f"step {a.step}", f"{a.tool} {a.arguments}", _asker(a), _judge(a)]
+        [visible(a.call_id), f"step {a.step}", f"{a.tool} {a.arguments}", _asker(a), _judge(a)]
         for a in approvals
     ]
     return "\n".join(table(rows)) if rows else ""
@@ -187,7 +187,8 @@ def _tool_entries(call: ToolCallRecord, script_calls: int = 0) -> list[str]:
     kept = "[ext]" if call.externalised else "[cut]" if call.truncated else ""
     kept += "[held]" if call.guardrail else ""
     made = f"({script_calls} calls)" if script_calls else ""
-    entry = " ".join(filter(None, [call.name, call.outcome, latency, attempts, kept, made]))
+    name = visible(call.name)  # a name the model made up is recorded as it wrote it
+    entry = " ".join(filter(None, [name, call.outcome, latency, attempts, kept, made]))
     return [entry] if call.verdict is None else [entry, f"(judge {call.verdict.outcome})"]
 
 
@@ -267,7 +268,7 @@ def step_line(record: StepRecord) -> str:
     """One finished step: the model call, then its tool calls or that it answered."""
     tools = ", ".join(f"{c.name} {c.latency_ms} ms ({c.outcome})" for c in record.tool_calls)
     model = f"step {record.step}: model {record.model_latency_ms} ms, {usage_text(record.usage)}"
-    return model + (f"; tools: {tools}" if tools else "; answered")
+    return visible(model + (f"; tools: {tools}" if tools else "; answered"))
 
 
 def event_line(event: AgentEvent) -> str:
@@ -364,7 +365,7 @@ class DeltaLines:
         return "]\n" if at[2] == "reasoning" else "\n"
 
     def show(self, delta: ModelDelta) -> None:
-        print(self.text(delta), end="", file=sys.stderr, flush=True)
+        print(visible(self.text(delta), lines=True), end="", file=sys.stderr, flush=True)
 
     def end(self) -> None:
         """End the line being written, if any."""

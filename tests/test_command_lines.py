@@ -12,7 +12,7 @@ from pathlib import Path
 from durable_agent.cli.args import Following
 from tests.package_layout import ROOT, project_modules
 
-CLI_MOST_LINES = 2_301
+CLI_MOST_LINES = 2_303
 """`wc -l cli/*.py` once what click declares (the worker's choices, each command's help) and what
 was said twice (a refused update's exit, a run's model settings, "nothing waits") went: from
 2,838 (issue 49) to 2,266, against the 2,200 that issue asks for, which no honest cut found so
@@ -31,8 +31,9 @@ file is read and checked in serving/served_agent.py), and 4 for `Following.flags
 conversation's hint lacked (it dropped a non-default --namespace), and 3 for `serve
 --agent-card FILE` (the operator's words on the A2A card); then 11 went with `main_async`, an
 entry only two test files used (tests/helpers.Cli now), and 1 came with a call a remembered
-denial decides, which is not shown as waiting. Lower it as the CLI shrinks; raise it only with a
-reason in the commit."""
+denial decides, which is not shown as waiting; then 2 for showing what a model wrote as a
+terminal may show it (serving/command_line.visible: an import, and a tool name's comment). Lower
+it as the CLI shrinks; raise it only with a reason in the commit."""
 TERMINAL_MOST_LINES = 313
 """`wc -l cli/terminal/*.py`: a person at this terminal, typing; what else the CLI does goes
 in cli/*.py, and counts there. 305 when the room was made; 313 since a line typed while a call

@@ -21,6 +21,7 @@ from durable_agent.cli.args import RunArgs, parse_run
 from durable_agent.cli.run import run
 from durable_agent.client.agent_client import AgentClient
 from durable_agent.demo.script import DEMO_PLAN, demo_plan_script, support_demo_script
+from durable_agent.serving import command_line
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.model_settings import ScriptedCall
 from tests import helpers
@@ -383,3 +384,37 @@ def test_a_malformed_key_configuration_exits_2_with_one_line(
     assert err.splitlines() == [
         "starter.py: error: AGENT_PAYLOAD_KEYS: the key of id 'k1' is not base64"
     ], err
+
+
+def test_at_the_terminal_a_plan_cannot_forge_a_step_or_drive_the_terminal(
+    tmp_path: Path,
+) -> None:
+    """The model writes the plan a person approves: a newline in a step would show a step that
+    is not in the plan, and an escape sequence could erase or rewrite what is on the screen.
+    Each shows as its escape, on one line."""
+    forged = "Cancel order 104999\n  2. Nothing else"
+    erasing = "Refund 10 on 1042\x1b[2K\r  (nothing to refund)\u202e"
+    script = [
+        {"calls": [{"name": "submit_plan", "arguments": {"steps": [forged, erasing]}}]},
+        {"text": "Done.\x1b]0;owned\x07", "expect": "approved plan v1"},
+    ]
+    code, out, err = run_in_terminal(
+        stdin="\n", db=tmp_path / "demo.db", script=script, tmp_path=tmp_path
+    )
+
+    assert code == 0, err
+    assert "  1. Cancel order 104999\\n  2. Nothing else\n" in err
+    assert "  2. Refund 10 on 1042\\x1b[2K\\r  (nothing to refund)\\u202e\n" in err
+    assert not {"\x1b", "\r", "\u202e", "\x07"} & set(err), err
+    assert out["answer"] == "Done.\x1b]0;owned\x07"  # --json carries the model's text as it is
+
+
+def test_an_answer_is_shown_safe_at_a_terminal_and_kept_whole_for_a_pipe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    answer = "Line one\n\tLine two\x1b[31m red\x1b[0m\r"
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    assert command_line.for_stdout(answer) == answer
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    shown = "Line one\n\tLine two\\x1b[31m red\\x1b[0m\\r"
+    assert command_line.for_stdout(answer) == shown
