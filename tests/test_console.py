@@ -425,3 +425,70 @@ async def test_what_the_guardrails_stopped_is_shown_on_the_runs_page(
         "guardrails passed: no_injection (input) x1, polite (output) x1",
     )
     assert guardrails.SECRET not in text
+
+
+RAW_CONTROLS = {"\n", "\r", "\x07", "\x1b", "\x9b", "\u202e"}
+"""Characters a model may write that would act on the page unseen: a newline forges a line, a
+bidi override reorders what a person reads (ESC, BEL and CSI are kept out as the CLI keeps
+them out)."""
+
+
+async def texts(browser: Browser, selector: str) -> list[str]:
+    """The text of each element `selector` matches, as the page put it there."""
+    every = f"document.querySelectorAll({json.dumps(selector)})"
+    return list(
+        json.loads(await browser.evaluate(f"JSON.stringify([...{every}].map(e => e.textContent))"))
+    )
+
+
+async def test_what_a_model_wrote_shows_its_controls_as_escapes_and_forges_no_step(
+    api: httpx.AsyncClient, browser: Browser
+) -> None:
+    """A person approves what the model wrote: a plan step with a newline would read as two
+    steps, and a bidi override as a refund of 10 where the step says 01. Each such character
+    shows as its escape, as the CLI shows it (serving/command_line.py's `visible`), in a plan,
+    a waiting call and the transcript; an answer keeps its own lines."""
+
+    async def shown_raw() -> set[str]:
+        (page,) = await texts(browser, "#app")
+        return RAW_CONTROLS & set(page) - {"\n"}
+
+    forged = "Look up order 1042\n2. Refund every order"
+    reversed_ = "Refund \u202e01 on order 1042"
+    script = [
+        turn(call("submit_plan", steps=[forged, reversed_])),
+        turn(text="Cancelled.\nNo refund.\x1b]0;owned\x07", expect="approved"),
+    ]
+    model = ModelSettings(provider="scripted", script=script, price=DEMO_PRICE)
+    workflow_id = await start(api, AgentInput(prompt="Cancel order 1042.", plan=True, model=model))
+    await browser.open(f"{api.base_url}/runs/{workflow_id}#token={TOKEN}", "Plan v1 waits")
+    assert await texts(browser, "#plan li") == [
+        "Look up order 1042\\n2. Refund every order",
+        "Refund \\u202e01 on order 1042",
+    ]
+    assert await shown_raw() == set()
+    await click(browser, "#plan button.approve")
+    await browser.shows("Answer", "completed —")
+    assert await texts(browser, "#answer .text") == ["Cancelled.\nNo refund.\\x1b]0;owned\\x07"]
+    (transcript,) = await texts(browser, "#transcript")
+    assert "No refund.\\x1b]0;owned\\x07" in transcript, transcript
+    assert await shown_raw() == set()
+
+    # In plan mode the plan was the question: a call waits for a person in a run of its own.
+    script = [
+        turn(call("cancel_order", id="call_1\x1b[8m", order_id=1042, reason="asked \u202e\x9b2J")),
+        turn(text="Not cancelled."),
+    ]
+    workflow_id = await cancel_waiting(api, browser, script)
+    await browser.shows("call call_1\\x1b[8m, step 1")
+    (card,) = await texts(browser, ".call")
+    assert '"asked \\u202e\\x9b2J"' in card and not RAW_CONTROLS & set(card), card
+    assert await shown_raw() == set()
+    await click(browser, 'a[href="/"]')
+    await browser.shows("Waiting for a person", '"asked \\u202e\\x9b2J"')
+    assert await shown_raw() == set()
+    await click(browser, f'#waiting a[href="/runs/{workflow_id}"]')
+    await browser.shows("Tool call cancel_order waits for approval")
+    await click(browser, ".call button.reject")
+    await browser.shows("Answer", "Not cancelled.")
+    assert await shown_raw() == set()

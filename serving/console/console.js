@@ -5,7 +5,8 @@
 // Everything a model, a tool or a person wrote is put on the page as text (textContent, through
 // `el`), never parsed as HTML: a run's prompt, its arguments and its answers are untrusted. The
 // server's Content-Security-Policy allows this file's script only, which stops an injected one
-// even if a later change forgot that.
+// even if a later change forgot that. What a model wrote goes through `visible` too: a control
+// or a bidi character in it would forge a line of a plan or reorder what a person reads.
 
 const TOKEN_KEY = "durable-agent-token";
 const LIST_REFRESH_MS = 3000;
@@ -93,6 +94,26 @@ function el(tag, attributes = {}, ...children) {
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
   return node;
+}
+
+// What Python's str.isprintable() refuses (controls, format characters such as the bidi
+// overrides, separators but the space, surrogates, private and unassigned code points), which
+// serving/command_line.py's `visible` shows as escapes at the CLI; newlines and tabs too unless
+// `lines` (a message's or an answer's own lines).
+const UNPRINTABLE = /(?! )[\p{C}\p{Z}]/gu;
+const UNPRINTABLE_BUT_LINES = /(?![ \n\t])[\p{C}\p{Z}]/gu;
+const SHORT_ESCAPES = { "\t": "\\t", "\n": "\\n", "\r": "\\r" };
+
+// `text` as the CLI shows what a model wrote: each such character as Python's escape of it
+// (`\x1b`, `\u202e`), so that a plan step with a newline shows as one step and a bidi override
+// reorders nothing. Anything but a string is left as it is (`el` drops null).
+function visible(text, { lines = false } = {}) {
+  if (typeof text !== "string") return text;
+  return text.replace(lines ? UNPRINTABLE_BUT_LINES : UNPRINTABLE, (c) => {
+    const code = c.codePointAt(0);
+    const [prefix, digits] = code < 0x100 ? ["x", 2] : code < 0x10000 ? ["u", 4] : ["U", 8];
+    return SHORT_ESCAPES[c] || `\\${prefix}${code.toString(16).padStart(digits, "0")}`;
+  });
 }
 
 function link(path, ...children) {
@@ -194,7 +215,7 @@ function oneAtATime(read) {
 // The list: runs waiting for a person first, with why
 
 function why(waiting) {
-  if (waiting.error) return [`its status could not be read: ${waiting.error}`];
+  if (waiting.error) return [visible(`its status could not be read: ${waiting.error}`)];
   const reasons = [];
   if (waiting.plan) {
     const steps = waiting.plan.steps.length;
@@ -204,7 +225,7 @@ function why(waiting) {
     const script = call.script ? ` (in the script of run_code call ${call.script})` : "";
     reasons.push(`tool call ${call.tool}${script} waits for approval: ${call.arguments}`);
   }
-  return reasons;
+  return reasons.map((reason) => visible(reason));
 }
 
 function showList(app) {
@@ -233,7 +254,7 @@ function showList(app) {
           el(
             "div",
             { className: "card waiting" },
-            link(runPath(run.workflow_id), run.workflow_id),
+            link(runPath(run.workflow_id), visible(run.workflow_id)),
             ...why(run.waiting).map((line) => el("div", { className: "why text" }, line)),
           ),
         ),
@@ -249,7 +270,7 @@ function showList(app) {
                 el(
                   "tr",
                   {},
-                  el("td", {}, link(runPath(run.workflow_id), run.workflow_id)),
+                  el("td", {}, link(runPath(run.workflow_id), visible(run.workflow_id))),
                   el("td", { className: `status-${run.status}` }, run.status || "unknown"),
                 ),
               ),
@@ -273,7 +294,8 @@ function showList(app) {
 // One run: what waits, with its arguments; the transcript; cost and limits; progress as it goes
 
 function showRun(app, workflowId) {
-  document.getElementById("where").textContent = `/ ${workflowId}`;
+  // A sub-agent's run id ends in its parent's call id, which the model wrote.
+  document.getElementById("where").textContent = `/ ${visible(workflowId)}`;
   const summary = el("section", { id: "summary" }, el("p", {}, "Loading…"));
   const deciding = el("section", { id: "deciding" });
   const talking = el("section", { id: "talking" });
@@ -284,7 +306,7 @@ function showRun(app, workflowId) {
   const cancel = el("button", { className: "cancel", onclick: () => act(cancelRun) }, "Cancel");
   app.replaceChildren(
     el("p", {}, link("/", "← Runs")),
-    el("h1", {}, workflowId),
+    el("h1", {}, visible(workflowId)),
     summary,
     deciding,
     talking,
@@ -338,7 +360,7 @@ function showRun(app, workflowId) {
         "p",
         {},
         el("strong", { className: `status-${status.status}` }, status.status),
-        status.details ? ` — ${status.details}` : "",
+        status.details ? ` — ${visible(status.details)}` : "",
       ),
       el(
         "p",
@@ -347,8 +369,8 @@ function showRun(app, workflowId) {
         ` · ${usage.input_tokens} input, ${usage.output_tokens} output tokens`,
         limits.max_total_tokens === null ? "" : ` of ${limits.max_total_tokens}`,
       ),
-      ...status.tool_notices.map((notice) => el("p", { className: "why" }, notice)),
-      ...status.guardrail_lines.map((line) => el("p", { className: "why guardrail" }, line)),
+      ...status.tool_notices.map((notice) => el("p", { className: "why" }, visible(notice))),
+      ...status.guardrail_lines.map((line) => el("p", { className: "why guardrail" }, visible(line))),
     );
     cancel.hidden = ended;
   }
@@ -375,7 +397,7 @@ function showRun(app, workflowId) {
           "div",
           { className: "card waiting", id: "plan" },
           el("h2", {}, `Plan v${plan.version} waits for approval`),
-          el("ol", {}, ...plan.steps.map((step) => el("li", { className: "text" }, step))),
+          el("ol", {}, ...plan.steps.map((step) => el("li", { className: "text" }, visible(step)))),
           el(
             "div",
             { className: "actions" },
@@ -415,16 +437,16 @@ function showRun(app, workflowId) {
             "dl",
             { className: "fields" },
             ...call.fields.flatMap((field) => [
-              el("dt", {}, field.name),
+              el("dt", {}, visible(field.name)),
               el(
                 "dd",
                 { className: "code" },
-                field.value,
+                visible(field.value),
                 field.chars > characters(field.value) ? ` … (${field.chars} characters in all)` : "",
               ),
             ]),
           )
-        : el("pre", { className: "code" }, call.arguments);
+        : el("pre", { className: "code" }, visible(call.arguments));
       const decideCall = (approve) =>
         act(() =>
           decide({
@@ -443,17 +465,17 @@ function showRun(app, workflowId) {
             "h2",
             {},
             call.judging
-              ? `Tool call ${call.tool}: auto mode's judge is reviewing it`
-              : `Tool call ${call.tool} waits for approval`,
+              ? `Tool call ${visible(call.tool)}: auto mode's judge is reviewing it`
+              : `Tool call ${visible(call.tool)} waits for approval`,
           ),
-          el("p", { className: "muted" }, `call ${call.call_id}, step ${call.step}`),
+          el("p", { className: "muted" }, `call ${visible(call.call_id)}, step ${call.step}`),
           // A call a code-mode script made: the script waits on the decision.
           call.script
-            ? el("p", { className: "why script" }, `in the script of run_code call ${call.script}, which waits for it`)
+            ? el("p", { className: "why script" }, `in the script of run_code call ${visible(call.script)}, which waits for it`)
             : null,
           call.judging ? el("p", { className: "why" }, "You may decide it before the judge does: you win.") : null,
           // The line the CLI and the Web UI show, sent whole (serving/http_api.py's ShownStatus).
-          call.verdict ? el("p", { className: "why judge" }, status.verdict_lines[call.call_id]) : null,
+          call.verdict ? el("p", { className: "why judge" }, visible(status.verdict_lines[call.call_id])) : null,
           call.fields_left_out ? el("p", { className: "why" }, `${call.fields_left_out} more fields not shown`) : null,
           shown,
           el(
@@ -472,13 +494,14 @@ function showRun(app, workflowId) {
         el(
           "div",
           { className: "card callback", "data-call-id": pending.call_id },
-          el("h2", {}, `Tool call ${pending.tool} waits for its client`),
+          el("h2", {}, `Tool call ${visible(pending.tool)} waits for its client`),
           el(
             "p",
             { className: "muted" },
-            `call ${pending.call_id}, step ${pending.step}; its app answers it, or it times out after ${pending.timeout_seconds} s`,
+            `call ${visible(pending.call_id)}, step ${pending.step}; its app answers it, or it times out after ${pending.timeout_seconds} s`,
           ),
-          el("pre", { className: "code" }, JSON.stringify(pending.arguments, null, 2)),
+          // Its JSON's lines kept: JSON.stringify escapes a value's newline, not a bidi override.
+          el("pre", { className: "code" }, visible(JSON.stringify(pending.arguments, null, 2), { lines: true })),
         ),
       );
     }
@@ -537,10 +560,12 @@ function showRun(app, workflowId) {
   }
 
   function showMessage(message) {
-    const parts = [el("div", { className: "role" }, message.role === "tool" ? `tool ${message.tool_name}` : message.role)];
-    if (message.content) parts.push(el("div", { className: "text" }, message.content));
+    const role = message.role === "tool" ? `tool ${visible(message.tool_name)}` : message.role;
+    const parts = [el("div", { className: "role" }, role)];
+    const content = visible(message.content, { lines: true });
+    if (content) parts.push(el("div", { className: "text" }, content));
     for (const call of message.tool_calls || []) {
-      parts.push(el("div", { className: "code" }, `→ ${call.name}(${call.arguments})`));
+      parts.push(el("div", { className: "code" }, visible(`→ ${call.name}(${call.arguments})`)));
     }
     const kind = message.is_error ? "error" : message.role;
     return el("div", { className: `message ${kind}` }, ...parts);
@@ -591,7 +616,7 @@ function showRun(app, workflowId) {
   function onEvent(name, data) {
     if (name === "delta") {
       if (data.kind === "void") writing.textContent = "";
-      else if (data.kind === "text") writing.textContent += data.text;
+      else if (data.kind === "text") writing.textContent += visible(data.text, { lines: true });
       writing.hidden = !writing.textContent;
       return;
     }
@@ -616,7 +641,7 @@ function showRun(app, workflowId) {
     const subAgent = data.tool === DELEGATE && name === "tool_call_started" && data.call_id
       ? [" ", link(runPath(`${workflowId}/${data.call_id}`), "its sub-agent's run")]
       : [];
-    progress.append(el("div", {}, line, ...subAgent));
+    progress.append(el("div", {}, visible(line), ...subAgent));
     while (progress.childElementCount > MAX_PROGRESS_LINES) progress.firstElementChild.remove();
     progress.scrollTop = progress.scrollHeight;
     refreshSoon();
@@ -644,14 +669,19 @@ function showOutcome(outcome) {
   if (outcome.status === "completed") {
     const result = outcome.result;
     const answer = result.output === null || result.output === undefined ? result.answer : JSON.stringify(result.output, null, 2);
-    return el("div", { className: "card", id: "answer" }, el("h2", { className: "status-completed" }, "Answer"), el("div", { className: "text" }, answer));
+    return el(
+      "div",
+      { className: "card", id: "answer" },
+      el("h2", { className: "status-completed" }, "Answer"),
+      el("div", { className: "text" }, visible(answer, { lines: true })),
+    );
   }
   const error = outcome.error || {};
   return el(
     "div",
     { className: "card", id: "answer" },
-    el("h2", { className: "status-failed" }, `Failed: ${error.type || outcome.status}`),
-    el("div", { className: "text" }, error.message || ""),
+    el("h2", { className: "status-failed" }, `Failed: ${visible(error.type || outcome.status)}`),
+    el("div", { className: "text" }, visible(error.message || "", { lines: true })),
   );
 }
 
