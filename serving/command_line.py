@@ -18,6 +18,8 @@ from typing import Any, NoReturn
 
 import click
 
+from ..workflows.visible_text import visible
+
 
 class CommandLineError(SystemExit):
     """A command line that cannot be used: its one line is on stderr already."""
@@ -142,22 +144,9 @@ def invoked_name() -> str:
 
 def say(line: str) -> None:
     """A line for the person at the terminal: on stderr, at once, each character that would
-    act on the terminal shown as its escape (`visible`): a model's words are in many lines."""
+    act on the terminal shown as its escape (workflows/visible_text.py): a model's words are in
+    many lines."""
     print(visible(line, lines=True), file=sys.stderr, flush=True)
-
-
-def visible(text: str, *, lines: bool = False) -> str:
-    """`text` as a terminal may show it when a model (or any stranger) wrote it: each character
-    that is not printable (ESC, CR, a backspace, a bidi override...) as its escape (`\\x1b`,
-    `\\u202e`), so that the text cannot move the cursor, hide or rewrite what is on the screen,
-    or forge a line of a question: a plan step with a newline shows as one step. Newlines and
-    tabs are kept when `lines` (a message's, an answer's own lines)."""
-    if text.isprintable():
-        return text
-    return "".join(
-        c if c.isprintable() or (lines and c in "\n\t") else c.encode("unicode_escape").decode()
-        for c in text
-    )
 
 
 def for_stdout(text: str) -> str:

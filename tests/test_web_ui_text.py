@@ -3,6 +3,7 @@ hold any text, plain text that stays plain, and a summary that stays one bounded
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 from durable_agent.activities.pricing import DEMO_PRICE
@@ -43,6 +44,15 @@ def test_plain_text_is_escaped_and_kept_on_one_line() -> None:
     )
     assert cost_text(0.01234) == "\\$0.0123"
     assert cost_text(None).startswith("unknown")
+
+
+def test_what_is_not_printable_shows_as_its_escape_and_reorders_nothing() -> None:
+    """A bidi override in a plan step reversed what the person read in the Web UI."""
+    assert markdown_text("Refund \u202e01 order\x1b[2K") == "Refund \\\\u202e01 order\\\\x1b\\[2K"
+    pasted = code_span('{"call_id": "c\u202e1"}')
+    assert pasted == '`{"call_id": "c\\u202e1"}`'
+    # In the JSON a person pastes, the escape is the same character: the call is found.
+    assert json.loads(pasted.strip("`")) == {"call_id": "c\u202e1"}
 
 
 def test_a_plans_steps_are_a_numbered_list_and_the_input_to_paste_is_code() -> None:

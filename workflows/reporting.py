@@ -41,6 +41,7 @@ from .outcomes import Outcome, count
 from .state import StepRecord
 from .status import AGENT_COST_USD, AGENT_ERROR, AGENT_STATUS, AGENT_STEP, AgentStatus
 from .usage import Usage
+from .visible_text import visible
 
 AGENT_STEP_EVERY = 10
 """While a run runs, AgentStep (and AgentCostUsd) is brought up to date at least this often
@@ -399,8 +400,9 @@ def cost_text(cost: float | None) -> str:
 
 def code_span(text: str) -> str:
     """`text` as a Markdown code span, which the renderer shows as it is (straight quotes, no
-    emphasis): the fence is longer than any run of backticks inside."""
-    text = " ".join(text.splitlines())
+    emphasis): the fence is longer than any run of backticks inside. What is not printable is
+    its escape, which in a JSON string to paste is the same character (`\u202e`)."""
+    text = visible(" ".join(text.splitlines()))
     longest = run = 0
     for char in text:
         run = run + 1 if char == "`" else 0
@@ -415,8 +417,9 @@ _MARKDOWN_SPECIAL = set("\\`*_[]<>#|~$")
 
 
 def markdown_text(text: str) -> str:
-    """Plain text for the Markdown renderer: one line, its special characters escaped."""
-    line = " ".join(text.splitlines())
+    """Plain text for the Markdown renderer: one line, its special characters escaped, and
+    what is not printable (a bidi override that would reorder it) as its escape."""
+    line = visible(" ".join(text.splitlines()))
     return "".join(f"\\{c}" if c in _MARKDOWN_SPECIAL else c for c in line)
 
 
