@@ -13,7 +13,9 @@ process, restarted or not, carries on a thread. What an input does depends on ho
 
 The run then streams a stretch of the conversation's events, as serving/ag_ui_events.py maps
 them, from where the input took effect to the next place the conversation waits for the client.
-With `Last-Event-ID`, the input does nothing: the stream resumes after that event. Everything a
+With `Last-Event-ID`, the input does nothing: the stream resumes after that event. A stretch
+that goes on from a wait for the client, or from where one resumes, first reads back the
+events before it that AgUiRun recalls: results that still wait for their guardrails. Everything a
 client can get wrong is refused before anything is done (an HTTP status and `{"detail": ...}`,
 as the HTTP API refuses; the token and the body's size are checked by its door)."""
 
@@ -56,6 +58,7 @@ from .ag_ui_events import (
     AgUiRun,
     approval_interrupt_id,
     plan_interrupt_id,
+    recalled,
 )
 from .json_body import ReadsJsonFirst
 from .served_agent import ServedAgent
@@ -96,10 +99,18 @@ def add_ag_ui(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: S
                 await check_resume(run, start, last_event_id or "")  # 416 past its last event
             else:
                 start, text = await _take(body, run, agents, served), None
+            # A stretch that goes on from a wait for the client (or from where one resumes)
+            # may follow calls whose results still wait for their guardrails.
+            goes_on = bool(
+                resumed is not None or body.resume or _trailing_tool_results(body.messages)
+            )
+            earlier = await _checks_before(run, start) if goes_on else []
         except BaseException:
             give_back()
             raise
         shown = AgUiRun(body.thread_id, body.run_id, body.run_id, resumed_text=text)
+        for event in earlier:
+            shown.recall(event)
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         return streams.held(give_back, _stream(streams, run, shown, start), headers)
 
@@ -397,6 +408,30 @@ async def _find(
     finally:
         await events.aclose()
     raise HTTPException(409, "the conversation ended before it took the input")
+
+
+async def _checks_before(run: AgentRun, start: int) -> list[AgentEvent]:
+    """The conversation's events before `start` that AgUiRun.recall reads (`recalled`): the
+    ends of calls whose results its tool-result guardrails check, their verdicts, and the
+    client's answers."""
+    if start <= 0:
+        return []
+    kept: list[AgentEvent] = []
+    events = run.events(0, poll_cooldown=SCAN_COOLDOWN)
+    try:
+        async with asyncio.timeout(FIND_SECONDS):
+            async for item in events:
+                if item.offset >= start:
+                    break
+                if recalled(item.data):
+                    kept.append(item.data)
+                if item.offset == start - 1:
+                    break
+    except TimeoutError:
+        raise HTTPException(504, "the conversation's events could not be read in time") from None
+    finally:
+        await events.aclose()
+    return kept
 
 
 def _running(described: WorkflowExecutionDescription, thread_id: str) -> None:

@@ -8,6 +8,14 @@ answered, a client tool's call, a person's decision) or ends.
     run.event(offset, agent_event)      # what it adds: steps, text, tool calls; `finished` set
     run.delta(written)                  # the model's text as it streams
     run.ended_without_end()             # the run is gone: RUN_ERROR
+    run.recall(agent_event)             # an event before the stretch: a result it holds
+
+A call whose result the run's tool-result guardrails check after its tool_call_finished gets
+its TOOL_CALL_RESULT at their verdicts, with what the model read: the result once all passed,
+the refusal when one tripped. A stretch that ends before them (the run failed, was cancelled,
+is gone) shows that the result was not checked; one that ends waiting for the client (a client
+tool's call, a person) leaves it to the next stretch, which recalls the call from the events
+before it. A client never sees a result no guardrail passed.
 
 Where a stretch ends depends on its events alone, never on timing or on what a server holds, so
 that a client that resumes from an event's offset (Last-Event-ID), with any serve process, gets
@@ -55,6 +63,13 @@ DECISION_SCHEMA = {
     "required": ["approve"],
 }
 """What a resume entry's `payload` answers an interrupt with (a `cancelled` entry denies)."""
+NOT_CHECKED = (
+    "Not shown: the run's tool-result guardrails had not checked this result when it ended."
+)
+"""The TOOL_CALL_RESULT of a call whose result was to be checked when the stretch ended for good
+(the run failed, was cancelled, is gone)."""
+PASSED = "The result passed the run's tool-result guardrails."
+"""The TOOL_CALL_RESULT of a checked call whose verdicts carry no result (none should)."""
 ARGUMENTS_CUT = 1_000
 """A tool_call_started event carries at most this many characters of the arguments: a call's
 whose may be cut is read whole before it is shown (serving/ag_ui.py)."""
@@ -82,6 +97,15 @@ class _Text:
 
 
 @dataclass
+class _Checking:
+    """A call whose TOOL_CALL_RESULT waits for its tool-result guardrails' verdicts."""
+
+    tool: str
+    checks: int
+    verdicts: list[AgentEvent] = field(default_factory=list)
+
+
+@dataclass
 class AgUiRun:
     """The AG-UI events of one stretch of a conversation's stream, as its events come."""
 
@@ -102,6 +126,8 @@ class AgUiRun:
     """The steps whose reply is whole (it made calls): later text of theirs was shown."""
     _client_answered: set[str] = field(default_factory=set)
     """The client's tools' calls it answered: it has their results already."""
+    _checking: dict[str, _Checking] = field(default_factory=dict)
+    """The calls whose result waits for the run's tool-result guardrails, by call id."""
     _judged: dict[str, AgentEvent] = field(default_factory=dict)
     """The approval_requested events of the calls auto mode's judge reviews, by call id: a
     call goes to a person (an interrupt) only if the judge escalates it or an operator hands it
@@ -162,14 +188,31 @@ class AgUiRun:
         text = self._texts[step]
         return f"{self._offset}:{step}:{text.attempt}:{text.client_end}"
 
+    def recall(self, event: AgentEvent) -> None:
+        """An event before the stretch's first (serving/ag_ui.py reads them back): a call whose
+        result waits for its guardrails' verdicts gets its TOOL_CALL_RESULT in this stretch,
+        when they come. Shows nothing."""
+        match event.kind:
+            case "callback_answered" if event.call_id:
+                self._client_answered.add(event.call_id)
+            case "tool_call_finished" if event.call_id and event.checks:
+                if not self._by_client(event):
+                    self._checking[event.call_id] = _Checking(event.tool or "", event.checks)
+            case "guardrail":
+                self._checked(event)
+            case _:
+                pass
+
     def ended_without_end(self) -> str:
         """The conversation's stream ended with no last event (it was terminated, or is gone)."""
-        return self.error("the conversation ended without an answer", "gone")
+        return self.error("the conversation ended without an answer", "gone", for_good=True)
 
-    def error(self, message: str, code: str) -> str:
-        """RUN_ERROR, after what is open is closed."""
+    def error(self, message: str, code: str, *, for_good: bool = False) -> str:
+        """RUN_ERROR, after what is open is closed; `for_good`: the conversation is over, so a
+        result that waits for its guardrails is shown as not checked (else a client that
+        resumes gets it when they answer)."""
         self.finished = True
-        events = [*self._close(), RunErrorEvent(message=message, code=code)]
+        events = [*self._close(for_good), RunErrorEvent(message=message, code=code)]
         return "".join(_sse(e) for e in events)
 
     def _encoded(self, events: list[BaseEvent]) -> str:
@@ -205,21 +248,20 @@ class AgUiRun:
                 self._client_answered.add(event.call_id)
                 return []
             case "tool_call_finished" if event.call_id:
-                if event.call_id in self._client_answered and event.outcome == "ok":
+                if self._by_client(event):
+                    return []
+                if event.checks:  # not shown until the guardrails pass it
+                    self._checking[event.call_id] = _Checking(event.tool or "", event.checks)
                     return []
                 if event.outcome == "ok":
                     content = "ok" if event.result is None else event.result
                 else:
                     content = event.text or str(event.outcome)
-                result_id = f"{self.message_prefix}-result-{event.call_id}"
-                return [
-                    ToolCallResultEvent(
-                        message_id=result_id, tool_call_id=event.call_id, content=content
-                    )
-                ]
+                return [self._result(event.call_id, content)]
             case "callback_requested" if event.call_id:
                 return self._finish(
-                    RunFinishedSuccessOutcome(pending_tool_call_ids=[event.call_id])
+                    RunFinishedSuccessOutcome(pending_tool_call_ids=[event.call_id]),
+                    for_good=False,
                 )
             case "approval_requested" if event.call_id and event.outcome == "judge":
                 self._judged[event.call_id] = event
@@ -237,15 +279,17 @@ class AgUiRun:
                     response_schema=DECISION_SCHEMA,
                     metadata={"version": event.outcome},
                 )
-                return self._finish(RunFinishedInterruptOutcome(interrupts=[interrupt]))
+                return self._finish(
+                    RunFinishedInterruptOutcome(interrupts=[interrupt]), for_good=False
+                )
             case "turn_finished" | "completed":
                 return self._answered(event)
             case "failed" if event.outcome == "cancelled":
-                return self._finish(RunFinishedCancelledOutcome())
+                return self._finish(RunFinishedCancelledOutcome(), for_good=True)
             case "failed":
                 self.finished = True
                 error = RunErrorEvent(message=event.text or "failed", code=event.outcome)
-                return [*self._close(), error]
+                return [*self._close(for_good=True), error]
             case "judge_verdict" | "guardrail" | "compensation" | "retry":
                 # What a front end may show beside the run, by name (docs/agent-protocols.md).
                 value = event.model_dump(mode="json", exclude_none=True)
@@ -257,7 +301,7 @@ class AgUiRun:
                 # Late with no decision before it: an operator handed the call to a person.
                 if judged is not None and event.outcome in ("escalated", "late"):
                     return shown + self._asked(judged)
-                return shown
+                return shown + self._checked(event)
             case _:
                 return []
 
@@ -271,7 +315,37 @@ class AgUiRun:
             response_schema=DECISION_SCHEMA,
             metadata={"tool": event.tool, "arguments": event.arguments},
         )
-        return self._finish(RunFinishedInterruptOutcome(interrupts=[interrupt]))
+        return self._finish(RunFinishedInterruptOutcome(interrupts=[interrupt]), for_good=False)
+
+    def _by_client(self, event: AgentEvent) -> bool:
+        """A client's tool's call the client answered: it has the result, it sent it."""
+        return event.call_id in self._client_answered and event.outcome == "ok"
+
+    def _checked(self, event: AgentEvent) -> list[BaseEvent]:
+        """A tool-result guardrail's verdict; at a call's last, its TOOL_CALL_RESULT: what the
+        model read, which the verdict that tells it carries (the last, once all passed; the
+        first that tripped, with the refusal)."""
+        call_id = event.call_id or ""
+        checking = self._checking.get(call_id) if event.kind == "guardrail" else None
+        if checking is None:
+            return []
+        checking.verdicts.append(event)
+        if len(checking.verdicts) < checking.checks:
+            return []
+        del self._checking[call_id]
+        tripped = next((v for v in checking.verdicts if v.outcome == "tripped"), None)
+        carried = next((v.result for v in checking.verdicts if v.result is not None), None)
+        if carried is not None:
+            content = carried
+        elif tripped is not None:
+            content = f"Error: the result of {checking.tool} was withheld: {tripped.text}"
+        else:
+            content = PASSED
+        return [self._result(call_id, content)]
+
+    def _result(self, call_id: str, content: str) -> ToolCallResultEvent:
+        result_id = f"{self.message_prefix}-result-{call_id}"
+        return ToolCallResultEvent(message_id=result_id, tool_call_id=call_id, content=content)
 
     def _answered(self, event: AgentEvent) -> list[BaseEvent]:
         """The turn's (or the conversation's) answer: what the client does not have of it (all
@@ -289,7 +363,7 @@ class AgUiRun:
                 TextMessageContentEvent(message_id=message_id, delta=answer),
                 TextMessageEndEvent(message_id=message_id),
             ]
-        return out + self._finish(RunFinishedSuccessOutcome(), result=answer or None)
+        return out + self._finish(RunFinishedSuccessOutcome(), result=answer or None, for_good=True)
 
     def _finish(
         self,
@@ -297,17 +371,25 @@ class AgUiRun:
         | RunFinishedInterruptOutcome
         | RunFinishedCancelledOutcome,
         result: str | None = None,
+        *,
+        for_good: bool,
     ) -> list[BaseEvent]:
+        """The stretch's end; `for_good` unless the conversation waits for the client."""
         self.finished = True
         finished = RunFinishedEvent(
             thread_id=self.thread_id, run_id=self.run_id, outcome=outcome, result=result
         )
-        return [*self._close(), finished]
+        return [*self._close(for_good), finished]
 
-    def _close(self) -> list[BaseEvent]:
+    def _close(self, for_good: bool) -> list[BaseEvent]:
         """What is open ends before the run does: AG-UI refuses a run finished with a text
-        message or a step still open."""
+        message or a step still open. A call whose result waits for its guardrails gets its
+        result if the conversation will not check it (`for_good`); else it waits for the next
+        stretch, which recalls it."""
         out: list[BaseEvent] = []
+        if for_good:
+            out += [self._result(call_id, NOT_CHECKED) for call_id in self._checking]
+            self._checking.clear()
         for step in list(self._texts):
             out += self._end_events(step)
         out += [StepFinishedEvent(step_name=_step_name(step)) for step in sorted(self._steps)]
@@ -317,6 +399,13 @@ class AgUiRun:
     def _end_events(self, step: int) -> list[BaseEvent]:
         opened = self._texts.pop(step, None)
         return [] if opened is None else [TextMessageEndEvent(message_id=opened.message_id)]
+
+
+def recalled(event: AgentEvent) -> bool:
+    """An event before a stretch that AgUiRun.recall reads (serving/ag_ui.py keeps only these)."""
+    checked = event.kind == "tool_call_finished" and bool(event.checks)
+    verdict = event.kind == "guardrail" and event.call_id is not None
+    return checked or verdict or event.kind == "callback_answered"
 
 
 def _step_name(step: int) -> str:

@@ -21,8 +21,9 @@ import pytest
 from ag_ui.core import ToolMessage
 from temporalio.client import Client
 
+import tests.guardrails_for_tests as guards
 from durable_agent.demo import tools as demo_tools
-from durable_agent.serving import ag_ui
+from durable_agent.serving import ag_ui, ag_ui_events
 from durable_agent.serving.ag_ui_events import AgUiRun
 from durable_agent.serving.worker import build_worker
 from durable_agent.workflows.decisions import ApprovalCriteria
@@ -694,6 +695,147 @@ def test_a_judged_call_interrupts_the_run_by_its_events_alone(
     request = {"kind": "approval_requested", "step": 1, "at": NOW, **asked}
     remembered.event(0, AgentEvent.model_validate({**request, "outcome": "remembered"}))
     assert not remembered.finished
+
+
+REFUSAL = "Error: the result of read_note was withheld by guardrail no_secrets: a secret"
+CHECKED_CALL = {"call_id": "call_1", "tool": "read_note"}
+STARTED = ("tool_call_started", {**CHECKED_CALL, "arguments": "{}"})
+FINISHED = ("tool_call_finished", {**CHECKED_CALL, "outcome": "ok", "checks": 2})
+PASSED = ("guardrail", {**CHECKED_CALL, "outcome": "passed", "text": "tool_result guardrail a"})
+PASSED_LAST = ("guardrail", {**PASSED[1], "result": "note k1: nothing secret"})
+TRIPPED = (
+    "guardrail",
+    {**CHECKED_CALL, "outcome": "tripped", "text": "tool_result guardrail no_secrets: a secret"},
+)
+TRIPPED_FIRST = ("guardrail", {**TRIPPED[1], "result": REFUSAL})
+NOT_CHECKED, PASSED_UNSAID = "NOT_CHECKED", "PASSED"
+"""The table's names of ag_ui_events' texts."""
+
+
+@pytest.mark.parametrize(
+    ("stretches", "results"),
+    [
+        # Both guardrails passed: the result the model read, at the last verdict.
+        ([[STARTED, FINISHED, PASSED, PASSED_LAST]], [(3, "note k1: nothing secret")]),
+        # One tripped: the refusal the model read, whichever order the verdicts came in.
+        ([[STARTED, FINISHED, TRIPPED_FIRST, PASSED]], [(3, REFUSAL)]),
+        ([[STARTED, FINISHED, PASSED, TRIPPED_FIRST]], [(3, REFUSAL)]),
+        # A verdict that carries no result (none should): never the bare "ok".
+        ([[STARTED, FINISHED, PASSED, PASSED]], [(3, PASSED_UNSAID)]),
+        (
+            [[STARTED, FINISHED, PASSED, TRIPPED]],
+            [(3, "Error: the result of read_note was withheld: " + TRIPPED[1]["text"])],
+        ),
+        # The run failed, or was cancelled, before the verdicts: not checked, said before the end.
+        (
+            [[STARTED, FINISHED, PASSED, ("failed", {"outcome": "AgentBudgetExceeded"})]],
+            [(3, NOT_CHECKED)],
+        ),
+        ([[STARTED, FINISHED, ("failed", {"outcome": "cancelled"})]], [(2, NOT_CHECKED)]),
+        # The stretch ended waiting for a client's tool: the next one, which recalls the call
+        # from the events before it, shows the verdict.
+        (
+            [
+                [STARTED, FINISHED, ("callback_requested", {"call_id": "call_2"})],
+                [("callback_answered", {"call_id": "call_2"}), PASSED, TRIPPED_FIRST],
+            ],
+            [(5, REFUSAL)],
+        ),
+        # A client's tool's call the client answered gets none, checked or not: it has the
+        # result, it sent it.
+        (
+            [
+                [
+                    STARTED,
+                    FINISHED,
+                    ("callback_answered", {"call_id": "call_3"}),
+                    ("tool_call_finished", {"call_id": "call_3", "outcome": "ok", "checks": 1}),
+                    ("callback_requested", {"call_id": "call_2"}),
+                ],
+                [
+                    ("callback_answered", {"call_id": "call_2"}),
+                    ("guardrail", {**PASSED_LAST[1], "call_id": "call_3"}),
+                    PASSED,
+                    TRIPPED_FIRST,
+                ],
+            ],
+            [(8, REFUSAL)],
+        ),
+        # ... as does a stretch a client resumes after the call's end.
+        ([[STARTED, FINISHED], [PASSED, PASSED_LAST]], [(3, "note k1: nothing secret")]),
+    ],
+)
+def test_a_checked_calls_result_shows_what_the_model_read_once_its_guardrails_answered(
+    stretches: list[list[tuple[str, dict[str, Any]]]], results: list[tuple[int, str]]
+) -> None:
+    """A call whose result the run's tool-result guardrails check after its end: its one
+    TOOL_CALL_RESULT waits for their verdicts, and never says "ok" nor shows what no guardrail
+    passed. A stretch recalls the events before it (serving/ag_ui.py reads them back)."""
+    shown: list[tuple[int, str]] = []
+    events = [
+        AgentEvent.model_validate({"kind": kind, "step": 1, "at": NOW, **fields})
+        for stretch in stretches
+        for kind, fields in stretch
+    ]
+    offset = 0
+    for stretch in stretches:
+        run = AgUiRun("t", "r", "r")
+        for earlier in events[:offset]:
+            run.recall(earlier)
+        run.started(offset - 1)
+        for _ in stretch:
+            sent = sse_data(run.event(offset, events[offset]))
+            shown += [(offset, e["content"]) for e in sent if e["type"] == "TOOL_CALL_RESULT"]
+            ends = [i for i, e in enumerate(sent) if e["type"] in ("RUN_FINISHED", "RUN_ERROR")]
+            assert ends in ([], [len(sent) - 1])  # a result the end gives comes before it
+            offset += 1
+    texts = {name: getattr(ag_ui_events, name, name) for name in (NOT_CHECKED, PASSED_UNSAID)}
+    assert shown == [(offset, texts.get(content, content)) for offset, content in results]
+
+
+async def test_a_result_a_guardrail_withheld_shows_as_the_refusal_the_model_read(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A run with a tool-result guardrail: each worker call's one result comes after its
+    verdict, as the model read it (the refusal in a withheld one's place), never "ok"."""
+    script = [
+        turn(
+            call("read_note", id="call_note", key="k1"),
+            call("search_orders", id="call_search", email="ada@example.com"),
+        ),
+        turn(text="The note holds something I may not read."),
+    ]
+    policy = {"tool_results": ["no_secrets"]}
+    path = agent_file(tmp_path, script, tools=["read_note", "search_orders"], guardrails=policy)
+    body = run_input(f"thread-{uuid.uuid4().hex[:12]}", user("Read note k1, find my orders."))
+    async with served(client, task_queue, path) as http:
+        events = [e for _, e in await sse(http, body)]
+    assert guards.SECRET not in json.dumps(events)
+    assert events[-1]["type"] == "RUN_FINISHED"
+    results = [(e["toolCallId"], e["content"]) for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    assert dict(results) == {
+        "call_note": "Error: the result of read_note was withheld by guardrail no_secrets: "
+        "the result holds a secret",
+        "call_search": json.dumps(demo_tools.search_orders("ada@example.com")),
+    }
+    assert len(results) == 2
+    # Each after its call's verdict.
+    for call_id, _ in results:
+        verdict = next(
+            i
+            for i, e in enumerate(events)
+            if e["type"] == "CUSTOM" and e["value"].get("call_id") == call_id
+        )
+        shown = next(
+            i
+            for i, e in enumerate(events)
+            if e["type"] == "TOOL_CALL_RESULT" and e["toolCallId"] == call_id
+        )
+        assert verdict < shown
+
+
+def sse_data(chunk: str) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in chunk.splitlines() if line.startswith("data: ")]
 
 
 @pytest.mark.parametrize(

@@ -70,7 +70,8 @@ class AgentEvent(BaseModel):
     a remembered denial decides it at once, an approval_decided follows); approval_decided: the
     approval status;
     judge_verdict: what came of it (approved, denied, escalated, late); guardrail: passed or
-    tripped (`text` names it, and says why it tripped; `tool` for a tool result's);
+    tripped (`text` names it, and says why it tripped; `tool` and `call_id` for a tool
+    result's, published once all the result's guardrails answered, in the policy's order);
     plan_decided: approved or rejected; compensation: the CompensationStatus."""
     latency_ms: int | None = None
     attempts: int | None = None
@@ -85,7 +86,14 @@ class AgentEvent(BaseModel):
     result: str | None = Field(default=None, exclude_if=lambda value: value is None)
     """tool_call_finished of a call that ran ("ok"): its result as the model reads it, cut at
     SHOWN_RESULT_CHARS. None for any other outcome (`text` says why), and in a run with
-    tool-result guardrails, whose check comes after this event (docs/guardrails.md)."""
+    tool-result guardrails, whose check comes after this event (docs/guardrails.md).
+    guardrail of a tool result: what the model reads, cut alike, on one of the call's verdicts
+    (`checks`): the last, once all passed, the result (an error's too); else the first that
+    tripped, the refusal in the result's place."""
+    checks: int | None = Field(default=None, exclude_if=lambda value: value is None)
+    """tool_call_finished of a call whose result the run's tool-result guardrails check after
+    this event: how many there are. A guardrail event with this call's `call_id` follows for
+    each, and one of them carries what the model reads (`result`). None: no check follows."""
     script: str | None = Field(default=None, exclude_if=lambda value: value is None)
     """An event of a call a code-mode script made: the id of the run_code call whose script
     made it (docs/code-mode.md)."""

@@ -29,10 +29,10 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from .budget import Budget
-from .builtin_tools import LOOP_TOOLS
 from .context import RunContext
 from .elapsed import ms_since
 from .errors import AgentGuardrailTripped, activity_failure_cause, describe_failure
+from .events import SHOWN_RESULT_CHARS
 from .guardrail_data import (
     GUARDRAIL_ACTIVITY_PREFIX,
     MAX_REASON_CHARS,
@@ -151,7 +151,7 @@ class Guardrails:
         refusal in the result's place, its record saying which guardrail."""
         if not self.uses("tool_result"):
             return {}
-        checked = [o for o in outcomes if _handed_back(o)]
+        checked = [o for o in outcomes if o.handed_back]
         verdicts = await asyncio.gather(*(self._result_checks(o, record.step) for o in checked))
         refused: dict[str, Outcome] = {}
         for outcome, records in zip(checked, verdicts, strict=True):
@@ -164,10 +164,34 @@ class Guardrails:
         return refused
 
     async def _result_checks(self, outcome: Outcome, step: int) -> list[GuardrailRecord]:
+        """A result's verdicts, published together once all are in, in the policy's order,
+        with the call's id. One carries what the model reads, cut as a tool_call_finished's
+        result is: the last, once all passed, the result; else the first that tripped, the
+        refusal in its place (`withheld`). So a stream shows a result only once it passed (the
+        call's tool_call_finished, before the checks, did not)."""
         result = outcome.result
         records = await self._check_all(
-            "tool_result", [result.content], self._policy.tool_results, step, tool=result.tool_name
+            "tool_result",
+            [result.content],
+            self._policy.tool_results,
+            step,
+            tool=result.tool_name,
+            publish=False,
         )
+        tripped = next((r for r in records if r.tripped), None)
+        if tripped is None:
+            read, telling = result.content, records[-1] if records else None
+        else:
+            read = outcome.withheld(tripped.name, tripped.reason).result.content
+            telling = tripped
+        for record in records:
+            self._publish(
+                record,
+                step,
+                tool=result.tool_name,
+                call_id=result.tool_call_id,
+                result=read[:SHOWN_RESULT_CHARS] if record is telling else None,
+            )
         return [r.model_copy(update={"call_id": result.tool_call_id}) for r in records]
 
     # --- checks ------------------------------------------------------------------------------
@@ -180,19 +204,22 @@ class Guardrails:
         step: int,
         *,
         tool: str | None = None,
+        publish: bool = True,
     ) -> list[GuardrailRecord]:
-        """Every guardrail on every text, at once; their verdicts in order."""
+        """Every guardrail on every text, at once; their verdicts in order, each published
+        as it comes unless `publish` is False."""
         text = "\n\n".join(texts)
         check = GuardrailCheck(
             kind=kind, text=text, workflow_id=workflow.info().workflow_id, step=step, tool=tool
         )
-        return list(await asyncio.gather(*(self._check(ref.name, check) for ref in refs)))
+        checks = (self._check(ref.name, check, publish) for ref in refs)
+        return list(await asyncio.gather(*checks))
 
     def use_gateway(self, gateway: ModelGateway) -> None:
         """The model calls of the run's judge guardrails (guardrail_judge.py)."""
         self._gateway = gateway
 
-    async def _check(self, name: str, check: GuardrailCheck) -> GuardrailRecord:
+    async def _check(self, name: str, check: GuardrailCheck, publish: bool) -> GuardrailRecord:
         started = workflow.now()
         judge = self._policy.judges.get(name)
         ctx = self._ctx
@@ -215,15 +242,21 @@ class Guardrails:
             reason=" ".join(reason.split())[:MAX_REASON_CHARS],
             latency_ms=latency,
         )
+        if publish:
+            self._publish(record, check.step, tool=check.tool)
+        return record
+
+    def _publish(self, record: GuardrailRecord, step: int, **more: str | None) -> None:
+        """A verdict's guardrail event (`more`: a tool result's tool, call_id, result)."""
+        reason = f": {record.reason}" if record.tripped else ""
         self._reporter.publish(
             "guardrail",
-            step=check.step,
-            tool=check.tool,
-            outcome="tripped" if tripped else "passed",
-            latency_ms=latency,
-            text=f"{check.kind} guardrail {name}" + (f": {record.reason}" if tripped else ""),
+            step=step,
+            outcome="tripped" if record.tripped else "passed",
+            latency_ms=record.latency_ms,
+            text=f"{record.kind} guardrail {record.name}{reason}",
+            **more,
         )
-        return record
 
     async def _run_function(self, name: str, check: GuardrailCheck) -> GuardrailVerdict:
         """A guardrail the app registered, as its activity."""
@@ -247,12 +280,6 @@ class Guardrails:
             details.guardrail = first
             message = f"{first.kind} guardrail {first.name} tripped: {first.reason}"
             raise AgentGuardrailTripped(message, details)
-
-
-def _handed_back(outcome: Outcome) -> bool:
-    """A result a tool wrote (or failed with), not one the loop wrote itself."""
-    record = outcome.record
-    return record.outcome in ("ok", "error") and record.name not in LOOP_TOOLS
 
 
 def _failure(error: ActivityError | ApplicationError) -> str:

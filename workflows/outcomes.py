@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .builtin_tools import LOOP_TOOLS
 from .state import ToolCallRecord, ToolOutcome
 from .transcript import ToolCall, ToolResult
 
@@ -74,6 +75,13 @@ class Outcome:
     def not_run(cls, call: ToolCall, content: str) -> Outcome:
         """The run was ending (a fatal failure, finish, a limit) before the call's turn."""
         return cls._of(call, content, "not_run")
+
+    @property
+    def handed_back(self) -> bool:
+        """A result a tool wrote (or failed with), not one the loop wrote itself: what the
+        run's tool-result guardrails check."""
+        record = self.record
+        return record.outcome in ("ok", "error") and record.name not in LOOP_TOOLS
 
     def withheld(self, guardrail: str, reason: str) -> Outcome:
         """The call's result stopped by a tool-result guardrail (guardrails.py): a refusal that

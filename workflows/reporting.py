@@ -189,15 +189,21 @@ class Reporter:
             ", ".join(f"{c.name} {c.id}" for c in calls) or "-",
         )
 
-    def call_finished(self, outcome: Outcome) -> None:
+    def call_finished(self, outcome: Outcome, *, checks_follow: bool = False) -> None:
         """The tool_call_finished event of a call, once per call, with an ok call's result
-        (cut), unless tool-result guardrails will check that result after this event."""
+        (cut), unless tool-result guardrails will check that result after this event.
+        `checks_follow`: the call is one of the reply's, told before their results are
+        checked (the event then says how many checks follow, unless none checks it)."""
         record = outcome.record
         if record.id in self._reported_calls:
             return
         self._reported_calls.add(record.id)
         guardrails = self._ctx.input.guardrails
-        shown = record.outcome == "ok" and (guardrails is None or not guardrails.tool_results)
+        checked = guardrails is not None and bool(guardrails.tool_results)
+        shown = record.outcome == "ok" and not checked
+        checks = None
+        if guardrails and checks_follow and outcome.handed_back and record.id not in self.scripts:
+            checks = len(guardrails.tool_results) or None
         self.publish(
             "tool_call_finished",
             call_id=record.id,
@@ -208,6 +214,7 @@ class Reporter:
             attempts=record.attempts,
             text=record.error,
             result=outcome.result.content[:SHOWN_RESULT_CHARS] if shown else None,
+            checks=checks,
         )
 
     def reply_done(self) -> None:

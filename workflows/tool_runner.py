@@ -235,7 +235,8 @@ class ToolRunner:
                 outcome = await self._answered(call, run)
             else:
                 outcome = await self._execute(call, run)
-        self._reporter.call_finished(outcome)
+        # Before the reply's results are checked (agent.py `_append_results`).
+        self._reporter.call_finished(outcome, checks_follow=True)
         return outcome
 
     async def _answered(self, call: ToolCall, run: Run) -> Outcome:
