@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from durable_agent import GuardrailContext, GuardrailVerdict, guardrail, tool
+from durable_agent import GuardrailContext, GuardrailVerdict, ToolError, guardrail, tool
 
 checked: Counter[str] = Counter()
 """Checks made, by guardrail name."""
@@ -61,6 +61,12 @@ def broken(text: str, context: GuardrailContext) -> GuardrailVerdict:
 def read_note(key: str) -> str:
     """Read the note filed under `key`."""
     return f"note {key}: the vault code is {SECRET}"
+
+
+@tool
+def open_vault(key: str) -> str:
+    """Open the vault with `key`."""
+    raise ToolError(f"the vault refused key {key}: its code is {SECRET}")
 
 
 @guardrail

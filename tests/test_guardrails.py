@@ -162,17 +162,21 @@ async def test_past_its_revisions_an_output_tripwire_fails_the_run_with_no_answe
     assert "still stupid" not in json.dumps(run.failure.details[0].get("answer"))
 
 
+@pytest.mark.parametrize(
+    ("tool", "outcome"), [("read_note", "ok"), ("open_vault", "error")], ids=["result", "error"]
+)
 async def test_a_tool_result_guardrail_keeps_a_secret_from_every_later_request(
-    client: Client, task_queue: str, openai: fake_openai.FakeOpenAI
+    client: Client, task_queue: str, openai: fake_openai.FakeOpenAI, tool: str, outcome: str
 ) -> None:
+    """A tool's error is its result too: the model reads it, and so may a stream."""
     openai.script = [
-        fake_openai.Reply(tool_calls=[("call_a", "read_note", json.dumps({"key": "k1"}))]),
+        fake_openai.Reply(tool_calls=[("call_a", tool, json.dumps({"key": "k1"}))]),
         fake_openai.Reply("I could not read the note."),
     ]
     agent_input = AgentInput(
         prompt="read note k1",
         model=ModelSettings(provider="openai", model="gpt-fake-mini", retry=FAST_MODEL_RETRY),
-        tools=["read_note"],
+        tools=[tool],
         guardrails=GuardrailPolicy(tool_results=["no_secrets"]),
     )
     run = await run_agent(client, task_queue, agent_input)
@@ -194,7 +198,7 @@ async def test_a_tool_result_guardrail_keeps_a_secret_from_every_later_request(
         events = [item.data async for item in AgentRun(run.handle, client).events()]
     assert guards.SECRET not in json.dumps([e.model_dump(mode="json") for e in events])
     (finished,) = [e for e in events if e.kind == "tool_call_finished"]
-    assert (finished.outcome, finished.result) == ("ok", None)
+    assert (finished.outcome, finished.result, finished.text) == (outcome, None, None)
 
 
 @pytest.mark.parametrize("name", ["broken", "not_registered_anywhere"])

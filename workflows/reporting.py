@@ -191,7 +191,8 @@ class Reporter:
 
     def call_finished(self, outcome: Outcome, *, checks_follow: bool = False) -> None:
         """The tool_call_finished event of a call, once per call, with an ok call's result
-        (cut), unless tool-result guardrails will check that result after this event.
+        (cut), or a failed one's error, unless tool-result guardrails will check that result
+        after this event: an error is what the model reads of a call too.
         `checks_follow`: the call is one of the reply's, told before their results are
         checked (the event then says how many checks follow, unless none checks it)."""
         record = outcome.record
@@ -212,7 +213,7 @@ class Reporter:
             outcome=record.outcome,
             latency_ms=record.latency_ms,
             attempts=record.attempts,
-            text=record.error,
+            text=None if checks else record.error,
             result=outcome.result.content[:SHOWN_RESULT_CHARS] if shown else None,
             checks=checks,
         )
