@@ -100,8 +100,9 @@ def add_ag_ui(app: FastAPI, agents: AgentClient, served: ServedAgent, streams: S
             else:
                 start, text = await _take(body, run, agents, served), None
             # A stretch that goes on from a wait for the client (or from where one resumes)
-            # may follow calls whose results still wait for their guardrails.
-            goes_on = bool(
+            # may follow calls whose results still wait for their guardrails (read back only
+            # where the agent has them: the read goes over the conversation from its start).
+            goes_on = served.checks_tool_results and bool(
                 resumed is not None or body.resume or _trailing_tool_results(body.messages)
             )
             earlier = await _checks_before(run, start) if goes_on else []

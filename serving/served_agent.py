@@ -66,6 +66,11 @@ class ServedAgent:
             raise refusal(error) from None
 
     @property
+    def checks_tool_results(self) -> bool:
+        """Its runs have tool-result guardrails (docs/guardrails.md)."""
+        return bool((self.template.get("guardrails") or {}).get("tool_results"))
+
+    @property
     def name(self) -> str:
         """What the agent is called where a protocol names it: its card's `name`, else the
         runs' `label`, else `durable-agent`."""
