@@ -134,6 +134,9 @@ STREAM_CLOSED_CHECK_ASKS = 5
 """While a followed run publishes nothing, the follower describes it once every this many asks
 at STREAM_MAX_POLL_INTERVAL, to end when the run was terminated (which publishes no last event):
 a describe at every quiet ask would double what following a quiet run costs the server."""
+STREAM_LENGTH_QUERY = "__temporal_workflow_stream_offset"
+"""The stream's own query: how many events the run has published, the offset its next one will
+have, across continue-as-new (serving/streams.py checks a resume against it)."""
 STREAM_POLL_QUERY = "__temporal_workflow_stream_poll"
 """The stream's own query (temporalio.contrib.workflow_streams): the events from an offset, at
 once. A query is answered by a worker and recorded nowhere; the stream's update, which waits for

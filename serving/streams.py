@@ -42,6 +42,7 @@ from temporalio.service import RPCError
 
 from ..client.agent_client import (
     DELTA_POLL_INTERVAL,
+    STREAM_LENGTH_QUERY,
     AgentRun,
     AgentRunFailed,
     DeltaReader,
@@ -79,9 +80,6 @@ MAX_RUN_STREAMS = 32
 """The event streams of one run one server holds at once; $AGENT_API_MAX_RUN_STREAMS sets
 another. They share one follower and one text reader: what a run costs the cluster does not
 grow with them, this bounds what they cost the server."""
-STREAM_LENGTH_QUERY = "__temporal_workflow_stream_offset"
-"""The stream's own query (temporalio.contrib.workflow_streams): how many events the run has
-published, the offset its next one will have, across continue-as-new."""
 RESUME_CHECK_TIMEOUT = timedelta(seconds=5)
 """How long a resumed stream waits at its door for the run to say how many events it has (a
 worker answers the query): past it the stream is served unchecked, as one of a run whose workers
