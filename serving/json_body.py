@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -27,6 +28,9 @@ from fastapi.routing import APIRoute
 from ..workflows.payloads import LONE_SURROGATE, non_json_number
 from .command_line import bad_byte
 
+SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
+"""How a surrogate reaches a parsed body: JSON's `\ud800` escape (UTF-8 cannot carry one raw).
+Only a body with one is written out again to find a lone one; a pair is fine."""
 NESTED_TOO_DEEP = (
     "the body is nested too deep: arrays and objects within one another, past what the "
     "server's JSON parser reads"
@@ -58,8 +62,9 @@ async def read_json(request: Request) -> Any:
             refused.append(text)
         return value
 
+    body = await request.body()
     try:
-        parsed = json.loads(await request.body(), parse_constant=number, parse_float=number)
+        parsed = json.loads(body, parse_constant=number, parse_float=number)
     except RecursionError:
         raise UnreadableBody(NESTED_TOO_DEEP) from None
     except UnicodeDecodeError as error:
@@ -69,12 +74,13 @@ async def read_json(request: Request) -> Any:
         why = "past what a JSON number carries" if text[-1].isdigit() else "not a JSON number"
         where = non_json_number(parsed) or []  # none: a later key replaced it
         raise UnreadableBody(f"not JSON: {text} is {why}", text, where)
-    try:
-        json.dumps(parsed, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        raise UnreadableBody(LONE_SURROGATE) from None
-    except RecursionError:
-        raise UnreadableBody(NESTED_TOO_DEEP) from None
+    if SURROGATE_ESCAPE.search(body):
+        try:
+            json.dumps(parsed, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise UnreadableBody(LONE_SURROGATE) from None
+        except RecursionError:
+            raise UnreadableBody(NESTED_TOO_DEEP) from None
     request._json = parsed  # what Request.json() answers from now on
     return parsed
 
