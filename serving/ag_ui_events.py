@@ -195,9 +195,8 @@ class AgUiRun:
         match event.kind:
             case "callback_answered" if event.call_id:
                 self._client_answered.add(event.call_id)
-            case "tool_call_finished" if event.call_id and event.checks:
-                if not self._by_client(event):
-                    self._checking[event.call_id] = _Checking(event.tool or "", event.checks)
+            case "tool_call_finished" if not self._by_client(event):
+                self._held(event)
             case "guardrail":
                 self._checked(event)
             case _:
@@ -248,10 +247,7 @@ class AgUiRun:
                 self._client_answered.add(event.call_id)
                 return []
             case "tool_call_finished" if event.call_id:
-                if self._by_client(event):
-                    return []
-                if event.checks:  # not shown until the guardrails pass it
-                    self._checking[event.call_id] = _Checking(event.tool or "", event.checks)
+                if self._by_client(event) or self._held(event):
                     return []
                 if event.outcome == "ok":
                     content = "ok" if event.result is None else event.result
@@ -320,6 +316,14 @@ class AgUiRun:
     def _by_client(self, event: AgentEvent) -> bool:
         """A client's tool's call the client answered: it has the result, it sent it."""
         return event.call_id in self._client_answered and event.outcome == "ok"
+
+    def _held(self, event: AgentEvent) -> bool:
+        """A call's end whose result the run's tool-result guardrails check next: its
+        TOOL_CALL_RESULT is held for their verdicts (`_checked`)."""
+        if not event.checks or not event.call_id:
+            return False
+        self._checking[event.call_id] = _Checking(event.tool or "", event.checks)
+        return True
 
     def _checked(self, event: AgentEvent) -> list[BaseEvent]:
         """A tool-result guardrail's verdict; at a call's last, its TOOL_CALL_RESULT: what the

@@ -200,11 +200,11 @@ class Reporter:
             return
         self._reported_calls.add(record.id)
         guardrails = self._ctx.input.guardrails
-        checked = guardrails is not None and bool(guardrails.tool_results)
-        shown = record.outcome == "ok" and not checked
+        checking = len(guardrails.tool_results) if guardrails is not None else 0
+        shown = record.outcome == "ok" and not checking
         checks = None
-        if guardrails and checks_follow and outcome.handed_back and record.id not in self.scripts:
-            checks = len(guardrails.tool_results) or None
+        if checking and checks_follow and outcome.handed_back and record.id not in self.scripts:
+            checks = checking
         self.publish(
             "tool_call_finished",
             call_id=record.id,
